@@ -1,0 +1,168 @@
+"""Core commands: keys generate, build, verify, state."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+from tqdm import tqdm
+
+from pith_pipeline.cli.options import build_config, site_options
+from pith_pipeline.core.canonical_json import dumps_pretty, loads
+from pith_pipeline.core.keys import PublicKey
+from pith_pipeline.core.merge import merge
+from pith_pipeline.core.verify import FAIL, Report, verify_bundle
+from pith_pipeline.pipeline import Publisher, RunSummary
+from pith_pipeline.signing.factory import open_signer
+from pith_pipeline.sources.jsonl import iter_jsonl
+from pith_pipeline.storage.base import open_store
+
+
+def register(group: click.Group) -> None:
+    group.add_command(keys)
+    group.add_command(build)
+    group.add_command(verify)
+    group.add_command(state)
+
+
+@click.group()
+def keys() -> None:
+    """Create and inspect signing keys."""
+
+
+@keys.command("generate")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for pith-private-key.json (mode 0600) and pith-signing-key.json.")
+@click.option("--key-id", default=None,
+              help="Key id to publish (default: pith-local-YYYY-MM-<fingerprint prefix>).")
+@click.option("--base-url", envvar="PITH_BASE_URL", default="",
+              help="Base URL the public key document will be served from.")
+def keys_generate(out_dir: Path, key_id: str | None, base_url: str) -> None:
+    """Generate a local Ed25519 key and its public key document (spec section 5)."""
+    from pith_pipeline.signing.local import generate_key
+
+    priv, pub, doc = generate_key(out_dir, key_id=key_id, base_url=base_url)
+    click.echo(f"private key: {priv} (mode 0600; keep it secret)")
+    click.echo(f"public key:  {pub}")
+    click.echo(f"key id:      {doc.key_id}")
+    click.echo(f"fingerprint: {doc.fingerprint}")
+
+
+def print_summary(summary: RunSummary, store_url: str) -> None:
+    click.echo(f"run {summary.run_id}: {summary.line()}")
+    if summary.quarantined:
+        click.echo(f"quarantined records: {store_url}/quarantine/{summary.run_id}.jsonl "
+                   "(each line has the reason)", err=True)
+
+
+@click.command()
+@click.option("--input", "input_path", required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSON lines in arXiv's metadata snapshot layout (.jsonl, .json or .json.gz).")
+@click.option("--store", required=True, envvar="PITH_STORE",
+              help="Where to publish: a directory or s3://bucket/prefix.")
+@click.option("--key", "key_path", required=True, envvar="PITH_KEY",
+              help="Private key file (from `keys generate`) or a signer spec such as file:PATH.")
+@site_options
+def build(input_path: Path, store: str, key_path: str, base_url: str, registry_name: str,
+          signer_id: str) -> None:
+    """Build and sign one bundle per record of a JSON-lines file.
+
+    Writes pith/<ID>/bundle.json, pith/<ID>/state.json, .well-known/pith/<ID>/bundle.json
+    and pith-signing-key.json under the store. Re-running on the same input changes no
+    published file. With SOURCE_DATE_EPOCH set, every timestamp written is that instant.
+    Records that cannot be built are listed in quarantine/<run_id>.jsonl with the reason.
+    """
+    signer = open_signer(key_path)
+    st = open_store(store)
+    pub = Publisher(st, signer, build_config(base_url, registry_name, signer_id))
+    with tqdm(desc="build", unit="rec", disable=None) as bar:
+        summary = pub.publish(iter_jsonl(input_path), progress=bar.update)
+    print_summary(summary, st.url)
+
+
+def _bundle_files(paths: tuple[str, ...]) -> Iterator[Path]:
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(path.glob("pith/*/bundle.json")) or sorted(path.rglob("bundle.json"))
+            yield from found
+        else:
+            yield path
+
+
+def _load_bundle(path: Path) -> Any:
+    return loads(path.read_bytes())
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--pin", "pin", default=None, metavar="FINGERPRINT_HEX",
+              help="Require the registry's signatures to use this key fingerprint.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only failures and the summary.")
+def verify(paths: tuple[str, ...], pin: str | None, as_json: bool, quiet: bool) -> None:
+    """Verify bundles: every check of the spec by name, one line each.
+
+    PATHS are bundle files or store directories (every pith/*/bundle.json in them).
+    Exit status: 0 when every check holds, 1 when any fails, 2 when input is unreadable.
+    """
+    reports: list[Report] = []
+    unreadable: list[str] = []
+    files = list(_bundle_files(paths))
+    if not files:
+        unreadable.append(f"no bundles found in {', '.join(paths)}")
+    for f in files:
+        try:
+            bundle = _load_bundle(f)
+        except (OSError, ValueError) as exc:
+            unreadable.append(f"{f}: unreadable ({type(exc).__name__}: {exc})")
+            continue
+        reports.append(verify_bundle(bundle, pinned_fingerprint=pin, source=str(f)))
+    if as_json:
+        click.echo(dumps_pretty({"ok": all(r.ok for r in reports) and not unreadable,
+                                 "bundles": [r.to_json() for r in reports],
+                                 "unreadable": unreadable}).decode())
+    else:
+        for r in reports:
+            if not quiet:
+                click.echo(f"{r.source}: {r.pith_number}")
+            for c in r.checks:
+                if quiet and c.status != FAIL:
+                    continue
+                click.echo(f"  {c.status.upper():4} {c.name}: {c.detail}")
+        for u in unreadable:
+            click.echo(f"ERROR {u}", err=True)
+        bad = sum(not r.ok for r in reports)
+        click.echo(f"{len(reports)} bundles, {len(reports) - bad} verified, {bad} failed"
+                   + (f", {len(unreadable)} unreadable" if unreadable else ""))
+    if unreadable:
+        sys.exit(2)
+    sys.exit(0 if all(r.ok for r in reports) else 1)
+
+
+@click.command()
+@click.argument("bundle_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--check/--no-check", default=True,
+              help="Exit 1 when the recomputed state differs from the bundle's.")
+def state(bundle_path: Path, check: bool) -> None:
+    """Recompute the merged state from a bundle's events and aliases, as a mirror would."""
+    try:
+        bundle = _load_bundle(bundle_path)
+        events, aliases = bundle["events"], bundle["source_aliases"]
+        keys = [PublicKey.from_json(k) for k in bundle["public_keys"]]
+        subject = bundle["pith_number"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        click.echo(f"error: {bundle_path}: unreadable bundle ({type(exc).__name__}: {exc})",
+                   err=True)
+        sys.exit(2)
+    result = merge(events, aliases, keys, subject)
+    click.echo(dumps_pretty(result).decode())
+    same = result == bundle.get("state")
+    click.echo(f"state_sha256 {result['state_sha256']} "
+               f"({'matches' if same else 'DIFFERS FROM'} the bundle's state)", err=True)
+    if check and not same:
+        sys.exit(1)

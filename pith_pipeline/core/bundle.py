@@ -1,0 +1,101 @@
+"""Bundles (spec section 8): a record, its events, the merged state, all signed."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pith_pipeline.core.canonical_json import dumps
+from pith_pipeline.core.events import BUNDLE_SIGNED_MESSAGE, signature_block
+from pith_pipeline.core.keys import PublicKey, Signer
+from pith_pipeline.core.merge import MERGE_VERSION, merge
+from pith_pipeline.core.record import PithNumber
+
+BUNDLE_TYPE = "pith_open_graph_bundle"
+BUNDLE_VERSION = "1.0"
+PUBLIC_KEY_FILE = "pith-signing-key.json"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Site:
+    """Where a registry publishes: names and the base URL for links and mirror hints."""
+
+    base_url: str
+    registry_name: str = "Pith Pipeline"
+    signer_id: str = "pith-pipeline"
+
+    @property
+    def base(self) -> str:
+        return self.base_url.rstrip("/")
+
+    def links(self, body: str) -> dict[str, str]:
+        return {
+            "resolver": f"{self.base}/pith/{body}",
+            "bundle": f"{self.base}/pith/{body}/bundle.json",
+            "state": f"{self.base}/pith/{body}/state.json",
+            "well_known_bundle": f"{self.base}/.well-known/pith/{body}/bundle.json",
+        }
+
+    def mirror_hint(self, body: str) -> dict[str, str]:
+        links = self.links(body)
+        return {
+            "mirror_type": "https",
+            "name": self.registry_name,
+            "base_url": self.base,
+            "bundle_url": links["bundle"],
+            "state_url": links["state"],
+            "well_known_bundle_url": links["well_known_bundle"],
+            "status": "primary",
+        }
+
+    @property
+    def key_url(self) -> str:
+        return f"{self.base}/{PUBLIC_KEY_FILE}"
+
+
+def bundle_paths(body: str) -> tuple[str, str, str]:
+    """Storage keys (and URL paths) of a record's bundle, state and well-known bundle."""
+    return (f"pith/{body}/bundle.json", f"pith/{body}/state.json",
+            f".well-known/pith/{body}/bundle.json")
+
+
+def bundle_sha256(bundle: dict[str, Any]) -> str:
+    body = {k: v for k, v in bundle.items() if k != "bundle_signature"}
+    return hashlib.sha256(dumps(body)).hexdigest()
+
+
+def build_bundle(*, subject: str, canonical: dict[str, Any], canonical_hex: str,
+                 events: Sequence[dict[str, Any]], aliases: Sequence[dict[str, Any]],
+                 public_keys: Sequence[PublicKey], site: Site, built_at: str,
+                 signer: Signer, signed_at: str,
+                 state: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Assemble and sign a bundle; the state is merged here unless given."""
+    pn = PithNumber.parse(subject)
+    if state is None:
+        state = merge(events, aliases, public_keys, subject)
+    src = canonical["source"]
+    bundle: dict[str, Any] = {
+        "bundle_type": BUNDLE_TYPE,
+        "bundle_version": BUNDLE_VERSION,
+        "pith_number": subject,
+        "short_pith_number": pn.short,
+        "canonical_record": canonical,
+        "canonical_sha256": canonical_hex,
+        "source": {"kind": src["kind"], "id": src["id"], "version": src["version"]},
+        "source_aliases": list(aliases),
+        "events": list(events),
+        "timestamp_proofs": [],
+        "mirror_hints": [site.mirror_hint(pn.body)],
+        "public_keys": [k.to_json() for k in public_keys],
+        "merge_version": MERGE_VERSION,
+        "built_at": built_at,
+        "links": site.links(pn.body),
+        "state": state,
+    }
+    digest = bundle_sha256(bundle)
+    sig = signature_block(signer, digest, BUNDLE_SIGNED_MESSAGE, signed_at)
+    sig["bundle_sha256"] = digest
+    bundle["bundle_signature"] = sig
+    return bundle

@@ -1,0 +1,122 @@
+"""RFC 8785 (JCS) canonical JSON, with a fast path proven equal to the reference.
+
+`rfc8785.dumps` is the reference. orjson with sorted keys produces the same bytes
+for strings, booleans, null, integers within +-2**53 and object keys below U+D800
+(RFC 8785 sorts keys by UTF-16 code units, orjson by code points, and the two
+orders differ only for keys with characters at or above U+D800). `dumps` checks
+each value once and uses orjson only where the output is identical; anything else
+goes through the reference implementation. Floats are refused: the format has
+none, and guessing their canonical form is how hashes silently diverge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+import rfc8785
+
+from pith_pipeline.errors import CanonicalJSONError
+
+MAX_SAFE_INT = 2**53 - 1
+_ORJSON_OPTS = orjson.OPT_SORT_KEYS
+_SURROGATE_START = "\ud800"
+
+
+def _fast_ok(value: Any, depth: int = 0) -> bool:
+    """True when orjson's sorted output is byte-equal to RFC 8785 for `value`.
+
+    Raises CanonicalJSONError for values that have no exact canonical form.
+    """
+    if depth > 200:  # orjson refuses deep nesting; the reference handles it
+        return False
+    t = type(value)
+    if t is str or value is None or t is bool:
+        return True
+    if t is int:
+        if -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+            return True
+        raise CanonicalJSONError(f"integer {value} is outside +-2**53 and has no exact JSON form")
+    if t is dict:
+        ok = True
+        for k, v in value.items():
+            if type(k) is not str:
+                raise CanonicalJSONError(f"object key {k!r} is not a string")
+            if not k.isascii() and max(k) >= _SURROGATE_START:
+                ok = False
+            if not _fast_ok(v, depth + 1):
+                ok = False
+        return ok
+    if t is list or t is tuple:
+        ok = True
+        for v in value:
+            if not _fast_ok(v, depth + 1):
+                ok = False
+        return ok
+    if t is float:
+        raise CanonicalJSONError(f"float {value!r} refused: canonical JSON here carries no floats")
+    if isinstance(value, bool | int | str | dict | list):
+        return False  # subclasses: let the reference decide
+    raise CanonicalJSONError(f"value of type {t.__name__} cannot be canonical JSON")
+
+
+def dumps_reference(value: Any) -> bytes:
+    """The reference RFC 8785 serialisation (slow, pure Python)."""
+    _fast_ok(value)  # same refusals as the fast path
+    try:
+        return rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, RecursionError) as exc:
+        raise CanonicalJSONError(f"cannot canonicalise value: {exc}") from exc
+
+
+def dumps(value: Any) -> bytes:
+    """RFC 8785 canonical UTF-8 bytes of `value`."""
+    if _fast_ok(value):
+        try:
+            return orjson.dumps(value, option=_ORJSON_OPTS)
+        except orjson.JSONEncodeError:
+            pass  # lone surrogates, recursion limits: the reference decides
+    try:
+        return rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, RecursionError) as exc:
+        raise CanonicalJSONError(f"cannot canonicalise value: {exc}") from exc
+
+
+def dumps_trusted(value: Any) -> bytes:
+    """Fast path for objects this package built itself from checked parts.
+
+    The caller guarantees what `_fast_ok` would check (no floats, no big ints, keys
+    below U+D800); property tests hold both paths equal on such values.
+    """
+    try:
+        return orjson.dumps(value, option=_ORJSON_OPTS)
+    except orjson.JSONEncodeError:
+        return dumps(value)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def H(value: Any) -> str:  # noqa: N802 - the name the spec uses
+    """Lowercase hex SHA-256 of the canonical JSON of `value` (spec section 1)."""
+    return hashlib.sha256(dumps(value)).hexdigest()
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse JSON; integers stay exact, floats come back as floats (and are refused later)."""
+    return orjson.loads(data)
+
+
+def dumps_pretty(value: Any) -> bytes:
+    """Human-readable output that keeps key order (for published files and the CLI)."""
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2)
+
+
+def dumps_compact(value: Any) -> bytes:
+    """Compact output in insertion order, as the registry publishes its files."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        raise CanonicalJSONError(f"cannot serialise value: {exc}") from exc

@@ -1,0 +1,190 @@
+"""The deterministic merge (spec section 7).
+
+Any mirror holding the same events, aliases and keys computes the same state,
+whatever order or duplication the events arrive in: events are deduplicated by
+id, validated, then applied in the order `(created_at, record_created first,
+event_id)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pith_pipeline.core.canonical_json import H, dumps
+from pith_pipeline.core.events import EVENT_TYPES, content_sha256
+from pith_pipeline.core.keys import PublicKey, verify_signature
+from pith_pipeline.errors import CanonicalJSONError
+
+MERGE_VERSION = "pith-open-graph-merge-v1"
+CURRENT_LISTS = (
+    "graph_snapshots", "author_attestations", "timestamp_anchors", "storage_attestations",
+    "citation_signatures", "replication_records", "corrections", "mirror_hints",
+)
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "event_type": str,
+    "subject_pith_number": str,
+    "target": str,
+    "payload": dict,
+    "signer": dict,
+    "created_at": str,
+    "supersedes": list,
+    "prev_event": (str, type(None)),
+    "schema_version": str,
+    "content_sha256": str,
+    "event_id": str,
+    "signature": dict,
+}
+_SIGNER_FIELDS = ("signer_id", "signer_type", "key_id", "public_key_fingerprint")
+_SIGNATURE_FIELDS = ("signature_status", "algorithm", "key_id", "public_key_fingerprint",
+                     "signature_b64", "signed_message", "signed_at")
+
+
+def _malformed(event: Mapping[str, Any]) -> bool:
+    for name, typ in _REQUIRED.items():
+        if name not in event or not isinstance(event[name], typ):
+            return True
+    if isinstance(event["prev_event"], bool):
+        return True
+    signer, sig = event["signer"], event["signature"]
+    if any(not isinstance(signer.get(f), str) for f in _SIGNER_FIELDS):
+        return True
+    if any(not isinstance(sig.get(f), str) for f in _SIGNATURE_FIELDS):
+        return True
+    return any(not isinstance(s, str) for s in event["supersedes"])
+
+
+def _key_ok(keys: Mapping[str, PublicKey], key_id: str, fingerprint: str) -> bool:
+    key = keys.get(key_id)
+    return key is not None and key.fingerprint == fingerprint
+
+
+def validate_event(event: Any, subject: str, keys: Mapping[str, PublicKey]) -> str | None:
+    """None when the event is valid, else the reason the spec names."""
+    if not isinstance(event, dict) or _malformed(event):
+        return "malformed"
+    if event["event_type"] not in EVENT_TYPES:
+        return "unknown_event_type"
+    try:
+        digest = content_sha256(event)
+    except CanonicalJSONError:
+        return "malformed"
+    if digest != event["content_sha256"]:
+        return "bad_content_hash"
+    if event["event_id"] != "sha256:" + digest:
+        return "bad_event_id"
+    if event["subject_pith_number"] != subject:
+        return "subject_mismatch"
+    signer, sig = event["signer"], event["signature"]
+    if not _key_ok(keys, signer["key_id"], signer["public_key_fingerprint"]):
+        return "unknown_key"
+    if not _key_ok(keys, sig["key_id"], sig["public_key_fingerprint"]):
+        return "unknown_key"
+    if (sig["algorithm"] != "ed25519" or sig["signed_message"] != "open_graph_event_sha256_bytes"
+            or sig["signature_status"] != "signed_v1"):
+        return "bad_signature"
+    if not verify_signature(keys[sig["key_id"]].public_key, digest, sig["signature_b64"]):
+        return "bad_signature"
+    return None
+
+
+def _event_id_of(event: Any) -> str | None:
+    if isinstance(event, dict) and isinstance(event.get("event_id"), str):
+        return str(event["event_id"])
+    return None
+
+
+def _order_key(event: Mapping[str, Any]) -> tuple[str, int, str]:
+    return (event["created_at"], 0 if event["event_type"] == "record_created" else 1,
+            event["event_id"])
+
+
+def _entry(event: Mapping[str, Any]) -> dict[str, Any]:
+    return {"event_id": event["event_id"], "target": event["target"],
+            "created_at": event["created_at"], "signer": event["signer"],
+            "payload": event["payload"]}
+
+
+def normalize_aliases(aliases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Distinct aliases, sorted, so the state does not depend on their arrival order."""
+    seen: dict[bytes, dict[str, Any]] = {}
+    for a in aliases:
+        seen.setdefault(dumps(dict(a)), dict(a))
+    return [seen[k] for k in sorted(seen, key=lambda b: (
+        seen[b].get("alias_kind", ""), seen[b].get("alias_value", ""),
+        seen[b].get("created_at", ""), b))]
+
+
+def merge(events: Iterable[Any], aliases: Iterable[Mapping[str, Any]], keys: Iterable[PublicKey],
+          subject: str) -> dict[str, Any]:
+    """Compute the state of `subject` from its events, aliases and trusted keys."""
+    key_map = {k.key_id: k for k in keys}
+    # 1. distinct ids; the first verifying copy of an id wins
+    valid: dict[str, dict[str, Any]] = {}
+    invalid: dict[str, str] = {}
+    anonymous: list[str] = []
+    for ev in events:
+        eid = _event_id_of(ev)
+        if eid is not None and eid in valid:
+            continue
+        reason = validate_event(ev, subject, key_map)
+        if eid is None:
+            anonymous.append(reason or "malformed")
+            continue
+        if reason is None:
+            valid[eid] = ev
+            invalid.pop(eid, None)
+        else:
+            invalid.setdefault(eid, reason)
+    # 2. order
+    ordered = sorted(valid.values(), key=_order_key)
+    # 3. one record_created; the rest are equivocations
+    creations = [e for e in ordered if e["event_type"] == "record_created"]
+    applied_creation = creations[0] if creations else None
+    equivocations: list[dict[str, Any]] = []
+    if len(creations) > 1:
+        equivocations.append({"kind": "conflicting_record",
+                              "event_ids": sorted(e["event_id"] for e in creations)})
+    forks: dict[tuple[str, str], list[str]] = {}
+    for e in ordered:
+        if e["prev_event"] is not None:
+            forks.setdefault((e["signer"]["signer_id"], e["prev_event"]), []).append(e["event_id"])
+    for (_sid, _prev), ids in sorted(forks.items()):
+        if len(ids) > 1:
+            equivocations.append({"kind": "fork", "event_ids": sorted(ids)})
+    applied = [e for e in ordered
+               if e["event_type"] != "record_created" or e is applied_creation]
+    # 4. supersedes drop events from the current lists
+    superseded = {s for e in applied for s in e["supersedes"]}
+    current: dict[str, Any] = {
+        "canonical_record": applied_creation["payload"].get("canonical_record")
+        if applied_creation else None,
+        "source_aliases": normalize_aliases(aliases),
+    }
+    for name in CURRENT_LISTS:
+        current[name] = []
+    for e in applied:
+        list_name = EVENT_TYPES[e["event_type"]][1]
+        if list_name is not None and e["event_id"] not in superseded:
+            current[list_name].append(_entry(e))
+    current["record_created"] = (
+        _entry(applied_creation)
+        if applied_creation and applied_creation["event_id"] not in superseded else None)
+    invalid_list = [{"event_id": eid, "reason": r} for eid, r in sorted(invalid.items())]
+    invalid_list += [{"event_id": None, "reason": r} for r in sorted(anonymous)]
+    state: dict[str, Any] = {
+        "state_type": "pith_open_graph_state",
+        "state_version": "1.0",
+        "pith_number": subject,
+        "merge_version": MERGE_VERSION,
+        "event_count": len(valid) + len(invalid) + len(anonymous),
+        "valid_event_count": len(valid),
+        "invalid_event_count": len(invalid) + len(anonymous),
+        "equivocation_count": len(equivocations),
+        "current": current,
+        "equivocations": equivocations,
+        "invalid_events": invalid_list,
+        "applied_event_ids": [e["event_id"] for e in applied],
+    }
+    state["state_sha256"] = H(state)
+    return state

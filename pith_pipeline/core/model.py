@@ -1,0 +1,235 @@
+"""The typed arXiv record, in the field layout of arXiv's public metadata snapshot.
+
+The same JSON-lines layout (`id, submitter, authors, title, comments, journal-ref,
+doi, report-no, categories, license, abstract, versions, update_date,
+authors_parsed`) is read from the bulk snapshot, from our sample and from the
+OAI-PMH parser, so one model and one set of checks serve every source. A record
+checks itself when built: bad input raises `InputError` naming record and field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pith_pipeline.core.text import collapse_ws
+from pith_pipeline.core.timeutil import parse_rfc2822
+from pith_pipeline.errors import InputError
+
+NEW_STYLE_ID = re.compile(r"^\d{4}\.\d{4,5}$")
+OLD_STYLE_ID = re.compile(r"^[a-z][a-z\-]*(\.[A-Z]{2})?/\d{7}$")
+CATEGORY = re.compile(r"^[a-z][a-z\-]*(\.[A-Za-z][A-Za-z\-]*)?$")
+VERSION = re.compile(r"^v(\d+)$")
+_PARENS = re.compile(r"\([^()]*\)")
+_AND_SPLIT = re.compile(r"\s*,\s*and\s+|\s*,\s*|\s+and\s+")
+
+SNAPSHOT_FIELDS = (
+    "id", "submitter", "authors", "title", "comments", "journal-ref", "doi", "report-no",
+    "categories", "license", "abstract", "versions", "update_date", "authors_parsed",
+)
+
+
+def is_arxiv_id(value: str) -> bool:
+    return bool(NEW_STYLE_ID.match(value) or OLD_STYLE_ID.match(value))
+
+
+def split_authors(authors: str) -> list[str]:
+    """Split arXiv's authors string (`A, B and C`) into names, dropping `(affiliations)`."""
+    text = collapse_ws(authors)
+    prev = None
+    while prev != text:  # nested parentheses, innermost first
+        prev = text
+        text = _PARENS.sub(" ", text)
+    text = collapse_ws(text)
+    return [n for n in (collapse_ws(p) for p in _AND_SPLIT.split(text)) if n]
+
+
+def name_from_parsed(entry: list[str]) -> str:
+    """`["Young", "M. Todd", ""]` -> `M. Todd Young` (first, last, suffix)."""
+    last = entry[0] if len(entry) > 0 else ""
+    first = entry[1] if len(entry) > 1 else ""
+    suffix = entry[2] if len(entry) > 2 else ""
+    return collapse_ws(" ".join(p for p in (first, last, suffix) if p and p.strip()))
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    version: str
+    created: str
+
+    @property
+    def number(self) -> int:
+        m = VERSION.match(self.version)
+        return int(m.group(1)) if m else 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArxivRecord:
+    """One arXiv paper as the snapshot describes it (latest version's metadata)."""
+
+    id: str
+    title: str
+    abstract: str
+    categories: str
+    versions: tuple[Version, ...]
+    authors: str = ""
+    submitter: str | None = None
+    comments: str | None = None
+    journal_ref: str | None = None
+    doi: str | None = None
+    report_no: str | None = None
+    license: str | None = None
+    update_date: str | None = None
+    authors_parsed: tuple[tuple[str, ...], ...] | None = None
+    # derived once at construction, so hot paths never re-parse
+    _category_list: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    _submitted: datetime | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        rid = self.id if isinstance(self.id, str) else None
+
+        def bad(field_name: str, message: str) -> InputError:
+            return InputError(message, record_id=rid, field=field_name)
+
+        if not isinstance(self.id, str) or not is_arxiv_id(self.id):
+            raise bad("id", f"not an arXiv identifier without version: {self.id!r}")
+        for name in ("title", "abstract"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise bad(name, "missing or empty")
+        if not isinstance(self.categories, str) or not self.categories.strip():
+            raise bad("categories", "missing or empty category list")
+        cats = tuple(self.categories.split())
+        for c in cats:
+            if not CATEGORY.match(c):
+                raise bad("categories", f"bad category {c!r} in {self.categories!r}")
+        if not self.versions:
+            raise bad("versions", "no versions")
+        numbers = []
+        for v in self.versions:
+            if not isinstance(v, Version) or not VERSION.match(v.version):
+                raise bad("versions", f"bad version entry {v!r}")
+            numbers.append(v.number)
+        if len(set(numbers)) != len(numbers):
+            raise bad("versions", f"duplicate version numbers {numbers}")
+        first = min(self.versions, key=lambda v: v.number)
+        try:
+            submitted = parse_rfc2822(first.created)
+        except ValueError as exc:
+            raise bad(f"versions[{first.version}].created", str(exc)) from None
+        for v in self.versions:
+            try:
+                parse_rfc2822(v.created)
+            except ValueError as exc:
+                raise bad(f"versions[{v.version}].created", str(exc)) from None
+        if self.license is not None and not isinstance(self.license, str):
+            raise bad("license", f"not a string: {self.license!r}")
+        object.__setattr__(self, "_category_list", cats)
+        object.__setattr__(self, "_submitted", submitted)
+
+    # ---- derived views -------------------------------------------------
+    @property
+    def version(self) -> int:
+        """The latest arXiv version number."""
+        return max(v.number for v in self.versions)
+
+    @property
+    def submitted_at(self) -> datetime:
+        """v1 submission time, whatever the latest version is."""
+        assert self._submitted is not None
+        return self._submitted
+
+    @property
+    def primary_cat(self) -> str:
+        return self._category_list[0]
+
+    @property
+    def cross_cats_sorted(self) -> list[str]:
+        primary = self._category_list[0]
+        return sorted({c for c in self._category_list[1:] if c != primary})
+
+    @property
+    def license_url(self) -> str:
+        return self.license or ""
+
+    @property
+    def author_names(self) -> list[str]:
+        if self.authors_parsed:
+            names = [name_from_parsed(list(e)) for e in self.authors_parsed]
+            return [n for n in names if n]
+        return split_authors(self.authors or "")
+
+    # ---- JSON-lines form ----------------------------------------------
+    @classmethod
+    def from_json(cls, obj: Any, *, where: str | None = None) -> ArxivRecord:
+        """Build from one snapshot-layout object; errors name the record and field."""
+        rid = obj.get("id") if isinstance(obj, dict) else None
+        rid = rid if isinstance(rid, str) else None
+        try:
+            if not isinstance(obj, dict):
+                raise InputError("not a JSON object")
+            versions_raw = obj.get("versions")
+            if not isinstance(versions_raw, list):
+                raise InputError("missing or not a list", record_id=rid, field="versions")
+            versions = []
+            for i, v in enumerate(versions_raw):
+                if not isinstance(v, dict) or not isinstance(v.get("version"), str) \
+                        or not isinstance(v.get("created"), str):
+                    raise InputError(f"entry {i} needs string 'version' and 'created'",
+                                     record_id=rid, field="versions")
+                versions.append(Version(version=v["version"], created=v["created"]))
+            parsed = obj.get("authors_parsed")
+            parsed_t: tuple[tuple[str, ...], ...] | None = None
+            if parsed is not None:
+                if not isinstance(parsed, list) or not all(
+                        isinstance(e, list) and all(isinstance(p, str) for p in e) for e in parsed):
+                    raise InputError("must be a list of lists of strings", record_id=rid,
+                                     field="authors_parsed")
+                parsed_t = tuple(tuple(e) for e in parsed)
+            for key in ("title", "abstract", "categories", "authors", "submitter", "comments",
+                        "journal-ref", "doi", "report-no", "license", "update_date"):
+                value = obj.get(key)
+                if value is not None and not isinstance(value, str):
+                    raise InputError(f"must be a string, not {type(value).__name__}",
+                                     record_id=rid, field=key)
+            return cls(
+                id=obj.get("id"),  # type: ignore[arg-type]
+                title=obj.get("title"),  # type: ignore[arg-type]
+                abstract=obj.get("abstract"),  # type: ignore[arg-type]
+                categories=obj.get("categories"),  # type: ignore[arg-type]
+                versions=tuple(versions),
+                authors=obj.get("authors") or "",
+                submitter=obj.get("submitter"),
+                comments=obj.get("comments"),
+                journal_ref=obj.get("journal-ref"),
+                doi=obj.get("doi"),
+                report_no=obj.get("report-no"),
+                license=obj.get("license"),
+                update_date=obj.get("update_date"),
+                authors_parsed=parsed_t,
+            )
+        except InputError as exc:
+            raise InputError(exc.message, record_id=exc.record_id or rid, field=exc.field,
+                             where=where or exc.where) from None
+
+    def to_json(self) -> dict[str, Any]:
+        """The snapshot layout, same 14 keys in the same order."""
+        return {
+            "id": self.id,
+            "submitter": self.submitter,
+            "authors": self.authors,
+            "title": self.title,
+            "comments": self.comments,
+            "journal-ref": self.journal_ref,
+            "doi": self.doi,
+            "report-no": self.report_no,
+            "categories": self.categories,
+            "license": self.license,
+            "abstract": self.abstract,
+            "versions": [{"version": v.version, "created": v.created} for v in self.versions],
+            "update_date": self.update_date,
+            "authors_parsed": [list(e) for e in self.authors_parsed]
+            if self.authors_parsed is not None else None,
+        }

@@ -1,0 +1,25 @@
+"""Text canonicalisation (spec section 2)."""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+
+
+def collapse_ws(text: str) -> str:
+    """Every run of whitespace (str.isspace) becomes one space; ends stripped.
+
+    `str.split()` without arguments splits on exactly the characters for which
+    `str.isspace()` is true, so this is the spec's rule, done in C.
+    """
+    return " ".join(text.split())
+
+
+def canon(text: str) -> str:
+    """NFC, lower-case (not casefold), whitespace collapsed; TeX kept as written."""
+    return collapse_ws(unicodedata.normalize("NFC", text).lower())
+
+
+def canon_sha256(text: str) -> str:
+    """Hash of the canonical text itself, not of its JSON encoding."""
+    return hashlib.sha256(canon(text).encode("utf-8")).hexdigest()

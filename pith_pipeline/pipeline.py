@@ -1,0 +1,288 @@
+"""Build and publish: records in, events, bundles and states out, through a `Store`.
+
+The event store (`events/<ID>/<content_sha256>.json`) is the source of truth and is
+write-once; bundles, states and pointers are derived from it and replaced
+atomically. Publishing order per record never exposes a half-written state:
+events first, then bundle and state, then the arXiv pointer.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pith_pipeline.core.builder import (
+    Identity,
+    aliases_from_events,
+    build_record_events,
+    correction_event,
+    sign_bundle,
+)
+from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, Site, bundle_paths
+from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
+from pith_pipeline.core.events import BUILDER_VERSION
+from pith_pipeline.core.keys import PublicKey, Signer
+from pith_pipeline.core.model import ArxivRecord
+from pith_pipeline.core.record import PithNumber
+from pith_pipeline.core.timeutil import Clock, system_clock
+from pith_pipeline.errors import InputError
+from pith_pipeline.sources.jsonl import Item, Rejected
+from pith_pipeline.storage.base import Store
+
+DEFAULT_BASE_URL = "https://pith.example.org"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildConfig:
+    """Registry identity; every field has a default that works for a local store."""
+
+    base_url: str = DEFAULT_BASE_URL
+    registry_name: str = "Pith Pipeline"
+    signer_id: str = "pith-pipeline"
+    builder_version: str = BUILDER_VERSION
+
+    @property
+    def site(self) -> Site:
+        return Site(base_url=self.base_url, registry_name=self.registry_name,
+                    signer_id=self.signer_id)
+
+
+@dataclass(slots=True)
+class RunSummary:
+    """Counts a run reports at its end, and every object it wrote with its sha256."""
+
+    run_id: str
+    fetched: int = 0
+    built: int = 0
+    unchanged: int = 0
+    superseded: int = 0
+    quarantined: int = 0
+    written: dict[str, str] = field(default_factory=dict)
+    pith_numbers: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return {"fetched": self.fetched, "built": self.built, "unchanged": self.unchanged,
+                "superseded": self.superseded, "quarantined": self.quarantined}
+
+    def line(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in self.counts().items())
+
+
+def event_key(body: str, content_sha256: str) -> str:
+    return f"events/{body}/{content_sha256}.json"
+
+
+def pointer_key(arxiv_id: str) -> str:
+    return f"arxiv/{arxiv_id}.json"
+
+
+def new_run_id(now: datetime) -> str:
+    return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+class Publisher:
+    """Publishes records into a store with one signer; one instance per run."""
+
+    def __init__(self, store: Store, signer: Signer, config: BuildConfig | None = None, *,
+                 clock: Clock = system_clock, run_id: str | None = None) -> None:
+        self.store = store
+        self.signer = signer
+        self.config = config or BuildConfig()
+        self.site = self.config.site
+        self.clock = clock
+        self.summary = RunSummary(run_id or new_run_id(clock()))
+        self.quarantine: list[dict[str, Any]] = []
+        self.keys = self._load_keys()
+
+    # -- keys ---------------------------------------------------------------
+    def _load_keys(self) -> dict[str, PublicKey]:
+        keys: dict[str, PublicKey] = {}
+        raw = self.store.get(PUBLIC_KEY_FILE)
+        if raw:
+            doc = loads(raw)
+            for k in doc.get("keys", [doc]) if isinstance(doc, dict) else []:
+                try:
+                    pk = PublicKey.from_json(k)
+                    keys[pk.key_id] = pk
+                except (ValueError, KeyError, TypeError):
+                    continue
+        current = self.signer.public_key_doc(url=self.site.key_url)
+        if current.key_id in keys and keys[current.key_id].public_key != current.public_key:
+            raise InputError(f"key id {current.key_id!r} is already published with a different "
+                             f"public key in {PUBLIC_KEY_FILE}; choose a new key id")
+        keys.setdefault(current.key_id, current)
+        return keys
+
+    def key_document(self) -> dict[str, Any]:
+        """The current key (spec section 5) plus every key that signed something here."""
+        current = self.keys[self.signer.key_id].to_json()
+        return {**current, "keys": [k.to_json() for k in self.keys.values()]}
+
+    def publish_key_document(self) -> None:
+        self._put(PUBLIC_KEY_FILE, dumps_pretty(self.key_document()) + b"\n")
+
+    # -- writes ----------------------------------------------------------
+    def _put(self, key: str, data: bytes) -> None:
+        """Replace a derived object only when its bytes change."""
+        if self.store.get(key) == data:
+            return
+        self.store.put(key, data)
+        self._record_write(key, data)
+
+    def _put_once(self, key: str, data: bytes) -> None:
+        if self.store.put_once(key, data):
+            self._record_write(key, data)
+
+    def _record_write(self, key: str, data: bytes) -> None:
+        import hashlib
+
+        self.summary.written[key] = hashlib.sha256(data).hexdigest()
+
+    # -- reads -----------------------------------------------------------
+    def subject_events(self, body: str) -> list[dict[str, Any]]:
+        out = []
+        for key in self.store.list(f"events/{body}/"):
+            data = self.store.get(key)
+            if data is not None:
+                out.append(loads(data))
+        return out
+
+    def _pointer(self, arxiv_id: str) -> dict[str, Any]:
+        raw = self.store.get(pointer_key(arxiv_id))
+        return loads(raw) if raw else {"arxiv_id": arxiv_id, "records": []}
+
+    # -- the run -----------------------------------------------------------
+    def reject(self, item: Rejected) -> None:
+        self.summary.quarantined += 1
+        self.quarantine.append({"run_id": self.summary.run_id, **item.to_json()})
+
+    def publish(self, items: Iterable[Item], *,
+                progress: Callable[[int], None] | None = None) -> RunSummary:
+        """Build, sign and publish every record; quarantine every reject."""
+        self.publish_key_document()
+        for item in items:
+            self.summary.fetched += 1
+            if isinstance(item, Rejected):
+                self.reject(item)
+            else:
+                try:
+                    self.publish_record(item)
+                except InputError as exc:
+                    self.reject(Rejected(exc.where or "", exc.message, "", item.id, exc.field))
+            if progress:
+                progress(1)
+        self.flush_quarantine()
+        return self.summary
+
+    def flush_quarantine(self) -> None:
+        if self.quarantine:
+            body = b"".join(dumps_compact(q) + b"\n" for q in self.quarantine)
+            self._put(f"quarantine/{self.summary.run_id}.jsonl", body)
+
+    def publish_record(self, rec: ArxivRecord) -> Identity:
+        ident = Identity.of(rec)
+        existing = self.subject_events(ident.body)
+        if any(e.get("event_type") == "record_created" for e in existing):
+            self.summary.unchanged += 1
+            bundle_key = bundle_paths(ident.body)[0]
+            if not self.store.exists(bundle_key):  # a run died between events and bundle
+                self.write_bundle(ident.subject, existing)
+            self._update_pointer(ident, existing)
+            return ident
+        now = self.clock()
+        pointer = self._pointer(rec.id)
+        previous = self._previous(pointer, ident)
+        supersedes = [previous["record_created"]] if previous else []
+        built = build_record_events(ident, self.signer, self.config.signer_id, now,
+                                    supersedes=supersedes,
+                                    builder_version=self.config.builder_version)
+        for ev in built.events:
+            self._put_once(event_key(ident.body, ev["content_sha256"]), dumps_compact(ev))
+        self.write_bundle(ident.subject, existing + built.events, built.aliases)
+        if previous:
+            old = PithNumber.parse(previous["pith_number"])
+            corr = correction_event(old_subject=str(old), new_subject=ident.subject,
+                                    arxiv_version=f"{rec.id}v{rec.version}", signer=self.signer,
+                                    signer_id=self.config.signer_id, now=now)
+            self._put_once(event_key(old.body, corr["content_sha256"]), dumps_compact(corr))
+            self.write_bundle(str(old), self.subject_events(old.body))
+            self.summary.superseded += 1
+        self.summary.built += 1
+        self.summary.pith_numbers.append(ident.subject)
+        self._update_pointer(ident, existing + built.events)
+        return ident
+
+    def _previous(self, pointer: dict[str, Any], ident: Identity) -> dict[str, Any] | None:
+        """The newest known record of this paper at or below the incoming version."""
+        older = [r for r in pointer["records"]
+                 if r["pith_number"] != ident.subject and r["version"] <= ident.record.version]
+        if not older:
+            return None
+        return max(older, key=lambda r: (r["version"], r["created_at"], r["pith_number"]))
+
+    def _update_pointer(self, ident: Identity, events: list[dict[str, Any]]) -> None:
+        pointer = self._pointer(ident.record.id)
+        if any(r["pith_number"] == ident.subject for r in pointer["records"]):
+            return
+        created = min((e for e in events if e.get("event_type") == "record_created"),
+                      key=lambda e: (e["created_at"], e["event_id"]))
+        pointer["records"].append({
+            "version": ident.record.version, "pith_number": ident.subject,
+            "record_created": created["event_id"], "created_at": created["created_at"],
+            "canonical_sha256": ident.canonical_sha256})
+        pointer["records"].sort(key=lambda r: (r["version"], r["created_at"], r["pith_number"]))
+        pointer["latest"] = pointer["records"][-1]["pith_number"]
+        self._put(pointer_key(ident.record.id), dumps_pretty(pointer) + b"\n")
+
+    def write_bundle(self, subject: str, events: list[dict[str, Any]],
+                     aliases: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """(Re)build a subject's bundle and state from its events."""
+        pn = PithNumber.parse(subject)
+        events = _dedupe_sorted(events)
+        creations = [e for e in events if e.get("event_type") == "record_created"]
+        if not creations:
+            raise InputError(f"no record_created event stored for {subject}")
+        first = min(creations, key=lambda e: (e["created_at"], e["event_id"]))
+        if aliases is None:
+            aliases = aliases_from_events(events, pn.body)
+        key_ids = {self.signer.key_id}
+        for e in events:
+            key_ids.add(e["signer"]["key_id"])
+            key_ids.add(e["signature"]["key_id"])
+        keys = [self.keys[k] for k in sorted(key_ids) if k in self.keys]
+        payload = first["payload"]
+        bundle = sign_bundle(subject=subject, canonical=payload["canonical_record"],
+                             canonical_hex=payload["canonical_sha256"], events=events,
+                             aliases=aliases, public_keys=keys, site=self.site,
+                             signer=self.signer, now=self.clock())
+        bkey, skey, wkey = bundle_paths(pn.body)
+        data = dumps_compact(bundle)
+        self._put(bkey, data)
+        self._put(skey, dumps_compact(bundle["state"]))
+        self._put(wkey, data)
+        return bundle
+
+
+def _dedupe_sorted(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One copy per event id, in merge order, so bundles list events deterministically."""
+    seen: dict[str, dict[str, Any]] = {}
+    for e in events:
+        seen.setdefault(e["event_id"], e)
+    return sorted(seen.values(), key=lambda e: (
+        e["created_at"], 0 if e["event_type"] == "record_created" else 1, e["event_id"]))
+
+
+def rebuild(store: Store, signer: Signer, config: BuildConfig | None = None, *,
+            clock: Clock = system_clock) -> Iterator[str]:
+    """Re-derive every bundle and state from the event store; yields subjects."""
+    pub = Publisher(store, signer, config, clock=clock)
+    bodies = sorted({k.split("/")[1] for k in store.list("events/")})
+    for body in bodies:
+        events = pub.subject_events(body)
+        subjects = {e.get("subject_pith_number") for e in events}
+        for subject in sorted(s for s in subjects if isinstance(s, str)):
+            pub.write_bundle(subject, [e for e in events if e.get("subject_pith_number") == subject])
+            yield subject

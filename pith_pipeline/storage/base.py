@@ -1,0 +1,59 @@
+"""The storage interface: a flat key space of immutable-or-replaceable objects.
+
+Keys are `/`-separated paths relative to the store root; the layout is the URL
+layout (`pith/<ID>/bundle.json`), so a static site or CDN can serve a store as
+it is. Two kinds of write:
+
+- `put_once`: write-once (events, raw harvests). An existing object with the same
+  bytes counts as done; different bytes raise `WriteConflictError` and nothing is
+  overwritten.
+- `put`: replace atomically (derived files: bundles, states, indexes). Readers see
+  the old object or the new one, never a part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every back end provides (local directory, S3)."""
+
+    url: str
+
+    def get(self, key: str) -> bytes | None:
+        """The object's bytes, or None when absent."""
+        ...
+
+    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
+        """Create or atomically replace a derived object."""
+        ...
+
+    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
+        """Write-once. True when written now, False when identical bytes were there."""
+        ...
+
+    def exists(self, key: str) -> bool:
+        ...
+
+    def list(self, prefix: str) -> Iterator[str]:
+        """Keys under `prefix`, sorted."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove a derived object (never used on the event store)."""
+        ...
+
+
+def open_store(location: str) -> Store:
+    """A store from a location: a directory path, `file://...` or `s3://bucket/prefix`."""
+    if location.startswith("s3://"):
+        from pith_pipeline.storage.s3 import S3Store  # boto3 only when asked for
+
+        return S3Store.from_url(location)
+    from pith_pipeline.storage.local import LocalStore
+
+    path = location[len("file://"):] if location.startswith("file://") else location
+    return LocalStore(path)

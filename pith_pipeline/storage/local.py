@@ -1,0 +1,95 @@
+"""A local directory store: the embedded default."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from pith_pipeline.errors import StorageError, WriteConflictError
+
+
+class LocalStore:
+    """Objects are files under `root`; writes go to a temporary file, then rename."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).absolute()
+        self.url = str(self.root)
+
+    def __repr__(self) -> str:
+        return f"LocalStore({str(self.root)!r})"
+
+    def _path(self, key: str) -> Path:
+        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in key.split("/")):
+            raise StorageError(f"invalid storage key {key!r}")
+        return self.root / key
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            return None
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def _write_tmp(self, path: Path, data: bytes) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o644)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return tmp
+
+    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
+        path = self._path(key)
+        tmp = self._write_tmp(path, data)
+        os.replace(tmp, path)
+
+    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
+        path = self._path(key)
+        tmp = self._write_tmp(path, data)
+        try:
+            os.link(tmp, path)  # atomic create-if-absent
+            return True
+        except FileExistsError:
+            existing = path.read_bytes()
+            if existing == data:
+                return False
+            raise WriteConflictError(
+                f"{key} already exists in {self.url} with different content; "
+                "write-once objects are never overwritten") from None
+        finally:
+            os.unlink(tmp)
+
+    def list(self, prefix: str) -> Iterator[str]:
+        base = self.root
+        start = base / prefix if prefix else base
+        # walk only below the deepest directory named by the prefix
+        walk_root = start if start.is_dir() else start.parent
+        if not walk_root.is_dir():
+            return iter(())
+        keys = []
+        for dirpath, _dirs, files in os.walk(walk_root):
+            for name in files:
+                if name.startswith(".tmp-"):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, name), base).replace(os.sep, "/")
+                if rel.startswith(prefix):
+                    keys.append(rel)
+        return iter(sorted(keys))
+
+    def delete(self, key: str) -> None:
+        try:
+            self._path(key).unlink()
+        except FileNotFoundError:
+            pass
