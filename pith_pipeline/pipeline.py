@@ -221,7 +221,9 @@ class Publisher:
                  if r["pith_number"] != ident.subject and r["version"] <= ident.record.version]
         if not older:
             return None
-        return max(older, key=lambda r: (r["version"], r["created_at"], r["pith_number"]))
+        best: dict[str, Any] = max(older, key=lambda r: (r["version"], r["created_at"],
+                                                         r["pith_number"]))
+        return best
 
     def _update_pointer(self, ident: Identity, events: list[dict[str, Any]]) -> None:
         pointer = self._pointer(ident.record.id)

@@ -8,10 +8,11 @@ event_id)`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import hashlib
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from pith_pipeline.core.canonical_json import H, dumps
+from pith_pipeline.core.canonical_json import H, dumps, dumps_trusted, fast_safe
 from pith_pipeline.core.events import EVENT_TYPES, content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.errors import CanonicalJSONError
@@ -59,14 +60,19 @@ def _key_ok(keys: Mapping[str, PublicKey], key_id: str, fingerprint: str) -> boo
     return key is not None and key.fingerprint == fingerprint
 
 
-def validate_event(event: Any, subject: str, keys: Mapping[str, PublicKey]) -> str | None:
-    """None when the event is valid, else the reason the spec names."""
+def validate_event(event: Any, subject: str, keys: Mapping[str, PublicKey], *,
+                   trusted: bool = False) -> str | None:
+    """None when the event is valid, else the reason the spec names.
+
+    `trusted`: the caller made and signed this very object in this process, so its
+    content hash and signature are not recomputed (the structural checks still run).
+    """
     if not isinstance(event, dict) or _malformed(event):
         return "malformed"
     if event["event_type"] not in EVENT_TYPES:
         return "unknown_event_type"
     try:
-        digest = content_sha256(event)
+        digest = event["content_sha256"] if trusted else content_sha256(event)
     except CanonicalJSONError:
         return "malformed"
     if digest != event["content_sha256"]:
@@ -83,7 +89,8 @@ def validate_event(event: Any, subject: str, keys: Mapping[str, PublicKey]) -> s
     if (sig["algorithm"] != "ed25519" or sig["signed_message"] != "open_graph_event_sha256_bytes"
             or sig["signature_status"] != "signed_v1"):
         return "bad_signature"
-    if not verify_signature(keys[sig["key_id"]].public_key, digest, sig["signature_b64"]):
+    if not trusted and not verify_signature(keys[sig["key_id"]].public_key, digest,
+                                            sig["signature_b64"]):
         return "bad_signature"
     return None
 
@@ -116,9 +123,14 @@ def normalize_aliases(aliases: Iterable[Mapping[str, Any]]) -> list[dict[str, An
 
 
 def merge(events: Iterable[Any], aliases: Iterable[Mapping[str, Any]], keys: Iterable[PublicKey],
-          subject: str) -> dict[str, Any]:
-    """Compute the state of `subject` from its events, aliases and trusted keys."""
+          subject: str, *, trusted: Collection[Any] = ()) -> dict[str, Any]:
+    """Compute the state of `subject` from its events, aliases and trusted keys.
+
+    `trusted`: event objects (by identity, not id) the caller built and signed
+    itself; they skip re-hashing and signature verification. The state is the same.
+    """
     key_map = {k.key_id: k for k in keys}
+    trusted_ids = {id(e) for e in trusted}
     # 1. distinct ids; the first verifying copy of an id wins
     valid: dict[str, dict[str, Any]] = {}
     invalid: dict[str, str] = {}
@@ -127,7 +139,7 @@ def merge(events: Iterable[Any], aliases: Iterable[Mapping[str, Any]], keys: Ite
         eid = _event_id_of(ev)
         if eid is not None and eid in valid:
             continue
-        reason = validate_event(ev, subject, key_map)
+        reason = validate_event(ev, subject, key_map, trusted=id(ev) in trusted_ids)
         if eid is None:
             anonymous.append(reason or "malformed")
             continue
@@ -170,7 +182,8 @@ def merge(events: Iterable[Any], aliases: Iterable[Mapping[str, Any]], keys: Ite
     current["record_created"] = (
         _entry(applied_creation)
         if applied_creation and applied_creation["event_id"] not in superseded else None)
-    invalid_list = [{"event_id": eid, "reason": r} for eid, r in sorted(invalid.items())]
+    invalid_list: list[dict[str, str | None]] = [
+        {"event_id": eid, "reason": r} for eid, r in sorted(invalid.items())]
     invalid_list += [{"event_id": None, "reason": r} for r in sorted(anonymous)]
     state: dict[str, Any] = {
         "state_type": "pith_open_graph_state",
@@ -186,5 +199,8 @@ def merge(events: Iterable[Any], aliases: Iterable[Mapping[str, Any]], keys: Ite
         "invalid_events": invalid_list,
         "applied_event_ids": [e["event_id"] for e in applied],
     }
-    state["state_sha256"] = H(state)
+    if all(id(e) in trusted_ids for e in applied) and fast_safe(current["source_aliases"]):
+        state["state_sha256"] = hashlib.sha256(dumps_trusted(state)).hexdigest()
+    else:
+        state["state_sha256"] = H(state)
     return state

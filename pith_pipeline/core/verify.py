@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pith_pipeline.core.canonical_json import dumps
 from pith_pipeline.core.bundle import bundle_sha256
+from pith_pipeline.core.canonical_json import dumps
 from pith_pipeline.core.events import (
     BUNDLE_SIGNED_MESSAGE,
     RECEIPT_SIGNED_MESSAGE,
@@ -96,8 +96,8 @@ class _Verifier:
                 self.keys.setdefault(k.key_id, k)
             except (ValueError, KeyError, TypeError) as exc:
                 self.key_errors.append(f"public_keys[{i}]: {exc}")
-        self.subject = bundle.get("pith_number") if isinstance(bundle.get("pith_number"),
-                                                                str) else ""
+        subject = bundle.get("pith_number")
+        self.subject: str = subject if isinstance(subject, str) else ""
         self.state: dict[str, Any] | None = None
 
     # -- individual checks -------------------------------------------------
@@ -200,7 +200,8 @@ class _Verifier:
         claimed = {(e.get("event_id"), e.get("reason"))
                    for e in (self.b.get("state") or {}).get("invalid_events", [])
                    if isinstance(e, dict)}
-        fails, warns = [], []
+        fails: list[str] = []
+        warns: list[str] = []
         valid_ids = set(self._merged()["applied_event_ids"]) | {
             eid for eq in self._merged()["equivocations"] for eid in eq["event_ids"]}
         for i, ev in enumerate(events):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -89,7 +92,31 @@ class LocalStore:
         return iter(sorted(keys))
 
     def delete(self, key: str) -> None:
-        try:
-            self._path(key).unlink()
-        except FileNotFoundError:
-            pass
+        self._path(key).unlink(missing_ok=True)
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        data = self.get(key)
+        return None if data is None else (data, hashlib.sha256(data).hexdigest())
+
+    @contextlib.contextmanager
+    def _locked(self, path: Path) -> Iterator[None]:
+        """An advisory lock beside `path`, so check-then-replace is one step for writers."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = path.parent / f".tmp-lock-{path.name}"
+        with open(lock, "a+b") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+    def put_if_match(self, key: str, data: bytes, tag: str | None, *,
+                     content_type: str = "application/json") -> bool:
+        path = self._path(key)
+        with self._locked(path):
+            current = self.get_tagged(key)
+            if (current[1] if current else None) != tag:
+                return False
+            tmp = self._write_tmp(path, data)
+            os.replace(tmp, path)
+            return True

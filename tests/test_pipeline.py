@@ -1,0 +1,131 @@
+"""Publishing through a store: idempotent, reproducible, superseding, quarantining."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pith_pipeline.core.keys import Ed25519Signer
+from pith_pipeline.core.verify import verify_bundle
+from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.sources.jsonl import iter_jsonl
+from pith_pipeline.storage.local import LocalStore
+
+SIGNER = Ed25519Signer(bytes(range(32)), "pipeline-test")
+
+
+class Clock:
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def publish(root: Path, path: Path, start: datetime | None = None) -> Any:
+    pub = Publisher(LocalStore(root), SIGNER, BuildConfig(),
+                    clock=Clock(start or datetime(2026, 7, 1, tzinfo=UTC)), run_id="run-1")
+    return pub.publish(iter_jsonl(path))
+
+
+def test_second_run_changes_no_published_file(tmp_path: Path, asset) -> None:  # type: ignore[no-untyped-def]
+    store = tmp_path / "store"
+    first = publish(store, asset("arxiv-sample.jsonl"))
+    assert (first.built, first.unchanged, first.quarantined) == (30, 0, 0)
+    before = snapshot(store)
+    second = publish(store, asset("arxiv-sample.jsonl"), datetime(2026, 8, 1, tzinfo=UTC))
+    assert (second.built, second.unchanged) == (0, 30)
+    assert snapshot(store) == before
+    assert second.written == {}
+
+
+def test_everything_published_verifies(tmp_path: Path, asset) -> None:  # type: ignore[no-untyped-def]
+    publish(tmp_path, asset("arxiv-sample.jsonl"))
+    bundles = sorted(tmp_path.glob("pith/*/bundle.json"))
+    assert len(bundles) == 30
+    for b in bundles:
+        bundle = json.loads(b.read_bytes())
+        assert verify_bundle(bundle, pinned_fingerprint=SIGNER.fingerprint).ok, b
+        body = b.parent.name
+        assert (tmp_path / ".well-known/pith" / body / "bundle.json").read_bytes() == b.read_bytes()
+        assert json.loads((b.parent / "state.json").read_bytes()) == bundle["state"]
+        assert len(list((tmp_path / "events" / body).glob("*.json"))) == 2
+    keydoc = json.loads((tmp_path / "pith-signing-key.json").read_bytes())
+    assert keydoc["key_id"] == "pipeline-test" and keydoc["fingerprint_sha256_hex"] == SIGNER.fingerprint
+
+
+def _version(obj: dict[str, Any], n: int, title: str | None = None) -> dict[str, Any]:
+    out = dict(obj, versions=[{"version": f"v{i}", "created": obj["versions"][0]["created"]}
+                              for i in range(1, n + 1)])
+    if title:
+        out["title"] = title
+    return out
+
+
+def test_new_version_supersedes_previous(tmp_path: Path, sample_lines: list[str]) -> None:
+    obj = json.loads(sample_lines[-1])  # 2606.00972 v1
+    v1 = tmp_path / "v1.jsonl"
+    v2 = tmp_path / "v2.jsonl"
+    v1.write_text(json.dumps(obj) + "\n")
+    v2.write_text(json.dumps(_version(obj, 2, obj["title"] + " (revised)")) + "\n")
+    store = tmp_path / "store"
+    s1 = publish(store, v1)
+    s2 = publish(store, v2, datetime(2026, 9, 1, tzinfo=UTC))
+    assert (s2.built, s2.superseded) == (1, 1)
+    old_body = s1.pith_numbers[0].split(":")[2]
+    new_body = s2.pith_numbers[0].split(":")[2]
+    old = json.loads((store / "pith" / old_body / "bundle.json").read_bytes())
+    new = json.loads((store / "pith" / new_body / "bundle.json").read_bytes())
+    assert new["events"][0]["supersedes"] == [old["events"][0]["event_id"]]
+    corrections = old["state"]["current"]["corrections"]
+    assert corrections[0]["payload"] == {"kind": "superseded", "pith_number": s2.pith_numbers[0],
+                                         "arxiv_version": "2606.00972v2"}
+    pointer = json.loads((store / "arxiv/2606.00972.json").read_bytes())
+    assert pointer["latest"] == s2.pith_numbers[0]
+    assert verify_bundle(old).ok and verify_bundle(new).ok
+    # replaying v1 later does not un-supersede anything
+    s3 = publish(store, v1, datetime(2026, 10, 1, tzinfo=UTC))
+    assert s3.unchanged == 1 and s3.built == 0
+
+
+def test_first_computed_at_is_kept(tmp_path: Path, asset) -> None:  # type: ignore[no-untyped-def]
+    publish(tmp_path, asset("arxiv-1909.11150.jsonl"))
+    b = next(tmp_path.glob("pith/*/bundle.json"))
+    before = json.loads(b.read_bytes())["events"][0]["payload"]["receipt"]["first_computed_at"]
+    (b).unlink()  # a run that died after the events were written
+    s = publish(tmp_path, asset("arxiv-1909.11150.jsonl"), datetime(2027, 1, 1, tzinfo=UTC))
+    assert s.unchanged == 1
+    after = json.loads(b.read_bytes())["events"][0]["payload"]["receipt"]["first_computed_at"]
+    assert before == after
+
+
+def test_bad_records_are_quarantined_and_the_rest_built(tmp_path: Path, sample_lines: list[str]) -> None:
+    good = [json.loads(x) for x in sample_lines[:3]]
+    no_title = dict(json.loads(sample_lines[3]), title=None)
+    bad_date = dict(json.loads(sample_lines[4]),
+                    versions=[{"version": "v1", "created": "yesterday-ish"}])
+    bad_cats = dict(json.loads(sample_lines[5]), categories="physics.acc-ph, hep/th")
+    lines = [json.dumps(good[0]), json.dumps(no_title), "{not json", json.dumps(good[1]),
+             json.dumps(bad_date), json.dumps(bad_cats), json.dumps(good[2])]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    summary = publish(tmp_path / "store", path)
+    assert (summary.fetched, summary.built, summary.quarantined) == (7, 3, 4)
+    q = [json.loads(x) for x in
+         (tmp_path / "store/quarantine/run-1.jsonl").read_text().splitlines()]
+    assert [(e["where"], e["record_id"], e["field"]) for e in q] == [
+        ("in.jsonl:2", no_title["id"], "title"),
+        ("in.jsonl:3", None, None),
+        ("in.jsonl:5", bad_date["id"], "versions[v1].created"),
+        ("in.jsonl:6", bad_cats["id"], "categories"),
+    ]
+    assert "invalid JSON" in q[1]["reason"] and q[1]["raw"] == "{not json"
+    assert all(e["reason"] and e["raw"] for e in q)
