@@ -8,7 +8,7 @@ warning when the state accounts for it with the same reason, a failure otherwise
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,16 +19,18 @@ from pith_pipeline.core.events import (
     RECEIPT_SIGNED_MESSAGE,
     SIGNATURE_STATUS,
 )
+from pith_pipeline.core.certificate import certificate_problem, within_window
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.core.merge import merge, validate_event
-from pith_pipeline.core.record import ALIAS_KINDS, PithNumber, arxiv_doi
+from pith_pipeline.core.record import PithNumber, arxiv_doi
 
 OK, FAIL, WARN, SKIP = "ok", "fail", "warn", "skip"
 CHECKS = (
     "canonical_hash", "pith_number", "source_aliases", "public_keys", "receipt",
     "event_hashes", "event_ids", "event_signatures", "bundle_hash", "bundle_signature",
-    "state", "keys_listed", "pinned_key",
+    "state", "keys_listed", "pinned_key", "key_trust",
 )
+RECEIPT_REISSUED = "receipt_reissued"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,23 +126,34 @@ class _Verifier:
             raise _Bad("source differs from canonical_record.source")
         return want
 
-    def source_aliases(self) -> str:
+    def source_aliases(self) -> str | tuple[str, str]:
+        """Pith short aliases must be prefixes of the number; source aliases only warn.
+
+        Source aliases may be added later than the record and are protected by the
+        bundle hash and the state anyway, so a surprising value is reported, not failed.
+        """
         aliases = _list(self.b.get("source_aliases"), "source_aliases")
         body = PithNumber.parse(_str(self.b.get("pith_number"), "pith_number")).body
         src = _obj(self.b.get("source"), "source")
-        expect = {"pith_short_8": body[:8], "pith_short_12": body[:12],
+        strict = {"pith_short_8": body[:8], "pith_short_12": body[:12],
                   "pith_short_16": body[:16]}
+        loose: dict[str, str] = {}
         if src.get("kind") == "arxiv":
-            expect.update({"arxiv_version": f"{src.get('id')}v{src.get('version')}",
-                           "doi": arxiv_doi(str(src.get("id")))})
+            loose = {"arxiv": str(src.get("id")),
+                     "arxiv_version": f"{src.get('id')}v{src.get('version')}",
+                     "doi": arxiv_doi(str(src.get("id")))}
+        notes = []
         for a in aliases:
             a = _obj(a, "alias")
             kind = _str(a.get("alias_kind"), "alias_kind")
             value = _str(a.get("alias_value"), "alias_value")
-            if kind in expect and value != expect[kind]:
-                raise _Bad(f"alias {kind}={value!r} does not match the record ({expect[kind]!r})")
-            if kind not in ALIAS_KINDS and not kind:
-                raise _Bad("empty alias kind")
+            _str(a.get("created_at"), "alias created_at")
+            if kind in strict and value != strict[kind]:
+                raise _Bad(f"alias {kind}={value!r} is not a prefix of {body}")
+            if kind in loose and value.lower() != loose[kind].lower():
+                notes.append(f"{kind}={value!r} (record suggests {loose[kind]!r})")
+        if notes:
+            return WARN, "unexpected source aliases: " + "; ".join(notes)
         return f"{len(aliases)} aliases consistent"
 
     def public_keys(self) -> str:
@@ -184,8 +197,48 @@ class _Verifier:
         if not verify_signature(key.public_key, digest, _str(r.get("signature_b64"),
                                                              "receipt.signature_b64")):
             raise _Bad(f"receipt signature does not verify with key {key.key_id}")
+        reissues = self._reissued_receipts(ev, r)
+        if reissues:
+            latest_key, latest = reissues[-1]
+            self._pin_use("receipt (re-issued)", latest_key)
+            return (f"signed by {key.key_id}; re-issued by {latest_key.key_id} at "
+                    f"{latest.get('last_reissued_at')}")
         self._pin_use("receipt", key)
         return f"signed by {key.key_id}"
+
+    def _reissued_receipts(self, creation: dict[str, Any],
+                           original: dict[str, Any]) -> list[tuple[PublicKey, dict[str, Any]]]:
+        """Receipts re-issued for the applied record, oldest first, each checked.
+
+        A re-issued receipt travels in a `correction` event (`kind: receipt_reissued`)
+        because the original sits inside the hashed `record_created` payload; it must
+        name that event, keep `first_computed_at`, and verify with a listed key.
+        """
+        out: list[tuple[PublicKey, dict[str, Any]]] = []
+        for entry in self._merged()["current"]["corrections"]:
+            payload = entry.get("payload") if isinstance(entry, dict) else None
+            if not isinstance(payload, dict) or payload.get("kind") != RECEIPT_REISSUED:
+                continue
+            if payload.get("record_created") != creation.get("event_id"):
+                raise _Bad(f"re-issued receipt {entry.get('event_id')} names another "
+                           "record_created event")
+            r = _obj(payload.get("receipt"), "re-issued receipt")
+            if r.get("kind") != "pith_receipt" or r.get("algorithm") != "ed25519" \
+                    or r.get("signed_message") != RECEIPT_SIGNED_MESSAGE \
+                    or r.get("signature_status") != SIGNATURE_STATUS:
+                raise _Bad("re-issued receipt kind, algorithm, signed_message or "
+                           "signature_status unexpected")
+            if r.get("canonical_sha256") != original.get("canonical_sha256"):
+                raise _Bad("re-issued receipt is for a different canonical_sha256")
+            if r.get("first_computed_at") != original.get("first_computed_at"):
+                raise _Bad("re-issued receipt changes first_computed_at")
+            key = self._key(r.get("key_id"), r.get("public_key_fingerprint"), "re-issued receipt")
+            if not verify_signature(key.public_key, _str(r.get("canonical_sha256"), "digest"),
+                                    _str(r.get("signature_b64"), "signature_b64")):
+                raise _Bad(f"re-issued receipt signature does not verify with key {key.key_id}")
+            out.append((key, r))
+        out.sort(key=lambda kr: str(kr[1].get("last_reissued_at")))
+        return out
 
     def _merged(self) -> dict[str, Any]:
         if self.state is None:
@@ -272,8 +325,96 @@ class _Verifier:
                    for e in (self.b.get("state") or {}).get("invalid_events", []))
 
     def _pin_use(self, what: str, key: PublicKey) -> None:
-        if self.pinned and key.fingerprint != self.pinned:
+        if self.pinned and not self._pin_ok(key):
             self.pin_failures.append(f"{what} uses {key.key_id} ({key.fingerprint})")
+
+    def _pin_ok(self, key: PublicKey | None) -> bool:
+        """The pinned key itself, or a key it certified (a short-lived backfill key)."""
+        if key is None:
+            return False
+        if key.fingerprint == self.pinned:
+            return True
+        cert = key.certificate
+        if cert is None or cert.get("issuer_fingerprint") != self.pinned:
+            return False
+        issuer = self.keys.get(str(cert.get("issuer_key_id")))
+        return issuer is not None and certificate_problem(key, {issuer.key_id: issuer}) is None
+
+    trusted: dict[str, PublicKey] | None
+
+    def _signatures(self) -> list[tuple[str, Any, Any]]:
+        """(where, key_id, signed_at) of every registry signature the bundle relies on."""
+        out: list[tuple[str, Any, Any]] = []
+        merged = self._merged()
+        valid_ids = set(merged["applied_event_ids"]) | {
+            eid for eq in merged["equivocations"] for eid in eq["event_ids"]}
+        for i, ev in enumerate(_list(self.b.get("events"), "events")):
+            if isinstance(ev, dict) and ev.get("event_id") in valid_ids \
+                    and isinstance(ev.get("signature"), dict):
+                out.append((f"events[{i}]", ev["signature"].get("key_id"),
+                            ev["signature"].get("signed_at")))
+                payload = ev.get("payload")
+                if ev.get("event_type") == "record_created" and isinstance(payload, dict) \
+                        and isinstance(payload.get("receipt"), dict):
+                    r = payload["receipt"]
+                    out.append((f"events[{i}] receipt", r.get("key_id"), r.get("signed_at")))
+                if isinstance(payload, dict) and payload.get("kind") == RECEIPT_REISSUED \
+                        and isinstance(payload.get("receipt"), dict):
+                    r = payload["receipt"]
+                    out.append((f"events[{i}] re-issued receipt", r.get("key_id"),
+                                r.get("signed_at")))
+        sig = _obj(self.b.get("bundle_signature"), "bundle_signature")
+        out.append(("bundle_signature", sig.get("key_id"), sig.get("signed_at")))
+        return out
+
+    def key_trust(self) -> str:
+        """Certificates, rotation windows and, with a trusted key document, trust roots.
+
+        A certified key counts only through a valid certificate from a root key (one
+        in the trusted document when given, else one listed in the bundle); every
+        signature must fall inside its key's window (certificate validity, and before
+        `rotates_at` — the trusted document's value wins, since a bundle built before
+        a rotation cannot know it).
+        """
+        roots = {k.key_id: k for k in (self.trusted or self.keys).values()
+                 if k.certificate is None}
+        problems: list[str] = []
+        certified = [k for k in self.keys.values() if k.certificate is not None]
+        for k in certified:
+            why = certificate_problem(k, roots)
+            if why:
+                problems.append(why)
+        used: set[str] = set()
+        for what, kid, signed_at in self._signatures():
+            key = self.keys.get(kid) if isinstance(kid, str) else None
+            if key is None:
+                continue  # keys_listed reports it
+            used.add(key.key_id)
+            known = (self.trusted or {}).get(key.key_id)
+            if known is not None and known.public_key == key.public_key:
+                key = PublicKey(key.key_id, key.public_key, rotates_at=known.rotates_at,
+                                certificate=key.certificate)
+            if not within_window(key, signed_at):
+                problems.append(f"{what}: signed at {signed_at}, outside the validity of key "
+                                f"{key.key_id}")
+        if self.trusted is not None:
+            for kid in sorted(used):
+                key = self.keys[kid]
+                known = self.trusted.get(kid)
+                if known is not None and known.public_key == key.public_key \
+                        and known.certificate is None:
+                    continue
+                if key.certificate is not None and certificate_problem(key, roots) is None:
+                    continue
+                problems.append(f"key {kid} is neither in the trusted key document nor "
+                                "certified by a key in it")
+        if problems:
+            raise _Bad("; ".join(problems))
+        parts = [f"{len(certified)} certified key(s) valid" if certified else "no certified keys",
+                 "signatures inside their keys' validity"]
+        if self.trusted is not None:
+            parts.append("every key trusted")
+        return ", ".join(parts)
 
     pin_failures: list[str]
 
@@ -287,7 +428,8 @@ class _Verifier:
             if ev["signer"].get("signer_type") == "pith_registry" and ev.get("event_id") in set(
                     self._merged()["applied_event_ids"]):
                 sig = ev.get("signature") or {}
-                if sig.get("public_key_fingerprint") != self.pinned:
+                if sig.get("public_key_fingerprint") != self.pinned and not self._pin_ok(
+                        self.keys.get(str(sig.get("key_id")))):
                     fails.append(f"events[{i}] signed with {sig.get('public_key_fingerprint')}")
         if fails:
             return FAIL, "not the pinned key: " + "; ".join(fails)
@@ -295,12 +437,18 @@ class _Verifier:
 
 
 def verify_bundle(bundle: Any, *, pinned_fingerprint: str | None = None,
-                  source: str = "<bundle>") -> Report:
-    """Run every check of spec section 9 on a parsed bundle."""
+                  source: str = "<bundle>",
+                  trusted_keys: Iterable[PublicKey] | None = None) -> Report:
+    """Run every check of spec section 9 on a parsed bundle.
+
+    `trusted_keys`: the registry's published key document (`pith-signing-key.json`);
+    when given, every key used must be in it or certified by a root in it.
+    """
     if not isinstance(bundle, dict):
         return Report(source, None, [Check("bundle", FAIL, "not a JSON object")])
     v = _Verifier(bundle, pinned_fingerprint)
     v.pin_failures = []
+    v.trusted = None if trusted_keys is None else {k.key_id: k for k in trusted_keys}
     report = Report(source, v.subject or None)
 
     def run(name: str, fn: Callable[[], str | tuple[str, str]]) -> None:
@@ -329,4 +477,5 @@ def verify_bundle(bundle: Any, *, pinned_fingerprint: str | None = None,
     run("state", v.state_check)
     run("keys_listed", v.keys_listed)
     run("pinned_key", v.pinned_key)
+    run("key_trust", v.key_trust)
     return report
