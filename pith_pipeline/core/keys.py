@@ -11,7 +11,7 @@ import base64
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import nacl.exceptions
@@ -60,6 +60,8 @@ class PublicKey:
     url: str = ""
     notes: str = DEFAULT_KEY_NOTES
     rotates_at: str | None = None
+    # set for a short-lived key vouched for by a root key (see core.certificate)
+    certificate: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def fingerprint(self) -> str:
@@ -77,6 +79,7 @@ class PublicKey:
             "rotates_at": self.rotates_at,
             "url": self.url,
             "notes": self.notes,
+            **({"certificate": self.certificate} if self.certificate is not None else {}),
         }
 
     @classmethod
@@ -101,9 +104,13 @@ class PublicKey:
         if obj.get("fingerprint_sha256_b32_first128bits") != fingerprint_b32(raw):
             raise ValueError(f"key {key_id}: fingerprint_sha256_b32_first128bits does not match")
         rotates = obj.get("rotates_at")
+        cert = obj.get("certificate")
+        if cert is not None and not isinstance(cert, dict):
+            raise ValueError(f"key {key_id}: certificate is not an object")
         return cls(key_id=key_id, public_key=raw, url=str(obj.get("url", "")),
                    notes=str(obj.get("notes", "")),
-                   rotates_at=rotates if isinstance(rotates, str) else None)
+                   rotates_at=rotates if isinstance(rotates, str) else None,
+                   certificate=cert)
 
 
 class Signer(ABC):
@@ -132,6 +139,13 @@ class Signer(ABC):
                        rotates_at: str | None = None) -> PublicKey:
         return PublicKey(key_id=self.key_id, public_key=self.public_key, url=url, notes=notes,
                          rotates_at=rotates_at)
+
+    def published_keys(self, *, url: str = "") -> list[PublicKey]:
+        """Key documents a registry publishes for this signer: roots first, then this key.
+
+        A certified short-lived key returns its root and itself (with its certificate).
+        """
+        return [self.public_key_doc(url=url)]
 
     def sign_hex_b64(self, digest_hex: str) -> str:
         return base64.b64encode(self.sign_digest(bytes.fromhex(digest_hex))).decode("ascii")

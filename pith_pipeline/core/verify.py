@@ -14,12 +14,12 @@ from typing import Any
 
 from pith_pipeline.core.bundle import bundle_sha256
 from pith_pipeline.core.canonical_json import dumps
+from pith_pipeline.core.certificate import certificate_problem, within_window
 from pith_pipeline.core.events import (
     BUNDLE_SIGNED_MESSAGE,
     RECEIPT_SIGNED_MESSAGE,
     SIGNATURE_STATUS,
 )
-from pith_pipeline.core.certificate import certificate_problem, within_window
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.core.merge import merge, validate_event
 from pith_pipeline.core.record import PithNumber, arxiv_doi
