@@ -6,7 +6,7 @@ what is new, unchanged or superseded needs the store and lives in `pipeline`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -80,11 +80,11 @@ def build_record_events(identity: Identity, signer: Signer, signer_id: str, now:
     created = make_event(
         event_type="record_created", subject=identity.subject,
         payload=record_created_payload(identity.canonical, identity.canonical_sha256, rcpt),
-        signer_info=info, created_at=created_at, supersedes=list(supersedes))
+        signer_info=info, created_at=created_at, supersedes=list(supersedes), trusted=True)
     snapshot = make_event(
         event_type="graph_snapshot", subject=identity.subject,
         payload=graph_snapshot_payload(identity.record, identity.canonical, builder_version),
-        signer_info=info, created_at=created_at)
+        signer_info=info, created_at=created_at, trusted=True)
     sign_event(created, signer, micros)
     sign_event(snapshot, signer, micros)
     aliases = source_aliases(identity.record.id, identity.record.version, identity.body,
@@ -99,7 +99,8 @@ def correction_event(*, old_subject: str, new_subject: str, arxiv_version: str, 
         event_type="correction", subject=old_subject,
         payload={"kind": "superseded", "pith_number": new_subject,
                  "arxiv_version": arxiv_version},
-        signer_info=SignerInfo.for_signer(signer, signer_id), created_at=iso_seconds(now))
+        signer_info=SignerInfo.for_signer(signer, signer_id), created_at=iso_seconds(now),
+        trusted=True)
     return sign_event(ev, signer, iso_micros(now))
 
 
@@ -117,7 +118,9 @@ def aliases_from_events(events: Sequence[dict[str, Any]], body: str) -> list[dic
 def sign_bundle(*, subject: str, canonical: dict[str, Any], canonical_hex: str,
                 events: Sequence[dict[str, Any]], aliases: Sequence[dict[str, Any]],
                 public_keys: Sequence[PublicKey], site: Site, signer: Signer,
-                now: datetime) -> dict[str, Any]:
+                now: datetime, trusted: Collection[Any] = ()) -> dict[str, Any]:
+    """`trusted`: the event objects this process just built and signed (see `merge`)."""
     return build_bundle(subject=subject, canonical=canonical, canonical_hex=canonical_hex,
                         events=events, aliases=aliases, public_keys=public_keys, site=site,
-                        built_at=iso_seconds(now), signer=signer, signed_at=iso_micros(now))
+                        built_at=iso_seconds(now), signer=signer, signed_at=iso_micros(now),
+                        trusted=trusted)

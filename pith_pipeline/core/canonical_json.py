@@ -21,6 +21,7 @@ from pith_pipeline.errors import CanonicalJSONError
 
 MAX_SAFE_INT = 2**53 - 1
 _ORJSON_OPTS = orjson.OPT_SORT_KEYS
+_TRUSTED_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 _SURROGATE_START = "\ud800"
 
 
@@ -86,20 +87,31 @@ def dumps(value: Any) -> bytes:
 def dumps_trusted(value: Any) -> bytes:
     """Fast path for objects this package built itself from checked parts.
 
-    The caller guarantees what `_fast_ok` would check (no floats, no big ints, keys
-    below U+D800); property tests hold both paths equal on such values.
+    The caller guarantees what `_fast_ok` would check (no floats, keys below
+    U+D800); integers beyond +-2**53 are still refused (orjson's strict-integer
+    mode raises and the checked path names the value). Property tests hold both
+    paths equal on such values.
     """
     try:
-        return orjson.dumps(value, option=_ORJSON_OPTS)
+        return orjson.dumps(value, option=_TRUSTED_OPTS)
     except orjson.JSONEncodeError:
         return dumps(value)
+
+
+def fast_safe(value: Any) -> bool:
+    """True when `dumps_trusted(value)` is proven equal to the reference for `value`.
+
+    For the small untrusted parts (aliases, key documents) of an object the builder
+    otherwise made itself; raises CanonicalJSONError like `dumps` would.
+    """
+    return _fast_ok(value)
 
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def H(value: Any) -> str:  # noqa: N802 - the name the spec uses
+def H(value: Any) -> str:
     """Lowercase hex SHA-256 of the canonical JSON of `value` (spec section 1)."""
     return hashlib.sha256(dumps(value)).hexdigest()
 
