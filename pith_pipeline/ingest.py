@@ -1,0 +1,227 @@
+"""Ingest: harvest arXiv metadata, parse it, and publish it through a `Publisher`.
+
+One `Ingest` per run wires a source (OAI-PMH windows, `GetRecord` look-ups found
+through the search API, the bulk snapshot, stored raw pages, or the bundled sample)
+to one `Publisher`. Pages are published one at a time and the harvester checkpoints
+after each, so a run that dies keeps everything it finished. Deleted records are
+counted and not built; bad records are quarantined by the publisher with their reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pith_pipeline.core.keys import Signer
+from pith_pipeline.core.timeutil import Clock, system_clock
+from pith_pipeline.errors import InputError
+from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
+from pith_pipeline.sources.jsonl import Rejected, iter_jsonl
+from pith_pipeline.sources.oai import (
+    DEFAULT_OAI_URL,
+    RAW_ROOT,
+    HarvestedPage,
+    Harvester,
+    HarvestStats,
+    OAIClient,
+    Window,
+)
+from pith_pipeline.sources.politeness import Gate, Politeness
+from pith_pipeline.storage.base import Store
+
+log = logging.getLogger(__name__)
+
+ProgressHook = Callable[[int], Any]
+PageHook = Callable[[HarvestedPage], Any]
+
+
+@dataclass(slots=True)
+class IngestReport:
+    """The run's summary: the publisher's counts plus what the source reported."""
+
+    summary: RunSummary
+    harvest: HarvestStats = field(default_factory=HarvestStats)
+    deleted: int = 0
+    deleted_ids: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out = dict(self.summary.counts())
+        out["deleted"] = self.deleted
+        return out
+
+    def line(self) -> str:
+        text = ", ".join(f"{k} {v}" for k, v in self.counts().items())
+        h = self.harvest
+        extra = []
+        if h.pages:
+            extra.append(f"{h.pages} pages ({h.pages_from_store} from the store)")
+        if h.requests:
+            extra.append(f"{h.requests} requests")
+        if h.malformed_pages:
+            extra.append(f"{h.malformed_pages} malformed pages kept")
+        if h.refused_tokens:
+            extra.append(f"{h.refused_tokens} refused tokens, {h.restarts} restarts")
+        if h.windows_already_complete:
+            extra.append(f"{h.windows_already_complete} windows already complete")
+        return text + (f"; {'; '.join(extra)}" if extra else "")
+
+
+def split_window(from_: str, until: str, days: int | None,
+                 set_spec: str | None = None) -> list[Window]:
+    """[from, until] (inclusive days) as consecutive windows of at most `days` days.
+
+    Backfills go window by window, each with its own checkpoint, so a long range is
+    never one fragile chain of resumption tokens.
+    """
+    if not days:
+        return [Window(from_, until, set_spec)]
+    if days < 1:
+        raise InputError(f"--window-days must be at least 1, not {days}")
+    start, end = date.fromisoformat(from_), date.fromisoformat(until)
+    out = []
+    while start <= end:
+        stop = min(end, start + timedelta(days=days - 1))
+        out.append(Window(start.isoformat(), stop.isoformat(), set_spec))
+        start = stop + timedelta(days=1)
+    return out
+
+
+class Ingest:
+    """One ingestion run into one store with one signer."""
+
+    def __init__(self, store: Store, signer: Signer, config: BuildConfig | None = None, *,
+                 clock: Clock = system_clock, progress: ProgressHook | None = None,
+                 on_page: PageHook | None = None, run_id: str | None = None) -> None:
+        self.store = store
+        self.publisher = Publisher(store, signer, config, clock=clock, run_id=run_id)
+        self.clock = clock
+        self.progress = progress
+        self.on_page = on_page
+        self.report = IngestReport(self.publisher.summary)
+
+    @property
+    def run_id(self) -> str:
+        return self.publisher.summary.run_id
+
+    def _harvester(self, client: OAIClient | None, raw_root: str = RAW_ROOT) -> Harvester:
+        h = Harvester(self.store, client, raw_root=raw_root, clock=self.clock)
+        h.stats = self.report.harvest  # one set of counts across the run
+        return h
+
+    def _publish_items(self, items: Iterable[Any]) -> None:
+        self.publisher.publish(items, progress=self.progress)
+
+    def _consume(self, pages: Iterable[HarvestedPage]) -> IngestReport:
+        """Publish page by page; the harvester checkpoints when asked for the next page."""
+        self.publisher.publish_key_document()
+        for hp in pages:
+            if self.on_page:
+                self.on_page(hp)
+            for d in hp.page.deleted:
+                self.report.deleted += 1
+                self.report.deleted_ids.append(d.arxiv_id)
+            if hp.page.items:
+                self._publish_items(hp.page.items)
+        self.publisher.flush_quarantine()
+        return self.report
+
+    # -- sources -------------------------------------------------------------
+    def windows(self, windows: Sequence[Window], *, oai_url: str = DEFAULT_OAI_URL,
+                politeness: Politeness | None = None, refresh: bool = False,
+                gate: Gate | None = None, transport: Any = None,
+                raw_root: str = RAW_ROOT) -> IngestReport:
+        """Harvest `ListRecords` windows (resuming each from its checkpoint)."""
+        gate = gate or Gate(politeness)
+        with OAIClient(oai_url, gate=gate, transport=transport) as client:
+            h = self._harvester(client, raw_root)
+            for w in windows:
+                self._consume(h.harvest(w, refresh=refresh))
+        return self.report
+
+    def records(self, ids: Sequence[str], *, oai_url: str = DEFAULT_OAI_URL,
+                gate: Gate | None = None, transport: Any = None) -> IngestReport:
+        """Fetch the full `arXivRaw` record of each id (`GetRecord`) and publish it."""
+        gate = gate or Gate()
+        with OAIClient(oai_url, gate=gate, transport=transport) as client:
+            h = self._harvester(client)
+            return self._consume(h.get_records(ids, self.run_id))
+
+    def lookup(self, *, ids: Sequence[str] | None = None, query: str | None = None,
+               api_url: str, oai_url: str = DEFAULT_OAI_URL,
+               politeness: Politeness | None = None, max_results: int | None = 1000,
+               transport: Any = None) -> IngestReport:
+        """Ids from the search API (checked `--ids`, or a `--query`), then `GetRecord`."""
+        from pith_pipeline.sources.arxiv_api import ArxivAPI
+
+        gate = Gate(politeness)  # one gate: the API and OAI are both arXiv
+        api = ArxivAPI(gate, api_url)
+        if query is not None:
+            found = api.ids_for_query(query, max_results=max_results)
+            missing: list[str] = []
+        else:
+            found, missing = api.check_ids(list(ids or []))
+        if missing:
+            self._publish_items(
+                Rejected(f"arXiv API {api_url}", "the arXiv API returned no entry for this "
+                         "id (withdrawn, mistyped or not yet announced)", i, i, "id")
+                for i in missing)
+        if not found:
+            self.publisher.flush_quarantine()
+            return self.report
+        return self.records(found, oai_url=oai_url, gate=gate, transport=transport)
+
+    def snapshot(self, path: str | Path, *, categories: set[str] | None = None,
+                 from_: str | None = None, until: str | None = None) -> IngestReport:
+        """The bulk snapshot (JSON lines, `.json.gz` too), streamed and filtered.
+
+        `from_`/`until` are inclusive days on the v1 submission date.
+        """
+        since = _day(from_, "--from")
+        before = _day(until, "--until")
+        self._publish_items(iter_jsonl(path, categories=categories, submitted_from=since,
+                                       submitted_until=before + timedelta(days=1)
+                                       if before else None))
+        return self.report
+
+    def replay(self, window: Window | None = None, *, raw_root: str = RAW_ROOT) -> IngestReport:
+        """Rebuild from stored raw pages, with no network."""
+        h = self._harvester(None, raw_root)
+        if not h.stored_pages(window):
+            where = h.window_prefix(window) if window else f"{raw_root}/"
+            raise InputError(f"no stored pages under {where} in {self.store.url} to replay")
+        return self._consume(h.replay(window))
+
+    def sample(self) -> IngestReport:
+        """The bundled sample, harvested from its local copy the same way as from arXiv."""
+        from pith_pipeline.sources.sample import (
+            SAMPLE_RAW_ROOT,
+            SAMPLE_URL,
+            StaticRepository,
+            sample_pages,
+        )
+
+        window = Window()
+        h = self._harvester(None, SAMPLE_RAW_ROOT)
+        cp = h.load_checkpoint(window)
+        if cp is not None and cp.complete:
+            log.info("the sample is already harvested into %s; rebuilding from its stored "
+                     "pages", self.store.url)
+            return self.replay(window, raw_root=SAMPLE_RAW_ROOT)
+        repo = StaticRepository(sample_pages(), SAMPLE_URL)
+        local = Politeness(min_interval=0.0, backoff_initial=0.01, timeout=10.0)
+        return self.windows([window], oai_url=SAMPLE_URL, gate=Gate(local),
+                            transport=repo.transport(), raw_root=SAMPLE_RAW_ROOT)
+
+
+def _day(value: str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        d = date.fromisoformat(value)
+    except ValueError:
+        raise InputError(f"{name} must be a date YYYY-MM-DD, not {value!r}") from None
+    return datetime(d.year, d.month, d.day, tzinfo=UTC)

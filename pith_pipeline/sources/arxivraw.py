@@ -1,0 +1,204 @@
+"""arXiv's `arXivRaw` OAI-PMH metadata format -> the typed arXiv record.
+
+`arXivRaw` (namespace `http://arxiv.org/OAI/arXivRaw/`) is the only OAI format that
+carries both the licence and every version with its submission time. A record looks
+like:
+
+    <record><header><identifier>oai:arXiv.org:0704.0001</identifier>
+      <datestamp>2008-11-13</datestamp><setSpec>physics:hep-ph</setSpec></header>
+    <metadata><arXivRaw xmlns="http://arxiv.org/OAI/arXivRaw/">
+      <id>0704.0001</id><submitter>...</submitter>
+      <version version="v1"><date>Mon, 2 Apr 2007 19:18:42 GMT</date><size>810kb</size>
+        <source_type>D</source_type></version> ...
+      <title>...</title><authors>...</authors><categories>hep-ph</categories>
+      <comments/><proxy/><report-no/><msc-class/><acm-class/><journal-ref/><doi/>
+      <license/><abstract>...</abstract></arXivRaw></metadata></record>
+
+Text is kept exactly as served (TeX, line breaks, leading spaces): the canonical
+record hashes its own canonical form, and the snapshot keeps the same text. The
+header datestamp is the last *modification* date, which the snapshot calls
+`update_date`. Parsing never raises for one bad record: it becomes a `Rejected`
+carrying the record's raw XML, so the rest of the page is still built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lxml import etree
+
+from pith_pipeline.core.model import ArxivRecord, Version
+from pith_pipeline.errors import InputError
+from pith_pipeline.sources.jsonl import Item, Rejected
+
+OAI_NS = "http://www.openarchives.org/OAI/2.0/"
+ARXIVRAW_NS = "http://arxiv.org/OAI/arXivRaw/"
+OAI_ID_PREFIX = "oai:arXiv.org:"
+_O = f"{{{OAI_NS}}}"
+_A = f"{{{ARXIVRAW_NS}}}"
+
+# No DTDs, no entities, no network: pages come from the outside world.
+_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True,
+                          remove_blank_text=False)
+
+
+class MalformedPageError(InputError):
+    """A response that is not an OAI-PMH document (HTML error page, truncated XML)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """A record arXiv reports as withdrawn from OAI (`<header status="deleted">`)."""
+
+    arxiv_id: str
+    datestamp: str | None
+    where: str
+
+
+@dataclass(slots=True)
+class Page:
+    """One parsed OAI-PMH response."""
+
+    where: str
+    items: list[Item] = field(default_factory=list)
+    deleted: list[Deleted] = field(default_factory=list)
+    resumption_token: str | None = None
+    complete_list_size: int | None = None
+    cursor: int | None = None
+    error_code: str | None = None
+    error_message: str = ""
+
+    @property
+    def records(self) -> list[ArxivRecord]:
+        return [i for i in self.items if isinstance(i, ArxivRecord)]
+
+    @property
+    def rejected(self) -> list[Rejected]:
+        return [i for i in self.items if isinstance(i, Rejected)]
+
+
+def oai_identifier(arxiv_id: str) -> str:
+    return f"{OAI_ID_PREFIX}{arxiv_id}"
+
+
+def _int_attr(el: etree._Element, name: str) -> int | None:
+    value = el.get(name)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def parse_page(data: bytes, where: str) -> Page:
+    """Parse a `ListRecords` or `GetRecord` response into records, deletions and rejects.
+
+    Raises `MalformedPageError` (naming `where`) when the bytes are not an OAI-PMH
+    XML document; a bad record inside a good page is a `Rejected` item instead.
+    """
+    try:
+        root = etree.fromstring(data, parser=_PARSER)
+    except etree.XMLSyntaxError as exc:
+        head = data[:80].decode("utf-8", errors="replace").replace("\n", " ")
+        raise MalformedPageError(f"not an XML document ({exc}); starts with {head!r}",
+                                 where=where) from None
+    if root.tag != f"{_O}OAI-PMH":
+        raise MalformedPageError(f"not an OAI-PMH response (root element {root.tag!r})",
+                                 where=where)
+    page = Page(where)
+    error = root.find(f"{_O}error")
+    if error is not None:
+        page.error_code = error.get("code") or "unknown"
+        page.error_message = (error.text or "").strip()
+        return page
+    body = root.find(f"{_O}ListRecords")
+    if body is None:
+        body = root.find(f"{_O}GetRecord")
+    if body is None:
+        raise MalformedPageError("neither ListRecords nor GetRecord nor error in the response",
+                                 where=where)
+    for n, rec in enumerate(body.iterfind(f"{_O}record"), start=1):
+        parsed = parse_record(rec, f"{where} record {n}")
+        if isinstance(parsed, Deleted):
+            page.deleted.append(parsed)
+        else:
+            page.items.append(parsed)
+    token = body.find(f"{_O}resumptionToken")
+    if token is not None:
+        page.resumption_token = (token.text or "").strip() or None
+        page.complete_list_size = _int_attr(token, "completeListSize")
+        page.cursor = _int_attr(token, "cursor")
+    return page
+
+
+def _text(parent: etree._Element, name: str) -> str | None:
+    el = parent.find(f"{_A}{name}")
+    if el is None:
+        return None
+    return el.text if el.text is not None else ""
+
+
+def _token(parent: etree._Element, name: str) -> str | None:
+    """A single-token field (id, doi, licence): surrounding whitespace is layout."""
+    value = _text(parent, name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def raw_xml(el: etree._Element) -> str:
+    return str(etree.tostring(el, encoding="unicode"))
+
+
+def parse_record(rec: etree._Element, where: str) -> ArxivRecord | Rejected | Deleted:
+    """One `<record>` element -> record, reject (with its raw XML) or deletion notice."""
+    header = rec.find(f"{_O}header")
+    identifier = header.findtext(f"{_O}identifier") if header is not None else None
+    oai_id = (identifier or "").strip()
+    header_id = oai_id[len(OAI_ID_PREFIX):] if oai_id.startswith(OAI_ID_PREFIX) else None
+    datestamp = header.findtext(f"{_O}datestamp") if header is not None else None
+    datestamp = datestamp.strip() if datestamp else None
+    if header is not None and header.get("status") == "deleted":
+        return Deleted(header_id or oai_id, datestamp, where)
+
+    def reject(reason: str, fld: str | None = None, rid: str | None = None) -> Rejected:
+        return Rejected(where, reason, raw_xml(rec), rid or header_id, fld)
+
+    if header is None or not oai_id:
+        return reject("record without a header identifier", "header")
+    meta = rec.find(f"{_O}metadata/{_A}arXivRaw")
+    if meta is None:
+        return reject("record has no arXivRaw metadata", "metadata")
+    arxiv_id = _token(meta, "id")
+    if arxiv_id is None:
+        return reject("missing <id>", "id")
+    if header_id is not None and header_id != arxiv_id:
+        return reject(f"header identifier {oai_id!r} does not match <id> {arxiv_id!r}",
+                      "id", arxiv_id)
+    versions = []
+    for v in meta.iterfind(f"{_A}version"):
+        label = (v.get("version") or "").strip()
+        date = v.findtext(f"{_A}date")
+        if not label or date is None:
+            return reject("a <version> needs a version attribute and a <date>", "versions",
+                          arxiv_id)
+        versions.append(Version(version=label, created=date.strip()))
+    try:
+        return ArxivRecord(
+            id=arxiv_id,
+            title=_text(meta, "title"),  # type: ignore[arg-type]  # checked by ArxivRecord
+            abstract=_text(meta, "abstract"),  # type: ignore[arg-type]
+            categories=_text(meta, "categories"),  # type: ignore[arg-type]
+            versions=tuple(versions),
+            authors=_text(meta, "authors") or "",
+            submitter=_text(meta, "submitter"),
+            comments=_text(meta, "comments"),
+            journal_ref=_text(meta, "journal-ref"),
+            doi=_token(meta, "doi"),
+            report_no=_text(meta, "report-no"),
+            license=_token(meta, "license"),
+            update_date=datestamp,
+            authors_parsed=None,
+        )
+    except InputError as exc:
+        return reject(exc.message, exc.field, arxiv_id)

@@ -1,0 +1,453 @@
+"""OAI-PMH harvesting of arXiv (`ListRecords`, `GetRecord`), resumable and replayable.
+
+Why a small harvester around `oaipmh-scythe` rather than its iterators: scythe's
+`list_records()` fetches, parses and follows resumption tokens in one generator, so
+there is no point at which the raw page can be stored before it is parsed, no
+checkpoint between pages, and its retries read `Retry-After` only as seconds. We
+keep scythe for what it does well — the endpoint, the HTTP configuration and its
+`httpx2` client (pinned here to one connection) — and drive the protocol ourselves:
+
+1. every request goes through the run's politeness `Gate` (one place for the 3 s
+   interval, `Retry-After` in both forms and jittered backoff);
+2. each response is stored gzip-compressed (deterministic: `mtime=0`) under the
+   store's `raw/` prefix, write-once, before any record is built from it;
+3. after the caller has published a page's records, a checkpoint records the pages
+   done and the next resumption token, so a killed harvest resumes where it stopped;
+4. a refused token (`badResumptionToken`, tokens expire) restarts the window from its
+   start as a new *attempt*; earlier attempts' pages stay stored (their records are
+   already published, and republishing them is a no-op), so nothing is lost or doubled.
+
+Raw layout (`<root>` is `raw/oai`, or `raw/sample` for the bundled sample):
+
+    <root>/arXivRaw/<from>_<until>[_<set>]/checkpoint.json
+    <root>/arXivRaw/<from>_<until>[_<set>]/attempt-001/page-00001.xml.gz
+    <root>/arXivRaw/<from>_<until>[_<set>]/attempt-001/page-00002.malformed-01.xml.gz
+    <root>/arXivRaw/<from>_<until>[_<set>]/attempt-001/page-00003.refused.xml.gz
+    <root>/arXivRaw/getrecord/<run id>/00001-<id>.xml.gz
+
+Only `page-NNNNN.xml.gz` files are replayed; the others are kept as evidence.
+A page whose bytes were stored but whose records were not yet committed (the run
+died in between) is taken from the store on resume, not fetched again.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+import httpx2
+from oaipmh_scythe import Scythe
+from oaipmh_scythe.config import HTTPConfig
+
+from pith_pipeline.core.canonical_json import dumps_pretty, loads
+from pith_pipeline.core.timeutil import Clock, iso_seconds, system_clock
+from pith_pipeline.errors import InputError, TerminalError, TransientError
+from pith_pipeline.sources.arxivraw import MalformedPageError, Page, oai_identifier, parse_page
+from pith_pipeline.sources.jsonl import Rejected
+from pith_pipeline.sources.politeness import Gate, Politeness
+from pith_pipeline.storage.base import Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OAI_URL = "https://oaipmh.arxiv.org/oai"
+OAI_URL_ENV = "PITH_OAI_URL"
+METADATA_PREFIX = "arXivRaw"
+RAW_ROOT = "raw/oai"
+_PAGE = re.compile(r"/attempt-(\d+)/page-(\d+)\.xml\.gz$")
+_GETRECORD = re.compile(r"/getrecord/[^/]+/\d+-[^/]+\.xml\.gz$")
+MAX_RESTARTS = 3
+
+
+def gz(data: bytes) -> bytes:
+    """Deterministic gzip (no timestamp), so identical responses store identical bytes."""
+    return gzip.compress(data, compresslevel=6, mtime=0)
+
+
+def gunzip(data: bytes) -> bytes:
+    return gzip.decompress(data)
+
+
+def _check_date(value: str | None, name: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        date.fromisoformat(value)
+    except ValueError:
+        raise InputError(f"{name} must be a date YYYY-MM-DD, not {value!r}") from None
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One `ListRecords` request: records whose datestamp (last change) is in [from, until]."""
+
+    from_: str | None = None
+    until: str | None = None
+    set_spec: str | None = None
+    metadata_prefix: str = METADATA_PREFIX
+
+    def __post_init__(self) -> None:
+        _check_date(self.from_, "--from")
+        _check_date(self.until, "--until")
+        if self.from_ and self.until and self.from_ > self.until:
+            raise InputError(f"--from {self.from_} is after --until {self.until}")
+        if self.set_spec is not None and not re.fullmatch(r"[A-Za-z0-9\-:.]+", self.set_spec):
+            raise InputError(f"not an OAI set spec: {self.set_spec!r} (e.g. cs, physics:hep-th)")
+
+    @property
+    def label(self) -> str:
+        base = f"{self.from_ or 'earliest'}_{self.until or 'latest'}"
+        return f"{base}_{self.set_spec.replace(':', '~')}" if self.set_spec else base
+
+    def params(self) -> dict[str, str]:
+        q = {"verb": "ListRecords", "metadataPrefix": self.metadata_prefix}
+        if self.from_:
+            q["from"] = self.from_
+        if self.until:
+            q["until"] = self.until
+        if self.set_spec:
+            q["set"] = self.set_spec
+        return q
+
+    def to_json(self) -> dict[str, Any]:
+        return {"from": self.from_, "until": self.until, "set": self.set_spec,
+                "metadataPrefix": self.metadata_prefix}
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """Where a window's harvest stands; replaced after every committed page."""
+
+    window: Window
+    attempt: int = 1
+    pages_done: int = 0
+    resumption_token: str | None = None
+    complete: bool = False
+    complete_list_size: int | None = None
+    records: int = 0
+    deleted: int = 0
+    restarts: int = 0
+    oai_url: str = ""
+    updated_at: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"window": self.window.to_json(), "oai_url": self.oai_url,
+                "attempt": self.attempt, "pages_done": self.pages_done,
+                "resumption_token": self.resumption_token, "complete": self.complete,
+                "complete_list_size": self.complete_list_size, "records": self.records,
+                "deleted": self.deleted, "restarts": self.restarts,
+                "updated_at": self.updated_at}
+
+    @classmethod
+    def from_json(cls, window: Window, obj: dict[str, Any]) -> Checkpoint:
+        return cls(window=window, attempt=int(obj.get("attempt", 1)),
+                   pages_done=int(obj.get("pages_done", 0)),
+                   resumption_token=obj.get("resumption_token"),
+                   complete=bool(obj.get("complete", False)),
+                   complete_list_size=obj.get("complete_list_size"),
+                   records=int(obj.get("records", 0)), deleted=int(obj.get("deleted", 0)),
+                   restarts=int(obj.get("restarts", 0)), oai_url=str(obj.get("oai_url", "")),
+                   updated_at=str(obj.get("updated_at", "")))
+
+
+@dataclass(slots=True)
+class HarvestedPage:
+    """A parsed page and where its raw bytes are stored."""
+
+    key: str
+    page: Page
+    number: int
+    attempt: int = 1
+    from_store: bool = False
+    complete_list_size: int | None = None
+
+
+@dataclass(slots=True)
+class HarvestStats:
+    """What the harvester saw, beyond the records themselves."""
+
+    requests: int = 0
+    pages: int = 0
+    pages_from_store: int = 0
+    malformed_pages: int = 0
+    refused_tokens: int = 0
+    restarts: int = 0
+    windows_already_complete: int = 0
+    malformed_keys: list[str] = field(default_factory=list)
+
+
+class _OneConnectionScythe(Scythe):
+    """scythe's client, limited to one connection, following redirects, optional transport."""
+
+    def __init__(self, endpoint: str, policy: Politeness,
+                 transport: httpx2.BaseTransport | None = None) -> None:
+        super().__init__(endpoint, http_config=HTTPConfig(timeout=policy.timeout,
+                                                          user_agent=policy.user_agent))
+        self._transport = transport
+
+    @property
+    def client(self) -> httpx2.Client:
+        if self._client is None or self._client.is_closed:
+            self._client = httpx2.Client(
+                headers={"Accept": "text/xml, application/xml",
+                         "User-Agent": self.http_config.user_agent},
+                timeout=self.http_config.timeout,
+                limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1),
+                follow_redirects=True,
+                transport=self._transport,
+            )
+        return self._client
+
+
+class OAIClient:
+    """HTTP for OAI-PMH: scythe's client, every request through the gate."""
+
+    def __init__(self, base_url: str = DEFAULT_OAI_URL, *, gate: Gate | None = None,
+                 transport: httpx2.BaseTransport | None = None) -> None:
+        self.base_url = base_url
+        self.gate = gate or Gate()
+        self._scythe = _OneConnectionScythe(base_url, self.gate.policy, transport)
+
+    def close(self) -> None:
+        self._scythe.close()
+
+    def __enter__(self) -> OAIClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, params: dict[str, str]) -> httpx2.Response:
+        what = f"OAI-PMH {params.get('verb')} at {self.base_url}"
+        client = self._scythe.client
+        try:
+            return self.gate.send(lambda: client.get(self.base_url, params=params), what=what,
+                                  retry_on=(httpx2.TimeoutException, httpx2.NetworkError,
+                                            httpx2.RemoteProtocolError))
+        except httpx2.HTTPError as exc:
+            raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from None
+
+
+class _TokenRefused(Exception):
+    pass
+
+
+class Harvester:
+    """Harvests windows and single records into a store's raw area, and replays them."""
+
+    def __init__(self, store: Store, client: OAIClient | None, *, raw_root: str = RAW_ROOT,
+                 metadata_prefix: str = METADATA_PREFIX, clock: Clock = system_clock) -> None:
+        self.store = store
+        self.client = client
+        self.raw_root = raw_root.rstrip("/")
+        self.prefix = metadata_prefix
+        self.clock = clock
+        self.stats = HarvestStats()
+
+    # -- keys --------------------------------------------------------------
+    def window_prefix(self, window: Window) -> str:
+        return f"{self.raw_root}/{window.metadata_prefix}/{window.label}"
+
+    def checkpoint_key(self, window: Window) -> str:
+        return f"{self.window_prefix(window)}/checkpoint.json"
+
+    def page_key(self, window: Window, attempt: int, number: int, suffix: str = "") -> str:
+        return f"{self.window_prefix(window)}/attempt-{attempt:03d}/page-{number:05d}{suffix}.xml.gz"
+
+    # -- checkpoints ---------------------------------------------------------
+    def load_checkpoint(self, window: Window) -> Checkpoint | None:
+        raw = self.store.get(self.checkpoint_key(window))
+        if raw is None:
+            return None
+        try:
+            return Checkpoint.from_json(window, loads(raw))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise TerminalError(f"{self.checkpoint_key(window)} in {self.store.url} is "
+                                f"unreadable ({exc}); move it away to start the window "
+                                "again") from None
+
+    def _save(self, cp: Checkpoint) -> None:
+        cp.updated_at = iso_seconds(self.clock())
+        if self.client is not None:
+            cp.oai_url = self.client.base_url
+        self.store.put(self.checkpoint_key(cp.window), dumps_pretty(cp.to_json()) + b"\n")
+
+    # -- fetching ------------------------------------------------------------
+    def _need_client(self) -> OAIClient:
+        if self.client is None:
+            raise TerminalError("this harvester replays stored pages only (no OAI-PMH URL)")
+        return self.client
+
+    def _fetch(self, params: dict[str, str], where: str,
+               malformed_key: Any) -> tuple[bytes, Page]:
+        """One OAI response that is an OAI-PMH document; malformed ones are kept and retried."""
+        client = self._need_client()
+        policy = client.gate.policy
+        for attempt in range(policy.max_retries + 1):
+            response = client.request(params)
+            self.stats.requests += 1
+            body = response.content
+            try:
+                page = parse_page(body, where)
+            except MalformedPageError as exc:
+                self.stats.malformed_pages += 1
+                key = self._free_key(malformed_key)
+                self.store.put_once(key, gz(body), content_type="application/gzip")
+                self.stats.malformed_keys.append(key)
+                log.warning("%s (HTTP %s); kept as %s", exc, response.status_code, key)
+                if response.status_code >= 400:
+                    raise TerminalError(f"{where}: HTTP {response.status_code} from "
+                                        f"{client.base_url}; response kept as {key}") from None
+                if attempt >= policy.max_retries:
+                    raise TransientError(f"{where}: {exc.message}; gave up after "
+                                         f"{attempt + 1} tries; responses kept under "
+                                         f"{key.rsplit('/', 1)[0]}; rerun to resume") from None
+                client.gate.penalize(attempt)
+                continue
+            return body, page
+        raise AssertionError("unreachable")
+
+    def _free_key(self, make: Any) -> str:
+        k = 1
+        while self.store.exists(make(k)):
+            k += 1
+        key: str = make(k)
+        return key
+
+    # -- ListRecords windows ----------------------------------------------------
+    def harvest(self, window: Window, *, refresh: bool = False) -> Iterator[HarvestedPage]:
+        """Pages of one window, resuming from its checkpoint.
+
+        The checkpoint advances when the consumer asks for the next page, i.e. after it
+        has published the previous one. A complete window yields nothing unless
+        `refresh`, which harvests it again as a new attempt.
+        """
+        cp = self.load_checkpoint(window) or Checkpoint(window)
+        if cp.complete:
+            if not refresh:
+                self.stats.windows_already_complete += 1
+                return
+            cp = Checkpoint(window, attempt=cp.attempt + 1, restarts=cp.restarts)
+            self._save(cp)
+        while True:
+            n = cp.pages_done + 1
+            key = self.page_key(window, cp.attempt, n)
+            where = key
+            stored = self.store.get(key)
+            try:
+                if stored is not None:
+                    body = gunzip(stored)
+                    page = parse_page(body, where)
+                    from_store = True
+                    self.stats.pages_from_store += 1
+                else:
+                    if n > 1 and not cp.resumption_token:
+                        raise TerminalError(f"{self.checkpoint_key(window)}: page {n} is due "
+                                            "but no resumption token is recorded")
+                    params = window.params() if n == 1 else {
+                        "verb": "ListRecords", "resumptionToken": str(cp.resumption_token)}
+                    body, page = self._fetch(
+                        params, where,
+                        lambda k, a=cp.attempt, m=n: self.page_key(window, a, m,
+                                                                   f".malformed-{k:02d}"))
+                    from_store = False
+                    if page.error_code == "badResumptionToken":
+                        self.store.put_once(self.page_key(window, cp.attempt, n, ".refused"),
+                                            gz(body), content_type="application/gzip")
+                        raise _TokenRefused(page.error_message)
+                    if page.error_code not in (None, "noRecordsMatch"):
+                        bad = self._free_key(lambda k, a=cp.attempt, m=n: self.page_key(
+                            window, a, m, f".error-{k:02d}"))
+                        self.store.put_once(bad, gz(body), content_type="application/gzip")
+                        raise TerminalError(
+                            f"{where}: arXiv's OAI-PMH answered {page.error_code}: "
+                            f"{page.error_message} (request {params}; response kept as {bad})")
+                    self.store.put_once(key, gz(body), content_type="application/gzip")
+            except _TokenRefused as exc:
+                self.stats.refused_tokens += 1
+                if cp.restarts >= MAX_RESTARTS:
+                    raise TransientError(
+                        f"{self.window_prefix(window)}: resumption token refused again "
+                        f"({exc}); restarted {cp.restarts} times already; try later") from None
+                log.warning("%s: resumption token refused (%s); restarting the window from "
+                            "its start", where, exc)
+                self.stats.restarts += 1
+                cp = Checkpoint(window, attempt=cp.attempt + 1, restarts=cp.restarts + 1)
+                self._save(cp)
+                continue
+            self.stats.pages += 1
+            if page.complete_list_size is not None:
+                cp.complete_list_size = page.complete_list_size
+            yield HarvestedPage(key, page, n, cp.attempt, from_store, cp.complete_list_size)
+            cp.pages_done = n
+            cp.resumption_token = page.resumption_token
+            cp.records += len(page.items)
+            cp.deleted += len(page.deleted)
+            cp.complete = page.resumption_token is None
+            self._save(cp)
+            if cp.complete:
+                return
+
+    # -- GetRecord -----------------------------------------------------------
+    def get_records(self, ids: Iterable[str], run_id: str) -> Iterator[HarvestedPage]:
+        """`GetRecord` for each id, each response stored before it is parsed."""
+        base = f"{self.raw_root}/{self.prefix}/getrecord/{run_id}"
+        for n, arxiv_id in enumerate(ids, start=1):
+            safe = arxiv_id.replace("/", "_")
+            key = f"{base}/{n:05d}-{safe}.xml.gz"
+            params = {"verb": "GetRecord", "identifier": oai_identifier(arxiv_id),
+                      "metadataPrefix": self.prefix}
+            body, page = self._fetch(params, key, lambda k, b=base, m=n, s=safe:
+                                     f"{b}/{m:05d}-{s}.malformed-{k:02d}.xml.gz")
+            self.store.put_once(key, gz(body), content_type="application/gzip")
+            self.stats.pages += 1
+            _explain_getrecord_error(page, arxiv_id, body)
+            yield HarvestedPage(key, page, n)
+
+    # -- replay --------------------------------------------------------------
+    def stored_pages(self, window: Window | None = None) -> list[str]:
+        """Keys of stored pages in replay order: attempt, then page number."""
+        prefix = (self.window_prefix(window) + "/") if window else f"{self.raw_root}/{self.prefix}/"
+        keys = []
+        for k in self.store.list(prefix):
+            m = _PAGE.search(k)
+            if m:
+                keys.append((k[:m.start()], int(m.group(1)), int(m.group(2)), k))
+            elif _GETRECORD.search(k) and ".malformed-" not in k:
+                keys.append((k.rsplit("/", 1)[0], 0, 0, k))
+            elif ".malformed-" in k:
+                self.stats.malformed_pages += 1
+        keys.sort()
+        return [k for *_, k in keys]
+
+    def replay(self, window: Window | None = None) -> Iterator[HarvestedPage]:
+        """Stored pages parsed again, with no network: the run, minus arXiv."""
+        for n, key in enumerate(self.stored_pages(window), start=1):
+            data = self.store.get(key)
+            if data is None:
+                continue
+            body = gunzip(data)
+            page = parse_page(body, key)
+            if "/getrecord/" in key:
+                ident = key.rsplit("/", 1)[1].split("-", 1)[1][:-len(".xml.gz")]
+                _explain_getrecord_error(page, ident.replace("_", "/"), body)
+            self.stats.pages += 1
+            self.stats.pages_from_store += 1
+            yield HarvestedPage(key, page, n, from_store=True)
+
+
+def _explain_getrecord_error(page: Page, arxiv_id: str, body: bytes) -> None:
+    """A `GetRecord` error becomes a quarantined item: the id was asked for and not built."""
+    if page.error_code is None:
+        return
+    reason = {"idDoesNotExist": f"arXiv's OAI-PMH has no record {oai_identifier(arxiv_id)}"
+              }.get(page.error_code, f"OAI-PMH error {page.error_code}")
+    if page.error_message:
+        reason += f" ({page.error_message})"
+    page.items.append(Rejected(page.where, reason, body.decode("utf-8", errors="replace"),
+                               arxiv_id, "id"))
