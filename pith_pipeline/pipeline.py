@@ -27,7 +27,7 @@ from pith_pipeline.core.events import BUILDER_VERSION
 from pith_pipeline.core.keys import PublicKey, Signer
 from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.core.record import PithNumber
-from pith_pipeline.core.timeutil import Clock, system_clock
+from pith_pipeline.core.timeutil import Clock, iso_micros, system_clock
 from pith_pipeline.errors import InputError
 from pith_pipeline.sources.jsonl import Item, Rejected
 from pith_pipeline.storage.base import Store
@@ -109,19 +109,28 @@ class Publisher:
                     keys[pk.key_id] = pk
                 except (ValueError, KeyError, TypeError):
                     continue
-        current = self.signer.public_key_doc(url=self.site.key_url)
-        if current.key_id in keys and keys[current.key_id].public_key != current.public_key:
-            raise InputError(f"key id {current.key_id!r} is already published with a different "
-                             f"public key in {PUBLIC_KEY_FILE}; choose a new key id")
-        keys.setdefault(current.key_id, current)
+        published = self.signer.published_keys(url=self.site.key_url)
+        self.primary_key_id = published[0].key_id  # a certified key's root heads the document
+        for current in published:
+            if current.key_id in keys and keys[current.key_id].public_key != current.public_key:
+                raise InputError(f"key id {current.key_id!r} is already published with a "
+                                 f"different public key in {PUBLIC_KEY_FILE}; choose a new key id")
+            keys.setdefault(current.key_id, current)
+        own = keys[self.signer.key_id]
+        if own.certificate is None and own.rotates_at and own.rotates_at <= iso_micros(self.clock()):
+            raise InputError(f"key {own.key_id!r} was rotated at {own.rotates_at} "
+                             f"({PUBLIC_KEY_FILE}); sign with the current key instead")
         return keys
 
     def key_document(self) -> dict[str, Any]:
         """The current key (spec section 5) plus every key that signed something here."""
-        current = self.keys[self.signer.key_id].to_json()
+        current = self.keys[self.primary_key_id].to_json()
         return {**current, "keys": [k.to_json() for k in self.keys.values()]}
 
     def publish_key_document(self) -> None:
+        for k in self.keys.values():  # certificates of short-lived keys, beside the document
+            if k.certificate is not None:
+                self._put_once(f"keys/certs/{k.key_id}.json", dumps_pretty(k.certificate) + b"\n")
         self._put(PUBLIC_KEY_FILE, dumps_pretty(self.key_document()) + b"\n")
 
     # -- writes ----------------------------------------------------------
@@ -254,6 +263,10 @@ class Publisher:
         for e in events:
             key_ids.add(e["signer"]["key_id"])
             key_ids.add(e["signature"]["key_id"])
+        for k in list(key_ids):  # a certified key travels with the root that vouches for it
+            cert = self.keys[k].certificate if k in self.keys else None
+            if cert is not None:
+                key_ids.add(str(cert.get("issuer_key_id")))
         keys = [self.keys[k] for k in sorted(key_ids) if k in self.keys]
         payload = first["payload"]
         bundle = sign_bundle(subject=subject, canonical=payload["canonical_record"],
@@ -269,10 +282,17 @@ class Publisher:
 
 
 def _dedupe_sorted(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One copy per event id, in merge order, so bundles list events deterministically."""
+    """One copy per event id, in merge order, so bundles list events deterministically.
+
+    Of several copies of one id (an event re-signed after a key rotation), the most
+    recently signed is kept, so a re-issued bundle carries the new key's signatures.
+    """
     seen: dict[str, dict[str, Any]] = {}
     for e in events:
-        seen.setdefault(e["event_id"], e)
+        have = seen.get(e["event_id"])
+        if have is None or str(e["signature"].get("signed_at", "")) > str(
+                have["signature"].get("signed_at", "")):
+            seen[e["event_id"]] = e
     return sorted(seen.values(), key=lambda e: (
         e["created_at"], 0 if e["event_type"] == "record_created" else 1, e["event_id"]))
 

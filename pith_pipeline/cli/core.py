@@ -10,7 +10,7 @@ from typing import Any
 import click
 from tqdm import tqdm
 
-from pith_pipeline.cli.options import build_config, site_options
+from pith_pipeline.cli.options import build_config, signer_option, site_options
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import PublicKey
 from pith_pipeline.core.merge import merge
@@ -64,8 +64,7 @@ def print_summary(summary: RunSummary, store_url: str) -> None:
               help="JSON lines in arXiv's metadata snapshot layout (.jsonl, .json or .json.gz).")
 @click.option("--store", required=True, envvar="PITH_STORE",
               help="Where to publish: a directory or s3://bucket/prefix.")
-@click.option("--key", "key_path", required=True, envvar="PITH_KEY",
-              help="Private key file (from `keys generate`) or a signer spec such as file:PATH.")
+@signer_option(dest="key_path")
 @site_options
 def build(input_path: Path, store: str, key_path: str, base_url: str, registry_name: str,
           signer_id: str) -> None:
@@ -102,9 +101,14 @@ def _load_bundle(path: Path) -> Any:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--pin", "pin", default=None, metavar="FINGERPRINT_HEX",
               help="Require the registry's signatures to use this key fingerprint.")
+@click.option("--keys", "keys_doc", default=None, metavar="KEY_DOCUMENT",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Trusted pith-signing-key.json: every key used must be in it or certified "
+                   "by a root in it (and signed before its rotates_at).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures and the summary.")
-def verify(paths: tuple[str, ...], pin: str | None, as_json: bool, quiet: bool) -> None:
+def verify(paths: tuple[str, ...], pin: str | None, keys_doc: Path | None, as_json: bool,
+           quiet: bool) -> None:
     """Verify bundles: every check of the spec by name, one line each.
 
     PATHS are bundle files or store directories (every pith/*/bundle.json in them).
@@ -112,6 +116,11 @@ def verify(paths: tuple[str, ...], pin: str | None, as_json: bool, quiet: bool) 
     """
     reports: list[Report] = []
     unreadable: list[str] = []
+    trusted = None
+    if keys_doc is not None:
+        from pith_pipeline.signing.rotation import read_key_document
+
+        trusted = read_key_document(keys_doc.read_bytes(), str(keys_doc))
     files = list(_bundle_files(paths))
     if not files:
         unreadable.append(f"no bundles found in {', '.join(paths)}")
@@ -121,7 +130,8 @@ def verify(paths: tuple[str, ...], pin: str | None, as_json: bool, quiet: bool) 
         except (OSError, ValueError) as exc:
             unreadable.append(f"{f}: unreadable ({type(exc).__name__}: {exc})")
             continue
-        reports.append(verify_bundle(bundle, pinned_fingerprint=pin, source=str(f)))
+        reports.append(verify_bundle(bundle, pinned_fingerprint=pin, source=str(f),
+                                     trusted_keys=trusted))
     if as_json:
         click.echo(dumps_pretty({"ok": all(r.ok for r in reports) and not unreadable,
                                  "bundles": [r.to_json() for r in reports],

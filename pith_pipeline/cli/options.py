@@ -26,3 +26,17 @@ def site_options(fn: F) -> F:
 
 def build_config(base_url: str, registry_name: str, signer_id: str) -> BuildConfig:
     return BuildConfig(base_url=base_url, registry_name=registry_name, signer_id=signer_id)
+
+
+SIGNER_HELP = (
+    "Signing key: file:PATH (or a bare path to pith-private-key.json), kms:KEY_ID_OR_ALIAS "
+    "(Ed25519 key in AWS KMS; options ?key_id=NAME&region=R&concurrency=N&max_rps=N), "
+    "kms-envelope:PATH|s3://BUCKET/KEY (seed encrypted under a symmetric KMS key), "
+    "certified:ROOT_SPEC (per-run in-memory key certified by the root key; for backfills). "
+    "--key is the older name of this option.")
+
+
+def signer_option(*, required: bool = True, dest: str = "signer_spec") -> Callable[[F], F]:
+    """--signer SPEC (alias --key), from PITH_SIGNER or PITH_KEY; open with open_signer."""
+    return click.option("--signer", "--key", dest, required=required, metavar="SPEC",
+                        envvar=["PITH_SIGNER", "PITH_KEY"], help=SIGNER_HELP)
