@@ -62,6 +62,9 @@ class RunSummary:
     quarantined: int = 0
     written: dict[str, str] = field(default_factory=dict)
     pith_numbers: list[str] = field(default_factory=list)
+    # every subject this run published or found already published (built + unchanged):
+    # the index update re-checks them, so a run that died before indexing is healed
+    seen: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         return {"fetched": self.fetched, "built": self.built, "unchanged": self.unchanged,
@@ -196,6 +199,7 @@ class Publisher:
         existing = self.subject_events(ident.body)
         if any(e.get("event_type") == "record_created" for e in existing):
             self.summary.unchanged += 1
+            self.summary.seen.append(ident.subject)
             bundle_key = bundle_paths(ident.body)[0]
             if not self.store.exists(bundle_key):  # a run died between events and bundle
                 self.write_bundle(ident.subject, existing)
@@ -221,6 +225,7 @@ class Publisher:
             self.summary.superseded += 1
         self.summary.built += 1
         self.summary.pith_numbers.append(ident.subject)
+        self.summary.seen.append(ident.subject)
         self._update_pointer(ident, existing + built.events)
         return ident
 

@@ -80,7 +80,13 @@ def build(input_path: Path, store: str, key_path: str, base_url: str, registry_n
     pub = Publisher(st, signer, build_config(base_url, registry_name, signer_id))
     with tqdm(desc="build", unit="rec", disable=None) as bar:
         summary = pub.publish(iter_jsonl(input_path), progress=bar.update)
+    from pith_pipeline.index import finish_run  # pyarrow only once there is work to index
+
+    with tqdm(desc="index", unit="rec", disable=None) as bar:
+        manifest_key = finish_run(st, summary, {"input": input_path.name},
+                                  clock=pub.clock, progress=bar.update)
     print_summary(summary, st.url)
+    click.echo(f"run manifest: {manifest_key}")
 
 
 def _bundle_files(paths: tuple[str, ...]) -> Iterator[Path]:

@@ -1,9 +1,160 @@
-"""Commands for this capability (registered into the main group)."""
+"""Store and index commands: query, status, rebuild, reindex, compact.
+
+pyarrow and DuckDB are imported inside the commands, so `pith-pipeline --help`
+stays fast and the other commands never load them.
+"""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import click
+from tqdm import tqdm
+
+from pith_pipeline.cli.options import build_config, site_options
+from pith_pipeline.storage.base import open_store
+
+STORE_HELP = "The store: a directory or s3://bucket/prefix (endpoint: AWS_ENDPOINT_URL)."
 
 
 def register(group: click.Group) -> None:
     """Add this module's commands to the `pith-pipeline` group."""
+    for command in (query, status, rebuild, reindex, compact):
+        group.add_command(command)
+
+
+def _store_option(fn: Any) -> Any:
+    return click.option("--store", required=True, envvar="PITH_STORE", help=STORE_HELP)(fn)
+
+
+@click.command()
+@click.argument("sql")
+@_store_option
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True, help="Output format.")
+def query(sql: str, store: str, fmt: str) -> None:
+    """Run SQL (DuckDB) over the Parquet indexes: tables records, events, aliases.
+
+    \b
+    Examples:
+      pith-pipeline query --store out/ "SELECT count(*) FROM records"
+      pith-pipeline query --store s3://bucket/pith \\
+        "SELECT submitted_month, license, count(*) AS n FROM records
+         WHERE primary_cat = 'cs.LG' AND submitted_month >= '2015-01'
+         GROUP BY ALL ORDER BY ALL"
+      pith-pipeline query --store out/ \\
+        "SELECT pith_number FROM aliases WHERE alias = 'arxiv:1909.11150'"
+    \b
+    Filters on submitted_month (records), created_month (events) and alias_kind
+    (aliases) skip whole files. Columns are listed in the README.
+    """
+    import csv
+    import io
+
+    from pith_pipeline.index import format_table, run_query
+
+    result = run_query(open_store(store), sql)
+    if fmt == "table":
+        click.echo(format_table(result))
+    elif fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(result.columns)
+        writer.writerows(result.rows)
+        click.echo(buf.getvalue(), nl=False)
+    else:
+        rows = [dict(zip(result.columns, r, strict=True)) for r in result.rows]
+        click.echo(json.dumps(rows, default=str, ensure_ascii=False, indent=1))
+
+
+@click.command()
+@_store_option
+@click.option("--deep", is_flag=True,
+              help="Also list every bundle and event object and report bundles not indexed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def status(store: str, deep: bool, as_json: bool) -> None:
+    """Summarise what a store has published: records, events, runs, quarantine, index.
+
+    \b
+    Example:
+      pith-pipeline status --store out/ --deep
+    """
+    from pith_pipeline.index import format_status
+    from pith_pipeline.index import status as get_status
+
+    st = get_status(open_store(store), deep=deep)
+    click.echo(json.dumps(st, indent=1, default=str) if as_json else format_status(st))
+
+
+@click.command()
+@_store_option
+@click.option("--key", "key_path", required=True, envvar="PITH_KEY",
+              help="Private key file or signer spec that signs the rebuilt bundles.")
+@site_options
+def rebuild(store: str, key_path: str, base_url: str, registry_name: str,
+            signer_id: str) -> None:
+    """Re-derive every bundle and state from the event store, then every index.
+
+    The event store (events/<ID>/<sha256>.json) is the source of truth; bundles,
+    states and indexes are derived and can be rebuilt from it at any time.
+
+    \b
+    Example:
+      pith-pipeline rebuild --store out/ --key keys/pith-private-key.json
+    """
+    from pith_pipeline.index import reindex as do_reindex
+    from pith_pipeline.pipeline import rebuild as do_rebuild
+    from pith_pipeline.signing.factory import open_signer
+
+    st = open_store(store)
+    signer = open_signer(key_path)
+    n = 0
+    with tqdm(desc="bundles", unit="rec", disable=None) as bar:
+        for _subject in do_rebuild(st, signer, build_config(base_url, registry_name, signer_id)):
+            n += 1
+            bar.update(1)
+    click.echo(f"rebuilt {n} bundles from events")
+    with tqdm(desc="index", unit="bundle", disable=None) as bar:
+        update = do_reindex(st, progress=bar.update)
+    click.echo(update.line())
+
+
+@click.command()
+@_store_option
+@click.option("--grace", "grace_seconds", type=float, default=3600.0, show_default=True,
+              help="Seconds replaced index files are kept for readers still using them.")
+def reindex(store: str, grace_seconds: float) -> None:
+    """Rebuild the Parquet indexes from every published bundle (bundles untouched).
+
+    \b
+    Example:
+      pith-pipeline reindex --store s3://bucket/pith
+    """
+    from pith_pipeline.index import reindex as do_reindex
+
+    with tqdm(desc="index", unit="bundle", disable=None) as bar:
+        update = do_reindex(open_store(store), progress=bar.update, grace_seconds=grace_seconds)
+    click.echo(update.line())
+
+
+@click.command()
+@_store_option
+@click.option("--grace", "grace_seconds", type=float, default=3600.0, show_default=True,
+              help="Seconds replaced files are kept before deletion (readers of the previous "
+                   "manifest may still be reading them); 0 deletes at once.")
+def compact(store: str, grace_seconds: float) -> None:
+    """Fold each index partition's small files into one deduplicated, sorted file.
+
+    Readers never see a half-done compaction: new files are written first, then the
+    index manifest is swapped in one step; old files are deleted after --grace.
+
+    \b
+    Example:
+      pith-pipeline compact --store s3://bucket/pith --grace 900
+    """
+    from pith_pipeline.index import compact as do_compact
+
+    with tqdm(desc="compact", unit="partition", disable=None) as bar:
+        update = do_compact(open_store(store), grace_seconds=grace_seconds, progress=bar.update)
+    click.echo(f"{update.line()}; deleted {len(update.deleted)} old files")

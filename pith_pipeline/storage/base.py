@@ -9,6 +9,9 @@ it is. Two kinds of write:
   overwritten.
 - `put`: replace atomically (derived files: bundles, states, indexes). Readers see
   the old object or the new one, never a part.
+- `get_tagged` / `put_if_match`: compare-and-swap for the few small objects that
+  several writers may update (the index manifest), so one writer's update is never
+  silently lost to another's.
 """
 
 from __future__ import annotations
@@ -44,6 +47,18 @@ class Store(Protocol):
 
     def delete(self, key: str) -> None:
         """Remove a derived object (never used on the event store)."""
+        ...
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The object's bytes and a version tag (S3 ETag, or a content hash), or None."""
+        ...
+
+    def put_if_match(self, key: str, data: bytes, tag: str | None, *,
+                     content_type: str = "application/json") -> bool:
+        """Replace only if the object still has `tag` (None: only if absent).
+
+        False when another writer got there first; the caller re-reads and retries.
+        """
         ...
 
 

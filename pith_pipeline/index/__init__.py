@@ -1,0 +1,44 @@
+"""Parquet indexes over a store (`records`, `events`, `aliases`), their compaction,
+queries and the per-run manifest.
+
+The API other parts call (CLI `build`/`ingest`, Airflow tasks):
+
+- `finish_run(store, summary, window)`: after `Publisher.publish`, update the
+  indexes from the bundles the run touched, then write `runs/<run_id>/manifest.json`.
+- `update_indexes(store, subjects)` / `write_manifest(store, summary, window=...)`:
+  the two halves of `finish_run`, for callers that split them into tasks.
+- `compact(store)`, `reindex(store)`, `run_query(store, sql)`, `status(store)`.
+
+Importing this package imports pyarrow; DuckDB is imported when a query or a
+deduplication runs.
+"""
+
+from pith_pipeline.index.manifest import MANIFEST_KEY
+from pith_pipeline.index.query import connect, format_table, run_query
+from pith_pipeline.index.runs import finish_run, run_manifest_key, touched_subjects, write_manifest
+from pith_pipeline.index.status import format_status, status
+from pith_pipeline.index.writer import (
+    IndexUpdate,
+    collect_garbage,
+    compact,
+    reindex,
+    update_indexes,
+)
+
+__all__ = [
+    "MANIFEST_KEY",
+    "IndexUpdate",
+    "collect_garbage",
+    "compact",
+    "connect",
+    "finish_run",
+    "format_status",
+    "format_table",
+    "reindex",
+    "run_manifest_key",
+    "run_query",
+    "status",
+    "touched_subjects",
+    "update_indexes",
+    "write_manifest",
+]

@@ -1,0 +1,94 @@
+"""The end of a run: indexes, then the run manifest.
+
+Publishing order, end to end: events (write-once) -> bundle and state -> arXiv
+pointer (all per record, in `pipeline.Publisher`) -> indexes -> run manifest. The
+run manifest is written last, so its presence says the run completed; a run that
+died earlier leaves none, and the next run over the same window completes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pith_pipeline.core.canonical_json import dumps_pretty, loads
+from pith_pipeline.core.timeutil import Clock, iso_seconds, system_clock
+from pith_pipeline.errors import WriteConflictError
+from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
+from pith_pipeline.pipeline import RunSummary
+from pith_pipeline.storage.base import Store
+
+RUN_MANIFEST_FORMAT = "pith-run-manifest-v1"
+
+
+def run_manifest_key(run_id: str) -> str:
+    return f"runs/{run_id}/manifest.json"
+
+
+def touched_subjects(summary: RunSummary) -> list[str]:
+    """Every record ID whose bundle this run wrote or found already published."""
+    subjects = {s.rsplit(":", 1)[-1] for s in (*summary.seen, *summary.pith_numbers)}
+    for key in summary.written:
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == "pith" and parts[2] == "bundle.json":
+            subjects.add(parts[1])
+    return sorted(subjects)
+
+
+def write_manifest(store: Store, summary: RunSummary, *,
+                   window: Mapping[str, Any] | None = None, index: IndexUpdate | None = None,
+                   clock: Clock = system_clock) -> str:
+    """Write `runs/<run_id>/manifest.json` (write-once); returns its key.
+
+    Lists the window, the counts and every object the run wrote (published files,
+    index files and the index manifest) with its sha256. Writing it again for the
+    same run with the same content (bar `finished_at`) is a no-op; a different
+    content is a `WriteConflictError`.
+    """
+    written = dict(summary.written)
+    if index is not None:
+        written.update(index.written)
+    doc: dict[str, Any] = {
+        "format": RUN_MANIFEST_FORMAT,
+        "run_id": summary.run_id,
+        "window": dict(window) if window else None,
+        "counts": summary.counts(),
+        "pith_numbers": sorted(summary.pith_numbers),
+        "objects": [{"key": k, "sha256": written[k]} for k in sorted(written)],
+        "index": None if index is None else {
+            "generation": index.generation, "rows": index.rows,
+            "subjects_checked": index.subjects_checked,
+            "subjects_changed": index.subjects_changed},
+        "quarantine": f"quarantine/{summary.run_id}.jsonl" if summary.quarantined else None,
+        "finished_at": iso_seconds(clock()),
+    }
+    key = run_manifest_key(summary.run_id)
+    data = dumps_pretty(doc) + b"\n"
+    existing = store.get(key)
+    if existing is not None:
+        old = loads(existing)
+        if isinstance(old, dict) and {**old, "finished_at": None} == {**doc, "finished_at": None}:
+            return key
+        raise WriteConflictError(f"{store.url}/{key} already records a different run with this "
+                                 "run id; run manifests are never overwritten")
+    store.put_once(key, data)
+    return key
+
+
+def finish_run(store: Store, summary: RunSummary, window: Mapping[str, Any] | None = None, *,
+               clock: Clock = system_clock, progress: Progress | None = None) -> str:
+    """Finish a publishing run: update the Parquet indexes, then write the run manifest.
+
+    Call it once after `Publisher.publish(...)` returned (CLI `build`/`ingest`, or an
+    Airflow task holding the same `RunSummary`):
+
+        summary = Publisher(store, signer, config).publish(items)
+        manifest_key = finish_run(store, summary, {"from": "2019-09-01", "until": "2019-09-30"})
+
+    `window` is free-form JSON describing what the run covered (dates, input file,
+    set). Safe to call again after a failure: index updates are idempotent and the
+    run manifest is write-once. Returns the run manifest's key.
+    """
+    update = update_indexes(store, touched_subjects(summary), run_id=summary.run_id,
+                            clock=clock, progress=progress)
+    return write_manifest(store, summary, window=window, index=update, clock=clock)

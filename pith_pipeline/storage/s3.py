@@ -1,0 +1,274 @@
+"""An S3 store: the bucket layout is the URL layout, so a static site or CDN serves it.
+
+boto3 is imported only here, and only when an `s3://` store is opened. The endpoint
+comes from the standard `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_S3` (botocore reads
+them itself), credentials and region from the standard chain (environment, profile,
+SSO, instance role). Write-once objects use `PutObject` with `If-None-Match: *`:
+S3 refuses to replace an existing key, so two writers can never overwrite an event.
+
+Every botocore failure is mapped to `StorageError` with `transient` set for what a
+retry can fix (throttling, 5xx, timeouts, conditional-write races) and clear for what
+it cannot (access denied, missing bucket). Messages name the operation, bucket and
+key, never a credential: they are built from the error code, not from the request.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from pith_pipeline.errors import StorageError, WriteConflictError
+
+TRANSIENT_CODES = frozenset({
+    "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
+    "InternalError", "ServiceUnavailable", "RequestLimitExceeded", "TooManyRequests",
+    "ConditionalRequestConflict", "OperationAborted", "BadDigest",
+})
+#: Conditional writes that race another writer (HTTP 409) are retried this many times.
+CONFLICT_RETRIES = 5
+
+
+def content_type_for(key: str, default: str) -> str:
+    if key.endswith(".parquet"):
+        return "application/vnd.apache.parquet"
+    if key.endswith(".jsonl"):
+        return "application/x-ndjson"
+    if key.endswith(".json"):
+        return "application/json"
+    return default
+
+
+def _error_code(exc: Exception) -> tuple[str, int]:
+    response: dict[str, Any] = getattr(exc, "response", None) or {}
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return code, status
+
+
+class S3Store:
+    """Objects under `s3://bucket/prefix/`; keys are relative to the prefix."""
+
+    def __init__(self, bucket: str, prefix: str = "", *, client: Any | None = None) -> None:
+        if not bucket:
+            raise StorageError("an S3 store needs a bucket: s3://bucket/prefix")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self._client = client
+        self._session: Any | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> S3Store:
+        """`s3://bucket` or `s3://bucket/some/prefix`."""
+        if not url.startswith("s3://"):
+            raise StorageError(f"not an S3 URL: {url!r} (expected s3://bucket/prefix)")
+        bucket, _, prefix = url[len("s3://"):].partition("/")
+        return cls(bucket, prefix)
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.url!r})"
+
+    # -- client -------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._session, self._client = make_client()
+        return self._client
+
+    def _key(self, key: str) -> str:
+        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in key.split("/")):
+            raise StorageError(f"invalid storage key {key!r}")
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _fail(self, op: str, key: str, exc: Exception) -> StorageError:
+        """A StorageError naming what failed; built from codes only, never the request."""
+        from botocore.exceptions import (
+            ConnectionError as BotoConnectionError,
+        )
+        from botocore.exceptions import (
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
+
+        where = f"{op} s3://{self.bucket}/{self._key(key) if key else self.prefix}"
+        if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+            return StorageError(f"{where}: no usable AWS credentials found (set them in the "
+                                "environment, a profile or an instance role)")
+        if isinstance(exc, BotoConnectionError):
+            return StorageError(f"{where}: cannot reach the S3 endpoint "
+                                f"({type(exc).__name__})", transient=True)
+        code, status = _error_code(exc)
+        if not code and not status:
+            return StorageError(f"{where}: {type(exc).__name__}", transient=True)
+        transient = code in TRANSIENT_CODES or status >= 500 or status in (408, 409, 429)
+        hint = ""
+        if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+            hint = " (check the credentials and the bucket policy)"
+        elif code == "NoSuchBucket":
+            hint = f" (bucket {self.bucket!r} does not exist)"
+        return StorageError(f"{where}: {code or 'error'} (HTTP {status}){hint}",
+                            transient=transient)
+
+    # -- reads --------------------------------------------------------------
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            return resp["Body"].read(), str(resp["ETag"])
+        except ClientError as exc:
+            code, status = _error_code(exc)
+            if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
+                return None
+            raise self._fail("GET", key, exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("GET", key, exc) from None
+
+    def get(self, key: str) -> bytes | None:
+        got = self.get_tagged(key)
+        return None if got is None else got[0]
+
+    def exists(self, key: str) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            return True
+        except ClientError as exc:
+            code, status = _error_code(exc)
+            if status == 404 and code != "NoSuchBucket":
+                return False
+            raise self._fail("HEAD", key, exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("HEAD", key, exc) from None
+
+    def list(self, prefix: str) -> Iterator[str]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        keys: list[str] = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=full)
+            for page in pages:
+                keys.extend(obj["Key"][strip:] for obj in page.get("Contents", ()))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("LIST", prefix, exc) from None
+        return iter(sorted(keys))
+
+    # -- writes -------------------------------------------------------------
+    def _put_object(self, key: str, data: bytes, content_type: str, **extra: str) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
+                               ContentType=content_type_for(key, content_type), **extra)
+
+    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._put_object(key, data, content_type)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("PUT", key, exc) from None
+
+    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                self._put_object(key, data, content_type, IfNoneMatch="*")
+                return True
+            except ClientError as exc:
+                code, status = _error_code(exc)
+                if status == 412 or code == "PreconditionFailed":
+                    existing = self.get(key)
+                    if existing == data:
+                        return False
+                    if existing is None:  # deleted in between: try again
+                        continue
+                    raise WriteConflictError(
+                        f"{key} already exists in {self.url} with different content; "
+                        "write-once objects are never overwritten") from None
+                if (status == 409 or code == "ConditionalRequestConflict") \
+                        and attempt < CONFLICT_RETRIES:
+                    time.sleep(min(2.0, 0.05 * 2 ** attempt))  # another writer mid-PUT
+                    continue
+                raise self._fail("PUT", key, exc) from None
+            except BotoCoreError as exc:
+                raise self._fail("PUT", key, exc) from None
+        raise StorageError(f"PUT s3://{self.bucket}/{self._key(key)}: conditional write kept "
+                           "conflicting with another writer", transient=True)
+
+    def put_if_match(self, key: str, data: bytes, tag: str | None, *,
+                     content_type: str = "application/json") -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        extra = {"IfMatch": tag} if tag is not None else {"IfNoneMatch": "*"}
+        try:
+            self._put_object(key, data, content_type, **extra)
+            return True
+        except ClientError as exc:
+            code, status = _error_code(exc)
+            if status in (409, 412) or code in ("PreconditionFailed",
+                                                "ConditionalRequestConflict"):
+                return False
+            if status == 404 and tag is not None and code != "NoSuchBucket":
+                return False  # deleted since it was read
+            raise self._fail("PUT", key, exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("PUT", key, exc) from None
+
+    def delete(self, key: str) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("DELETE", key, exc) from None
+
+    # -- for readers that scan Parquet directly --------------------------------
+    def arrow_filesystem(self) -> tuple[Any, str]:
+        """A pyarrow S3FileSystem on the same endpoint, region and credentials, and the root.
+
+        Credentials are resolved once by botocore's chain and handed over in memory,
+        so pyarrow and boto3 always agree on who is reading.
+        """
+        from pyarrow import fs as pafs
+
+        client = self.client
+        if self._session is None:
+            import boto3
+
+            self._session = boto3.session.Session()
+        creds = self._session.get_credentials()
+        kwargs: dict[str, Any] = {"region": client.meta.region_name or "us-east-1"}
+        if creds is not None:
+            frozen = creds.get_frozen_credentials()
+            kwargs.update(access_key=frozen.access_key, secret_key=frozen.secret_key,
+                          session_token=frozen.token)
+        else:
+            kwargs["anonymous"] = True
+        if os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
+            kwargs["endpoint_override"] = client.meta.endpoint_url
+        root = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
+        return pafs.S3FileSystem(**kwargs), root
+
+
+def make_client() -> tuple[Any, Any]:
+    """A boto3 session and its S3 client: standard retry mode, bounded timeouts."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as exc:  # pragma: no cover - boto3 is a dependency
+        raise StorageError("s3:// stores need boto3 (pip install boto3)") from exc
+    custom_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    config = Config(retries={"mode": "standard", "max_attempts": 5},
+                    connect_timeout=10, read_timeout=60,
+                    # S3-compatible servers (MinIO, moto) rarely serve virtual-host names
+                    s3={"addressing_style": "path"} if custom_endpoint else {})
+    try:
+        session = boto3.session.Session()
+        return session, session.client("s3", config=config)
+    except Exception as exc:  # region/profile misconfiguration: name it, no secrets
+        raise StorageError(f"cannot create an S3 client: {type(exc).__name__}: {exc}") from None
