@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +31,12 @@ from pith_pipeline.core.record import (
     source_aliases,
 )
 from pith_pipeline.core.timeutil import iso_micros, iso_seconds
+
+
+@lru_cache(maxsize=64)
+def _stamps(now: datetime) -> tuple[str, str]:
+    """(seconds, microseconds) forms of an instant; a run formats the same few over and over."""
+    return iso_seconds(now), iso_micros(now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +78,7 @@ def build_record_events(identity: Identity, signer: Signer, signer_id: str, now:
                         supersedes: Sequence[str] = (),
                         builder_version: str = BUILDER_VERSION) -> RecordEvents:
     """A new record's `record_created` and `graph_snapshot` events, signed."""
-    created_at = iso_seconds(now)
-    micros = iso_micros(now)
+    created_at, micros = _stamps(now)
     info = SignerInfo.for_signer(signer, signer_id)
     rcpt = receipt(signer=signer, canonical_sha256=identity.canonical_sha256,
                    first_computed_at=micros, last_reissued_at=micros, signed_at=micros,
@@ -87,8 +93,8 @@ def build_record_events(identity: Identity, signer: Signer, signer_id: str, now:
         signer_info=info, created_at=created_at, trusted=True)
     sign_event(created, signer, micros)
     sign_event(snapshot, signer, micros)
-    aliases = source_aliases(identity.record.id, identity.record.version, identity.body,
-                             created_at)
+    src = identity.canonical["source"]  # the record's version, parsed once already
+    aliases = source_aliases(src["id"], src["version"], identity.body, created_at)
     return RecordEvents(identity, [created, snapshot], aliases)
 
 
@@ -122,5 +128,5 @@ def sign_bundle(*, subject: str, canonical: dict[str, Any], canonical_hex: str,
     """`trusted`: the event objects this process just built and signed (see `merge`)."""
     return build_bundle(subject=subject, canonical=canonical, canonical_hex=canonical_hex,
                         events=events, aliases=aliases, public_keys=public_keys, site=site,
-                        built_at=iso_seconds(now), signer=signer, signed_at=iso_micros(now),
+                        built_at=_stamps(now)[0], signer=signer, signed_at=_stamps(now)[1],
                         trusted=trusted)

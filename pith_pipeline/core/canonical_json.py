@@ -28,17 +28,15 @@ _SURROGATE_START = "\ud800"
 def _fast_ok(value: Any, depth: int = 0) -> bool:
     """True when orjson's sorted output is byte-equal to RFC 8785 for `value`.
 
-    Raises CanonicalJSONError for values that have no exact canonical form.
+    Raises CanonicalJSONError for values that have no exact canonical form. The
+    whole value is always walked, so a refusal is never hidden behind a fallback.
+    Strings, the commonest leaves, are checked inline (this runs on every hash).
     """
     if depth > 200:  # orjson refuses deep nesting; the reference handles it
         return False
     t = type(value)
     if t is str or value is None or t is bool:
         return True
-    if t is int:
-        if -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
-            return True
-        raise CanonicalJSONError(f"integer {value} is outside +-2**53 and has no exact JSON form")
     if t is dict:
         ok = True
         for k, v in value.items():
@@ -46,15 +44,19 @@ def _fast_ok(value: Any, depth: int = 0) -> bool:
                 raise CanonicalJSONError(f"object key {k!r} is not a string")
             if not k.isascii() and max(k) >= _SURROGATE_START:
                 ok = False
-            if not _fast_ok(v, depth + 1):
+            if type(v) is not str and not _fast_ok(v, depth + 1):
                 ok = False
         return ok
     if t is list or t is tuple:
         ok = True
         for v in value:
-            if not _fast_ok(v, depth + 1):
+            if type(v) is not str and not _fast_ok(v, depth + 1):
                 ok = False
         return ok
+    if t is int:
+        if -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+            return True
+        raise CanonicalJSONError(f"integer {value} is outside +-2**53 and has no exact JSON form")
     if t is float:
         raise CanonicalJSONError(f"float {value!r} refused: canonical JSON here carries no floats")
     if isinstance(value, bool | int | str | dict | list):

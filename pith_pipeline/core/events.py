@@ -189,6 +189,21 @@ def _section(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "snapshot_sha256": hashlib.sha256(dumps_trusted(body)).hexdigest()}
 
 
+# a fresh paper's empty sections are the same for every paper: hashed once, copied per use
+_EMPTY_SECTIONS = {
+    "claims": _section({"count": 0, "items": []}),
+    "references": _section({"count": 0, "sample": [], "resolved_work": 0, "internal_anchors": 0}),
+    "formal_canon": _section({"evidence_count": 0}),
+    "author_claims": _section({"count": 0, "strong_count": 0}),
+}
+
+
+def _empty_section(name: str) -> dict[str, Any]:
+    """A fresh copy (callers may mutate what they get; the template stays intact)."""
+    return {k: (v.copy() if isinstance(v, list | dict) else v)
+            for k, v in _EMPTY_SECTIONS[name].items()}
+
+
 def graph_snapshot_payload(rec: ArxivRecord, canonical: dict[str, Any],
                            builder_version: str = BUILDER_VERSION) -> dict[str, Any]:
     """The graph snapshot of a freshly ingested paper: paper facts, empty sections."""
@@ -206,7 +221,7 @@ def graph_snapshot_payload(rec: ArxivRecord, canonical: dict[str, Any],
     }
     snapshot = {
         "paper": paper,
-        "claims": _section({"count": 0, "items": []}),
+        "claims": _empty_section("claims"),
         "source": dict(canonical["source"]),
         "verdict": {
             "id": None, "model_set": {}, "created_at": None, "strongest_claim": "",
@@ -221,10 +236,9 @@ def graph_snapshot_payload(rec: ArxivRecord, canonical: dict[str, Any],
             "available": True,
             "detectors_run": [],
         }),
-        "references": _section({"count": 0, "sample": [], "resolved_work": 0,
-                                "internal_anchors": 0}),
-        "formal_canon": _section({"evidence_count": 0}),
-        "author_claims": _section({"count": 0, "strong_count": 0}),
+        "references": _empty_section("references"),
+        "formal_canon": _empty_section("formal_canon"),
+        "author_claims": _empty_section("author_claims"),
         "builder_version": builder_version,
     }
     return {"graph_snapshot": snapshot, "verdict_id": None}

@@ -40,7 +40,12 @@ def canonical_bytes(record: dict[str, Any]) -> bytes:
 
 
 def pith_number_from_digest(digest: bytes, year: int | str) -> str:
-    return f"pith:{int(year):04d}:{b32(digest)[:26]}"
+    return f"pith:{int(year):04d}:{_body(digest)}"
+
+
+def _body(digest: bytes) -> str:
+    """First 26 base32 characters of a digest: 130 bits, so 20 bytes (32 characters) suffice."""
+    return b32(digest[:20])[:26]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +65,7 @@ class PithNumber:
     @classmethod
     def from_canonical(cls, record: dict[str, Any], canonical_sha256: str) -> PithNumber:
         year = int(record["metadata"]["submitted_at"][:4])
-        return cls(year, b32(bytes.fromhex(canonical_sha256))[:26])
+        return cls(year, _body(bytes.fromhex(canonical_sha256)))
 
     def __str__(self) -> str:
         return f"pith:{self.year:04d}:{self.body}"
