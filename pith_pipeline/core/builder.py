@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from pith_pipeline.core.bundle import Site, build_bundle
