@@ -1,0 +1,98 @@
+"""pith_ingest: every day, publish what arXiv changed the day before.
+
+Each run owns one window of OAI datestamps, `[data_interval_start,
+data_interval_end)`: one whole UTC day (a data-interval timetable; a plain cron
+`@daily` would give Airflow 3 runs a zero-length interval). Re-running a window
+gives the same result; `max_active_runs=1` keeps windows publishing in order, so
+a new version always supersedes the one published before it.
+
+    harvest (pool arxiv_oai) -> plan -> build[chunk ...] -> publish -> index -> manifest
+
+Backfill a range with `airflow backfill create --dag-id pith_ingest --from-date ...
+--to-date ...` (one run per day), or use the `pith_backfill` DAG.
+Configuration (environment or Airflow Variables): PITH_STORE, PITH_SIGNER,
+PITH_OAI_URL, PITH_BASE_URL, PITH_REGISTRY_NAME, PITH_SIGNER_ID; PITH_INGEST_START
+(first window, default 2026-01-01).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.sdk import Asset, CronDataIntervalTimetable, dag, task
+
+from pith_pipeline import airflow_tasks as at  # standard library only at import time
+
+INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
+
+
+@dag(
+    dag_id="pith_ingest",
+    schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
+    start_date=datetime.fromisoformat(os.environ.get("PITH_INGEST_START", "2026-01-01"))
+    .replace(tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    default_args=at.default_args(),
+    tags=["pith", "ingest", "arxiv"],
+    doc_md=__doc__,
+)
+def pith_ingest() -> None:
+    @task(pool=at.ARXIV_POOL, pool_slots=1)
+    def harvest(data_interval_start: Any = None, data_interval_end: Any = None) -> dict[str, Any]:
+        """Raw OAI-PMH pages of the window into raw/; returns their keys and a count."""
+        from pith_pipeline import airflow_tasks as t
+
+        window = t.window_from_interval(data_interval_start, data_interval_end)
+        return t.harvest_window(t.load_settings(airflow_variables=True), window)
+
+    @task
+    def plan(harvested: dict[str, Any]) -> list[dict[str, Any]]:
+        """At most MAX_CHUNKS chunks of pages, so the mapped build fits max_map_length."""
+        from pith_pipeline import airflow_tasks as t
+
+        return t.plan_page_chunks(harvested["pages"])
+
+    @task(max_active_tis_per_dagrun=4)
+    def build(chunk: dict[str, Any], harvested: dict[str, Any]) -> dict[str, Any]:
+        """Build and sign one chunk; stage the writes. Returns the staged key and counts."""
+        from pith_pipeline import airflow_tasks as t
+
+        return t.build_chunk(t.load_settings(airflow_variables=True), harvested["run_id"], chunk)
+
+    @task
+    def publish(built: list[dict[str, Any]]) -> dict[str, Any]:
+        """Copy staged objects into place; repeatable after any failure."""
+        from pith_pipeline import airflow_tasks as t
+
+        return t.publish_staged(t.load_settings(airflow_variables=True),
+                                [b["staged"] for b in built])
+
+    @task(outlets=INDEX_ASSETS)
+    def index(harvested: dict[str, Any], built: list[dict[str, Any]],
+              published: dict[str, Any]) -> dict[str, Any]:
+        """Bring the Parquet indexes up to date with the window's records."""
+        from pith_pipeline import airflow_tasks as t
+
+        return t.index_window(t.load_settings(airflow_variables=True), harvested["run_id"],
+                              [b["staged"] for b in built])
+
+    @task
+    def manifest(harvested: dict[str, Any], built: list[dict[str, Any]],
+                 published: dict[str, Any], indexed: dict[str, Any]) -> dict[str, Any]:
+        """runs/<run_id>/manifest.json for the window; then drop the staging objects."""
+        from pith_pipeline import airflow_tasks as t
+
+        return t.finish_window(t.load_settings(airflow_variables=True), harvested,
+                               [b["staged"] for b in built], indexed, published)
+
+    harvested = harvest()
+    built = build.partial(harvested=harvested).expand(chunk=plan(harvested))
+    published = publish(built)
+    indexed = index(harvested, built, published)
+    manifest(harvested, built, published, indexed)
+
+
+pith_ingest()
