@@ -1,0 +1,109 @@
+"""Fixtures for signer tests: a local KMS-protocol endpoint, AWS test credentials, keys."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pith_pipeline.signing import envelope
+from pith_pipeline.signing.kms_local import LocalKey, LocalKmsServer
+from pith_pipeline.signing.local import generate_key
+
+KMS_ALIAS = "alias/pith-signing"
+
+
+def _clean_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_KMS",
+                 "AWS_ENDPOINT_URL_S3", "PITH_SIGNER", "PITH_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing-access-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret-key")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+
+
+@pytest.fixture
+def local_kms(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalKmsServer]:
+    """The local KMS endpoint on 127.0.0.1 with one Ed25519 key behind `alias/pith-signing`.
+
+    AWS_ENDPOINT_URL_KMS points boto3 at it, exactly as an operator would point it
+    at a VPC endpoint; it is stopped when the test ends.
+    """
+    _clean_aws_env(monkeypatch)
+    server = LocalKmsServer()
+    server.state.add_key("1234abcd-12ab-34cd-56ef-1234567890ab", alias=KMS_ALIAS)
+    server.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", server.url)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def kms_key(local_kms: LocalKmsServer) -> LocalKey:
+    return local_kms.state.keys["1234abcd-12ab-34cd-56ef-1234567890ab"]
+
+
+@pytest.fixture
+def kms_env(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """moto's server (the shared one) as the endpoint for KMS and S3; returns its URL."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL_KMS", raising=False)
+    envelope.clear_cache()
+    return s3_env
+
+
+@pytest.fixture
+def wrap_key(kms_env: str) -> str:
+    """A fresh symmetric key on moto's KMS, behind a fresh alias; returns the alias."""
+    import uuid
+
+    import boto3
+
+    kms = boto3.client("kms")
+    key_id = kms.create_key(KeySpec="SYMMETRIC_DEFAULT", KeyUsage="ENCRYPT_DECRYPT")[
+        "KeyMetadata"]["KeyId"]
+    alias = f"alias/pith-wrap-{uuid.uuid4().hex[:8]}"
+    kms.create_alias(AliasName=alias, TargetKeyId=key_id)
+    return alias
+
+
+@pytest.fixture
+def file_key(tmp_path: Path) -> Path:
+    priv, _pub, _doc = generate_key(tmp_path / "keys-old", key_id="pith-old-2026-01")
+    return priv
+
+
+@pytest.fixture
+def file_key2(tmp_path: Path) -> Path:
+    priv, _pub, _doc = generate_key(tmp_path / "keys-new", key_id="pith-new-2026-06")
+    return priv
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+    """Run `pith-pipeline ARGS...` in this process; returns exit code and output."""
+    from pith_pipeline.cli import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        cap = capsys.readouterr()
+        return CliResult(code, cap.out, cap.err)
+
+    return run
+
+
+SAMPLE = Path(__file__).parent.parent / "data" / "arxiv-sample.jsonl"

@@ -1,0 +1,91 @@
+"""`kms-envelope:` end to end against moto's KMS (and S3) server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from conftest import SAMPLE
+
+from pith_pipeline.errors import KeyFileError, SigningError
+from pith_pipeline.signing import envelope
+from pith_pipeline.signing.envelope import create_envelope, open_envelope_signer, write_envelope
+
+
+def test_envelope_create_build_verify(wrap_key: str, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    env_file = tmp_path / "keys" / "pith.envelope.json"
+    r = cli("keys", "envelope-create", "--kms-key", wrap_key, "--out", str(env_file),
+            "--key-id", "pith-env-2026-06")
+    assert r.code == 0, r.err
+    env = json.loads(env_file.read_text())
+    assert env["kind"] == "pith_kms_envelope" and env["key_id"] == "pith-env-2026-06"
+    assert env["encryption_context"] == {"pith_purpose": "pith-ed25519-signing-seed",
+                                         "pith_key_id": "pith-env-2026-06"}
+    # refuses to replace an envelope
+    assert cli("keys", "envelope-create", "--kms-key", wrap_key, "--out", str(env_file)).code != 0
+
+    out = tmp_path / "out"
+    r = cli("build", "--input", str(SAMPLE), "--store", str(out),
+            "--signer", f"kms-envelope:{env_file}")
+    assert r.code == 0, r.err
+    r = cli("verify", str(out), "--pin", env["public_key_fingerprint"], "-q")
+    assert r.code == 0 and "30 verified" in r.out, r.out
+
+
+def test_decrypted_once_per_process(wrap_key: str, tmp_path: Path) -> None:
+    calls: list[str] = []
+    real = boto3.client("kms")
+
+    class Counting:
+        def decrypt(self, **kw: Any) -> Any:
+            calls.append("decrypt")
+            return real.decrypt(**kw)
+
+    path = tmp_path / "e.json"
+    write_envelope(path, create_envelope(wrap_key, client=real))
+    a = open_envelope_signer(str(path), client=Counting())
+    b = open_envelope_signer(str(path), client=Counting())
+    assert a is b and calls == ["decrypt"]
+    envelope.clear_cache()
+    open_envelope_signer(str(path), client=Counting())
+    assert calls == ["decrypt", "decrypt"]
+
+
+def test_relabelled_envelope_does_not_decrypt(wrap_key: str, tmp_path: Path) -> None:
+    env = create_envelope(wrap_key, key_id="pith-env-a")
+    env["key_id"] = "pith-env-b"  # the encryption context no longer matches the ciphertext
+    path = tmp_path / "e.json"
+    write_envelope(path, env)
+    with pytest.raises(SigningError) as info:
+        open_envelope_signer(str(path), cache=False)
+    assert not info.value.transient and "InvalidCiphertextException" in str(info.value)
+
+
+def test_public_key_mismatch_and_malformed_envelopes(wrap_key: str, tmp_path: Path) -> None:
+    env = create_envelope(wrap_key)
+    env["public_key_hex"] = "00" * 32
+    path = tmp_path / "e.json"
+    write_envelope(path, env)
+    with pytest.raises(SigningError, match="does not match its public_key_hex"):
+        open_envelope_signer(str(path), cache=False)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "pith_kms_envelope"}')
+    with pytest.raises(KeyFileError, match="malformed"):
+        open_envelope_signer(str(bad), cache=False)
+    with pytest.raises(KeyFileError, match="does not exist"):
+        open_envelope_signer(str(tmp_path / "missing.json"))
+
+
+def test_envelope_stored_in_s3(wrap_key: str, s3_bucket: str, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    env = create_envelope(wrap_key, key_id="pith-env-s3")
+    boto3.client("s3").put_object(Bucket=s3_bucket, Key="keys/pith.envelope.json",
+                                  Body=json.dumps(env).encode())
+    spec = f"kms-envelope:s3://{s3_bucket}/keys/pith.envelope.json"
+    out = tmp_path / "out"
+    r = cli("build", "--input", str(SAMPLE), "--store", str(out), "--signer", spec)
+    assert r.code == 0, r.err
+    assert json.loads((out / "pith-signing-key.json").read_text())["key_id"] == "pith-env-s3"
+    assert cli("verify", str(out), "-q").code == 0
