@@ -67,6 +67,7 @@ SETTINGS_ENV: dict[str, tuple[str, str | None]] = {
     "base_url": ("PITH_BASE_URL", DEFAULT_BASE_URL),
     "registry_name": ("PITH_REGISTRY_NAME", "Pith Pipeline"),
     "signer_id": ("PITH_SIGNER_ID", "pith-pipeline"),
+    "oai_min_interval": ("PITH_OAI_MIN_INTERVAL", None),
 }
 
 
@@ -80,6 +81,9 @@ class Settings:
     base_url: str = DEFAULT_BASE_URL
     registry_name: str = "Pith Pipeline"
     signer_id: str = "pith-pipeline"
+    #: Seconds between OAI-PMH requests; unset means arXiv's policy (3 s). Lower it
+    #: only for a local mirror or test server.
+    oai_min_interval: str | None = None
 
     def __repr__(self) -> str:  # the signer spec may name a key file or KMS key: keep it out
         return (f"Settings(store={self.store!r}, oai_url={self.oai_url!r}, "
@@ -257,7 +261,12 @@ def harvest_window(settings: Settings, window: Window, *,
 
     store = store or _store(settings)
     oai_window = OAIWindow(from_=window.oai_from, until=window.oai_until)
-    with OAIClient(settings.oai_url) as client:
+    gate = None
+    if settings.oai_min_interval:
+        from pith_pipeline.sources.politeness import Gate, Politeness
+
+        gate = Gate(Politeness(min_interval=float(settings.oai_min_interval)))
+    with OAIClient(settings.oai_url, gate=gate) as client:
         harvester = Harvester(store, client)
         for _page in harvester.harvest(oai_window):
             pass  # stored write-once as they arrive; the build reads them back
