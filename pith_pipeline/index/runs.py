@@ -42,8 +42,8 @@ def write_manifest(store: Store, summary: RunSummary, *,
 
     Lists the window, the counts and every object the run wrote (published files,
     index files and the index manifest) with its sha256. Writing it again for the
-    same run with the same content (bar `finished_at`) is a no-op; a different
-    content is a `WriteConflictError`.
+    same run (same window and counts) keeps the first manifest; a different window
+    or counts under the same run id is a `WriteConflictError`.
     """
     written = dict(summary.written)
     if index is not None:
@@ -67,8 +67,9 @@ def write_manifest(store: Store, summary: RunSummary, *,
     existing = store.get(key)
     if existing is not None:
         old = loads(existing)
-        if isinstance(old, dict) and {**old, "finished_at": None} == {**doc, "finished_at": None}:
-            return key
+        same = ("run_id", "window", "counts", "pith_numbers")
+        if isinstance(old, dict) and all(old.get(k) == doc[k] for k in same):
+            return key  # this run already finished; its first manifest stands
         raise WriteConflictError(f"{store.url}/{key} already records a different run with this "
                                  "run id; run manifests are never overwritten")
     store.put_once(key, data)

@@ -263,7 +263,11 @@ def make_client() -> tuple[Any, Any]:
     except ImportError as exc:  # pragma: no cover - boto3 is a dependency
         raise StorageError("s3:// stores need boto3 (pip install boto3)") from exc
     custom_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    config = Config(retries={"mode": "standard", "max_attempts": 5},
+    try:  # the standard variable, which an explicit retries config would otherwise hide
+        attempts = max(1, int(os.environ.get("AWS_MAX_ATTEMPTS", "5")))
+    except ValueError:
+        attempts = 5
+    config = Config(retries={"mode": "standard", "max_attempts": attempts},
                     connect_timeout=10, read_timeout=60,
                     # S3-compatible servers (MinIO, moto) rarely serve virtual-host names
                     s3={"addressing_style": "path"} if custom_endpoint else {})

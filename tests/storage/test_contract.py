@@ -1,0 +1,84 @@
+"""One contract, two back ends: every test runs on a local directory and on S3 (moto)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pith_pipeline.errors import StorageError, WriteConflictError
+from pith_pipeline.storage.base import Store, open_store
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: object) -> Store:
+    if request.param == "local":
+        return open_store(str(tmp_path))
+    url = request.getfixturevalue("s3_store_url")
+    return open_store(url)
+
+
+def test_is_a_store(store: Store) -> None:
+    assert isinstance(store, Store)
+
+
+def test_missing_object(store: Store) -> None:
+    assert store.get("pith/NOPE/bundle.json") is None
+    assert not store.exists("pith/NOPE/bundle.json")
+    assert store.get_tagged("pith/NOPE/bundle.json") is None
+
+
+def test_put_get_replace(store: Store) -> None:
+    store.put("pith/A/bundle.json", b'{"a":1}')
+    assert store.get("pith/A/bundle.json") == b'{"a":1}'
+    assert store.exists("pith/A/bundle.json")
+    store.put("pith/A/bundle.json", b'{"a":2}')
+    assert store.get("pith/A/bundle.json") == b'{"a":2}'
+
+
+def test_put_once_identical_is_done(store: Store) -> None:
+    assert store.put_once("events/A/1.json", b"one") is True
+    assert store.put_once("events/A/1.json", b"one") is False
+    assert store.get("events/A/1.json") == b"one"
+
+
+def test_put_once_different_bytes_refused(store: Store) -> None:
+    store.put_once("events/A/1.json", b"one")
+    with pytest.raises(WriteConflictError, match=r"events/A/1\.json"):
+        store.put_once("events/A/1.json", b"two")
+    assert store.get("events/A/1.json") == b"one"
+
+
+def test_list_is_sorted_and_scoped(store: Store) -> None:
+    for key in ("events/B/2.json", "events/A/1.json", "events/AB/3.json", "pith/A/bundle.json",
+                "events/A/0.json"):
+        store.put(key, b"x")
+    assert list(store.list("events/A/")) == ["events/A/0.json", "events/A/1.json"]
+    assert list(store.list("events/")) == ["events/A/0.json", "events/A/1.json",
+                                           "events/AB/3.json", "events/B/2.json"]
+    assert list(store.list("nothing/")) == []
+
+
+def test_delete(store: Store) -> None:
+    store.put("index/x.parquet", b"x")
+    store.delete("index/x.parquet")
+    assert store.get("index/x.parquet") is None
+    store.delete("index/x.parquet")  # absent: no error
+
+
+@pytest.mark.parametrize("key", ["", "/abs", "a//b", "a/../b", "./a"])
+def test_bad_keys_refused(store: Store, key: str) -> None:
+    with pytest.raises(StorageError, match="invalid storage key"):
+        store.put(key, b"x")
+
+
+def test_compare_and_swap(store: Store) -> None:
+    key = "index/_manifest.json"
+    assert store.put_if_match(key, b"v1", None) is True
+    assert store.put_if_match(key, b"v1-again", None) is False  # exists now
+    got = store.get_tagged(key)
+    assert got is not None and got[0] == b"v1"
+    tag1 = got[1]
+    assert store.put_if_match(key, b"v2", tag1) is True
+    assert store.put_if_match(key, b"v3", tag1) is False  # stale tag: lost the race
+    assert store.get(key) == b"v2"
+    got2 = store.get_tagged(key)
+    assert got2 is not None and got2[1] != tag1
