@@ -44,14 +44,13 @@ class CertifiedSigner(Signer):
 
     def __init__(self, root: Signer, *, run_id: str | None = None,
                  validity: timedelta | None = None, now: datetime | None = None,
-                 generate: Callable[[], nacl.signing.SigningKey] = nacl.signing.SigningKey.generate
-                 ) -> None:
+                 generate: Callable[[], nacl.signing.SigningKey] | None = None) -> None:
         self.root = root
         now = now or datetime.now(tz=UTC)
         validity = validity or _validity_from_env()
         self.run_id = run_id or os.environ.get(RUN_ID_ENV) or \
             f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
-        sk = generate()
+        sk = (generate or _new_key)()
         public = bytes(sk.verify_key)
         self.key_id = f"pith-eph-{now:%Y%m%d}-{fingerprint_b32(public)[:10].lower()}"
         self._inner = Ed25519Signer(bytes(sk), self.key_id)
@@ -89,6 +88,10 @@ class CertifiedSigner(Signer):
 
     def __reduce__(self) -> Any:
         raise TypeError("signers holding private keys are not pickled")
+
+
+def _new_key() -> nacl.signing.SigningKey:
+    return nacl.signing.SigningKey.generate()
 
 
 def _validity_from_env() -> timedelta:
