@@ -298,7 +298,7 @@ def plan_page_chunks(page_keys: list[str], max_chunks: int = MAX_CHUNKS) -> list
 
 
 def plan_snapshot_chunks(path: str | Path, window: Window, max_chunks: int = MAX_CHUNKS,
-                         min_bytes: int = MIN_SNAPSHOT_CHUNK_BYTES) -> list[dict[str, Any]]:
+                         min_bytes: int | None = None) -> list[dict[str, Any]]:
     """Byte ranges of a snapshot file, each starting on a line (gzip files: one chunk).
 
     Every worker reads only its range, so a multi-GB snapshot is read once in total.
@@ -312,7 +312,9 @@ def plan_snapshot_chunks(path: str | Path, window: Window, max_chunks: int = MAX
         gz = fh.read(2) == b"\x1f\x8b"
     if gz or size == 0:
         return [{**base, "index": 0, "start": 0, "end": None}]
-    step = max(min_bytes, math.ceil(size / max_chunks))
+    if min_bytes is None:
+        min_bytes = int(os.environ.get("PITH_SNAPSHOT_CHUNK_BYTES", MIN_SNAPSHOT_CHUNK_BYTES))
+    step = max(1, min_bytes, math.ceil(size / max_chunks))
     chunks = []
     for i, start in enumerate(range(0, size, step)):
         end = min(size, start + step)

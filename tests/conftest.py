@@ -84,3 +84,112 @@ def s3_bucket(s3_env: str) -> str:
 def s3_store_url(s3_bucket: str) -> str:
     """`s3://<fresh bucket>/store` on the moto server, for `open_store`/`--store`."""
     return f"s3://{s3_bucket}/store"
+
+
+# --- a local OAI-PMH server serving arXiv's recorded arXivRaw records ----------------
+
+OAI_DATA = Path(__file__).parent / "data" / "oai"
+OAI_NS = "http://www.openarchives.org/OAI/2.0/"
+
+
+def recorded_records() -> dict[str, list[bytes]]:
+    """Two consecutive days of real arXivRaw records, keyed by datestamp.
+
+    2024-01-02: the nine records arXiv listed for that day (three recorded pages).
+    2024-01-03: the two records of a later recorded day (a new version of
+    2401.00001, and 1909.11150 again), re-dated so the windows are consecutive.
+    """
+    from lxml import etree
+
+    days: dict[str, list[bytes]] = {}
+    sources = [(f"listrecords-2024-01-01-p{n}.xml", "2024-01-02") for n in (1, 2, 3)]
+    sources.append(("listrecords-2024-01-10-p1.xml", "2024-01-03"))
+    for name, day in sources:
+        root = etree.parse(str(OAI_DATA / name)).getroot()
+        for rec in root.iter(f"{{{OAI_NS}}}record"):
+            rec.find(f"{{{OAI_NS}}}header/{{{OAI_NS}}}datestamp").text = day
+            days.setdefault(day, []).append(etree.tostring(rec))
+    return days
+
+
+class OAIServer:
+    """`ListRecords` with from/until (inclusive days) and resumption tokens, page size 4."""
+
+    PAGE = 4
+
+    def __init__(self, days: dict[str, list[bytes]]) -> None:
+        import threading
+
+        self.days = days
+        self.requests: list[dict[str, str]] = []
+        #: from-date -> event: a ListRecords for that day waits until the event is set
+        self.hold: dict[str, threading.Event] = {}
+        self.arrived: dict[str, threading.Event] = {}
+
+    def listing(self, from_: str, until: str) -> list[bytes]:
+        return [r for day in sorted(self.days) if from_ <= day <= until for r in self.days[day]]
+
+    def respond(self, params: dict[str, str]) -> bytes:
+        from datetime import UTC, datetime
+
+        self.requests.append(params)
+        now = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        head = (f'<?xml version="1.0" encoding="UTF-8"?>\n<OAI-PMH xmlns="{OAI_NS}">'
+                f"<responseDate>{now}</responseDate>"
+                '<request verb="ListRecords">http://127.0.0.1/oai</request>')
+        if params.get("verb") != "ListRecords":
+            return (head + '<error code="badVerb">only ListRecords here</error>'
+                    "</OAI-PMH>").encode()
+        if "resumptionToken" in params:
+            from_, until, offset = params["resumptionToken"].split("|")
+            start = int(offset)
+        else:
+            from_, until, start = params["from"], params["until"], 0
+            if from_ in self.arrived:
+                self.arrived[from_].set()
+            if from_ in self.hold:
+                self.hold[from_].wait(30)
+        records = self.listing(from_, until)
+        if not records:
+            return (head + '<error code="noRecordsMatch">empty list</error></OAI-PMH>').encode()
+        page = records[start:start + self.PAGE]
+        nxt = start + self.PAGE
+        token = (f'<resumptionToken cursor="{start}" completeListSize="{len(records)}">'
+                 f"{from_}|{until}|{nxt}</resumptionToken>" if nxt < len(records) else
+                 f'<resumptionToken cursor="{start}" completeListSize="{len(records)}"/>')
+        return (head.encode() + b"<ListRecords>" + b"".join(page) + token.encode()
+                + b"</ListRecords></OAI-PMH>")
+
+
+@pytest.fixture
+def oai_server() -> Any:
+    """(base URL, server) on 127.0.0.1 and a free port; stopped after the test."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qsl, urlsplit
+
+    oai = OAIServer(recorded_records())
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = oai.respond(dict(parse_qsl(urlsplit(self.path).query)))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/xml; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/oai", oai
+    finally:
+        for event in oai.hold.values():
+            event.set()
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
