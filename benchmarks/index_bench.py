@@ -1,0 +1,160 @@
+"""The `records` index on synthetic rows: bytes per row and DuckDB query times.
+
+Not a test: run it by hand and copy the figures into the README.
+
+    python benchmarks/index_bench.py --rows 1000000
+
+Rows are made column-wise with realistic shapes (submission months 1991-2025,
+growing over time; ~150 categories with arXiv-like weights; real licence URLs;
+titles and author lists of typical length; random SHA-256 hex hashes, which do not
+compress and dominate the size). They are written by the real writer code
+(deduplicated, sorted, one file per month partition, committed through the index
+manifest) into a local store, then queried through the same DuckDB views as
+`pith-pipeline query`:
+
+- pruned:   a month-by-license count for cs.LG in 2019, filtered on the partition
+            column `submitted_month` (12 of ~420 partitions are opened);
+- unpruned: the same question filtered on `submitted_at` instead, which every file
+            must be opened for (row-group statistics still help);
+- full:     count per month and primary category over the whole table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pith_pipeline.index import connect
+from pith_pipeline.index import manifest as mf
+from pith_pipeline.index.schema import RECORDS, SEQ
+from pith_pipeline.index.writer import _split, dedupe_sorted, write_file
+from pith_pipeline.storage.local import LocalStore
+
+ARCHIVES = {"cs": 30, "math": 25, "astro-ph": 10, "cond-mat": 10, "physics": 8, "hep-th": 4,
+            "hep-ph": 4, "quant-ph": 5, "stat": 3, "eess": 3, "gr-qc": 2, "q-bio": 1,
+            "econ": 1, "nucl-th": 1, "hep-ex": 1}
+SUBS = ["LG", "AI", "CV", "CL", "DS", "IT", "CO", "PR", "NT", "AG", "GA", "CO", "SR", "HE",
+        "mtrl-sci", "stat-mech", "str-el", "optics", "flu-dyn", "ML", "TH", "SP", "AS"]
+LICENSES = ["http://arxiv.org/licenses/nonexclusive-distrib/1.0/",
+            "http://creativecommons.org/licenses/by/4.0/",
+            "http://creativecommons.org/licenses/by-nc-sa/4.0/",
+            "http://creativecommons.org/licenses/by-sa/4.0/",
+            "http://creativecommons.org/publicdomain/zero/1.0/", ""]
+WORDS = [
+    "learning", "deep", "neural", "network", "quantum", "field", "theory", "graph", "random",
+    "matrix", "model", "spectral", "analysis", "estimation", "convergence", "stochastic",
+    "gravitational", "lensing", "topological", "phase", "transition", "bayesian", "inference",
+    "sparse", "regression",
+]
+
+
+def synthetic(n: int, seed: int) -> pa.Table:
+    rnd = random.Random(seed)
+    start = datetime(1991, 8, 1, tzinfo=UTC)
+    span = (datetime(2025, 12, 31, tzinfo=UTC) - start).total_seconds()
+    archives, weights = list(ARCHIVES), list(ARCHIVES.values())
+    cols: dict[str, list[object]] = {f.name: [] for f in RECORDS.schema}
+    built = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(n):
+        when = start + timedelta(seconds=span * rnd.random() ** 0.5)  # more papers later
+        arch = rnd.choices(archives, weights)[0]
+        primary = f"{arch}.{rnd.choice(SUBS)}" if arch in ("cs", "math", "stat", "physics",
+                                                          "cond-mat", "astro-ph", "eess",
+                                                          "q-bio", "econ") else arch
+        cross = sorted({f"{rnd.choice(archives)}.{rnd.choice(SUBS)}"
+                        for _ in range(rnd.randint(0, 3))} - {primary})
+        body = rnd.randbytes(16).hex().upper()[:26]
+        pn = f"pith:{when.year}:{body}"
+        arxiv_id = f"{when:%y%m}.{i % 100000:05d}"
+        authors = [f"{rnd.choice('ABCDEFGHJKLM')}. Author{rnd.randint(1, 99999)}"
+                   for _ in range(rnd.randint(1, 8))]
+        row = {
+            "pith_number": pn, "short_pith_number": f"pith:{body[:8]}", "arxiv_id": arxiv_id,
+            "version": rnd.choice((1, 1, 1, 2, 2, 3)),
+            "title": " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(5, 14))).title(),
+            "authors": authors, "authors_text": ", ".join(authors),
+            "primary_cat": primary, "primary_archive": arch, "categories": [primary, *cross],
+            "license": rnd.choice(LICENSES) if when.year >= 2008 else "",
+            "submitted_at": when.replace(microsecond=0),
+            "submitted_month": f"{when:%Y-%m}", "doi": f"10.48550/arxiv.{arxiv_id}",
+            "canonical_sha256": rnd.randbytes(32).hex(),
+            "title_canon_sha256": rnd.randbytes(32).hex(),
+            "abstract_canon_sha256": rnd.randbytes(32).hex(),
+            "created_at": built, "record_created_event_id": "sha256:" + rnd.randbytes(32).hex(),
+            "key_id": "pith-v1-2026-01", "public_key_fingerprint": "8d4b5ee74e4693bcd1df2446408b0d54",
+            "superseded_by": None, "event_count": 2, "bundle_key": f"pith/{body}/bundle.json",
+            "bundle_sha256": rnd.randbytes(32).hex(), "state_sha256": rnd.randbytes(32).hex(),
+            "built_at": built, SEQ: 1,
+        }
+        for k, v in row.items():
+            cols[k].append(v)
+    return pa.table(cols, schema=RECORDS.schema)
+
+
+def timed(con: object, sql: str, repeat: int) -> tuple[float, int]:
+    times, rows = [], 0
+    for _ in range(repeat):
+        t = time.perf_counter()
+        rows = len(con.sql(sql).fetchall())  # type: ignore[attr-defined]
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--dir", type=Path, default=None, help="Store directory (default: a temp dir)")
+    args = ap.parse_args()
+    root = args.dir or Path(tempfile.mkdtemp(prefix="pith-index-bench-"))
+    store = LocalStore(root)
+    t = time.perf_counter()
+    table = synthetic(args.rows, args.seed)
+    print(f"generated {table.num_rows:,} rows in {time.perf_counter() - t:.1f}s")
+    t = time.perf_counter()
+    table = dedupe_sorted(RECORDS, table)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    added = [write_file(store, RECORDS, part, sub, generation=1, now=now, run_id=None,
+                        compacted=True) for part, sub in _split(RECORDS, table).items()]
+    mf.commit(store, mf.Change(added={"records": added}, removed=set(),
+                               retired_at="2026-01-01T00:00:00Z"))
+    size = sum(e["bytes"] for e in added)
+    print(f"wrote {len(added)} partition files in {time.perf_counter() - t:.1f}s: "
+          f"{size / 1e6:.1f} MB, {size / table.num_rows:.1f} bytes per row")
+    hashes = sum(pc.sum(pc.binary_length(table.column(c))).as_py() for c in (
+        "canonical_sha256", "title_canon_sha256", "abstract_canon_sha256", "bundle_sha256",
+        "state_sha256", "record_created_event_id"))
+    print(f"  (random hex hashes alone are {hashes / table.num_rows:.0f} bytes per row "
+          "uncompressed and cannot compress below half that)")
+    con = connect(store)
+    queries = {
+        "pruned (submitted_month filter)":
+            "SELECT submitted_month, license, count(*) FROM records WHERE primary_cat = 'cs.LG'"
+            " AND submitted_month BETWEEN '2019-01' AND '2019-12' GROUP BY ALL",
+        "unpruned (submitted_at filter)":
+            "SELECT submitted_month, license, count(*) FROM records WHERE primary_cat = 'cs.LG'"
+            " AND submitted_at >= TIMESTAMPTZ '2019-01-01 00:00:00+00'"
+            " AND submitted_at < TIMESTAMPTZ '2020-01-01 00:00:00+00' GROUP BY ALL",
+        "full month x category count":
+            "SELECT submitted_month, primary_cat, count(*) FROM records GROUP BY ALL",
+    }
+    answers = {}
+    for name, sql in queries.items():
+        secs, n = timed(con, sql, args.repeat)
+        answers[name] = sorted(con.sql(sql).fetchall())
+        print(f"{name:34} {secs * 1000:8.1f} ms (median of {args.repeat}), {n} groups")
+    assert answers["pruned (submitted_month filter)"] == answers["unpruned (submitted_at filter)"]
+    print(f"store: {root}")
+
+
+if __name__ == "__main__":
+    main()
