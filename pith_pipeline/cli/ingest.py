@@ -1,9 +1,222 @@
-"""Commands for this capability (registered into the main group)."""
+"""`pith-pipeline ingest`: harvest arXiv metadata, build, sign and publish bundles."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
 import click
+from tqdm import tqdm
+
+from pith_pipeline.cli.options import build_config, signer_option, site_options
+from pith_pipeline.core.keys import Signer
+from pith_pipeline.errors import InputError
+from pith_pipeline.ingest import Ingest, IngestReport, split_window
+from pith_pipeline.sources.arxiv_api import API_URL_ENV, DEFAULT_API_URL
+from pith_pipeline.sources.oai import DEFAULT_OAI_URL, OAI_URL_ENV, HarvestedPage, Window
+from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
+from pith_pipeline.storage.base import open_store
+
+DEFAULT_STORE = "./pith-store"
+DEFAULT_KEY_DIR = Path("pith-keys")
 
 
 def register(group: click.Group) -> None:
     """Add this module's commands to the `pith-pipeline` group."""
+    group.add_command(ingest)
+
+
+def _is_arxiv(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host == "arxiv.org" or host.endswith(".arxiv.org")
+
+
+def _default_signer(store: str, base_url: str) -> Signer:
+    """The embedded default: a local key in ./pith-keys, made on first use (local stores only)."""
+    from pith_pipeline.signing.local import PRIVATE_KEY_FILE, generate_key, load_signer
+
+    if store.startswith("s3://"):
+        raise InputError("a store in S3 needs an explicit key: --signer kms:ALIAS or "
+                         "--key PATH (or PITH_SIGNER / PITH_KEY)")
+    path = DEFAULT_KEY_DIR / PRIVATE_KEY_FILE
+    if not path.exists():
+        priv, pub, doc = generate_key(DEFAULT_KEY_DIR, base_url=base_url)
+        click.echo(f"no key given (--key/--signer, PITH_KEY/PITH_SIGNER): generated a local "
+                   f"Ed25519 key {priv} (mode 0600; keep it secret), key id {doc.key_id}, "
+                   f"public key {pub}", err=True)
+    return load_signer(path)
+
+
+def _print_report(report: IngestReport, store_url: str) -> None:
+    click.echo(f"run {report.summary.run_id}: {report.line()}")
+    if report.summary.quarantined:
+        click.echo(f"quarantined records: {store_url}/quarantine/{report.summary.run_id}.jsonl "
+                   "(each line has the reason and the raw input)", err=True)
+    if report.harvest.malformed_keys:
+        click.echo("malformed responses kept: " + ", ".join(report.harvest.malformed_keys),
+                   err=True)
+    if report.harvest.windows_already_complete and not report.summary.fetched:
+        click.echo("every window asked for is already harvested in this store; "
+                   "--refresh harvests again, --replay rebuilds from the stored pages", err=True)
+
+
+@click.command()
+@click.option("--from", "from_", metavar="DATE",
+              help="Window start (YYYY-MM-DD, inclusive). OAI: datestamp = last change; "
+                   "--snapshot: v1 submission date.")
+@click.option("--until", metavar="DATE", help="Window end (YYYY-MM-DD, inclusive).")
+@click.option("--set", "set_spec", metavar="SET",
+              help="OAI set, e.g. cs, math, physics:hep-th.")
+@click.option("--window-days", type=int, default=None, metavar="N",
+              help="Split --from..--until into windows of N days, each checkpointed.")
+@click.option("--ids", metavar="ID,ID,...",
+              help="arXiv ids (with or without version), checked via the search API, "
+                   "fetched with OAI GetRecord.")
+@click.option("--query", metavar="QUERY",
+              help='Search API query, e.g. "cat:cs.LG AND submittedDate:[202401010000 TO '
+                   '202401022359]"; matches are fetched with OAI GetRecord.')
+@click.option("--max-results", type=int, default=1000, show_default=True,
+              help="Cap on --query matches.")
+@click.option("--snapshot", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              metavar="FILE", help="arXiv's bulk metadata snapshot (.json, .jsonl, .json.gz), "
+                                   "streamed.")
+@click.option("--category", "categories", multiple=True, metavar="CAT",
+              help="With --snapshot: keep records in this category or archive (repeatable).")
+@click.option("--replay", is_flag=True,
+              help="Rebuild from raw pages stored by earlier harvests (no network); with "
+                   "--from/--until/--set only that window, with --sample the sample.")
+@click.option("--sample", is_flag=True,
+              help="Harvest the bundled sample of real arXiv metadata (offline).")
+@click.option("--refresh", is_flag=True,
+              help="Harvest a window again even when its checkpoint says it is complete.")
+@click.option("--oai-url", envvar=OAI_URL_ENV, default=DEFAULT_OAI_URL, show_default=True,
+              help=f"OAI-PMH base URL (env {OAI_URL_ENV}).")
+@click.option("--api-url", envvar=API_URL_ENV, default=DEFAULT_API_URL, show_default=True,
+              help=f"arXiv search API URL (env {API_URL_ENV}).")
+@click.option("--min-interval", type=float, default=ARXIV_MIN_INTERVAL, show_default=True,
+              metavar="SECONDS", help="Seconds between requests; arXiv hosts refuse less "
+                                      "than 3.")
+@click.option("--store", envvar="PITH_STORE", default=DEFAULT_STORE, show_default=True,
+              help="Where to publish: a directory or s3://bucket/prefix (env PITH_STORE).")
+@signer_option(required=False)
+@site_options
+def ingest(from_: str | None, until: str | None, set_spec: str | None,
+           window_days: int | None, ids: str | None, query: str | None, max_results: int,
+           snapshot: Path | None, categories: tuple[str, ...], replay: bool, sample: bool,
+           refresh: bool, oai_url: str, api_url: str, min_interval: float, store: str,
+           signer_spec: str | None, base_url: str, registry_name: str,
+           signer_id: str) -> None:
+    """Harvest arXiv metadata, then build, sign and publish one bundle per paper version.
+
+    \b
+    Sources (pick one):
+      --sample                         the bundled sample of real arXiv records (offline)
+      --from DATE --until DATE [--set S]
+                                       OAI-PMH ListRecords in arXivRaw: what changed then
+      --ids 1909.11150,hep-lat/0305021 single papers (search API, then OAI GetRecord)
+      --query "cat:cs.LG AND submittedDate:[202401010000 TO 202401012359]"
+      --snapshot FILE [--category C] [--from D --until D]
+                                       arXiv's bulk snapshot, streamed, filtered by v1 date
+      --replay [--from D --until D]    rebuild from stored raw pages, no network
+    \b
+    Examples:
+      pith-pipeline ingest --sample
+      pith-pipeline ingest --from 2024-01-01 --until 2024-01-01 --store out/ --key k.json
+      pith-pipeline ingest --from 2007-01-01 --until 2007-12-31 --window-days 7 --set cs
+      pith-pipeline ingest --snapshot arxiv-metadata-oai-snapshot.json.gz --category cs.LG
+    \b
+    Requests to arXiv are spaced by at least 3 s, one at a time, with Retry-After and
+    backoff honoured. Every response is stored gzip under raw/ in the store before it is
+    parsed; an interrupted window resumes from raw/.../checkpoint.json. Without --key or
+    --signer a local key is generated in ./pith-keys on first use (local stores only).
+    """
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    window_given = from_ is not None or until is not None or set_spec is not None
+    chosen = [name for name, on in (("--sample", sample), ("--ids", ids is not None),
+                                    ("--query", query is not None),
+                                    ("--snapshot", snapshot is not None)) if on]
+    if window_given and not snapshot and not replay and not sample:
+        chosen.append("--from/--until")
+    if len(chosen) > 1:
+        raise click.UsageError(f"choose one source, not {' and '.join(chosen)}")
+    if replay and (ids or query or snapshot):
+        raise click.UsageError("--replay rebuilds from stored OAI pages; it takes --from/"
+                               "--until/--set or --sample, not --ids/--query/--snapshot")
+    if not chosen and not replay:
+        raise click.UsageError("nothing to ingest: give --sample, --from/--until, --ids, "
+                               "--query, --snapshot or --replay (see --help)")
+    if categories and not snapshot:
+        raise click.UsageError("--category filters --snapshot; for OAI use --set")
+    remote = [u for u, used in ((oai_url, bool(ids or query or (window_given and not snapshot))),
+                                (api_url, bool(ids or query))) if used and not replay]
+    if min_interval < ARXIV_MIN_INTERVAL and any(_is_arxiv(u) for u in remote):
+        raise click.UsageError(f"arXiv asks for at most one request every "
+                               f"{ARXIV_MIN_INTERVAL:g} s; --min-interval {min_interval:g} is "
+                               "allowed only for other servers")
+
+    st = open_store(store)
+    signer = _default_signer(store, base_url) if signer_spec is None else _open(signer_spec)
+    politeness = Politeness(min_interval=min_interval)
+
+    with tqdm(desc="ingest", unit="rec", disable=None) as bar:
+        def on_page(hp: HarvestedPage) -> None:
+            if hp.complete_list_size and bar.total != hp.complete_list_size:
+                bar.total = hp.complete_list_size
+                bar.refresh()
+            bar.set_postfix_str(f"page {hp.number}", refresh=False)
+
+        run = Ingest(st, signer, build_config(base_url, registry_name, signer_id),
+                     progress=bar.update, on_page=on_page)
+        report = _run(run, from_=from_, until=until, set_spec=set_spec,
+                      window_days=window_days, ids=ids, query=query, max_results=max_results,
+                      snapshot=snapshot, categories=categories, replay=replay, sample=sample,
+                      refresh=refresh, oai_url=oai_url, api_url=api_url, politeness=politeness)
+    _print_report(report, st.url)
+    if sample:
+        click.echo(f"published under {st.url}; check them with: pith-pipeline verify {store}")
+
+
+def _open(spec: str) -> Signer:
+    from pith_pipeline.signing.factory import open_signer
+
+    return open_signer(spec)
+
+
+def _run(run: Ingest, *, from_: str | None, until: str | None, set_spec: str | None,
+         window_days: int | None, ids: str | None, query: str | None, max_results: int,
+         snapshot: Path | None, categories: tuple[str, ...], replay: bool, sample: bool,
+         refresh: bool, oai_url: str, api_url: str, politeness: Politeness) -> IngestReport:
+    if sample and replay:
+        from pith_pipeline.sources.sample import SAMPLE_RAW_ROOT
+
+        return run.replay(Window(), raw_root=SAMPLE_RAW_ROOT)
+    if sample:
+        return run.sample()
+    if replay:
+        windows: list[Any] = _windows(from_, until, set_spec, window_days) if (
+            from_ or until or set_spec) else [None]
+        for w in windows:
+            run.replay(w)
+        return run.report
+    if snapshot is not None:
+        return run.snapshot(snapshot, categories=set(categories) or None, from_=from_,
+                            until=until)
+    if ids is not None:
+        return run.lookup(ids=[i for i in ids.split(",") if i.strip()], api_url=api_url,
+                          oai_url=oai_url, politeness=politeness)
+    if query is not None:
+        return run.lookup(query=query, api_url=api_url, oai_url=oai_url,
+                          politeness=politeness, max_results=max_results)
+    return run.windows(_windows(from_, until, set_spec, window_days), oai_url=oai_url,
+                       politeness=politeness, refresh=refresh)
+
+
+def _windows(from_: str | None, until: str | None, set_spec: str | None,
+             window_days: int | None) -> list[Window]:
+    if window_days:
+        if not (from_ and until):
+            raise InputError("--window-days needs both --from and --until")
+        return split_window(from_, until, window_days, set_spec)
+    return [Window(from_, until, set_spec)]

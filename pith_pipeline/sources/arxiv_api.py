@@ -38,14 +38,16 @@ class _GatedSession(requests.Session):
 
     def request(self, method: str | bytes, url: str | bytes,
                 *args: Any, **kwargs: Any) -> requests.Response:
+        verb = method.decode("ascii") if isinstance(method, bytes) else method
+        target = url.decode("utf-8") if isinstance(url, bytes) else url
         kwargs.setdefault("timeout", self.gate.policy.timeout)
         headers = dict(kwargs.pop("headers", None) or {})
         headers["User-Agent"] = self.gate.policy.user_agent  # ours, not the package's
         kwargs["headers"] = headers
         send = super().request
         try:
-            return self.gate.send(lambda: send(method, str(url), *args, **kwargs),
-                                  what=f"arXiv API {url!s}",
+            return self.gate.send(lambda: send(verb, target, *args, **kwargs),
+                                  what=f"arXiv API {target}",
                                   retry_on=(requests.Timeout, requests.ConnectionError))
         except requests.RequestException as exc:
             raise TransientError(f"arXiv API: {type(exc).__name__}: {exc}") from None

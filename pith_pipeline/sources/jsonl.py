@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import orjson
 
@@ -59,24 +59,39 @@ def parse_line(line: bytes, where: str) -> Item:
         return Rejected(where, exc.message, text, exc.record_id, exc.field)
 
 
-def iter_jsonl(path: str | Path, *, categories: set[str] | None = None,
+def iter_jsonl(path: str | Path | IO[bytes], *, categories: set[str] | None = None,
                submitted_from: datetime | None = None,
-               submitted_until: datetime | None = None) -> Iterator[Item]:
+               submitted_until: datetime | None = None,
+               name: str | None = None) -> Iterator[Item]:
     """Records (and rejects) from a JSON-lines file, optionally filtered.
 
-    `categories` keeps records with any listed category (`cs.LG`) or archive
-    (`cs`); the dates filter on the v1 submission time, `until` exclusive.
+    `path` may also be an open binary stream (gzip-compressed or not; e.g. a download
+    in progress), read line by line. `categories` keeps records with any listed
+    category (`cs.LG`) or archive (`cs`); the dates filter on the v1 submission time,
+    `until` exclusive.
     """
-    p = Path(path)
-    with _open(p) as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            item = parse_line(line, f"{p.name}:{n}")
-            if isinstance(item, ArxivRecord) and not _keep(item, categories, submitted_from,
-                                                           submitted_until):
-                continue
-            yield item
+    if isinstance(path, str | Path):
+        p = Path(path)
+        with _open(p) as fh:
+            yield from _iter_lines(fh, name or p.name, categories, submitted_from,
+                                   submitted_until)
+        return
+    raw: Any = path
+    stream: Any = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)
+    lines: Any = gzip.GzipFile(fileobj=stream) if stream.peek(2)[:2] == b"\x1f\x8b" else stream
+    yield from _iter_lines(lines, name or str(getattr(path, "name", "<stream>")), categories,
+                           submitted_from, submitted_until)
+
+
+def _iter_lines(fh: IO[bytes], label: str, categories: set[str] | None,
+                since: datetime | None, until: datetime | None) -> Iterator[Item]:
+    for n, line in enumerate(fh, start=1):
+        if not line.strip():
+            continue
+        item = parse_line(line, f"{label}:{n}")
+        if isinstance(item, ArxivRecord) and not _keep(item, categories, since, until):
+            continue
+        yield item
 
 
 def _keep(rec: ArxivRecord, categories: set[str] | None, since: datetime | None,

@@ -289,8 +289,9 @@ class Harvester:
         client = self._need_client()
         policy = client.gate.policy
         for attempt in range(policy.max_retries + 1):
+            sent = client.gate.requests
             response = client.request(params)
-            self.stats.requests += 1
+            self.stats.requests += client.gate.requests - sent  # retries included
             body = response.content
             try:
                 page = parse_page(body, where)

@@ -194,5 +194,7 @@ def _header(response: Any, name: str) -> str | None:
     headers = getattr(response, "headers", None)
     if headers is None:
         return None
-    value = headers.get(name)
+    value = headers.get(name)  # httpx and requests headers ignore case; a plain dict not
+    if value is None:
+        value = next((v for k, v in headers.items() if k.lower() == name), None)
     return value if isinstance(value, str) else None
