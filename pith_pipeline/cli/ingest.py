@@ -156,8 +156,8 @@ def ingest(from_: str | None, until: str | None, set_spec: str | None,
                                f"{ARXIV_MIN_INTERVAL:g} s; --min-interval {min_interval:g} is "
                                "allowed only for other servers")
 
-    st = open_store(store)
     signer = _default_signer(store, base_url) if signer_spec is None else _open(signer_spec)
+    st = open_store(store)
     politeness = Politeness(min_interval=min_interval)
 
     with tqdm(desc="ingest", unit="rec", disable=None) as bar:
