@@ -19,7 +19,7 @@ import arxiv
 import requests
 
 from pith_pipeline.core.model import is_arxiv_id
-from pith_pipeline.errors import InputError, TransientError
+from pith_pipeline.errors import InputError, TerminalError, TransientError
 from pith_pipeline.sources.politeness import Gate
 
 DEFAULT_API_URL = "https://export.arxiv.org/api/query"
@@ -41,16 +41,22 @@ class _GatedSession(requests.Session):
         verb = method.decode("ascii") if isinstance(method, bytes) else method
         target = url.decode("utf-8") if isinstance(url, bytes) else url
         kwargs.setdefault("timeout", self.gate.policy.timeout)
+        kwargs["allow_redirects"] = False  # a followed redirect would be an unspaced request
         headers = dict(kwargs.pop("headers", None) or {})
         headers["User-Agent"] = self.gate.policy.user_agent  # ours, not the package's
         kwargs["headers"] = headers
         send = super().request
         try:
-            return self.gate.send(lambda: send(verb, target, *args, **kwargs),
-                                  what=f"arXiv API {target}",
-                                  retry_on=(requests.Timeout, requests.ConnectionError))
+            response = self.gate.send(lambda: send(verb, target, *args, **kwargs),
+                                      what=f"arXiv API {target}",
+                                      retry_on=(requests.Timeout, requests.ConnectionError))
         except requests.RequestException as exc:
             raise TransientError(f"arXiv API: {type(exc).__name__}: {exc}") from None
+        if response.is_redirect:
+            raise TerminalError(f"arXiv API {target}: redirected to "
+                                f"{response.headers.get('location')}; set --api-url (or "
+                                f"{API_URL_ENV}) to that address")
+        return response
 
 
 def normalise_id(text: str) -> str:

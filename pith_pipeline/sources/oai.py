@@ -182,7 +182,7 @@ class HarvestStats:
 
 
 class _OneConnectionScythe(Scythe):
-    """scythe's client, limited to one connection, following redirects, optional transport."""
+    """scythe's client, limited to one connection, with an optional transport."""
 
     def __init__(self, endpoint: str, policy: Politeness,
                  transport: httpx2.BaseTransport | None = None) -> None:
@@ -198,7 +198,7 @@ class _OneConnectionScythe(Scythe):
                          "User-Agent": self.http_config.user_agent},
                 timeout=self.http_config.timeout,
                 limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1),
-                follow_redirects=True,
+                follow_redirects=False,  # see OAIClient.request
                 transport=self._transport,
             )
         return self._client
@@ -226,11 +226,16 @@ class OAIClient:
         what = f"OAI-PMH {params.get('verb')} at {self.base_url}"
         client = self._scythe.client
         try:
-            return self.gate.send(lambda: client.get(self.base_url, params=params), what=what,
-                                  retry_on=(httpx2.TimeoutException, httpx2.NetworkError,
-                                            httpx2.RemoteProtocolError))
+            response = self.gate.send(lambda: client.get(self.base_url, params=params),
+                                      what=what, retry_on=(httpx2.TimeoutException,
+                                                           httpx2.NetworkError,
+                                                           httpx2.RemoteProtocolError))
         except httpx2.HTTPError as exc:
             raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from None
+        if response.is_redirect:  # following it would be a second, unspaced request
+            raise TerminalError(f"{what}: redirected to {response.headers.get('location')}; "
+                                f"set --oai-url (or {OAI_URL_ENV}) to that address")
+        return response
 
 
 class _TokenRefused(Exception):

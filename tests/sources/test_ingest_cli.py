@@ -120,6 +120,7 @@ def test_window_days_split_a_backfill(tmp_path: Path, server: FakeArxiv, key: Pa
                             "--window-days", "2", "--store", str(store), "--key", str(key),
                             "--min-interval", "0.05")
     assert code == 0, err
+    assert "fetched 0" in out and "2 pages" in out  # both windows answer noRecordsMatch
     windows = sorted(p.name for p in (store / "raw/oai/arXivRaw").iterdir())
     assert windows == ["2024-01-08_2024-01-09", "2024-01-10_2024-01-11"]
     assert [(r.params.get("from"), r.params.get("until")) for r in server.log] == [
@@ -174,3 +175,16 @@ def test_normalise_id_refuses_junk() -> None:
 
     with pytest.raises(InputError, match="not an arXiv identifier"):
         normalise_id("../../etc/passwd")
+
+
+def test_api_requests_honour_retry_after_through_the_gate(tmp_path: Path, server: FakeArxiv,
+                                                          key: Path) -> None:
+    from oai_server import retry_after_seconds
+
+    server.fail("api", retry_after_seconds(1))
+    code, out, err = invoke(server, "--ids", "hep-th/9901001", "--store", str(tmp_path / "s"),
+                            "--key", str(key), "--min-interval", str(INTERVAL))
+    assert code == 0, err
+    assert "built 1" in out
+    api = server.requests_for("api")
+    assert len(api) == 2 and api[1].at - api[0].at >= 1.0

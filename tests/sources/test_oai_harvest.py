@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 from oai_server import (
     DROP,
+    FIRST,
     FakeArxiv,
+    Fault,
     data,
     refused_token,
     retry_after_date,
@@ -31,7 +33,7 @@ from oai_server import (
 )
 
 from pith_pipeline.core.keys import Signer
-from pith_pipeline.errors import TransientError, WriteConflictError
+from pith_pipeline.errors import TerminalError, TransientError, WriteConflictError
 from pith_pipeline.ingest import Ingest
 from pith_pipeline.signing.local import generate_key, load_signer
 from pith_pipeline.sources.oai import Harvester, OAIClient, Window
@@ -338,3 +340,23 @@ def test_politeness_limit_holds_at_the_server_across_windows(tmp_path: Path, sig
     times = [x.at for x in server.log]
     assert len(times) == 4
     assert min(b - a for a, b in pairwise(times)) >= INTERVAL
+
+
+def test_redirects_are_not_followed_silently(tmp_path: Path, signer: Signer,
+                                             server: FakeArxiv) -> None:
+    server.fail(FIRST, Fault(301, (("Location", "https://oaipmh.example/oai"),)))
+    with pytest.raises(TerminalError, match=r"redirected to https://oaipmh\.example/oai"):
+        harvest(LocalStore(tmp_path / "s"), signer, server)
+    assert len(server.log) == 1
+
+
+def test_other_oai_errors_stop_the_window_and_are_kept(tmp_path: Path, signer: Signer,
+                                                       server: FakeArxiv) -> None:
+    body = data("error-badResumptionToken.xml").replace(
+        b'code="badResumptionToken"', b'code="noSetHierarchy"')
+    server.fail(FIRST, Fault(200, (), body))
+    store = LocalStore(tmp_path / "s")
+    with pytest.raises(TerminalError, match="noSetHierarchy"):
+        harvest(store, signer, server)
+    assert raw_keys(store) == [
+        "raw/oai/arXivRaw/2024-01-01_2024-01-03/attempt-001/page-00001.error-01.xml.gz"]
