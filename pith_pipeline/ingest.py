@@ -142,6 +142,17 @@ class Ingest:
                 self._consume(h.harvest(w, refresh=refresh))
         return self.report
 
+    def incremental(self, *, today: date | None = None, set_spec: str | None = None,
+                    **kw: Any) -> IngestReport:
+        """From the last complete window's `until` (that day again: datestamps are days,
+        and it may have been harvested before it ended) to today, UTC."""
+        last = self._harvester(None).last_harvested_until(set_spec)
+        if last is None:
+            raise InputError("--incremental needs an earlier complete window in "
+                             f"{self.store.url}; give --from for the first harvest")
+        end = (today or datetime.now(tz=UTC).date()).isoformat()
+        return self.windows([Window(min(last, end), end, set_spec)], refresh=True, **kw)
+
     def records(self, ids: Sequence[str], *, oai_url: str = DEFAULT_OAI_URL,
                 gate: Gate | None = None, transport: Any = None) -> IngestReport:
         """Fetch the full `arXivRaw` record of each id (`GetRecord`) and publish it."""

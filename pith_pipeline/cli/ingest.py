@@ -89,6 +89,9 @@ def _print_report(report: IngestReport, store_url: str) -> None:
                    "--from/--until/--set only that window, with --sample the sample.")
 @click.option("--sample", is_flag=True,
               help="Harvest the bundled sample of real arXiv metadata (offline).")
+@click.option("--incremental", is_flag=True,
+              help="OAI window from the last complete window's --until (that day again) to "
+                   "today; for daily runs.")
 @click.option("--refresh", is_flag=True,
               help="Harvest a window again even when its checkpoint says it is complete.")
 @click.option("--oai-url", envvar=OAI_URL_ENV, default=DEFAULT_OAI_URL, show_default=True,
@@ -105,7 +108,8 @@ def _print_report(report: IngestReport, store_url: str) -> None:
 def ingest(from_: str | None, until: str | None, set_spec: str | None,
            window_days: int | None, ids: str | None, query: str | None, max_results: int,
            snapshot: Path | None, categories: tuple[str, ...], replay: bool, sample: bool,
-           refresh: bool, oai_url: str, api_url: str, min_interval: float, store: str,
+           incremental: bool, refresh: bool, oai_url: str, api_url: str,
+           min_interval: float, store: str,
            signer_spec: str | None, base_url: str, registry_name: str,
            signer_id: str) -> None:
     """Harvest arXiv metadata, then build, sign and publish one bundle per paper version.
@@ -119,6 +123,7 @@ def ingest(from_: str | None, until: str | None, set_spec: str | None,
       --query "cat:cs.LG AND submittedDate:[202401010000 TO 202401012359]"
       --snapshot FILE [--category C] [--from D --until D]
                                        arXiv's bulk snapshot, streamed, filtered by v1 date
+      --incremental [--set S]          from the last harvested day to today (daily runs)
       --replay [--from D --until D]    rebuild from stored raw pages, no network
     \b
     Examples:
@@ -136,8 +141,11 @@ def ingest(from_: str | None, until: str | None, set_spec: str | None,
     window_given = from_ is not None or until is not None or set_spec is not None
     chosen = [name for name, on in (("--sample", sample), ("--ids", ids is not None),
                                     ("--query", query is not None),
-                                    ("--snapshot", snapshot is not None)) if on]
-    if window_given and not snapshot and not replay and not sample:
+                                    ("--snapshot", snapshot is not None),
+                                    ("--incremental", incremental)) if on]
+    if incremental and (from_ or until):
+        raise click.UsageError("--incremental chooses --from/--until itself")
+    if window_given and not snapshot and not replay and not sample and not incremental:
         chosen.append("--from/--until")
     if len(chosen) > 1:
         raise click.UsageError(f"choose one source, not {' and '.join(chosen)}")
@@ -145,11 +153,13 @@ def ingest(from_: str | None, until: str | None, set_spec: str | None,
         raise click.UsageError("--replay rebuilds from stored OAI pages; it takes --from/"
                                "--until/--set or --sample, not --ids/--query/--snapshot")
     if not chosen and not replay:
-        raise click.UsageError("nothing to ingest: give --sample, --from/--until, --ids, "
-                               "--query, --snapshot or --replay (see --help)")
+        raise click.UsageError("nothing to ingest: give --sample, --from/--until, "
+                               "--incremental, --ids, --query, --snapshot or --replay "
+                               "(see --help)")
     if categories and not snapshot:
         raise click.UsageError("--category filters --snapshot; for OAI use --set")
-    remote = [u for u, used in ((oai_url, bool(ids or query or (window_given and not snapshot))),
+    remote = [u for u, used in ((oai_url, bool(ids or query or incremental
+                                                or (window_given and not snapshot))),
                                 (api_url, bool(ids or query))) if used and not replay]
     if min_interval < ARXIV_MIN_INTERVAL and any(_is_arxiv(u) for u in remote):
         raise click.UsageError(f"arXiv asks for at most one request every "
@@ -172,7 +182,8 @@ def ingest(from_: str | None, until: str | None, set_spec: str | None,
         report = _run(run, from_=from_, until=until, set_spec=set_spec,
                       window_days=window_days, ids=ids, query=query, max_results=max_results,
                       snapshot=snapshot, categories=categories, replay=replay, sample=sample,
-                      refresh=refresh, oai_url=oai_url, api_url=api_url, politeness=politeness)
+                      incremental=incremental, refresh=refresh, oai_url=oai_url,
+                      api_url=api_url, politeness=politeness)
     _print_report(report, st.url)
     if sample:
         click.echo(f"published under {st.url}; check them with: pith-pipeline verify {store}")
@@ -187,7 +198,8 @@ def _open(spec: str) -> Signer:
 def _run(run: Ingest, *, from_: str | None, until: str | None, set_spec: str | None,
          window_days: int | None, ids: str | None, query: str | None, max_results: int,
          snapshot: Path | None, categories: tuple[str, ...], replay: bool, sample: bool,
-         refresh: bool, oai_url: str, api_url: str, politeness: Politeness) -> IngestReport:
+         incremental: bool, refresh: bool, oai_url: str, api_url: str,
+         politeness: Politeness) -> IngestReport:
     if sample and replay:
         from pith_pipeline.sources.sample import SAMPLE_RAW_ROOT
 
@@ -203,6 +215,8 @@ def _run(run: Ingest, *, from_: str | None, until: str | None, set_spec: str | N
     if snapshot is not None:
         return run.snapshot(snapshot, categories=set(categories) or None, from_=from_,
                             until=until)
+    if incremental:
+        return run.incremental(set_spec=set_spec, oai_url=oai_url, politeness=politeness)
     if ids is not None:
         return run.lookup(ids=[i for i in ids.split(",") if i.strip()], api_url=api_url,
                           oai_url=oai_url, politeness=politeness)

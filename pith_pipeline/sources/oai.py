@@ -415,6 +415,22 @@ class Harvester:
             _explain_getrecord_error(page, arxiv_id, body)
             yield HarvestedPage(key, page, n)
 
+    def last_harvested_until(self, set_spec: str | None = None) -> str | None:
+        """The latest `until` of a complete window (same set) in the store, if any."""
+        best: str | None = None
+        for key in self.store.list(f"{self.raw_root}/{self.prefix}/"):
+            if not key.endswith("/checkpoint.json"):
+                continue
+            raw = self.store.get(key)
+            try:
+                obj = loads(raw) if raw else {}
+                w = obj["window"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if obj.get("complete") and w.get("set") == set_spec and w.get("until"):
+                best = max(best or "", str(w["until"]))
+        return best
+
     # -- replay --------------------------------------------------------------
     def stored_pages(self, window: Window | None = None) -> list[str]:
         """Keys of stored pages in replay order: attempt, then page number."""

@@ -188,3 +188,25 @@ def test_api_requests_honour_retry_after_through_the_gate(tmp_path: Path, server
     assert "built 1" in out
     api = server.requests_for("api")
     assert len(api) == 2 and api[1].at - api[0].at >= 1.0
+
+
+def test_incremental_continues_from_the_last_complete_window(tmp_path: Path, server: FakeArxiv,
+                                                             key: Path) -> None:
+    from datetime import date
+
+    from pith_pipeline.sources.politeness import Politeness
+
+    store = LocalStore(tmp_path / "s")
+    run = Ingest(store, load_signer(key))
+    fast = Politeness(min_interval=0.05)
+    with pytest.raises(Exception, match="needs an earlier complete window"):
+        run.incremental(today=date(2024, 1, 10), oai_url=server.oai_url, politeness=fast)
+    from pith_pipeline.sources.oai import Window
+
+    run.windows([Window("2024-01-01", "2024-01-03")], oai_url=server.oai_url, politeness=fast)
+    run.incremental(today=date(2024, 1, 10), oai_url=server.oai_url, politeness=fast)
+    assert (server.log[-1].params["from"], server.log[-1].params["until"]) == (
+        "2024-01-03", "2024-01-10")
+    code, _out, err = invoke(server, "--incremental", "--from", "2024-01-01",
+                             "--store", str(tmp_path / "s"), "--key", str(key))
+    assert code == 2 and "chooses --from/--until itself" in err
