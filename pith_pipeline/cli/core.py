@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +16,7 @@ from pith_pipeline.cli.options import build_config, signer_option, site_options
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import PublicKey
 from pith_pipeline.core.merge import merge
+from pith_pipeline.core.timeutil import system_clock
 from pith_pipeline.core.verify import FAIL, Report, verify_bundle
 from pith_pipeline.pipeline import Publisher, RunSummary
 from pith_pipeline.signing.factory import open_signer
@@ -77,10 +80,17 @@ def build(input_path: Path, store: str, key_path: str, base_url: str, registry_n
     """
     signer = open_signer(key_path)
     st = open_store(store)
-    pub = Publisher(st, signer, build_config(base_url, registry_name, signer_id))
+    from pith_pipeline.index import finish_run, reproducible_run_id  # pyarrow: only here
+
+    run_id = None
+    if os.environ.get("SOURCE_DATE_EPOCH"):  # reproducible: same input, same run id
+        with input_path.open("rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").digest()
+        run_id = reproducible_run_id(st, system_clock, digest)
+    pub = Publisher(st, signer, build_config(base_url, registry_name, signer_id),
+                    run_id=run_id)
     with tqdm(desc="build", unit="rec", disable=None) as bar:
         summary = pub.publish(iter_jsonl(input_path), progress=bar.update)
-    from pith_pipeline.index import finish_run  # pyarrow only once there is work to index
 
     with tqdm(desc="index", unit="rec", disable=None) as bar:
         manifest_key = finish_run(st, summary, {"input": input_path.name},

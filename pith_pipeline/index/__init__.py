@@ -15,7 +15,13 @@ deduplication runs.
 
 from pith_pipeline.index.manifest import MANIFEST_KEY
 from pith_pipeline.index.query import connect, format_table, run_query
-from pith_pipeline.index.runs import finish_run, run_manifest_key, touched_subjects, write_manifest
+from pith_pipeline.index.runs import (
+    finish_run,
+    reproducible_run_id,
+    run_manifest_key,
+    touched_subjects,
+    write_manifest,
+)
 from pith_pipeline.index.status import format_status, status
 from pith_pipeline.index.writer import (
     IndexUpdate,
@@ -35,6 +41,7 @@ __all__ = [
     "format_status",
     "format_table",
     "reindex",
+    "reproducible_run_id",
     "run_manifest_key",
     "run_query",
     "status",

@@ -25,6 +25,19 @@ def run_manifest_key(run_id: str) -> str:
     return f"runs/{run_id}/manifest.json"
 
 
+def reproducible_run_id(store: Store, clock: Clock, *inputs: bytes) -> str:
+    """A run id that two identical builds share (for `SOURCE_DATE_EPOCH` builds).
+
+    Made from the clock, the inputs and how many runs the store has finished, so a
+    re-run into the same store still gets a new id (run manifests are write-once).
+    """
+    import hashlib
+
+    done = sum(1 for k in store.list("runs/") if k.endswith("/manifest.json"))
+    digest = hashlib.sha256(b"\0".join([*inputs, str(done).encode()])).hexdigest()
+    return f"{clock():%Y%m%dT%H%M%SZ}-{digest[:6]}"
+
+
 def touched_subjects(summary: RunSummary) -> list[str]:
     """Every record ID whose bundle this run wrote or found already published."""
     subjects = {s.rsplit(":", 1)[-1] for s in (*summary.seen, *summary.pith_numbers)}

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-import secrets
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -149,11 +148,13 @@ def write_file(store: Store, spec: TableSpec, partition: str, table: pa.Table, *
                    compression="zstd", row_group_size=spec.row_group_size,
                    write_statistics=True)
     data = buf.getvalue()
+    sha = hashlib.sha256(data).hexdigest()
+    # named by content: unique, and identical builds give identical trees
     path = (f"index/{spec.name}/{spec.partition}={partition}/"
-            f"part-g{generation:08d}-{_stamp(now)}-{secrets.token_hex(4)}.parquet")
+            f"part-g{generation:08d}-{_stamp(now)}-{sha[:16]}.parquet")
     store.put(path, data, content_type="application/vnd.apache.parquet")
     return {"path": path, "partition": partition, "rows": table.num_rows, "bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(), "generation": generation,
+            "sha256": sha, "generation": generation,
             "run_id": run_id, "compacted": compacted, "created_at": iso_seconds(now)}
 
 
