@@ -24,11 +24,11 @@ from pith_pipeline.core.builder import (
 from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, Site, bundle_paths
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.events import BUILDER_VERSION
-from pith_pipeline.core.keys import PublicKey, Signer
+from pith_pipeline.core.keys import PublicKey, Signer, verify_signature
 from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.core.record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros, system_clock
-from pith_pipeline.errors import InputError
+from pith_pipeline.errors import InputError, SigningError
 from pith_pipeline.sources.jsonl import Item, Rejected
 from pith_pipeline.storage.base import Store
 
@@ -99,6 +99,7 @@ class Publisher:
         self.summary = RunSummary(run_id or new_run_id(clock()))
         self.quarantine: list[dict[str, Any]] = []
         self.keys = self._load_keys()
+        self._signer_checked = False
 
     # -- keys ---------------------------------------------------------------
     def _load_keys(self) -> dict[str, PublicKey]:
@@ -214,7 +215,9 @@ class Publisher:
                                     builder_version=self.config.builder_version)
         for ev in built.events:
             self._put_once(event_key(ident.body, ev["content_sha256"]), dumps_compact(ev))
-        self.write_bundle(ident.subject, existing + built.events, built.aliases)
+        self._check_signer(built.events[0])
+        self.write_bundle(ident.subject, existing + built.events, built.aliases,
+                          trusted=built.events)
         if previous:
             old = PithNumber.parse(previous["pith_number"])
             corr = correction_event(old_subject=str(old), new_subject=ident.subject,
@@ -253,9 +256,25 @@ class Publisher:
         pointer["latest"] = pointer["records"][-1]["pith_number"]
         self._put(pointer_key(ident.record.id), dumps_pretty(pointer) + b"\n")
 
+    def _check_signer(self, event: dict[str, Any]) -> None:
+        """Verify the run's first fresh signature once: later ones are trusted (see `merge`)."""
+        if self._signer_checked:
+            return
+        sig = event["signature"]
+        if not verify_signature(self.signer.public_key, event["content_sha256"],
+                                sig["signature_b64"]):
+            raise SigningError(f"signer {self.signer.key_id!r} made a signature that does not "
+                               "verify with its own public key; nothing was published")
+        self._signer_checked = True
+
     def write_bundle(self, subject: str, events: list[dict[str, Any]],
-                     aliases: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """(Re)build a subject's bundle and state from its events."""
+                     aliases: list[dict[str, Any]] | None = None, *,
+                     trusted: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """(Re)build a subject's bundle and state from its events.
+
+        `trusted`: event objects this run just built and signed; merging skips
+        re-hashing and re-verifying them (the bytes written are the same).
+        """
         pn = PithNumber.parse(subject)
         events = _dedupe_sorted(events)
         creations = [e for e in events if e.get("event_type") == "record_created"]
@@ -277,7 +296,7 @@ class Publisher:
         bundle = sign_bundle(subject=subject, canonical=payload["canonical_record"],
                              canonical_hex=payload["canonical_sha256"], events=events,
                              aliases=aliases, public_keys=keys, site=self.site,
-                             signer=self.signer, now=self.clock())
+                             signer=self.signer, now=self.clock(), trusted=trusted or ())
         bkey, skey, wkey = bundle_paths(pn.body)
         data = dumps_compact(bundle)
         self._put(bkey, data)

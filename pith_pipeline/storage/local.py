@@ -77,7 +77,11 @@ class LocalStore:
     def list(self, prefix: str) -> Iterator[str]:
         base = self.root
         start = base / prefix if prefix else base
-        # walk only below the deepest directory named by the prefix
+        # walk only below the deepest directory named by the prefix; a prefix ending
+        # in "/" names a directory, and when that is absent nothing can match (walking
+        # its parent instead made every per-record `events/<ID>/` listing O(store))
+        if prefix.endswith("/") and not start.is_dir():
+            return iter(())
         walk_root = start if start.is_dir() else start.parent
         if not walk_root.is_dir():
             return iter(())

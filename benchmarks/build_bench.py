@@ -1,0 +1,343 @@
+"""Build-path benchmark: the project's path, a straightforward reference, the crypto floor.
+
+`build` mode measures, in one process pinned to one core, on the same generated
+records and the same Ed25519 signer:
+
+  (a) the project's build path: `Publisher.publish_record` (canonical record, receipt,
+      two signed events, merged state, signed bundle, all serialised) into a store
+      that keeps nothing but a digest of every object written;
+  (b) the reference path: the same code with `rfc8785.dumps` for every hash,
+      `json.dumps` for every output, no fast paths and full re-verification;
+  (c) the cryptographic floor: only the four signatures and the SHA-256 hashes of
+      the same byte strings, nothing else.
+
+Rounds are interleaved (a, b, c, a, b, c, ...) so drift in machine speed hits all
+three alike; the best round of each is reported, with ratios a/b and a/c, peak RSS,
+and whether (a) and (b) wrote byte-identical objects (they must).
+
+`ingest` mode runs the real command, `pith-pipeline ingest --snapshot FILE`, into a
+fresh local store for each N given, and reports time per paper and peak RSS of the
+child process, so growth with N shows.
+
+    python benchmarks/build_bench.py build --n 20000
+    python benchmarks/build_bench.py ingest --n 100000 --n 1000000 --workdir /tmp/pith-bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import rfc8785
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gen_records import generate
+
+from pith_pipeline import pipeline as pipeline_mod
+from pith_pipeline.core import bundle as bundle_mod
+from pith_pipeline.core import events as events_mod
+from pith_pipeline.core import merge as merge_mod
+from pith_pipeline.core import record as record_mod
+from pith_pipeline.core.keys import Ed25519Signer, Signer
+from pith_pipeline.core.model import ArxivRecord
+from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.sources.jsonl import parse_line
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+SEED = bytes(range(32))
+POOL = 2000  # distinct floor inputs kept in memory (hash cost depends on length only)
+
+
+# -- a store that keeps only a digest of what was written -----------------------
+class DigestStore:
+    """A `Store` that forgets every object but folds its key and bytes into one digest.
+
+    Reads return nothing, as from a fresh store, so every record takes the full
+    build path; the digest shows whether two paths wrote identical objects.
+    """
+
+    url = "memory://digest"
+
+    def __init__(self, digest: bool = True) -> None:
+        self.h = hashlib.sha256()
+        self.digest = digest  # off in timed runs: the digest is the benchmark's work
+        self.objects = 0
+        self.bytes = 0
+
+    def _take(self, key: str, data: bytes) -> None:
+        if self.digest:
+            self.h.update(key.encode() + b"\0" + len(data).to_bytes(8, "big") + data)
+        self.objects += 1
+        self.bytes += len(data)
+
+    def get(self, key: str) -> bytes | None:
+        return None
+
+    def exists(self, key: str) -> bool:
+        return False
+
+    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
+        self._take(key, data)
+
+    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
+        self._take(key, data)
+        return True
+
+    def list(self, prefix: str) -> Iterator[str]:
+        return iter(())
+
+    def delete(self, key: str) -> None:
+        pass
+
+
+# -- the reference path: same code, reference serialisation everywhere ------------
+def _ref_h(value: Any) -> str:
+    return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+
+
+def _ref_compact(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _ref_pretty(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, indent=2).encode("utf-8")
+
+
+def _ref_merge(*args: Any, trusted: Any = (), **kw: Any) -> dict[str, Any]:
+    return _ORIGINAL_MERGE(*args, **kw)  # every event re-hashed and re-verified
+
+
+_ORIGINAL_MERGE = merge_mod.merge
+
+
+@contextlib.contextmanager
+def reference_path() -> Iterator[None]:
+    """Swap every fast path for the straightforward one (rfc8785, json, no trust)."""
+    patches: list[tuple[Any, str, Any]] = [
+        (record_mod, "dumps_trusted", rfc8785.dumps),
+        (events_mod, "H", _ref_h),
+        (events_mod, "dumps_trusted", rfc8785.dumps),
+        (merge_mod, "H", _ref_h),
+        (merge_mod, "dumps", rfc8785.dumps),
+        (merge_mod, "dumps_trusted", rfc8785.dumps),
+        (merge_mod, "fast_safe", lambda v: False),
+        (bundle_mod, "dumps", rfc8785.dumps),
+        (bundle_mod, "dumps_trusted", rfc8785.dumps),
+        (bundle_mod, "fast_safe", lambda v: False),
+        (bundle_mod, "merge", _ref_merge),
+        (pipeline_mod, "dumps_compact", _ref_compact),
+        (pipeline_mod, "dumps_pretty", _ref_pretty),
+    ]
+    saved = [(m, name, getattr(m, name)) for m, name, _ in patches]
+    try:
+        for m, name, value in patches:
+            setattr(m, name, value)
+        # the empty sections were hashed at import with the fast path: redo them
+        events_mod._EMPTY_SECTIONS = {
+            k: events_mod._section({kk: vv for kk, vv in v.items() if kk != "snapshot_sha256"})
+            for k, v in events_mod._EMPTY_SECTIONS.items()}
+        yield
+    finally:
+        for m, name, value in saved:
+            setattr(m, name, value)
+
+
+# -- the three measured paths ----------------------------------------------------
+def run_project(records: list[ArxivRecord], signer: Signer,
+                digest: bool = False) -> DigestStore:
+    store = DigestStore(digest)
+    pub = Publisher(store, signer, BuildConfig(), clock=lambda: NOW, run_id="bench")
+    for rec in records:
+        pub.publish_record(rec)
+        pub.summary.written.clear()  # the run's ledger is not what is measured here
+    return store
+
+
+def run_reference(records: list[ArxivRecord], signer: Signer,
+                  digest: bool = False) -> DigestStore:
+    with reference_path():
+        return run_project(records, signer, digest)
+
+
+@dataclass
+class FloorInputs:
+    """Per paper, the exact byte strings the build path hashes."""
+
+    pool: list[tuple[bytes, ...]]
+
+
+def floor_inputs(records: list[ArxivRecord], signer: Signer) -> FloorInputs:
+    """Collect the hashed byte strings of the first POOL papers (outside the timing)."""
+    from pith_pipeline.core.builder import Identity, build_record_events, sign_bundle
+    from pith_pipeline.core.canonical_json import dumps_trusted
+    from pith_pipeline.core.record import canonical_bytes
+    from pith_pipeline.core.text import canon
+
+    cfg = BuildConfig()
+    keys = [signer.public_key_doc(url=cfg.site.key_url)]
+    pool = []
+    for rec in records[:POOL]:
+        ident = Identity.of(rec)
+        built = build_record_events(ident, signer, cfg.signer_id, NOW)
+        b = sign_bundle(subject=ident.subject, canonical=ident.canonical,
+                        canonical_hex=ident.canonical_sha256, events=built.events,
+                        aliases=built.aliases, public_keys=keys, site=cfg.site, signer=signer,
+                        now=NOW, trusted=built.events)
+        state = {k: v for k, v in b["state"].items() if k != "state_sha256"}
+        body = {k: v for k, v in b.items() if k != "bundle_signature"}
+        pool.append((
+            canonical_bytes(ident.canonical),
+            canon(rec.title).encode(), canon(rec.abstract).encode(),
+            *(dumps_trusted(events_mod.hashed_view(e)) for e in built.events),
+            dumps_trusted(state), dumps_trusted(body),
+        ))
+    return FloorInputs(pool)
+
+
+def run_floor(n: int, inputs: FloorInputs, signer: Signer) -> int:
+    """Only the hashes and the four signatures (receipt, two events, bundle)."""
+    sha = hashlib.sha256
+    sign = signer.sign_digest
+    pool = inputs.pool
+    total = 0
+    for i in range(n):
+        canon_b, title, abstract, ev1, ev2, state, body = pool[i % len(pool)]
+        d_canon = sha(canon_b).digest()
+        sha(title).digest()
+        sha(abstract).digest()
+        d1 = sha(ev1).digest()
+        d2 = sha(ev2).digest()
+        sha(state).digest()
+        d_bundle = sha(body).digest()
+        total += len(sign(d_canon)) + len(sign(d1)) + len(sign(d2)) + len(sign(d_bundle))
+    return total
+
+
+def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024
+
+
+def load_records(n: int) -> list[ArxivRecord]:
+    out = []
+    for i, line in enumerate(generate(n)):
+        item = parse_line(line, f"generated:{i + 1}")
+        if not isinstance(item, ArxivRecord):
+            raise SystemExit(f"generated record {i + 1} was rejected: {item.reason}")
+        out.append(item)
+    return out
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    signer = Ed25519Signer(SEED, "bench-key")
+    print(f"generating {args.n} records ...", file=sys.stderr)
+    records = load_records(args.n)
+    ref_n = min(args.n, args.reference_n)
+    inputs = floor_inputs(records, signer)
+    best: dict[str, float] = {}
+    digests: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    for r in range(args.rounds):
+        dt, store = timed(lambda: run_project(records, signer))
+        best["a"] = max(best.get("a", 0.0), args.n / dt)
+        digests["a"], sizes["a"] = store.h.hexdigest(), store.bytes
+        dt, ref = timed(lambda: run_reference(records[:ref_n], signer))
+        best["b"] = max(best.get("b", 0.0), ref_n / dt)
+        dt, _ = timed(lambda: run_floor(args.n, inputs, signer))
+        best["c"] = max(best.get("c", 0.0), args.n / dt)
+        print(f"round {r + 1}: a {best['a']:.0f}/s  b {best['b']:.0f}/s  c {best['c']:.0f}/s",
+              file=sys.stderr)
+    # byte identity: the reference ran on the first ref_n records; compare like with like
+    same = run_project(records[:ref_n], signer, True).h.hexdigest() == run_reference(
+        records[:ref_n], signer, True).h.hexdigest()
+    print(f"records: {args.n} (reference path on the first {ref_n}), one process, one thread, "
+          f"best of {args.rounds} interleaved rounds")
+    print(f"(a) project build path : {best['a']:9.0f} papers/s "
+          f"({sizes['a'] / args.n / 1024:.1f} KiB written per paper)")
+    print(f"(b) reference path     : {best['b']:9.0f} papers/s")
+    print(f"(c) crypto floor       : {best['c']:9.0f} papers/s (4 signatures + 7 hashes)")
+    print(f"a/b = {best['a'] / best['b']:.2f}x   a/c = {100 * best['a'] / best['c']:.0f}%")
+    print(f"output bytes identical (a vs b): {'yes' if same else 'NO'}")
+    print(f"peak RSS: {peak_rss_mb():.0f} MB")
+    return 0 if same else 1
+
+
+# -- end to end ingest -----------------------------------------------------------
+def cmd_ingest(args: argparse.Namespace) -> int:
+    work: Path = args.workdir
+    work.mkdir(parents=True, exist_ok=True)
+    exe = Path(sys.executable).with_name("pith-pipeline")
+    keydir = work / "keys"
+    if not (keydir / "pith-private-key.json").exists():
+        subprocess.run([str(exe), "keys", "generate", "--out", str(keydir), "--key-id",
+                        "bench-key"], check=True, stdout=subprocess.DEVNULL)
+    print(f"{'N':>9} {'seconds':>9} {'papers/s':>9} {'ms/paper':>9} {'peak RSS MB':>11} "
+          f"{'store GB':>9}")
+    for n in args.n:
+        src = work / f"records-{n}.jsonl"
+        if not src.exists():
+            with src.open("wb") as fh:
+                for line in generate(n):
+                    fh.write(line)
+        store = work / f"store-{n}"
+        if store.exists():
+            shutil.rmtree(store)
+        cmd = ["/usr/bin/time", "-f", "%M", str(exe), "ingest", "--snapshot", str(src),
+               "--store", str(store), "--key", str(keydir / "pith-private-key.json")]
+        env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", "TQDM_DISABLE": "1"}
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        dt = time.perf_counter() - t
+        if proc.returncode != 0:
+            print(proc.stdout, proc.stderr, file=sys.stderr)
+            return proc.returncode
+        rss_kb = int(proc.stderr.strip().splitlines()[-1])
+        size = sum(f.stat().st_size for f in store.rglob("*") if f.is_file()) / 1e9 \
+            if args.measure_size else float("nan")
+        print(f"{n:9d} {dt:9.0f} {n / dt:9.0f} {1000 * dt / n:9.2f} {rss_kb / 1024:11.0f} "
+              f"{size:9.1f}", flush=True)
+        print("   " + proc.stdout.strip().splitlines()[-1], flush=True)
+        if not args.keep:
+            shutil.rmtree(store)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="mode", required=True)
+    b = sub.add_parser("build", help="(a) project vs (b) reference vs (c) crypto floor")
+    b.add_argument("--n", type=int, default=20000, help="records for (a) and (c)")
+    b.add_argument("--reference-n", type=int, default=5000,
+                   help="records for (b), which is slow (papers/s is what is compared)")
+    b.add_argument("--rounds", type=int, default=3)
+    i = sub.add_parser("ingest", help="end-to-end `pith-pipeline ingest --snapshot`")
+    i.add_argument("--n", type=int, action="append", required=True,
+                   help="records per run; repeat for several runs (e.g. 100000, 1000000)")
+    i.add_argument("--workdir", type=Path, default=Path("/tmp/pith-bench"))
+    i.add_argument("--keep", action="store_true", help="keep each store after its run")
+    i.add_argument("--measure-size", action="store_true", help="report the store's size")
+    args = ap.parse_args(argv)
+    return cmd_build(args) if args.mode == "build" else cmd_ingest(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
