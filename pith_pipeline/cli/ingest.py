@@ -184,7 +184,15 @@ def ingest(from_: str | None, until: str | None, set_spec: str | None,
                       snapshot=snapshot, categories=categories, replay=replay, sample=sample,
                       incremental=incremental, refresh=refresh, oai_url=oai_url,
                       api_url=api_url, politeness=politeness)
+    from pith_pipeline.index import finish_run  # pyarrow: only once there is work to index
+
+    window = {"source": (chosen or ["--replay"])[0], "from": from_, "until": until,
+              "set": set_spec, "replay": replay}
+    with tqdm(desc="index", unit="rec", disable=None) as bar:
+        manifest_key = finish_run(st, report.summary, window, clock=run.publisher.clock,
+                                  progress=bar.update)
     _print_report(report, st.url)
+    click.echo(f"run manifest: {manifest_key}")
     if sample:
         click.echo(f"published under {st.url}; check them with: pith-pipeline verify {store}")
 
