@@ -1,0 +1,270 @@
+"""The fast build path writes exactly the bytes of the straightforward reference path.
+
+The reference path is the same code with `rfc8785.dumps` for every hash,
+`json.dumps` for every output, no trusted shortcuts and every event re-hashed and
+re-verified in the merge. Both publish the same records (the real sample plus
+generated records with hostile text) into in-memory stores; every object written
+must be byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+
+from pith_pipeline import pipeline as pipeline_mod
+from pith_pipeline.core import bundle as bundle_mod
+from pith_pipeline.core import canonical_json
+from pith_pipeline.core import events as events_mod
+from pith_pipeline.core import merge as merge_mod
+from pith_pipeline.core import record as record_mod
+from pith_pipeline.core.builder import Identity, build_record_events, sign_bundle
+from pith_pipeline.core.bundle import Site
+from pith_pipeline.core.keys import Ed25519Signer
+from pith_pipeline.core.merge import merge
+from pith_pipeline.core.model import ArxivRecord
+from pith_pipeline.errors import CanonicalJSONError, InputError, SigningError
+from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.sources.jsonl import iter_jsonl, parse_line
+from pith_pipeline.storage.local import LocalStore
+
+SIGNER = Ed25519Signer(bytes(range(32)), "fastpath-test")
+START = datetime(2026, 7, 1, tzinfo=UTC)
+
+
+class MemoryStore:
+    """A dict-backed `Store` (enough of one for the publisher)."""
+
+    url = "memory://"
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+
+    def get(self, key: str) -> bytes | None:
+        return self.objects.get(key)
+
+    def exists(self, key: str) -> bool:
+        return key in self.objects
+
+    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
+        self.objects[key] = data
+
+    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
+        if key in self.objects:
+            if self.objects[key] != data:
+                raise AssertionError(f"write-once {key} rewritten")
+            return False
+        self.objects[key] = data
+        return True
+
+    def list(self, prefix: str) -> Iterator[str]:
+        return iter(sorted(k for k in self.objects if k.startswith(prefix)))
+
+    def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
+
+
+def _ref_h(value: Any) -> str:
+    return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+
+
+def use_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on (until monkeypatch undoes it), the build path is the straightforward one."""
+    original_merge = merge_mod.merge
+
+    def ref_merge(*args: Any, trusted: Any = (), **kw: Any) -> dict[str, Any]:
+        return original_merge(*args, **kw)
+
+    for mod, name, value in [
+        (record_mod, "dumps_trusted", rfc8785.dumps),
+        (events_mod, "H", _ref_h), (events_mod, "dumps_trusted", rfc8785.dumps),
+        (merge_mod, "H", _ref_h), (merge_mod, "dumps", rfc8785.dumps),
+        (merge_mod, "dumps_trusted", rfc8785.dumps), (merge_mod, "fast_safe", lambda v: False),
+        (bundle_mod, "dumps", rfc8785.dumps), (bundle_mod, "dumps_trusted", rfc8785.dumps),
+        (bundle_mod, "fast_safe", lambda v: False), (bundle_mod, "merge", ref_merge),
+        (pipeline_mod, "dumps_compact",
+         lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode()),
+        (pipeline_mod, "dumps_pretty",
+         lambda v: json.dumps(v, ensure_ascii=False, indent=2).encode()),
+    ]:
+        monkeypatch.setattr(mod, name, value)
+    monkeypatch.setattr(events_mod, "_EMPTY_SECTIONS", {
+        k: events_mod._section({kk: vv for kk, vv in v.items() if kk != "snapshot_sha256"})
+        for k, v in events_mod._EMPTY_SECTIONS.items()})
+
+
+def hostile_records(sample_lines: list[str]) -> list[str]:
+    """Real records with the text the spec worries about put into every free field."""
+    out = []
+    nasty = ["\u2028 line\u2029sep", "ctl \x01\x1f\x7f", "astral \U0001d11e \U0001f600",
+             "priv \ue000\uffff", "quote \" back \\ slash /", "Ångström é\u0301 NFC"]
+    for i, line in enumerate(sample_lines[:12]):
+        obj = json.loads(line)
+        n = nasty[i % len(nasty)]
+        obj["title"] = f"{obj['title']} {n}"
+        obj["abstract"] = f"{n}\n  {obj['abstract']}"
+        obj["authors_parsed"] = [[f"Zoë{n}", "Ñ.", ""], *(obj.get("authors_parsed") or [])]
+        obj["license"] = f"http://example.org/{n}"
+        out.append(json.dumps(obj, ensure_ascii=i % 2 == 0))
+    return out
+
+
+def publish_lines(lines: list[str], path: Path) -> dict[str, bytes]:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    store = MemoryStore()
+    pub = Publisher(store, SIGNER, BuildConfig(registry_name="Test \u2028 Registry"),
+                    clock=Clock(), run_id="run-1")
+    summary = pub.publish(iter_jsonl(path))
+    assert summary.quarantined == 0
+    return store.objects
+
+
+@pytest.fixture
+def fast_output(tmp_path: Path, sample_lines: list[str]) -> dict[str, bytes]:
+    return publish_lines(sample_lines + hostile_records(sample_lines), tmp_path / "in.jsonl")
+
+
+def test_fast_path_writes_the_reference_bytes(tmp_path: Path, sample_lines: list[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = sample_lines + hostile_records(sample_lines)
+    assert bundle_mod.dumps_trusted is canonical_json.dumps_trusted  # the fast path, first
+    fast_output = publish_lines(lines, tmp_path / "in.jsonl")
+    use_reference_path(monkeypatch)
+    assert bundle_mod.dumps_trusted is rfc8785.dumps
+    ref = publish_lines(lines, tmp_path / "ref.jsonl")
+    assert sorted(ref) == sorted(fast_output)
+    for key, data in ref.items():
+        assert fast_output[key] == data, key
+    assert sum(k.startswith("pith/") and k.endswith("bundle.json") for k in ref) == 42
+
+
+def test_published_pith_numbers_are_unchanged(fast_output: dict[str, bytes]) -> None:
+    bodies = {k.split("/")[1] for k in fast_output if k.startswith("pith/")}
+    assert {"SG6QNWFIOVZEMA3A2RIEOEVPD6", "FB7EI2ZX4R67OX2UW4ZBVAEDPX",
+            "QFNLYXY3A3MFRS4IYJABHRTBHK"} <= bodies
+
+
+def test_superseding_run_writes_the_reference_bytes(tmp_path: Path, sample_lines: list[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second version supersedes the first: stored (untrusted) events meet fresh ones."""
+    obj = json.loads(sample_lines[-1])
+    v2 = dict(obj, title=obj["title"] + " \U0001f600 revised",
+              versions=[*obj["versions"], {"version": "v2", "created": obj["versions"][0]["created"]}])
+
+    def two_runs() -> dict[str, bytes]:
+        store = MemoryStore()
+        clock = Clock()
+        for i, rec in enumerate((obj, v2)):
+            p = tmp_path / f"run{i}.jsonl"
+            p.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+            Publisher(store, SIGNER, BuildConfig(), clock=clock, run_id=f"r{i}").publish(
+                iter_jsonl(p))
+        return store.objects
+
+    fast = two_runs()
+    use_reference_path(monkeypatch)
+    ref = two_runs()
+    assert sorted(fast) == sorted(ref)
+    for key, data in ref.items():
+        assert fast[key] == data, key
+    assert any(b'"kind":"superseded"' in v for k, v in fast.items() if k.startswith("events/"))
+
+
+def _built(rec: ArxivRecord) -> tuple[Identity, Any, list[Any], Site]:
+    site = Site(base_url="https://x.example")
+    ident = Identity.of(rec)
+    built = build_record_events(ident, SIGNER, "s", START)
+    return ident, built, [SIGNER.public_key_doc(url=site.key_url)], site
+
+
+def test_trusted_merge_equals_verifying_merge(sample_lines: list[str]) -> None:
+    for line in sample_lines:
+        rec = parse_line(line.encode(), "t")
+        assert isinstance(rec, ArxivRecord)
+        ident, built, keys, site = _built(rec)
+        fast = merge(built.events, built.aliases, keys, ident.subject, trusted=built.events)
+        slow = merge(built.events, built.aliases, keys, ident.subject)
+        assert fast == slow
+        b1 = sign_bundle(subject=ident.subject, canonical=ident.canonical,
+                         canonical_hex=ident.canonical_sha256, events=built.events,
+                         aliases=built.aliases, public_keys=keys, site=site, signer=SIGNER,
+                         now=START, trusted=built.events)
+        b2 = sign_bundle(subject=ident.subject, canonical=ident.canonical,
+                         canonical_hex=ident.canonical_sha256, events=built.events,
+                         aliases=built.aliases, public_keys=keys, site=site, signer=SIGNER,
+                         now=START)
+        assert b1 == b2
+
+
+def test_trust_is_by_object_not_by_event_id(sample_lines: list[str]) -> None:
+    """A tampered copy with a trusted event's id is still checked (and found invalid)."""
+    rec = parse_line(sample_lines[0].encode(), "t")
+    assert isinstance(rec, ArxivRecord)
+    ident, built, keys, _site = _built(rec)
+    forged = json.loads(json.dumps(built.events[1]))
+    forged["payload"]["graph_snapshot"]["paper"]["title"] = "forged"
+    state = merge([forged, *built.events], built.aliases, keys, ident.subject,
+                  trusted=built.events)
+    assert state == merge([forged, *built.events], built.aliases, keys, ident.subject)
+    assert state["current"]["graph_snapshots"][0]["payload"] == built.events[1]["payload"]
+
+
+def test_a_signer_whose_signatures_do_not_verify_is_refused(sample_lines: list[str],
+                                                            tmp_path: Path) -> None:
+    class Broken(Ed25519Signer):
+        __slots__ = ()
+
+        def sign_digest(self, digest: bytes) -> bytes:
+            return super().sign_digest(bytes(32))  # valid signature, wrong message
+
+    store = MemoryStore()
+    pub = Publisher(store, Broken(bytes(range(32)), "broken"), BuildConfig(), clock=Clock())
+    rec = parse_line(sample_lines[0].encode(), "t")
+    assert isinstance(rec, ArxivRecord)
+    with pytest.raises(SigningError):
+        pub.publish_record(rec)
+    assert not any(k.startswith("pith/") for k in store.objects)
+
+
+def test_versions_beyond_2_53_are_refused_not_hashed(sample_lines: list[str]) -> None:
+    obj = json.loads(sample_lines[0])
+    obj["versions"] = [{"version": f"v{2**53}", "created": obj["versions"][0]["created"]}]
+    rec = parse_line(json.dumps(obj).encode(), "t")
+    assert isinstance(rec, ArxivRecord)
+    with pytest.raises((CanonicalJSONError, InputError)):
+        Identity.of(rec)
+
+
+def test_listing_an_absent_directory_prefix_is_empty(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.put("events/AAA/one.json", b"{}")
+    store.put("events/AB.json", b"{}")
+    assert list(store.list("events/AB/")) == []
+    assert list(store.list("events/AAA/")) == ["events/AAA/one.json"]
+    assert list(store.list("events/A")) == ["events/AAA/one.json", "events/AB.json"]
+
+
+def test_unsynced_local_store_writes_the_same_files(tmp_path: Path) -> None:
+    a, b = LocalStore(tmp_path / "a"), LocalStore(tmp_path / "b", fsync=False)
+    for s in (a, b):
+        s.put("pith/X/bundle.json", b'{"x":1}')
+        assert s.put_once("events/X/e.json", b"{}")
+    assert (tmp_path / "a/pith/X/bundle.json").read_bytes() == (
+        tmp_path / "b/pith/X/bundle.json").read_bytes()
+    assert not b.fsync and a.fsync
