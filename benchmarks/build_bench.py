@@ -260,7 +260,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         dt, store = timed(lambda: run_project(records, signer))
         best["a"] = max(best.get("a", 0.0), args.n / dt)
         digests["a"], sizes["a"] = store.h.hexdigest(), store.bytes
-        dt, ref = timed(lambda: run_reference(records[:ref_n], signer))
+        dt, _ = timed(lambda: run_reference(records[:ref_n], signer))
         best["b"] = max(best.get("b", 0.0), ref_n / dt)
         dt, _ = timed(lambda: run_floor(args.n, inputs, signer))
         best["c"] = max(best.get("c", 0.0), args.n / dt)
@@ -304,6 +304,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         cmd = ["/usr/bin/time", "-f", "%M", str(exe), "ingest", "--snapshot", str(src),
                "--store", str(store), "--key", str(keydir / "pith-private-key.json")]
         env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", "TQDM_DISABLE": "1"}
+        if not args.fsync:
+            env["PITH_LOCAL_FSYNC"] = "0"
         t = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         dt = time.perf_counter() - t
@@ -335,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--workdir", type=Path, default=Path("/tmp/pith-bench"))
     i.add_argument("--keep", action="store_true", help="keep each store after its run")
     i.add_argument("--measure-size", action="store_true", help="report the store's size")
+    i.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True,
+                   help="fsync every object (the store's default); --no-fsync sets "
+                        "PITH_LOCAL_FSYNC=0 (same files, flushed by the OS)")
     args = ap.parse_args(argv)
     return cmd_build(args) if args.mode == "build" else cmd_ingest(args)
 

@@ -100,6 +100,7 @@ class Publisher:
         self.quarantine: list[dict[str, Any]] = []
         self.keys = self._load_keys()
         self._signer_checked = False
+        self._last_written: tuple[bytes | None, str] = (None, "")
 
     # -- keys ---------------------------------------------------------------
     def _load_keys(self) -> dict[str, PublicKey]:
@@ -152,7 +153,10 @@ class Publisher:
     def _record_write(self, key: str, data: bytes) -> None:
         import hashlib
 
-        self.summary.written[key] = hashlib.sha256(data).hexdigest()
+        # a bundle is written twice (pith/ and .well-known/) as one bytes object: hash it once
+        if data is not self._last_written[0]:
+            self._last_written = (data, hashlib.sha256(data).hexdigest())
+        self.summary.written[key] = self._last_written[1]
 
     # -- reads -----------------------------------------------------------
     def subject_events(self, body: str) -> list[dict[str, Any]]:

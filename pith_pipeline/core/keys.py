@@ -12,6 +12,7 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import nacl.exceptions
@@ -29,8 +30,9 @@ def b32(digest: bytes) -> str:
     return base64.b32encode(digest).decode("ascii").rstrip("=")
 
 
+@lru_cache(maxsize=256)
 def fingerprint_hex(public_key: bytes) -> str:
-    """First 16 bytes of sha256(raw public key), hex."""
+    """First 16 bytes of sha256(raw public key), hex (cached: asked for on every signature)."""
     return hashlib.sha256(public_key).digest()[:16].hex()
 
 

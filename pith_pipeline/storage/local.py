@@ -16,9 +16,13 @@ from pith_pipeline.errors import StorageError, WriteConflictError
 class LocalStore:
     """Objects are files under `root`; writes go to a temporary file, then rename."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool | None = None) -> None:
         self.root = Path(root).absolute()
         self.url = str(self.root)
+        # fsync per object is the durable default; PITH_LOCAL_FSYNC=0 leaves flushing to
+        # the OS (same files and bytes, weaker only against power loss: for benchmarks
+        # and scratch stores, where per-file fsync costs more than building the bundle)
+        self.fsync = os.environ.get("PITH_LOCAL_FSYNC", "1") != "0" if fsync is None else fsync
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.root)!r})"
@@ -46,7 +50,8 @@ class LocalStore:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
-                os.fsync(fh.fileno())
+                if self.fsync:
+                    os.fsync(fh.fileno())
             os.chmod(tmp, 0o644)
         except BaseException:
             os.unlink(tmp)
