@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from pith_pipeline.core.builder import (
+    FreshBuilder,
     Identity,
     aliases_from_events,
     build_record_events,
@@ -172,6 +173,7 @@ class Publisher:
         self.quarantine: list[dict[str, Any]] = []
         self.keys = self._load_keys()
         self._signer_checked = False
+        self._fresh: dict[tuple[str, ...], FreshBuilder] = {}
         self._last_written: tuple[bytes | None, str] = (None, "")
 
     # -- keys ---------------------------------------------------------------
@@ -280,33 +282,90 @@ class Publisher:
             bundle_key = bundle_paths(ident.body)[0]
             if not self.store.exists(bundle_key):  # a run died between events and bundle
                 self.write_bundle(ident.subject, existing)
+            self._repair_correction(ident, existing)
             self._update_pointer(ident, existing)
             return ident
         now = self.clock()
         pointer = self._pointer(rec.id)
         previous = self._previous(pointer, ident)
         supersedes = [previous["record_created"]] if previous else []
-        built = build_record_events(ident, self.signer, self.config.signer_id, now,
-                                    supersedes=supersedes,
-                                    builder_version=self.config.builder_version)
-        for ev in built.events:
-            self._put_once(event_key(ident.body, ev["content_sha256"]), dumps_compact(ev))
-        self._check_signer(built.events[0])
-        self.write_bundle(ident.subject, existing + built.events, built.aliases,
-                          trusted=built.events)
+        if not existing:  # the common case: one pass builds, signs and serialises all
+            fresh = self._fresh_builder().build(ident, now, self.clock(), supersedes=supersedes)
+            self._check_signer(fresh.events[0])
+            for ev, data in zip(fresh.events, fresh.event_bytes, strict=True):
+                self._put_once(event_key(ident.body, ev["content_sha256"]), data)
+            bkey, skey, wkey = bundle_paths(ident.body)
+            self._put(bkey, fresh.bundle_bytes)
+            self._put(skey, fresh.state_bytes)
+            self._put(wkey, fresh.bundle_bytes)
+            built_events = fresh.events
+        else:
+            built = build_record_events(ident, self.signer, self.config.signer_id, now,
+                                        supersedes=supersedes,
+                                        builder_version=self.config.builder_version)
+            self._check_signer(built.events[0])
+            for ev in built.events:
+                self._put_once(event_key(ident.body, ev["content_sha256"]), dumps_compact(ev))
+            self.write_bundle(ident.subject, existing + built.events, built.aliases,
+                              trusted=built.events)
+            built_events = built.events
         if previous:
-            old = PithNumber.parse(previous["pith_number"])
-            corr = correction_event(old_subject=str(old), new_subject=ident.subject,
-                                    arxiv_version=f"{rec.id}v{rec.version}", signer=self.signer,
-                                    signer_id=self.config.signer_id, now=now)
-            self._put_once(event_key(old.body, corr["content_sha256"]), dumps_compact(corr))
-            self.write_bundle(str(old), self.subject_events(old.body))
+            self._write_correction(PithNumber.parse(previous["pith_number"]), ident, now)
             self.summary.superseded += 1
         self.summary.built += 1
         self.summary.pith_numbers.append(ident.subject)
         self.summary.seen.append(ident.subject)
-        self._update_pointer(ident, existing + built.events)
+        self._update_pointer(ident, existing + built_events)
         return ident
+
+    def _fresh_builder(self) -> FreshBuilder:
+        """One per run (per key set): the per-run parts of every bundle are made once."""
+        keys = self._keys_for({self.signer.key_id})
+        ids = tuple(k.key_id for k in keys)
+        fb = self._fresh.get(ids)
+        if fb is None:
+            fb = self._fresh[ids] = FreshBuilder(self.signer, self.config.signer_id, self.site,
+                                                 keys, builder_version=self.config.builder_version)
+        return fb
+
+    def _keys_for(self, key_ids: set[str]) -> list[PublicKey]:
+        """The known keys a bundle lists: its signers', and the roots of certified ones."""
+        key_ids = set(key_ids)
+        for k in list(key_ids):  # a certified key travels with the root that vouches for it
+            cert = self.keys[k].certificate if k in self.keys else None
+            if cert is not None:
+                key_ids.add(str(cert.get("issuer_key_id")))
+        return [self.keys[k] for k in sorted(key_ids) if k in self.keys]
+
+    def _write_correction(self, old: PithNumber, ident: Identity, now: datetime) -> None:
+        """Tell the superseded record's readers where the newer version lives."""
+        rec = ident.record
+        corr = correction_event(old_subject=str(old), new_subject=ident.subject,
+                                arxiv_version=f"{rec.id}v{rec.version}", signer=self.signer,
+                                signer_id=self.config.signer_id, now=now)
+        self._put_once(event_key(old.body, corr["content_sha256"]), dumps_compact(corr))
+        self.write_bundle(str(old), self.subject_events(old.body))
+
+    def _repair_correction(self, ident: Identity, events: list[dict[str, Any]]) -> None:
+        """Finish a supersede that a dead run left half done.
+
+        A run that died after a new version's events but before the old record's
+        `correction` would otherwise leave the old bundle without its pointer forward.
+        """
+        superseded = {s for e in events if e.get("event_type") == "record_created"
+                      for s in e.get("supersedes", [])}
+        if not superseded:
+            return
+        for r in self._pointer(ident.record.id)["records"]:
+            if r["record_created"] not in superseded:
+                continue
+            old = PithNumber.parse(r["pith_number"])
+            if not any(e.get("event_type") == "correction"
+                       and isinstance(e.get("payload"), dict)
+                       and e["payload"].get("pith_number") == ident.subject
+                       for e in self.subject_events(old.body)):
+                self._write_correction(old, ident, self.clock())
+                self.summary.superseded += 1
 
     def _previous(self, pointer: dict[str, Any], ident: Identity) -> dict[str, Any] | None:
         """The newest known record of this paper at or below the incoming version."""
@@ -363,11 +422,7 @@ class Publisher:
         for e in events:
             key_ids.add(e["signer"]["key_id"])
             key_ids.add(e["signature"]["key_id"])
-        for k in list(key_ids):  # a certified key travels with the root that vouches for it
-            cert = self.keys[k].certificate if k in self.keys else None
-            if cert is not None:
-                key_ids.add(str(cert.get("issuer_key_id")))
-        keys = [self.keys[k] for k in sorted(key_ids) if k in self.keys]
+        keys = self._keys_for(key_ids)
         payload = first["payload"]
         bundle = sign_bundle(subject=subject, canonical=payload["canonical_record"],
                              canonical_hex=payload["canonical_sha256"], events=events,

@@ -129,3 +129,42 @@ def test_bad_records_are_quarantined_and_the_rest_built(tmp_path: Path, sample_l
     ]
     assert "invalid JSON" in q[1]["reason"] and q[1]["raw"] == "{not json"
     assert all(e["reason"] and e["raw"] for e in q)
+
+
+class DiesOnCorrection(LocalStore):
+    """A store whose process 'dies' when the superseded record's correction is written."""
+
+    def __init__(self, root: Path, old_body: str) -> None:
+        super().__init__(root)
+        self.old_body = old_body
+
+    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
+        if key.startswith(f"events/{self.old_body}/"):
+            raise KeyboardInterrupt("killed")
+        return super().put_once(key, data, content_type=content_type)
+
+
+def test_supersede_interrupted_before_the_correction_is_finished_on_rerun(
+        tmp_path: Path, sample_lines: list[str]) -> None:
+    import pytest
+
+    obj = json.loads(sample_lines[-1])
+    v1, v2 = tmp_path / "v1.jsonl", tmp_path / "v2.jsonl"
+    v1.write_text(json.dumps(obj) + "\n")
+    v2.write_text(json.dumps(_version(obj, 2)) + "\n")
+    store = tmp_path / "store"
+    old = publish(store, v1).pith_numbers[0]
+    old_body = old.split(":")[2]
+    pub = Publisher(DiesOnCorrection(store, old_body), SIGNER, BuildConfig(),
+                    clock=Clock(datetime(2026, 9, 1, tzinfo=UTC)), run_id="dies")
+    with pytest.raises(KeyboardInterrupt):
+        pub.publish(iter_jsonl(v2))
+    stale = json.loads((store / "pith" / old_body / "bundle.json").read_bytes())
+    assert stale["state"]["current"]["corrections"] == []
+    again = publish(store, v2, datetime(2026, 9, 2, tzinfo=UTC))
+    assert (again.unchanged, again.superseded) == (1, 1)
+    fixed = json.loads((store / "pith" / old_body / "bundle.json").read_bytes())
+    new = json.loads((store / "arxiv/2606.00972.json").read_bytes())["latest"]
+    assert [c["payload"]["pith_number"] for c in fixed["state"]["current"]["corrections"]] == [new]
+    assert verify_bundle(fixed).ok
+    assert publish(store, v2, datetime(2026, 9, 3, tzinfo=UTC)).superseded == 0
