@@ -141,6 +141,7 @@ def reference_path() -> Iterator[None]:
         (bundle_mod, "merge", _ref_merge),
         (pipeline_mod, "dumps_compact", _ref_compact),
         (pipeline_mod, "dumps_pretty", _ref_pretty),
+        (Publisher, "fresh_path", False),
     ]
     saved = [(m, name, getattr(m, name)) for m, name, _ in patches]
     try:

@@ -102,6 +102,7 @@ def use_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
          lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode()),
         (pipeline_mod, "dumps_pretty",
          lambda v: json.dumps(v, ensure_ascii=False, indent=2).encode()),
+        (Publisher, "fresh_path", False),
     ]:
         monkeypatch.setattr(mod, name, value)
     monkeypatch.setattr(events_mod, "_EMPTY_SECTIONS", {
@@ -239,7 +240,7 @@ def test_a_signer_whose_signatures_do_not_verify_is_refused(sample_lines: list[s
     assert isinstance(rec, ArxivRecord)
     with pytest.raises(SigningError):
         pub.publish_record(rec)
-    assert not any(k.startswith("pith/") for k in store.objects)
+    assert not any(k.startswith(("pith/", "events/")) for k in store.objects)
 
 
 def test_versions_beyond_2_53_are_refused_not_hashed(sample_lines: list[str]) -> None:
@@ -268,3 +269,38 @@ def test_unsynced_local_store_writes_the_same_files(tmp_path: Path) -> None:
     assert (tmp_path / "a/pith/X/bundle.json").read_bytes() == (
         tmp_path / "b/pith/X/bundle.json").read_bytes()
     assert not b.fsync and a.fsync
+
+
+def _general(ident: Identity, keys: list[Any], site: Site, supersedes: list[str],
+             bundle_now: datetime) -> tuple[list[bytes], bytes, bytes]:
+    from pith_pipeline.core.canonical_json import dumps_compact
+
+    built = build_record_events(ident, SIGNER, "s", START, supersedes=supersedes)
+    b = sign_bundle(subject=ident.subject, canonical=ident.canonical,
+                    canonical_hex=ident.canonical_sha256, events=built.events,
+                    aliases=built.aliases, public_keys=keys, site=site, signer=SIGNER,
+                    now=bundle_now)  # nothing trusted: every event re-hashed and verified
+    return [dumps_compact(e) for e in built.events], dumps_compact(b), dumps_compact(b["state"])
+
+
+@pytest.mark.parametrize("case", ["plain", "supersedes", "foreign-key-list", "odd-supersedes"])
+def test_fresh_builder_equals_the_general_path(case: str, sample_lines: list[str]) -> None:
+    from pith_pipeline.core.builder import FreshBuilder
+
+    site = Site(base_url="https://x.example/\u2028", registry_name="R \U0001f600")
+    keys = [SIGNER.public_key_doc(url=site.key_url)]
+    if case == "foreign-key-list":  # the events' key is not listed: the merge says unknown_key
+        keys = [Ed25519Signer(bytes(32), "other").public_key_doc()]
+    supersedes: list[Any] = {"supersedes": ["sha256:" + "ab" * 32],
+                             "odd-supersedes": [7]}.get(case, [])
+    fb = FreshBuilder(SIGNER, "s", site, keys)
+    for line in sample_lines + hostile_records(sample_lines):
+        rec = parse_line(line.encode(), "t")
+        assert isinstance(rec, ArxivRecord)
+        ident = Identity.of(rec)
+        later = START + timedelta(seconds=3)
+        fresh = fb.build(ident, START, later, supersedes=supersedes)
+        events, bundle, state = _general(ident, keys, site, supersedes, later)
+        assert fresh.event_bytes == events
+        assert fresh.bundle_bytes == bundle
+        assert fresh.state_bytes == state
