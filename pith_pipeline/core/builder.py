@@ -11,6 +11,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any
 
 from pith_pipeline.core.bundle import BUNDLE_TYPE, BUNDLE_VERSION, Site, build_bundle
@@ -206,9 +207,13 @@ class FreshBuilder:
     def _state(self, subject: str, created: dict[str, Any], snapshot: dict[str, Any],
                aliases: list[dict[str, Any]]) -> dict[str, Any]:
         """`merge` of exactly these two valid events, written out."""
+        kinds = [a.get("alias_kind") for a in aliases]
+        ours = all(type(k) is str for k in kinds) and all(
+            x < y for x, y in pairwise(kinds))
         current: dict[str, Any] = {
             "canonical_record": created["payload"].get("canonical_record"),
-            "source_aliases": normalize_aliases(aliases),
+            # `source_aliases` made them distinct and sorted by kind: normalising is copying
+            "source_aliases": [dict(a) for a in aliases] if ours else normalize_aliases(aliases),
         }
         for name in CURRENT_LISTS:
             current[name] = []
