@@ -209,7 +209,7 @@ class FreshBuilder:
         """`merge` of exactly these two valid events, written out."""
         kinds = [a.get("alias_kind") for a in aliases]
         ours = all(type(k) is str for k in kinds) and all(
-            x < y for x, y in pairwise(kinds))
+            str(x) < str(y) for x, y in pairwise(kinds))
         current: dict[str, Any] = {
             "canonical_record": created["payload"].get("canonical_record"),
             # `source_aliases` made them distinct and sorted by kind: normalising is copying
