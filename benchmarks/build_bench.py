@@ -270,6 +270,69 @@ def run_floor(n: int, inputs: FloorInputs, signer: Signer) -> int:
     return total
 
 
+# -- worker processes -------------------------------------------------------------
+# Signers are deliberately not picklable: each worker opens its own from the signer
+# spec (here a key file), as a backfill's workers would. Chunks of raw lines go out,
+# only counts come back, so memory stays flat whatever N is.
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(spec: str) -> None:
+    from pith_pipeline.signing.factory import open_signer
+
+    signer = open_signer(spec)
+    cfg = BuildConfig()
+    _WORKER["fb"] = FreshBuilder(signer, cfg.signer_id, cfg.site,
+                                 [signer.public_key_doc(url=cfg.site.key_url)])
+
+
+def _worker_chunk(lines: list[bytes]) -> tuple[int, int]:
+    fb: FreshBuilder = _WORKER["fb"]
+    n = size = 0
+    for line in lines:
+        rec = parse_line(line, "chunk")
+        if isinstance(rec, ArxivRecord):
+            f = fb.build(Identity.of(rec), NOW, NOW)
+            size += len(f.bundle_bytes) + len(f.state_bytes) + sum(map(len, f.event_bytes))
+            n += 1
+    return n, size
+
+
+def run_workers(lines: list[bytes], spec: str, workers: int, chunk: int = 500) -> float:
+    """Papers/s from JSON lines to serialised bundles with `workers` processes (0: inline)."""
+    import multiprocessing
+
+    chunks = [lines[i:i + chunk] for i in range(0, len(lines), chunk)]
+    t = time.perf_counter()
+    if workers == 0:
+        _worker_init(spec)
+        done = sum(_worker_chunk(c)[0] for c in chunks)
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(workers, _worker_init, (spec,)) as pool:
+            done = sum(n for n, _ in pool.imap_unordered(_worker_chunk, chunks))
+    return done / (time.perf_counter() - t)
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from pith_pipeline.signing.local import write_key_file
+
+    lines = list(generate(args.n))
+    with tempfile.TemporaryDirectory() as tmp:
+        key = Path(tmp) / "pith-private-key.json"
+        write_key_file(key, SEED, "bench-key")
+        one = run_workers(lines, str(key), 0)
+        many = run_workers(lines, str(key), args.workers)
+    print(f"records: {args.n}, JSON lines -> serialised signed bundles (parsing included)")
+    print(f"1 process             : {one:9.0f} papers/s")
+    print(f"{args.workers} worker processes    : {many:9.0f} papers/s "
+          f"({many / one:.2f}x; pool start-up included)")
+    print(f"peak RSS (this process): {peak_rss_mb():.0f} MB")
+    return 0
+
+
 def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
     return resource.getrusage(who).ru_maxrss / 1024
 
@@ -407,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--reference-n", type=int, default=5000,
                    help="records for (b), which is slow (papers/s is what is compared)")
     b.add_argument("--rounds", type=int, default=3)
+    w = sub.add_parser("workers", help="the build path on 1 process vs worker processes")
+    w.add_argument("--n", type=int, default=40000)
+    w.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     i = sub.add_parser("ingest", help="end-to-end `pith-pipeline ingest --snapshot`")
     i.add_argument("--n", type=int, action="append", required=True,
                    help="records per run; repeat for several runs (e.g. 100000, 1000000)")
@@ -417,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="fsync every object (the store's default); --no-fsync sets "
                         "PITH_LOCAL_FSYNC=0 (same files, flushed by the OS)")
     args = ap.parse_args(argv)
-    return cmd_build(args) if args.mode == "build" else cmd_ingest(args)
+    return {"build": cmd_build, "workers": cmd_workers, "ingest": cmd_ingest}[args.mode](args)
 
 
 if __name__ == "__main__":
