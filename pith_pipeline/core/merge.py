@@ -126,15 +126,15 @@ def _entry(event: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def normalize_aliases(aliases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Distinct aliases, sorted, so the state does not depend on their arrival order."""
-    seen: dict[bytes, dict[str, Any]] = {}
-    copies = [dict(a) for a in aliases]
-    enc = dumps_trusted if fast_safe(copies) else dumps  # one check for the lot
-    for a in copies:
-        seen.setdefault(enc(a), a)
-    return [seen[k] for k in sorted(seen, key=lambda b: (
-        seen[b].get("alias_kind", ""), seen[b].get("alias_value", ""),
-        seen[b].get("created_at", ""), b))]
+    """The subject's aliases, as given (copied).
+
+    The state carries the aliases in the order the bundle lists them: the registry's
+    published states repeat their bundle's `source_aliases` list exactly, and a
+    re-ordering rule of our own would fail to recompute any registry state whose
+    aliases were listed in another order (added later, say). Our builder emits
+    them in the spec's order, so our bundles are deterministic too.
+    """
+    return [dict(a) for a in aliases]
 
 
 def merge(events: Iterable[Any], aliases: Iterable[Mapping[str, Any]], keys: Iterable[PublicKey],
