@@ -103,11 +103,38 @@ def test_two_daily_windows_then_a_rerun_changes_nothing(
     index = load(store, "index/_manifest.json")
     assert index["tables"]["records"]["rows"] >= len(set(day1.values()) | set(day2.values()))
 
+    assert_xcoms_carry_only_keys_and_counts(pith_env, runs=2)
+
     before = snapshot(store)
     requests_before = len(server.requests)
     run(dagbag, DAY1)
     assert snapshot(store) == before
     assert len(server.requests) == requests_before  # a harvested window is replayed
+
+
+def assert_xcoms_carry_only_keys_and_counts(pith_env: dict[str, str], runs: int) -> None:
+    """Every XCom the runs pushed: small, no record text, no trace of the private key."""
+    import base64
+    import json
+    from pathlib import Path
+
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    key_file = Path(pith_env["PITH_SIGNER"].removeprefix("file:"))
+    seed = base64.b64decode(json.loads(key_file.read_text())["seed_b64"])
+    forms = [seed.hex(), base64.b64encode(seed).decode(), base64.urlsafe_b64encode(seed).decode()]
+    with create_session() as session:
+        rows = session.query(XComModel).filter(XComModel.dag_id == "pith_ingest").all()
+        assert len({r.run_id for r in rows}) >= runs
+        values = [(r.task_id, json.dumps(r.value, default=str)) for r in rows]
+    assert {t for t, _ in values} >= {"harvest", "build", "publish", "index", "manifest"}
+    text = "\n".join(v for _, v in values)
+    for form in forms:
+        assert form not in text
+    for task_id, value in values:
+        assert len(value) < 20_000, f"{task_id} pushed {len(value)} bytes"
+        assert '"abstract' not in value and '"title' not in value and "signature_b64" not in value
 
 
 class FailingStore:
