@@ -94,8 +94,10 @@ def _author_string(parsed: list[list[str]]) -> str:
 
 def make_record(rng: random.Random, t: Templates, index: int,
                 start: datetime) -> dict[str, Any]:
-    month = index // PER_MONTH
-    when = start + timedelta(days=30 * month, seconds=rng.randrange(30 * 86400))
+    # the identifier's month is the submission month: unique ids, as arXiv's are
+    months = start.month - 1 + index // PER_MONTH
+    first = start.replace(year=start.year + months // 12, month=months % 12 + 1, day=1)
+    when = first + timedelta(seconds=rng.randrange(28 * 86400))
     arxiv_id = f"{when:%y%m}.{index % PER_MONTH + 1:05d}"
     tl = max(8, int(rng.choice(t.title_lens) * rng.uniform(0.8, 1.2)))
     al = max(20, int(rng.choice(t.abstract_lens) * rng.uniform(0.8, 1.2)))
@@ -128,7 +130,7 @@ def generate(n: int, *, seed: int = 1909, start: datetime | None = None) -> Iter
     """`n` JSON lines (with trailing newline), deterministic for `seed`."""
     rng = random.Random(seed)
     t = Templates.load()
-    begin = start or datetime(2012, 1, 3, tzinfo=UTC)
+    begin = start or datetime(2012, 1, 1, tzinfo=UTC)
     for i in range(n):
         yield orjson.dumps(make_record(rng, t, i, begin)) + b"\n"
 
