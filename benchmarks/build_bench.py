@@ -418,6 +418,15 @@ main()
 """
 
 
+def _tree_bytes(root: Path) -> int:
+    """Bytes of every file under `root`, streamed (a store holds millions of files)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            total += os.stat(os.path.join(dirpath, name)).st_size
+    return total
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     work: Path = args.workdir
     work.mkdir(parents=True, exist_ok=True)
@@ -450,8 +459,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             return proc.returncode
         phases = json.loads(next(line for line in proc.stderr.splitlines()
                                  if line.startswith("PHASES "))[7:])
-        size = sum(f.stat().st_size for f in store.rglob("*") if f.is_file()) / 1e9 \
-            if args.measure_size else float("nan")
+        size = _tree_bytes(store) / 1e9 if args.measure_size else float("nan")
         pub = phases["publish_s"]
         print(f"{n:9d} {pub:9.0f} {n / pub:9.0f} {1000 * pub / n:9.2f} "
               f"{phases['publish_rss_kb'] / 1024:7.0f} {phases['index_s']:8.0f} "
