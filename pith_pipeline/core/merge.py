@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from pith_pipeline.core.canonical_json import H, dumps, dumps_trusted, fast_safe
+from pith_pipeline.core.canonical_json import H, dumps_trusted, fast_safe
 from pith_pipeline.core.events import EVENT_TYPES, content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.errors import CanonicalJSONError
