@@ -133,7 +133,6 @@ def reference_path() -> Iterator[None]:
         (events_mod, "H", _ref_h),
         (events_mod, "dumps_trusted", rfc8785.dumps),
         (merge_mod, "H", _ref_h),
-        (merge_mod, "dumps", rfc8785.dumps),
         (merge_mod, "dumps_trusted", rfc8785.dumps),
         (merge_mod, "fast_safe", lambda v: False),
         (bundle_mod, "dumps", rfc8785.dumps),
