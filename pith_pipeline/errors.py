@@ -69,40 +69,35 @@ class KeyFileError(TerminalError):
     """A key file that is missing, malformed or readable by others."""
 
 
-class SigningError(PithError):
+class BackendError(PithError):
+    """A back end (signer, store) failed; `transient` says whether a retry can help.
+
+    The flag is per instance because the same call fails either way (throttling is
+    transient, access denied is not); it survives pickling for Airflow workers.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message, transient)
+        self.transient = transient
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_backend_error, (type(self), str(self.args[0]), self.transient))
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _rebuild_backend_error(cls: type[BackendError], message: str,
+                           transient: bool) -> BackendError:
+    return cls(message, transient=transient)
+
+
+class SigningError(BackendError):
     """A signer failed; `transient` says whether to retry."""
 
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message, transient)
-        self.transient = transient
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (SigningError._rebuild, (str(self.args[0]), self.transient))
-
-    @staticmethod
-    def _rebuild(message: str, transient: bool) -> SigningError:
-        return SigningError(message, transient=transient)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class StorageError(PithError):
+class StorageError(BackendError):
     """A storage back end failed; `transient` says whether to retry."""
-
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message, transient)
-        self.transient = transient
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (StorageError._rebuild, (str(self.args[0]), self.transient))
-
-    @staticmethod
-    def _rebuild(message: str, transient: bool) -> StorageError:
-        return StorageError(message, transient=transient)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 class WriteConflictError(TerminalError):

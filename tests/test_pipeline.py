@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from testclock import StepClock
 
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.verify import verify_bundle
@@ -16,13 +18,6 @@ from pith_pipeline.storage.local import LocalStore
 SIGNER = Ed25519Signer(bytes(range(32)), "pipeline-test")
 
 
-class Clock:
-    def __init__(self, start: datetime) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        self.now += timedelta(seconds=1)
-        return self.now
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
@@ -32,7 +27,7 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
 
 def publish(root: Path, path: Path, start: datetime | None = None) -> Any:
     pub = Publisher(LocalStore(root), SIGNER, BuildConfig(),
-                    clock=Clock(start or datetime(2026, 7, 1, tzinfo=UTC)), run_id="run-1")
+                    clock=StepClock(start or datetime(2026, 7, 1, tzinfo=UTC)), run_id="run-1")
     return pub.publish(iter_jsonl(path))
 
 
@@ -156,7 +151,7 @@ def test_supersede_interrupted_before_the_correction_is_finished_on_rerun(
     old = publish(store, v1).pith_numbers[0]
     old_body = old.split(":")[2]
     pub = Publisher(DiesOnCorrection(store, old_body), SIGNER, BuildConfig(),
-                    clock=Clock(datetime(2026, 9, 1, tzinfo=UTC)), run_id="dies")
+                    clock=StepClock(datetime(2026, 9, 1, tzinfo=UTC)), run_id="dies")
     with pytest.raises(KeyboardInterrupt):
         pub.publish(iter_jsonl(v2))
     stale = json.loads((store / "pith" / old_body / "bundle.json").read_bytes())

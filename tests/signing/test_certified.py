@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import KMS_ALIAS, SAMPLE
+from testclock import StepClock
 
 from pith_pipeline.core.certificate import certificate_problem
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey
@@ -27,13 +28,6 @@ OTHER = Ed25519Signer(hashlib.sha256(b"other").digest(), "pith-other")
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
-class Clock:
-    def __init__(self, start: datetime) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        self.now += timedelta(seconds=1)
-        return self.now
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +35,7 @@ def certified_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Cer
     signer = CertifiedSigner(ROOT, run_id="backfill-test", now=T0,
                              validity=timedelta(hours=12))
     store = LocalStore(tmp_path_factory.mktemp("cert") / "store")
-    Publisher(store, signer, BuildConfig(), clock=Clock(T0)).publish(iter_jsonl(SAMPLE))
+    Publisher(store, signer, BuildConfig(), clock=StepClock(T0)).publish(iter_jsonl(SAMPLE))
     return store.root, signer
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import SAMPLE
+from testclock import StepClock
 
 from pith_pipeline.core.bundle import build_bundle
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey
@@ -26,13 +27,6 @@ NEW = Ed25519Signer(hashlib.sha256(b"new").digest(), "pith-v2-2026-06")
 ROGUE = Ed25519Signer(hashlib.sha256(b"rogue").digest(), "pith-v3-rogue")
 
 
-class Clock:
-    def __init__(self, start: datetime) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        self.now += timedelta(seconds=1)
-        return self.now
 
 
 def files(root: Path) -> dict[str, bytes]:
@@ -53,11 +47,11 @@ def rotated(tmp_path_factory: pytest.TempPathFactory
             ) -> tuple[Path, dict[str, dict[str, Any]], dict[str, bytes]]:
     """A store built with OLD, then re-issued with NEW (tests only read it, or re-run reissue)."""
     store = LocalStore(tmp_path_factory.mktemp("rotated") / "store")
-    Publisher(store, OLD, BuildConfig(), clock=Clock(datetime(2026, 1, 5, tzinfo=UTC))).publish(
+    Publisher(store, OLD, BuildConfig(), clock=StepClock(datetime(2026, 1, 5, tzinfo=UTC))).publish(
         iter_jsonl(SAMPLE))
     before = bundles(store.root)
     before_files = files(store.root)
-    summary = reissue(store, NEW, BuildConfig(), clock=Clock(datetime(2026, 6, 1, tzinfo=UTC)),
+    summary = reissue(store, NEW, BuildConfig(), clock=StepClock(datetime(2026, 6, 1, tzinfo=UTC)),
                       workers=4)
     assert summary.rotated == [OLD.key_id]
     assert summary.subjects == 30 and summary.receipts_reissued == 30
@@ -110,7 +104,7 @@ def test_reissue_twice_changes_nothing(rotated) -> None:  # type: ignore[no-unty
     root, _, _ = rotated
     snap = files(root)
     summary = reissue(LocalStore(root), NEW, BuildConfig(),
-                      clock=Clock(datetime(2026, 6, 2, tzinfo=UTC)))
+                      clock=StepClock(datetime(2026, 6, 2, tzinfo=UTC)))
     assert (summary.events_resigned, summary.receipts_reissued, summary.bundles_signed) == (0, 0, 0)
     assert files(root) == snap
 
@@ -118,7 +112,7 @@ def test_reissue_twice_changes_nothing(rotated) -> None:  # type: ignore[no-unty
 def test_rotated_key_cannot_sign_again(rotated) -> None:  # type: ignore[no-untyped-def]
     root, _, _ = rotated
     with pytest.raises(InputError, match="was rotated"):
-        Publisher(LocalStore(root), OLD, clock=Clock(datetime(2026, 7, 1, tzinfo=UTC)))
+        Publisher(LocalStore(root), OLD, clock=StepClock(datetime(2026, 7, 1, tzinfo=UTC)))
 
 
 def _resign(bundle: dict[str, Any], signer: Ed25519Signer, keys: list[PublicKey],
