@@ -40,6 +40,7 @@ Progress = Callable[[int], None]
 DEFAULT_MAX_PARTS = 8
 DEFAULT_GRACE_SECONDS = 3600
 REINDEX_CHUNK = 50_000
+UPDATE_BATCH = 10_000  # subjects per batch of an index update
 _STAMP = re.compile(r"part-g\d+-(\d{8}T\d{6}Z)-[0-9a-f]+\.parquet$")
 
 
@@ -225,36 +226,99 @@ def _write_rows(store: Store, manifest: mf.Manifest, rows: Rows, *, generation: 
     return added, removed
 
 
+def _compact_crowded(store: Store, manifest: mf.Manifest,
+                     added: dict[str, list[dict[str, Any]]], *, generation: int,
+                     now: datetime, run_id: str | None, max_parts: int,
+                     update: IndexUpdate) -> tuple[set[str], set[str]]:
+    """Fold partitions this update would leave with more than `max_parts` files.
+
+    One partition is read at a time, so memory follows the largest partition, not
+    the run. Returns (listed paths to retire, unlisted batch files now superseded).
+    """
+    removed: set[str] = set()
+    superseded: set[str] = set()
+    for name, spec in TABLES.items():
+        existing = manifest.partitions(name)
+        fresh: dict[str, list[dict[str, Any]]] = {}
+        for entry in added.get(name, []):
+            fresh.setdefault(entry["partition"], []).append(entry)
+        kept: list[dict[str, Any]] = []
+        for partition, entries in sorted(fresh.items()):
+            old = existing.get(partition, [])
+            if len(old) + len(entries) <= max_parts:
+                kept.extend(entries)
+                continue
+            table = dedupe_sorted(spec, read_partition(store, spec, old + entries))
+            entry = write_file(store, spec, partition, table, generation=generation, now=now,
+                               run_id=run_id, compacted=True)
+            kept.append(entry)
+            removed.update(e["path"] for e in old)
+            for e in entries:
+                superseded.add(e["path"])
+                update.written.pop(e["path"], None)
+            update.written[entry["path"]] = entry["sha256"]
+            update.compacted_partitions += 1
+        if name in added:
+            added[name] = kept
+    # files are named by content: a fold can reproduce a batch file's (or a listed) path
+    kept_paths = {e["path"] for es in added.values() for e in es}
+    return removed - kept_paths, superseded - kept_paths - manifest.listed()
+
+
 def update_indexes(store: Store, subjects: Iterable[str], *, run_id: str | None = None,
                    clock: Clock = system_clock, max_parts: int = DEFAULT_MAX_PARTS,
-                   workers: int = 16, progress: Progress | None = None) -> IndexUpdate:
+                   workers: int = 16, progress: Progress | None = None,
+                   batch_size: int = UPDATE_BATCH) -> IndexUpdate:
     """Bring the indexes up to date for `subjects` (Pith numbers) from their bundles.
 
     Idempotent: subjects whose indexed row already matches their bundle are skipped,
     so re-running a window writes nothing, and a run that died before indexing is
     completed by the next run over the same records. Call it after the bundles are
     published; it commits all three tables in one manifest swap.
+
+    Subjects are read and turned into rows `batch_size` at a time, each batch
+    written as its own part files, so memory does not grow with the run; the files
+    of all batches are listed by that one swap (readers never see part of a run).
     """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
     keys = sorted({bundle_key(s) for s in subjects})
     manifest = mf.load(store)
     update = IndexUpdate(generation=manifest.generation, subjects_checked=len(keys))
     if not keys:
         return update
-    per_bundle = list(read_bundles(store, keys, workers=workers, progress=progress))
-    changed = _changed_subjects(store, manifest, per_bundle)
-    update.subjects_changed = len(changed)
-    if not changed:
-        return update
-    rows = Rows()
-    for _, r in changed:
-        rows.extend(r)
     now = clock()
-    added, removed = _write_rows(store, manifest, rows, generation=manifest.generation + 1,
-                                 now=now, run_id=run_id, max_parts=max_parts, update=update)
+    generation = manifest.generation + 1
+    added: dict[str, list[dict[str, Any]]] = {}
+    for start in range(0, len(keys), batch_size):
+        per_bundle = list(read_bundles(store, keys[start:start + batch_size], workers=workers,
+                                       progress=progress))
+        changed = _changed_subjects(store, manifest, per_bundle)
+        del per_bundle
+        update.subjects_changed += len(changed)
+        if not changed:
+            continue
+        rows = Rows()
+        for _, r in changed:
+            rows.extend(r)
+        del changed
+        # no compaction per batch: crowded partitions are folded once, below
+        batch_added, _ = _write_rows(store, manifest, rows, generation=generation, now=now,
+                                     run_id=run_id, max_parts=1 << 30, update=update)
+        del rows
+        for name, entries in batch_added.items():
+            added.setdefault(name, []).extend(entries)
+    if not added:
+        return update
+    removed, superseded = _compact_crowded(store, manifest, added, generation=generation,
+                                           now=now, run_id=run_id, max_parts=max_parts,
+                                           update=update)
     new, data = mf.commit(store, mf.Change(added=added, removed=removed,
                                            retired_at=iso_seconds(now)), base=manifest)
     update.generation = new.generation
     update.written[mf.MANIFEST_KEY] = hashlib.sha256(data).hexdigest()
+    for path in sorted(superseded):  # never listed by any manifest: no reader can hold them
+        store.delete(path)
     return update
 
 

@@ -137,3 +137,36 @@ def test_cli_build_indexes_and_rebuild_reindexes(tmp_path: Path, sample: list[st
     import hashlib
     assert shas == {hashlib.sha256(store.get(k) or b"").hexdigest()
                     for k in store.list("pith/") if k.endswith("/bundle.json")}
+
+
+def test_update_writes_batches_and_commits_them_once(tmp_path: Path, sample: list[str],
+                                                     run: Runner) -> None:
+    store = LocalStore(tmp_path / "s")
+    run(store, sample, finish=False)
+    subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
+    assert len(subjects) > 8
+    before = mf.load(store).generation
+    update_indexes(store, subjects, clock=fixed_clock, batch_size=4, max_parts=1 << 30)
+    m = mf.load(store)
+    assert m.generation == before + 1  # every batch listed by one swap
+    assert max(_partition_file_counts(store)) > 1  # one part file per batch and partition
+    assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records"
+                     ).rows[0] == (len(subjects), len(subjects))
+    again = update_indexes(store, subjects, clock=fixed_clock, batch_size=4)
+    assert again.subjects_changed == 0 and mf.load(store).generation == m.generation
+
+
+def test_batched_update_compacts_crowded_partitions_once(tmp_path: Path, sample: list[str],
+                                                         run: Runner) -> None:
+    store = LocalStore(tmp_path / "s")
+    run(store, sample, finish=False)
+    subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
+    update = update_indexes(store, subjects, clock=fixed_clock, batch_size=3, max_parts=2)
+    assert update.compacted_partitions > 0
+    assert max(_partition_file_counts(store)) <= 2
+    # the batch files a compaction folded were never listed and are gone
+    on_disk = {k for k in store.list("index/") if k.endswith(".parquet")}
+    assert on_disk == mf.load(store).listed()
+    assert set(update.written) - {MANIFEST_KEY} <= on_disk
+    assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records"
+                     ).rows[0] == (len(subjects), len(subjects))
