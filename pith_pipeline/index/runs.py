@@ -8,10 +8,12 @@ died earlier leaves none, and the next run over the same window completes it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import io
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from pith_pipeline.core.canonical_json import dumps_pretty, loads
+from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.timeutil import Clock, iso_seconds, system_clock
 from pith_pipeline.errors import WriteConflictError
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
@@ -48,6 +50,48 @@ def touched_subjects(summary: RunSummary) -> list[str]:
     return sorted(subjects)
 
 
+def _sorted_objects(*ledgers: Mapping[str, str]) -> Iterator[tuple[str, str]]:
+    """(key, sha256) of every ledger, later ones winning, in key order.
+
+    Sorted in a temporary SQLite file (BINARY collation: UTF-8 byte order, which is
+    code point order, as `sorted`), so a run of millions of objects is never held
+    in memory as Python objects.
+    """
+    import sqlite3
+
+    db = sqlite3.connect("")  # "": a private on-disk temporary database
+    try:
+        db.execute("CREATE TABLE o (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+        for ledger in ledgers:
+            db.executemany("INSERT INTO o VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET "
+                           "v = excluded.v", ledger.items())
+        for k, v in db.execute("SELECT k, v FROM o ORDER BY k"):
+            yield str(k), str(v)
+    finally:
+        db.close()
+
+
+def _encode(doc: dict[str, Any], objects: Iterable[tuple[str, str]]) -> bytes:
+    """`dumps_pretty(doc)` with `doc["objects"]` filled from `objects`, byte for byte,
+    without building millions of dicts first."""
+    sentinel = f"objects-{uuid.uuid4().hex}"
+    head = dumps_pretty({**doc, "objects": sentinel})
+    marker = b'"objects": ' + dumps_compact(sentinel)
+    at = head.index(marker)
+    out = io.BytesIO()
+    out.write(head[:at])
+    out.write(b'"objects": [')
+    sep = b"\n"
+    for k, v in objects:
+        out.write(sep + b'    {\n      "key": ' + dumps_compact(k) + b',\n      "sha256": '
+                  + dumps_compact(v) + b"\n    }")
+        sep = b",\n"
+    out.write(b"]" if sep == b"\n" else b"\n  ]")
+    out.write(head[at + len(marker):])
+    out.write(b"\n")
+    return out.getvalue()
+
+
 def write_manifest(store: Store, summary: RunSummary, *,
                    window: Mapping[str, Any] | None = None, index: IndexUpdate | None = None,
                    clock: Clock = system_clock) -> str:
@@ -58,16 +102,13 @@ def write_manifest(store: Store, summary: RunSummary, *,
     same run (same window and counts) keeps the first manifest; a different window
     or counts under the same run id is a `WriteConflictError`.
     """
-    written = dict(summary.written)
-    if index is not None:
-        written.update(index.written)
     doc: dict[str, Any] = {
         "format": RUN_MANIFEST_FORMAT,
         "run_id": summary.run_id,
         "window": dict(window) if window else None,
         "counts": summary.counts(),
         "pith_numbers": sorted(summary.pith_numbers),
-        "objects": [{"key": k, "sha256": written[k]} for k in sorted(written)],
+        "objects": [],  # streamed in by `_encode`
         "index": None if index is None else {
             "generation": index.generation, "rows": index.rows,
             "subjects_checked": index.subjects_checked,
@@ -76,7 +117,7 @@ def write_manifest(store: Store, summary: RunSummary, *,
         "finished_at": iso_seconds(clock()),
     }
     key = run_manifest_key(summary.run_id)
-    data = dumps_pretty(doc) + b"\n"
+    data = _encode(doc, _sorted_objects(summary.written, index.written if index else {}))
     existing = store.get(key)
     if existing is not None:
         old = loads(existing)

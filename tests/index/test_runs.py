@@ -261,3 +261,28 @@ def test_finish_run_is_safe_to_repeat(any_store: Store, sample: list[str], run: 
     assert any_store.get(key) == before
     with pytest.raises(WriteConflictError):
         finish_run(any_store, summary, {"input": "another window"}, clock=fixed_clock)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7])
+def test_run_manifest_streamed_equals_plain_json(tmp_path: Any, n: int) -> None:
+    from pith_pipeline.core.canonical_json import dumps_pretty
+    from pith_pipeline.index.runs import write_manifest
+    from pith_pipeline.index.writer import IndexUpdate
+    from pith_pipeline.pipeline import Ledger, RunSummary
+
+    written = Ledger(limit=2)  # spilled to SQLite, as in a large run
+    for i in range(n):
+        written[f"pith/{n - i:04d}/bundle.json"] = f"{i:064x}"
+    written["arxiv/\u00e9\u4e2d\U0001f600.json"] = "ab" * 32
+    summary = RunSummary(run_id="r1", written=written, pith_numbers=["pith:b", "pith:a"])
+    index = IndexUpdate(generation=3, written={"index/_manifest.json": "cd" * 32,
+                                               "arxiv/\u00e9\u4e2d\U0001f600.json": "ef" * 32})
+    store = LocalStore(tmp_path / "s")
+    key = write_manifest(store, summary, window={"from": "x"}, index=index, clock=fixed_clock)
+    data = store.get(key)
+    assert data is not None
+    doc = json.loads(data)
+    expected = {**dict(written), **index.written}
+    doc["objects"] = [{"key": k, "sha256": expected[k]} for k in sorted(expected)]
+    assert data == dumps_pretty(doc) + b"\n"
+    assert len(doc["objects"]) == n + 2
