@@ -41,6 +41,7 @@ DEFAULT_MAX_PARTS = 8
 DEFAULT_GRACE_SECONDS = 3600
 REINDEX_CHUNK = 50_000
 UPDATE_BATCH = 10_000  # subjects per batch of an index update
+COMPACT_ROWS = 250_000  # rows one compaction step of an update reads at most
 _STAMP = re.compile(r"part-g\d+-(\d{8}T\d{6}Z)-[0-9a-f]+\.parquet$")
 
 
@@ -229,11 +230,13 @@ def _write_rows(store: Store, manifest: mf.Manifest, rows: Rows, *, generation: 
 def _compact_crowded(store: Store, manifest: mf.Manifest,
                      added: dict[str, list[dict[str, Any]]], *, generation: int,
                      now: datetime, run_id: str | None, max_parts: int,
-                     update: IndexUpdate) -> tuple[set[str], set[str]]:
-    """Fold partitions this update would leave with more than `max_parts` files.
+                     compact_rows: int, update: IndexUpdate) -> tuple[set[str], set[str]]:
+    """Fold files of partitions this update would leave with more than `max_parts`.
 
-    One partition is read at a time, so memory follows the largest partition, not
-    the run. Returns (listed paths to retire, unlisted batch files now superseded).
+    Groups of the smallest files, at most `compact_rows` rows each, are merged until
+    the partition is within `max_parts` or no two files fit in one group, so memory
+    is bounded by `compact_rows`, not by the run or the partition. Returns (listed
+    paths to retire, unlisted batch files now superseded).
     """
     removed: set[str] = set()
     superseded: set[str] = set()
@@ -245,19 +248,36 @@ def _compact_crowded(store: Store, manifest: mf.Manifest,
         kept: list[dict[str, Any]] = []
         for partition, entries in sorted(fresh.items()):
             old = existing.get(partition, [])
-            if len(old) + len(entries) <= max_parts:
-                kept.extend(entries)
-                continue
-            table = dedupe_sorted(spec, read_partition(store, spec, old + entries))
-            entry = write_file(store, spec, partition, table, generation=generation, now=now,
-                               run_id=run_id, compacted=True)
-            kept.append(entry)
-            removed.update(e["path"] for e in old)
-            for e in entries:
-                superseded.add(e["path"])
-                update.written.pop(e["path"], None)
-            update.written[entry["path"]] = entry["sha256"]
-            update.compacted_partitions += 1
+            old_paths = {e["path"] for e in old}
+            files = [*old, *entries]
+            folded = False
+            while len(files) > max_parts:
+                # smallest files first, at most `compact_rows` rows read at once: the
+                # rows keep their index_seq, so readers still pick the same winners
+                group: list[dict[str, Any]] = []
+                total = 0
+                for e in sorted(files, key=lambda e: (e["rows"], e["path"])):
+                    if group and total + e["rows"] > compact_rows:
+                        break
+                    group.append(e)
+                    total += e["rows"]
+                if len(group) < 2:
+                    break
+                table = dedupe_sorted(spec, read_partition(store, spec, group))
+                entry = write_file(store, spec, partition, table, generation=generation,
+                                   now=now, run_id=run_id, compacted=True)
+                paths = {e["path"] for e in group}
+                files = [e for e in files if e["path"] not in paths] + [entry]
+                for e in group:
+                    if e["path"] in old_paths:
+                        removed.add(e["path"])
+                    else:
+                        superseded.add(e["path"])
+                        update.written.pop(e["path"], None)
+                update.written[entry["path"]] = entry["sha256"]
+                folded = True
+            update.compacted_partitions += folded
+            kept.extend(e for e in files if e["path"] not in old_paths or e["path"] in removed)
         if name in added:
             added[name] = kept
     # files are named by content: a fold can reproduce a batch file's (or a listed) path
@@ -268,7 +288,8 @@ def _compact_crowded(store: Store, manifest: mf.Manifest,
 def update_indexes(store: Store, subjects: Iterable[str], *, run_id: str | None = None,
                    clock: Clock = system_clock, max_parts: int = DEFAULT_MAX_PARTS,
                    workers: int = 16, progress: Progress | None = None,
-                   batch_size: int = UPDATE_BATCH) -> IndexUpdate:
+                   batch_size: int = UPDATE_BATCH,
+                   compact_rows: int = COMPACT_ROWS) -> IndexUpdate:
     """Bring the indexes up to date for `subjects` (Pith numbers) from their bundles.
 
     Idempotent: subjects whose indexed row already matches their bundle are skipped,
@@ -312,7 +333,7 @@ def update_indexes(store: Store, subjects: Iterable[str], *, run_id: str | None 
         return update
     removed, superseded = _compact_crowded(store, manifest, added, generation=generation,
                                            now=now, run_id=run_id, max_parts=max_parts,
-                                           update=update)
+                                           compact_rows=compact_rows, update=update)
     new, data = mf.commit(store, mf.Change(added=added, removed=removed,
                                            retired_at=iso_seconds(now)), base=manifest)
     update.generation = new.generation

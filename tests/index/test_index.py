@@ -170,3 +170,24 @@ def test_batched_update_compacts_crowded_partitions_once(tmp_path: Path, sample:
     assert set(update.written) - {MANIFEST_KEY} <= on_disk
     assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records"
                      ).rows[0] == (len(subjects), len(subjects))
+
+
+def test_update_compaction_reads_bounded_groups(tmp_path: Path, sample: list[str],
+                                                run: Runner) -> None:
+    store = LocalStore(tmp_path / "s")
+    run(store, sample, finish=False)
+    subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
+    update = update_indexes(store, subjects, clock=fixed_clock, batch_size=3, max_parts=2,
+                            compact_rows=4)
+    assert update.compacted_partitions > 0
+    m = mf.load(store)
+    # batch files hold at most 3 records each; no fold read more than 4 rows at once
+    assert max(f["rows"] for f in m.files["records"]) <= 4
+    assert any(f["rows"] == 4 for f in m.files["records"])
+    on_disk = {k for k in store.list("index/") if k.endswith(".parquet")}
+    assert on_disk == m.listed()
+    for table, key in (("records", "pith_number"), ("events", "event_id")):
+        assert run_query(store, f"SELECT count(*), count(DISTINCT {key}) FROM {table}"
+                         ).rows[0][0] == run_query(
+            store, f"SELECT count(DISTINCT {key}) FROM {table}").rows[0][0]
+    assert run_query(store, "SELECT count(*) FROM records").rows[0][0] == len(subjects)
