@@ -41,7 +41,7 @@ DEFAULT_MAX_PARTS = 8
 DEFAULT_GRACE_SECONDS = 3600
 REINDEX_CHUNK = 50_000
 UPDATE_BATCH = 10_000  # subjects per batch of an index update
-COMPACT_ROWS = 250_000  # rows one compaction step of an update reads at most
+COMPACT_ROWS = 100_000  # rows one compaction step of an update reads at most
 _STAMP = re.compile(r"part-g\d+-(\d{8}T\d{6}Z)-[0-9a-f]+\.parquet$")
 
 
