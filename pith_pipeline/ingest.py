@@ -19,6 +19,7 @@ from typing import Any
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.timeutil import Clock, system_clock
 from pith_pipeline.errors import InputError
+from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
 from pith_pipeline.sources.jsonl import Rejected, iter_jsonl
 from pith_pipeline.sources.oai import (
@@ -95,9 +96,16 @@ class Ingest:
 
     def __init__(self, store: Store, signer: Signer, config: BuildConfig | None = None, *,
                  clock: Clock = system_clock, progress: ProgressHook | None = None,
-                 on_page: PageHook | None = None, run_id: str | None = None) -> None:
+                 on_page: PageHook | None = None, run_id: str | None = None,
+                 workers: int = 1, signer_spec: str | None = None,
+                 chunk_size: int = DEFAULT_CHUNK) -> None:
+        """`workers` > 1 publishes in that many processes, each opening `signer_spec`
+        (the spec `signer` came from); without a spec the run stays in one process."""
         self.store = store
         self.publisher = Publisher(store, signer, config, clock=clock, run_id=run_id)
+        self.parallel = ParallelPublisher(self.publisher, workers=workers,
+                                          signer_spec=signer_spec,
+                                          chunk_size=chunk_size) if workers != 1 else None
         self.clock = clock
         self.progress = progress
         self.on_page = on_page
@@ -113,7 +121,21 @@ class Ingest:
         return h
 
     def _publish_items(self, items: Iterable[Any]) -> None:
-        self.publisher.publish(items, progress=self.progress)
+        if self.parallel is not None:
+            self.parallel.publish(items, progress=self.progress)
+        else:
+            self.publisher.publish(items, progress=self.progress)
+
+    def close(self) -> None:
+        """Stop the worker processes, if any started."""
+        if self.parallel is not None:
+            self.parallel.close()
+
+    def __enter__(self) -> Ingest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _consume(self, pages: Iterable[HarvestedPage]) -> IngestReport:
         """Publish page by page; the harvester checkpoints when asked for the next page."""

@@ -1,0 +1,376 @@
+"""Publishing on every core: records routed to worker processes by arXiv id.
+
+Building and signing a bundle is CPU work and a local store's writes are per-record
+I/O, so one process keeps one core busy. `ParallelPublisher` keeps the parent's
+`Publisher` as the run's single summary and quarantine, and hands records to worker
+processes that each open their own store and signer (signers are never pickled:
+each worker opens one from the run's signer spec).
+
+Why routing by id: the pointer `arxiv/<id>.json`, supersedes and corrections are
+read-modify-write per paper, so every version and duplicate of one paper goes to the
+same worker, in input order (one single-process executor per worker keeps FIFO
+order). Different papers share no object except the key document, which the parent
+publishes before any worker starts, and the quarantine file, which only the parent
+writes (in input order). So with a fixed clock (`SOURCE_DATE_EPOCH`) the store's
+bytes equal the one-process path's.
+
+Small runs do not pay for process start-up: workers start only once more than one
+chunk of records has arrived; fewer are published in this process exactly as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, Future, wait
+from concurrent.futures.process import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from pith_pipeline.core.model import ArxivRecord
+from pith_pipeline.core.timeutil import Clock
+from pith_pipeline.errors import InputError, PithError
+from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
+from pith_pipeline.sources.jsonl import Item, Rejected
+from pith_pipeline.storage.base import Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHUNK = 500  # records per message to a worker: amortises pickling, bounds memory
+IN_FLIGHT = 3  # chunks queued per worker before the parent waits (backpressure)
+
+# how a worker reopens the parent's store: ("local", root, fsync) or ("url", url, None)
+StoreSpec = tuple[str, str, bool | None]
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (the CLI's default number of workers)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def worker_for(arxiv_id: str, workers: int) -> int:
+    """A stable worker index for a paper (Python's `hash()` is salted per process)."""
+    return zlib.crc32(arxiv_id.encode("utf-8")) % workers
+
+
+def store_spec(store: Store) -> StoreSpec | None:
+    """What a worker needs to open the same store, or None for stores it cannot reopen."""
+    from pith_pipeline.storage.local import LocalStore
+
+    if isinstance(store, LocalStore):
+        return ("local", str(store.root), store.fsync)
+    if store.url.startswith("s3://"):
+        return ("url", store.url, None)
+    return None
+
+
+def _open_store(spec: StoreSpec) -> Store:
+    kind, where, fsync = spec
+    if kind == "local":
+        from pith_pipeline.storage.local import LocalStore
+
+        return LocalStore(where, fsync=fsync)
+    from pith_pipeline.storage.base import open_store
+
+    return open_store(where)
+
+
+def sequential_reason(store: Store, signer_spec: str | None, clock: Clock) -> str | None:
+    """Why this run cannot use worker processes, or None when it can."""
+    if signer_spec is None:
+        return "the signer was given without a spec workers could open it from"
+    if signer_spec.partition(":")[0] == "certified":
+        # each process would make its own in-memory key, none of them in the key document
+        return "a certified: signer's per-run key lives in one process only"
+    if store_spec(store) is None:
+        return f"the store {store.url} cannot be reopened by worker processes"
+    try:
+        pickle.dumps(clock)
+    except Exception:  # any failure to pickle means: no workers
+        return "the clock cannot be sent to worker processes"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """Everything a worker needs to publish exactly as the parent would (no secrets)."""
+
+    store: StoreSpec
+    signer_spec: str
+    config: BuildConfig
+    clock: Clock
+    run_id: str
+
+
+@dataclass(slots=True)
+class ChunkResult:
+    """What one chunk did, as plain data: the parent folds it into the run's summary."""
+
+    pid: int
+    records: int = 0
+    built: int = 0
+    unchanged: int = 0
+    superseded: int = 0
+    written: list[tuple[str, str]] = field(default_factory=list)
+    seen: list[str] = field(default_factory=list)
+    pith_numbers: list[str] = field(default_factory=list)
+    # (input sequence number, quarantine entry): the parent writes them in input order
+    rejects: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+
+
+# -- the worker side ---------------------------------------------------------------
+_STATE: dict[str, Any] = {}
+
+
+def _init_worker(spec: WorkerSpec) -> None:
+    """Open the worker's store, signer and publisher once, for all its chunks.
+
+    An error here is kept and raised by the first chunk: an initializer's own
+    exception would only break the pool, losing its type and message.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    try:
+        from pith_pipeline.signing.factory import open_signer
+
+        store = _open_store(spec.store)
+        signer = open_signer(spec.signer_spec)
+        _STATE["pub"] = Publisher(store, signer, spec.config, clock=spec.clock,
+                                  run_id=spec.run_id)
+    except BaseException as exc:  # re-raised by the first chunk
+        _STATE["error"] = exc
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """The error itself when it survives the trip to the parent, else a faithful stand-in."""
+    try:
+        back = pickle.loads(pickle.dumps(exc))
+        if type(back) is type(exc) and str(back) == str(exc):
+            return exc
+    except Exception:  # fall through to the stand-in
+        pass
+    return WorkerError(f"{type(exc).__name__} in a worker process: {exc}")
+
+
+def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
+    """Publish records in order as `Publisher.publish` does, quarantining InputErrors."""
+    try:
+        if "error" in _STATE:
+            raise _STATE["error"]
+        pub: Publisher = _STATE["pub"]
+        run_id = pub.summary.run_id
+        pub.summary = RunSummary(run_id)  # per chunk: the worker's memory stays flat
+        out = ChunkResult(os.getpid(), records=len(chunk))
+        for seq, rec in chunk:
+            try:
+                pub.publish_record(rec)
+            except InputError as exc:
+                rej = Rejected(exc.where or "", exc.message, "", rec.id, exc.field)
+                out.rejects.append((seq, {"run_id": run_id, **rej.to_json()}))
+        s = pub.summary
+        out.built, out.unchanged, out.superseded = s.built, s.unchanged, s.superseded
+        out.written = list(s.written.items())
+        out.seen = list(s.seen)
+        out.pith_numbers = list(s.pith_numbers)
+        return out
+    except BaseException as exc:
+        raise _picklable(exc) from None
+
+
+class WorkerError(PithError):
+    """An error in a worker process that could not be sent back as itself."""
+
+
+def _result(future: Future[ChunkResult]) -> ChunkResult:
+    """The chunk's result; a worker's own error is raised as itself."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        raise WorkerError("a worker process died before finishing its records (killed, out "
+                          "of memory, or started from a script without an "
+                          "`if __name__ == \"__main__\":` guard); what it finished is "
+                          "published, run again to complete the rest") from None
+
+
+# -- the parent side ---------------------------------------------------------------
+class ParallelPublisher:
+    """`Publisher.publish` with worker processes; same contract, same bytes.
+
+    One single-process executor per worker keeps each worker's chunks in order; at
+    most `in_flight` chunks wait per worker, so memory is bounded whatever the input.
+    Workers live until `close()`, across `publish` calls (one per harvested page).
+    """
+
+    def __init__(self, publisher: Publisher, *, workers: int, signer_spec: str | None,
+                 chunk_size: int = DEFAULT_CHUNK, in_flight: int = IN_FLIGHT) -> None:
+        if workers < 1:
+            raise InputError(f"--workers must be at least 1, not {workers}")
+        if chunk_size < 1:
+            raise InputError(f"the worker chunk size must be at least 1, not {chunk_size}")
+        self.publisher = publisher
+        self.chunk_size = chunk_size
+        self.in_flight = max(1, in_flight)
+        self.workers = workers
+        reason = None if workers == 1 else sequential_reason(
+            publisher.store, signer_spec, publisher.clock)
+        if reason is not None:
+            log.warning("publishing in one process (%d workers asked for): %s", workers, reason)
+            self.workers = 1
+        self._spec = WorkerSpec(store_spec(publisher.store) or ("url", "", None),
+                                signer_spec or "", publisher.config, publisher.clock,
+                                publisher.summary.run_id)
+        self._pools: list[ProcessPoolExecutor] | None = None
+        self._queues: list[deque[Future[ChunkResult]]] = []
+        self._buffers: list[list[tuple[int, ArxivRecord]]] = []
+        self._progress: Callable[[int], Any] | None = None
+        self._rejects: list[tuple[int, dict[str, Any]]] = []
+        self._seq = 0  # input sequence number across the run: orders the quarantine
+        self.chunks_dispatched = 0
+        self.worker_pids: set[int] = set()
+
+    @property
+    def started(self) -> bool:
+        return self._pools is not None
+
+    # -- lifecycle ----------------------------------------------------------------
+    def _start(self) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")  # no fork: threads, clients, sockets
+        self._pools = [ProcessPoolExecutor(max_workers=1, mp_context=ctx,
+                                           initializer=_init_worker, initargs=(self._spec,))
+                       for _ in range(self.workers)]
+        self._queues = [deque() for _ in range(self.workers)]
+        self._buffers = [[] for _ in range(self.workers)]
+
+    def close(self) -> None:
+        """Stop the workers (after their current chunk); safe to call twice."""
+        pools, self._pools = self._pools, None
+        for pool in pools or ():
+            pool.shutdown(wait=True, cancel_futures=True)
+        self._queues, self._buffers = [], []
+
+    def __enter__(self) -> ParallelPublisher:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- the run ----------------------------------------------------------------
+    def publish(self, items: Iterable[Item], *,
+                progress: Callable[[int], None] | None = None) -> RunSummary:
+        """Build, sign and publish every record; quarantine every reject (input order)."""
+        pub = self.publisher
+        if self.workers == 1:
+            return pub.publish(items, progress=progress)
+        pub.publish_key_document()  # before any worker reads the store's key document
+        self._progress = progress
+        rejects = self._rejects = []
+        pending: list[tuple[int, ArxivRecord]] = []
+        try:
+            for item in items:
+                seq = self._seq
+                self._seq += 1
+                pub.summary.fetched += 1
+                if isinstance(item, Rejected):
+                    pub.summary.quarantined += 1
+                    rejects.append((seq, {"run_id": pub.summary.run_id, **item.to_json()}))
+                    if progress:
+                        progress(1)
+                elif self._pools is not None:
+                    self._route(seq, item)
+                else:
+                    pending.append((seq, item))
+                    if len(pending) > self.chunk_size:  # a big run: worth the start-up
+                        self._start()
+                        for s, rec in pending:
+                            self._route(s, rec)
+                        pending = []
+            for seq, rec in pending:  # a small run: in this process, as ever
+                self._publish_here(seq, rec, rejects)
+            if self._pools is not None:
+                self._drain()
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            rejects.sort(key=lambda r: r[0])
+            pub.quarantine.extend(entry for _seq, entry in rejects)
+        pub.flush_quarantine()
+        return pub.summary
+
+    def _publish_here(self, seq: int, rec: ArxivRecord,
+                      rejects: list[tuple[int, dict[str, Any]]]) -> None:
+        pub = self.publisher
+        try:
+            pub.publish_record(rec)
+        except InputError as exc:
+            pub.summary.quarantined += 1
+            rej = Rejected(exc.where or "", exc.message, "", rec.id, exc.field)
+            rejects.append((seq, {"run_id": pub.summary.run_id, **rej.to_json()}))
+        if self._progress:
+            self._progress(1)
+
+    def _route(self, seq: int, rec: ArxivRecord) -> None:
+        w = worker_for(rec.id, self.workers)
+        buf = self._buffers[w]
+        buf.append((seq, rec))
+        if len(buf) >= self.chunk_size:
+            self._submit(w)
+
+    def _submit(self, w: int) -> None:
+        assert self._pools is not None
+        queue = self._queues[w]
+        while len(queue) >= self.in_flight:  # backpressure: this worker is behind
+            wait([f for q in self._queues for f in q], return_when=FIRST_COMPLETED)
+            self._collect_done()
+        chunk, self._buffers[w] = self._buffers[w], []
+        queue.append(self._pools[w].submit(publish_chunk, chunk))
+        self.chunks_dispatched += 1
+        self._collect_done()
+
+    def _collect_done(self) -> None:
+        """Fold in every finished chunk; raise the first worker error met."""
+        for queue in self._queues:
+            while queue and queue[0].done():
+                self._merge(_result(queue.popleft()))
+
+    def _drain(self) -> None:
+        for w, buf in enumerate(self._buffers):
+            if buf:
+                self._submit(w)
+        outstanding = [f for q in self._queues for f in q]
+        wait(outstanding, return_when=FIRST_EXCEPTION)
+        for f in outstanding:  # a failure anywhere stops the run before more merging
+            if f.done() and f.exception() is not None:
+                _result(f)
+        for queue in self._queues:
+            while queue:
+                self._merge(_result(queue.popleft()))
+
+    def _merge(self, res: ChunkResult) -> None:
+        s = self.publisher.summary
+        self.worker_pids.add(res.pid)
+        s.built += res.built
+        s.unchanged += res.unchanged
+        s.superseded += res.superseded
+        s.quarantined += len(res.rejects)
+        for key, sha in res.written:
+            s.written[key] = sha
+        s.seen.extend(res.seen)
+        s.pith_numbers.extend(res.pith_numbers)
+        self._rejects.extend(res.rejects)
+        if self._progress:
+            self._progress(res.records)
