@@ -31,6 +31,7 @@ from pith_pipeline.core.record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros, system_clock
 from pith_pipeline.errors import InputError, SigningError
 from pith_pipeline.sources.jsonl import Item, Rejected
+from pith_pipeline.spill import Ledger, SpillList
 from pith_pipeline.storage.base import Store
 
 DEFAULT_BASE_URL = "https://pith.example.org"
@@ -51,78 +52,6 @@ class BuildConfig:
                     signer_id=self.signer_id)
 
 
-class Ledger(MutableMapping[str, str]):
-    """Storage key -> sha256 of every object a run wrote, in write order.
-
-    A backfill writes six objects per paper, millions in one run: past `limit`
-    entries the ledger moves to a private temporary SQLite file, so a run's memory
-    does not grow with its size. Behaves as a dict otherwise (and compares equal to one).
-    """
-
-    def __init__(self, items: Iterable[tuple[str, str]] = (), *, limit: int = 100_000) -> None:
-        self._mem: dict[str, str] = {}
-        self._db: Any = None
-        self._limit = limit
-        for k, v in items:
-            self[k] = v
-
-    def _spill(self) -> None:
-        import sqlite3
-
-        self._db = sqlite3.connect("")  # "": a private on-disk temporary database
-        self._db.execute("CREATE TABLE w (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
-        self._db.executemany("INSERT INTO w VALUES (?, ?)", self._mem.items())
-        self._mem = {}
-
-    def __setitem__(self, key: str, value: str) -> None:
-        if self._db is None:
-            self._mem[key] = value
-            if len(self._mem) > self._limit:
-                self._spill()
-        else:
-            self._db.execute("INSERT INTO w VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = "
-                             "excluded.v", (key, value))
-
-    def __getitem__(self, key: str) -> str:
-        if self._db is None:
-            return self._mem[key]
-        row = self._db.execute("SELECT v FROM w WHERE k = ?", (key,)).fetchone()
-        if row is None:
-            raise KeyError(key)
-        return str(row[0])
-
-    def __delitem__(self, key: str) -> None:
-        if self._db is None:
-            del self._mem[key]
-        elif self._db.execute("DELETE FROM w WHERE k = ?", (key,)).rowcount == 0:
-            raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        if self._db is None:
-            yield from list(self._mem)
-        else:
-            for (k,) in self._db.execute("SELECT k FROM w ORDER BY rowid"):
-                yield k
-
-    def __len__(self) -> int:
-        if self._db is None:
-            return len(self._mem)
-        return int(self._db.execute("SELECT count(*) FROM w").fetchone()[0])
-
-    def clear(self) -> None:
-        self._mem, self._db = {}, None
-
-    def __repr__(self) -> str:
-        return f"Ledger({len(self)} objects)"
-
-    def __reduce__(self) -> Any:
-        return (_ledger_from_items, (list(self.items()),))
-
-
-def _ledger_from_items(items: list[tuple[str, str]]) -> Ledger:
-    return Ledger(items)
-
-
 @dataclass(slots=True)
 class RunSummary:
     """Counts a run reports at its end, and every object it wrote with its sha256."""
@@ -134,10 +63,12 @@ class RunSummary:
     superseded: int = 0
     quarantined: int = 0
     written: MutableMapping[str, str] = field(default_factory=lambda: Ledger())
-    pith_numbers: list[str] = field(default_factory=list)
+    # one entry per paper each: past 100,000 they move to disk (`spill`), so a run's
+    # memory does not grow with the number of papers
+    pith_numbers: SpillList | list[str] = field(default_factory=SpillList)
     # every subject this run published or found already published (built + unchanged):
     # the index update re-checks them, so a run that died before indexing is healed
-    seen: list[str] = field(default_factory=list)
+    seen: SpillList | list[str] = field(default_factory=SpillList)
 
     def counts(self) -> dict[str, int]:
         return {"fetched": self.fetched, "built": self.built, "unchanged": self.unchanged,

@@ -8,17 +8,19 @@ died earlier leaves none, and the next run over the same window completes it.
 
 from __future__ import annotations
 
-import io
+import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.timeutil import Clock, iso_seconds, system_clock
 from pith_pipeline.errors import WriteConflictError
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
 from pith_pipeline.pipeline import RunSummary
-from pith_pipeline.storage.base import Store
+from pith_pipeline.spill import iter_sorted, sorted_unique
+from pith_pipeline.storage.base import Store, put_once_file
 
 RUN_MANIFEST_FORMAT = "pith-run-manifest-v1"
 
@@ -40,14 +42,21 @@ def reproducible_run_id(store: Store, clock: Clock, *inputs: bytes) -> str:
     return f"{clock():%Y%m%dT%H%M%SZ}-{digest[:6]}"
 
 
-def touched_subjects(summary: RunSummary) -> list[str]:
-    """Every record ID whose bundle this run wrote or found already published."""
-    subjects = {s.rsplit(":", 1)[-1] for s in (*summary.seen, *summary.pith_numbers)}
-    for key in summary.written:
-        parts = key.split("/")
-        if len(parts) == 3 and parts[0] == "pith" and parts[2] == "bundle.json":
-            subjects.add(parts[1])
-    return sorted(subjects)
+def touched_subjects(summary: RunSummary) -> Iterator[str]:
+    """Every record ID whose bundle this run wrote or found already published, sorted.
+
+    Streamed (a backfill touches millions): the run's lists and ledger may live on disk.
+    """
+    def all_ids() -> Iterator[str]:
+        for items in (summary.seen, summary.pith_numbers):
+            for s in items:
+                yield s.rsplit(":", 1)[-1]
+        for key in summary.written:
+            parts = key.split("/")
+            if len(parts) == 3 and parts[0] == "pith" and parts[2] == "bundle.json":
+                yield parts[1]
+
+    return sorted_unique(all_ids())
 
 
 def _sorted_objects(*ledgers: Mapping[str, str]) -> Iterator[tuple[str, str]]:
@@ -61,6 +70,7 @@ def _sorted_objects(*ledgers: Mapping[str, str]) -> Iterator[tuple[str, str]]:
 
     db = sqlite3.connect("")  # "": a private on-disk temporary database
     try:
+        db.execute("PRAGMA cache_size = -8192")
         db.execute("CREATE TABLE o (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
         for ledger in ledgers:
             db.executemany("INSERT INTO o VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET "
@@ -71,25 +81,46 @@ def _sorted_objects(*ledgers: Mapping[str, str]) -> Iterator[tuple[str, str]]:
         db.close()
 
 
-def _encode(doc: dict[str, Any], objects: Iterable[tuple[str, str]]) -> bytes:
-    """`dumps_pretty(doc)` with `doc["objects"]` filled from `objects`, byte for byte,
-    without building millions of dicts first."""
-    sentinel = f"objects-{uuid.uuid4().hex}"
-    head = dumps_pretty({**doc, "objects": sentinel})
-    marker = b'"objects": ' + dumps_compact(sentinel)
-    at = head.index(marker)
-    out = io.BytesIO()
-    out.write(head[:at])
-    out.write(b'"objects": [')
+def _pretty_items(items: Iterable[bytes]) -> Iterator[bytes]:
+    """A list at the top level of `dumps_pretty`'s output, item by item (2-space indent)."""
     sep = b"\n"
-    for k, v in objects:
-        out.write(sep + b'    {\n      "key": ' + dumps_compact(k) + b',\n      "sha256": '
-                  + dumps_compact(v) + b"\n    }")
+    yield b"["
+    for item in items:
+        yield sep + item
         sep = b",\n"
-    out.write(b"]" if sep == b"\n" else b"\n  ]")
-    out.write(head[at + len(marker):])
+    yield b"]" if sep == b"\n" else b"\n  ]"
+
+
+def _encode(out: IO[bytes], doc: dict[str, Any],
+            lists: Mapping[str, Iterable[bytes]]) -> None:
+    """Write `dumps_pretty(doc) + b"\\n"` with each `doc[name]` for `name` in `lists`
+    filled from already-indented items, byte for byte, without building the lists.
+
+    A run manifest of a backfill lists millions of objects: it is streamed into `out`.
+    """
+    sentinels = {name: f"{name}-{uuid.uuid4().hex}" for name in lists}
+    head = dumps_pretty({**doc, **sentinels})
+    pos = 0
+    marks = sorted((head.index(b'"' + name.encode() + b'": ' + dumps_compact(sentinel)),
+                    name) for name, sentinel in sentinels.items())
+    for at, name in marks:
+        out.write(head[pos:at] + b'"' + name.encode() + b'": ')
+        for chunk in _pretty_items(lists[name]):
+            out.write(chunk)
+        pos = at + len(b'"' + name.encode() + b'": ' + dumps_compact(sentinels[name]))
+    out.write(head[pos:])
     out.write(b"\n")
-    return out.getvalue()
+
+
+def _object_items(objects: Iterable[tuple[str, str]]) -> Iterator[bytes]:
+    for k, v in objects:
+        yield (b'    {\n      "key": ' + dumps_compact(k) + b',\n      "sha256": '
+               + dumps_compact(v) + b"\n    }")
+
+
+def _string_items(values: Iterable[str]) -> Iterator[bytes]:
+    for v in values:
+        yield b"    " + dumps_compact(v)
 
 
 def write_manifest(store: Store, summary: RunSummary, *,
@@ -100,14 +131,16 @@ def write_manifest(store: Store, summary: RunSummary, *,
     Lists the window, the counts and every object the run wrote (published files,
     index files and the index manifest) with its sha256. Writing it again for the
     same run (same window and counts) keeps the first manifest; a different window
-    or counts under the same run id is a `WriteConflictError`.
+    or counts under the same run id is a `WriteConflictError`. The document is
+    written to a temporary file and stored from there, so its size (about 1 KB per
+    paper) never has to fit in memory.
     """
     doc: dict[str, Any] = {
         "format": RUN_MANIFEST_FORMAT,
         "run_id": summary.run_id,
         "window": dict(window) if window else None,
         "counts": summary.counts(),
-        "pith_numbers": sorted(summary.pith_numbers),
+        "pith_numbers": [],  # streamed in by `_encode`
         "objects": [],  # streamed in by `_encode`
         "index": None if index is None else {
             "generation": index.generation, "rows": index.rows,
@@ -117,16 +150,23 @@ def write_manifest(store: Store, summary: RunSummary, *,
         "finished_at": iso_seconds(clock()),
     }
     key = run_manifest_key(summary.run_id)
-    data = _encode(doc, _sorted_objects(summary.written, index.written if index else {}))
     existing = store.get(key)
     if existing is not None:
         old = loads(existing)
-        same = ("run_id", "window", "counts", "pith_numbers")
-        if isinstance(old, dict) and all(old.get(k) == doc[k] for k in same):
+        same = ("run_id", "window", "counts")
+        if isinstance(old, dict) and all(old.get(k) == doc[k] for k in same) and \
+                old.get("pith_numbers") == list(iter_sorted(summary.pith_numbers)):
             return key  # this run already finished; its first manifest stands
         raise WriteConflictError(f"{store.url}/{key} already records a different run with this "
                                  "run id; run manifests are never overwritten")
-    store.put_once(key, data)
+    with tempfile.TemporaryDirectory(prefix="pith-manifest-") as tmp:
+        path = Path(tmp) / "manifest.json"
+        with path.open("wb") as fh:
+            _encode(fh, doc, {
+                "pith_numbers": _string_items(iter_sorted(summary.pith_numbers)),
+                "objects": _object_items(_sorted_objects(
+                    summary.written, index.written if index else {}))})
+        put_once_file(store, key, path)
     return key
 
 

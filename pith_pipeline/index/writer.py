@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import chain, islice
 from typing import Any
 
 import pyarrow as pa
@@ -34,6 +35,7 @@ from pith_pipeline.errors import StorageError
 from pith_pipeline.index import manifest as mf
 from pith_pipeline.index.rows import Rows, rows_from_bundle
 from pith_pipeline.index.schema import SEQ, TABLES, TableSpec
+from pith_pipeline.spill import sorted_unique
 from pith_pipeline.storage.base import Store
 
 Progress = Callable[[int], None]
@@ -303,17 +305,20 @@ def update_indexes(store: Store, subjects: Iterable[str], *, run_id: str | None 
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    keys = sorted({bundle_key(s) for s in subjects})
+    keys = sorted_unique(bundle_key(s) for s in subjects)  # streamed: millions in a backfill
     manifest = mf.load(store)
-    update = IndexUpdate(generation=manifest.generation, subjects_checked=len(keys))
-    if not keys:
+    update = IndexUpdate(generation=manifest.generation)
+    first = next(keys, None)
+    if first is None:
         return update
+    keys = chain([first], keys)
     now = clock()
     generation = manifest.generation + 1
     added: dict[str, list[dict[str, Any]]] = {}
-    for start in range(0, len(keys), batch_size):
-        per_bundle = list(read_bundles(store, keys[start:start + batch_size], workers=workers,
-                                       progress=progress))
+    while batch := list(islice(keys, batch_size)):
+        update.subjects_checked += len(batch)
+        per_bundle = list(read_bundles(store, batch, workers=workers, progress=progress))
+        del batch
         changed = _changed_subjects(store, manifest, per_bundle)
         del per_bundle
         update.subjects_changed += len(changed)

@@ -16,7 +16,10 @@ it is. Two kinds of write:
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 
@@ -60,6 +63,26 @@ class Store(Protocol):
         False when another writer got there first; the caller re-reads and retries.
         """
         ...
+
+
+def put_once_file(store: Store, key: str, path: str | os.PathLike[str], *,
+                  content_type: str = "application/json") -> bool:
+    """`put_once` of a file's content, streamed where the store can (local, S3).
+
+    For objects too large to hold in memory, such as a backfill's run manifest.
+    """
+    method = getattr(store, "put_once_file", None)
+    if method is not None:
+        return bool(method(key, path, content_type=content_type))
+    return store.put_once(key, Path(path).read_bytes(), content_type=content_type)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def open_store(location: str) -> Store:

@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +77,33 @@ class LocalStore:
             raise WriteConflictError(
                 f"{key} already exists in {self.url} with different content; "
                 "write-once objects are never overwritten") from None
+        finally:
+            os.unlink(tmp)
+
+    def put_once_file(self, key: str, src: str | os.PathLike[str], *,
+                      content_type: str = "application/json") -> bool:
+        """`put_once` of a file, copied in chunks (never read whole)."""
+        from pith_pipeline.storage.base import file_sha256
+
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
+                shutil.copyfileobj(inp, out, 1 << 20)
+                out.flush()
+                if self.fsync:
+                    os.fsync(out.fileno())
+            os.chmod(tmp, 0o644)
+            try:
+                os.link(tmp, path)
+                return True
+            except FileExistsError:
+                if file_sha256(path) == file_sha256(src):
+                    return False
+                raise WriteConflictError(
+                    f"{key} already exists in {self.url} with different content; "
+                    "write-once objects are never overwritten") from None
         finally:
             os.unlink(tmp)
 

@@ -274,7 +274,10 @@ def test_run_manifest_streamed_equals_plain_json(tmp_path: Any, n: int) -> None:
     for i in range(n):
         written[f"pith/{n - i:04d}/bundle.json"] = f"{i:064x}"
     written["arxiv/\u00e9\u4e2d\U0001f600.json"] = "ab" * 32
-    summary = RunSummary(run_id="r1", written=written, pith_numbers=["pith:b", "pith:a"])
+    from pith_pipeline.spill import SpillList
+
+    numbers = SpillList([f"pith:{n - i}" for i in range(n)] + ["pith:b", "pith:a"], limit=1)
+    summary = RunSummary(run_id="r1", written=written, pith_numbers=numbers)
     index = IndexUpdate(generation=3, written={"index/_manifest.json": "cd" * 32,
                                                "arxiv/\u00e9\u4e2d\U0001f600.json": "ef" * 32})
     store = LocalStore(tmp_path / "s")
@@ -286,3 +289,4 @@ def test_run_manifest_streamed_equals_plain_json(tmp_path: Any, n: int) -> None:
     doc["objects"] = [{"key": k, "sha256": expected[k]} for k in sorted(expected)]
     assert data == dumps_pretty(doc) + b"\n"
     assert len(doc["objects"]) == n + 2
+    assert doc["pith_numbers"] == sorted(numbers)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pith_pipeline.errors import StorageError, WriteConflictError
@@ -45,6 +47,23 @@ def test_put_once_different_bytes_refused(store: Store) -> None:
     with pytest.raises(WriteConflictError, match=r"events/A/1\.json"):
         store.put_once("events/A/1.json", b"two")
     assert store.get("events/A/1.json") == b"one"
+
+
+def test_put_once_file_streams_a_file_write_once(store: Store, tmp_path: Path) -> None:
+    from pith_pipeline.storage.base import put_once_file
+
+    assert hasattr(store, "put_once_file")  # streamed, not the read-it-whole fallback
+    big = tmp_path / "manifest.json"
+    big.write_bytes(bytes(range(256)) * 8192)  # 2 MiB, more than one copy chunk
+    assert put_once_file(store, "runs/r1/manifest.json", big) is True
+    assert store.get("runs/r1/manifest.json") == big.read_bytes()
+    assert put_once_file(store, "runs/r1/manifest.json", big) is False
+    other = tmp_path / "other.json"
+    other.write_bytes(b"{}")
+    with pytest.raises(WriteConflictError, match=r"runs/r1/manifest\.json"):
+        put_once_file(store, "runs/r1/manifest.json", other)
+    assert store.get("runs/r1/manifest.json") == big.read_bytes()
+    assert not [k for k in store.list("runs/") if ".tmp-" in k]
 
 
 def test_list_is_sorted_and_scoped(store: Store) -> None:
