@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import click
 from tqdm import tqdm
 
-from pith_pipeline.cli.options import build_config, signer_option, site_options
+from pith_pipeline.cli.options import build_config, signer_option, site_options, workers_option
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import InputError
 from pith_pipeline.ingest import Ingest, IngestReport, split_window
@@ -104,14 +104,15 @@ def _print_report(report: IngestReport, store_url: str) -> None:
 @click.option("--store", envvar="PITH_STORE", default=DEFAULT_STORE, show_default=True,
               help="Where to publish: a directory or s3://bucket/prefix (env PITH_STORE).")
 @signer_option(required=False)
+@workers_option
 @site_options
 def ingest(from_: str | None, until: str | None, set_spec: str | None,
            window_days: int | None, ids: str | None, query: str | None, max_results: int,
            snapshot: Path | None, categories: tuple[str, ...], replay: bool, sample: bool,
            incremental: bool, refresh: bool, oai_url: str, api_url: str,
            min_interval: float, store: str,
-           signer_spec: str | None, base_url: str, registry_name: str,
-           signer_id: str) -> None:
+           signer_spec: str | None, workers: int, worker_chunk: int, base_url: str,
+           registry_name: str, signer_id: str) -> None:
     """Harvest arXiv metadata, then build, sign and publish one bundle per paper version.
 
     \b
@@ -136,6 +137,8 @@ def ingest(from_: str | None, until: str | None, set_spec: str | None,
     backoff honoured. Every response is stored gzip under raw/ in the store before it is
     parsed; an interrupted window resumes from raw/.../checkpoint.json. Without --key or
     --signer a local key is generated in ./pith-keys on first use (local stores only).
+    Records are published by --workers processes (one per core by default), each paper
+    always by the same one; a run of up to 500 records stays in one process.
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     window_given = from_ is not None or until is not None or set_spec is not None
@@ -166,7 +169,14 @@ def ingest(from_: str | None, until: str | None, set_spec: str | None,
                                f"{ARXIV_MIN_INTERVAL:g} s; --min-interval {min_interval:g} is "
                                "allowed only for other servers")
 
-    signer = _default_signer(store, base_url) if signer_spec is None else _open(signer_spec)
+    if signer_spec is None:
+        from pith_pipeline.signing.local import PRIVATE_KEY_FILE
+
+        signer = _default_signer(store, base_url)
+        # workers open the same key file themselves: signers are never pickled
+        signer_spec = f"file:{(DEFAULT_KEY_DIR / PRIVATE_KEY_FILE).resolve()}"
+    else:
+        signer = _open(signer_spec)
     st = open_store(store)
     politeness = Politeness(min_interval=min_interval)
 
@@ -177,13 +187,15 @@ def ingest(from_: str | None, until: str | None, set_spec: str | None,
                 bar.refresh()
             bar.set_postfix_str(f"page {hp.number}", refresh=False)
 
-        run = Ingest(st, signer, build_config(base_url, registry_name, signer_id),
-                     progress=bar.update, on_page=on_page)
-        report = _run(run, from_=from_, until=until, set_spec=set_spec,
-                      window_days=window_days, ids=ids, query=query, max_results=max_results,
-                      snapshot=snapshot, categories=categories, replay=replay, sample=sample,
-                      incremental=incremental, refresh=refresh, oai_url=oai_url,
-                      api_url=api_url, politeness=politeness)
+        with Ingest(st, signer, build_config(base_url, registry_name, signer_id),
+                    progress=bar.update, on_page=on_page, workers=workers,
+                    signer_spec=signer_spec, chunk_size=worker_chunk) as run:
+            report = _run(run, from_=from_, until=until, set_spec=set_spec,
+                          window_days=window_days, ids=ids, query=query,
+                          max_results=max_results, snapshot=snapshot, categories=categories,
+                          replay=replay, sample=sample, incremental=incremental,
+                          refresh=refresh, oai_url=oai_url, api_url=api_url,
+                          politeness=politeness)
     from pith_pipeline.index import finish_run  # pyarrow: only once there is work to index
 
     window = {"source": (chosen or ["--replay"])[0], "from": from_, "until": until,

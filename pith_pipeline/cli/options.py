@@ -40,3 +40,23 @@ def signer_option(*, required: bool = True, dest: str = "signer_spec") -> Callab
     """--signer SPEC (alias --key), from PITH_SIGNER or PITH_KEY; open with open_signer."""
     return click.option("--signer", "--key", dest, required=required, metavar="SPEC",
                         envvar=["PITH_SIGNER", "PITH_KEY"], help=SIGNER_HELP)
+
+
+WORKERS_HELP = (
+    "Worker processes that build, sign and write records (each paper's versions stay in "
+    "one worker, so the output is the same as with one process). Default: the usable "
+    "cores. Runs of up to one chunk of records (500) stay in one process; 1 disables "
+    "workers.")
+
+
+def workers_option(fn: F) -> F:
+    """--workers N (env PITH_WORKERS), plus the hidden --worker-chunk (env PITH_WORKER_CHUNK)."""
+    from pith_pipeline.parallel import DEFAULT_CHUNK, usable_cores
+
+    fn = click.option("--worker-chunk", "worker_chunk", envvar="PITH_WORKER_CHUNK",
+                      type=click.IntRange(min=1), default=DEFAULT_CHUNK, hidden=True,
+                      help="Records per message to a worker (tests and tuning).")(fn)
+    fn = click.option("--workers", envvar="PITH_WORKERS", type=click.IntRange(min=1),
+                      default=usable_cores, show_default="usable cores", metavar="N",
+                      help=WORKERS_HELP + " (env PITH_WORKERS)")(fn)
+    return fn

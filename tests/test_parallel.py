@@ -1,0 +1,264 @@
+"""Worker processes publish exactly what one process publishes, and fail the same way."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from testclock import StepClock
+
+from pith_pipeline.cli import cli
+from pith_pipeline.core.timeutil import system_clock
+from pith_pipeline.errors import KeyFileError, WriteConflictError
+from pith_pipeline.ingest import Ingest
+from pith_pipeline.parallel import ParallelPublisher, sequential_reason, worker_for
+from pith_pipeline.pipeline import Publisher
+from pith_pipeline.signing.local import generate_key, load_signer
+from pith_pipeline.sources.jsonl import iter_jsonl
+from pith_pipeline.storage.local import LocalStore
+
+EPOCH = "1767225600"
+CHUNK = 3
+
+
+@pytest.fixture(autouse=True)
+def _reproducible(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)  # inherited by spawned workers
+    monkeypatch.setenv("PITH_LOCAL_FSYNC", "0")
+
+
+@pytest.fixture()
+def key(tmp_path: Path) -> Path:
+    return generate_key(tmp_path / "keys", key_id="test-key")[0]
+
+
+def _version(obj: dict[str, Any], n: int, title: str) -> dict[str, Any]:
+    created = obj["versions"][0]["created"]
+    return dict(obj, title=title,
+                versions=[{"version": f"v{i}", "created": created} for i in range(1, n + 1)])
+
+
+@pytest.fixture()
+def snapshot(tmp_path: Path, sample_lines: list[str]) -> Path:
+    """The sample, a paper's v1 first and its v2 last, a duplicate and two bad lines."""
+    last = json.loads(sample_lines[-1])  # 2606.00972, v1 only
+    bad_field = dict(json.loads(sample_lines[3]), versions=[])
+    lines = [sample_lines[-1], *sample_lines[:10], "{not json", *sample_lines[10:-1],
+             json.dumps(bad_field), sample_lines[0],
+             json.dumps(_version(last, 2, last["title"] + " (revised)"))]
+    path = tmp_path / "snap.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def _dangling_pointer(store: Path, arxiv_id: str) -> None:
+    """A pointer to an earlier version whose events are gone: superseding it is an
+    InputError inside `publish_record`, so that record is quarantined by a worker."""
+    (store / "arxiv" / arxiv_id).parent.mkdir(parents=True, exist_ok=True)
+    (store / "arxiv" / f"{arxiv_id}.json").write_text(json.dumps({
+        "arxiv_id": arxiv_id, "latest": "pith:1990:AAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "records": [{"version": 1, "pith_number": "pith:1990:AAAAAAAAAAAAAAAAAAAAAAAAAA",
+                     "record_created": "sha256:" + "0" * 64,
+                     "created_at": "1990-01-01T00:00:00Z", "canonical_sha256": "0" * 64}]}))
+
+
+def _ingest(store: Path, key: Path, snapshot: Path, workers: int) -> Ingest:
+    with Ingest(LocalStore(store), load_signer(key), run_id="run-1", workers=workers,
+                signer_spec=f"file:{key}", chunk_size=CHUNK) as run:
+        run.snapshot(snapshot)
+    return run
+
+
+def test_two_workers_write_the_same_bytes_as_one_process(
+        tmp_path: Path, key: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    chunks: list[tuple[int, list[tuple[int, str]]]] = []  # (worker, [(input seq, id)])
+    original = ParallelPublisher._submit
+
+    def spy(self: ParallelPublisher, w: int) -> None:
+        chunks.append((w, [(seq, rec.id) for seq, rec in self._buffers[w]]))
+        original(self, w)
+
+    monkeypatch.setattr(ParallelPublisher, "_submit", spy)
+    early = json.loads(snapshot.read_text().splitlines()[2])["id"]  # line 3
+    for store in ("one", "two"):
+        _dangling_pointer(tmp_path / store, early)
+    one = _ingest(tmp_path / "one", key, snapshot, 1)
+    two = _ingest(tmp_path / "two", key, snapshot, 2)
+    # every version and duplicate of a paper went to one worker, in input order
+    per_paper: dict[str, list[tuple[int, int]]] = {}
+    for w, chunk in chunks:
+        for seq, arxiv_id in chunk:
+            per_paper.setdefault(arxiv_id, []).append((w, seq))
+    assert {w for w, _ in chunks} == {0, 1} and len(per_paper) == 30
+    for arxiv_id, got in per_paper.items():
+        assert len({w for w, _ in got}) == 1, arxiv_id
+        assert [seq for _, seq in got] == sorted(seq for _, seq in got), arxiv_id
+    assert sorted(len(v) for v in per_paper.values())[-3:] == [1, 2, 2]  # v1+v2, a duplicate
+    assert one.parallel is None
+    par = two.parallel
+    assert par is not None and not par.started  # closed after the run
+    assert len(par.worker_pids) == 2 and os.getpid() not in par.worker_pids
+    assert par.chunks_dispatched >= 4
+
+    a, b = one.report.summary, two.report.summary
+    assert a.counts() == b.counts()
+    assert (a.fetched, a.built, a.unchanged, a.superseded, a.quarantined) == (34, 30, 1, 1, 3)
+    assert sorted(a.written.items()) == sorted(b.written.items())
+    assert sorted(a.pith_numbers) == sorted(b.pith_numbers)
+    assert sorted(a.seen) == sorted(b.seen)
+
+    tree_one, tree_two = _tree(tmp_path / "one"), _tree(tmp_path / "two")
+    assert tree_one.keys() == tree_two.keys()
+    for top in ("pith", "events", "arxiv", "quarantine", ".well-known"):
+        assert any(k.startswith(top + "/") for k in tree_one), top
+    assert "pith-signing-key.json" in tree_one  # published once, by the parent
+    assert tree_one == tree_two
+    quarantine = [json.loads(x) for x in tree_two["quarantine/run-1.jsonl"].splitlines()]
+    assert [q["where"] for q in quarantine] == ["", f"{snapshot.name}:12",
+                                                f"{snapshot.name}:32"]
+    assert quarantine[0]["record_id"] == early and "no record_created" in quarantine[0]["reason"]
+
+
+def test_a_new_version_in_the_next_chunk_supersedes_under_workers(
+        tmp_path: Path, key: Path, sample_lines: list[str]) -> None:
+    # v1 and v2 on adjacent lines, one record per chunk: two chunks that only come out
+    # right if one worker runs them in order
+    last = json.loads(sample_lines[-1])
+    paper = last["id"]
+    v2 = json.dumps(_version(last, 2, last["title"] + " (revised)"))
+    path = tmp_path / "snap.jsonl"
+    path.write_text("\n".join([*sample_lines[:6], sample_lines[-1], v2, *sample_lines[6:12]])
+                    + "\n", encoding="utf-8")
+    store = tmp_path / "s"
+    with Ingest(LocalStore(store), load_signer(key), workers=2, signer_spec=f"file:{key}",
+                chunk_size=1) as run:
+        run.snapshot(path)
+    assert run.parallel is not None and len(run.parallel.worker_pids) == 2
+    assert run.report.summary.superseded == 1 and run.report.summary.built == 14
+    pointer = json.loads((store / f"arxiv/{paper}.json").read_bytes())
+    old_pn, new_pn = (r["pith_number"] for r in pointer["records"])
+    assert [r["version"] for r in pointer["records"]] == [1, 2] and pointer["latest"] == new_pn
+    old = json.loads((store / "pith" / old_pn.split(":")[2] / "bundle.json").read_bytes())
+    new = json.loads((store / "pith" / new_pn.split(":")[2] / "bundle.json").read_bytes())
+    assert new["events"][0]["supersedes"] == [old["events"][0]["event_id"]]
+    assert old["state"]["current"]["corrections"][0]["payload"] == {
+        "kind": "superseded", "pith_number": new_pn, "arxiv_version": f"{paper}v2"}
+
+
+def test_a_worker_error_stops_the_run_with_its_type_and_message(
+        tmp_path: Path, key: Path, snapshot: Path) -> None:
+    # an event a worker must write already exists with other bytes: a write conflict
+    _ingest(tmp_path / "ref", key, snapshot, 1)
+    first = json.loads(snapshot.read_text().splitlines()[0])["id"]
+    pointer = json.loads((tmp_path / f"ref/arxiv/{first}.json").read_bytes())
+    body = pointer["records"][0]["pith_number"].split(":")[2]
+    event = next(p for p in sorted((tmp_path / "ref/events" / body).iterdir())
+                 if json.loads(p.read_bytes())["event_type"] != "correction")
+    for name in ("seq", "par"):
+        target = tmp_path / name / "events" / body / event.name
+        target.parent.mkdir(parents=True)
+        target.write_bytes(b'{"not": "the same event"}')
+
+    def run(name: str, workers: int) -> tuple[WriteConflictError, Publisher, Any]:
+        pub = Publisher(LocalStore(tmp_path / name), load_signer(key), run_id="run-1")
+        par = ParallelPublisher(pub, workers=workers, signer_spec=f"file:{key}",
+                                chunk_size=2, in_flight=1)
+        items = list(iter_jsonl(snapshot)) * 3  # more than the parent reads before it fails
+        with pytest.raises(WriteConflictError) as info:
+            par.publish(items)
+        return info.value, pub, par
+
+    seq_err, _, _ = run("seq", 1)
+    par_err, pub, par = run("par", 2)
+    assert str(par_err) == str(seq_err).replace(str(tmp_path / "seq"), str(tmp_path / "par"))
+    assert event.name in str(par_err)
+    # it stopped early, and the workers are shut down
+    assert par.chunks_dispatched > 0 and not par.started and pub.summary.fetched < 99
+    assert not (tmp_path / "par/quarantine").exists()
+
+
+def test_a_worker_that_cannot_open_the_signer_fails_the_run(
+        tmp_path: Path, key: Path, snapshot: Path) -> None:
+    pub = Publisher(LocalStore(tmp_path / "s"), load_signer(key), run_id="run-1")
+    missing = tmp_path / "nowhere" / "pith-private-key.json"
+    with ParallelPublisher(pub, workers=2, signer_spec=f"file:{missing}",
+                           chunk_size=CHUNK) as par, pytest.raises(KeyFileError) as info:
+        par.publish(iter_jsonl(snapshot))
+    assert str(missing) in str(info.value) and par.chunks_dispatched > 0
+
+
+def test_small_runs_and_unsendable_parts_stay_in_one_process(
+        tmp_path: Path, key: Path, snapshot: Path) -> None:
+    store = LocalStore(tmp_path / "s")
+    spec = f"file:{key}"
+    assert sequential_reason(store, spec, system_clock) is None
+    assert sequential_reason(store, spec, StepClock()) is None  # pickles (each worker a copy)
+    assert "spec" in (sequential_reason(store, None, system_clock) or "")
+    assert "certified" in (sequential_reason(store, f"certified:{spec}", system_clock) or "")
+    assert "clock" in (sequential_reason(store, spec, lambda: StepClock()()) or "")
+
+    class Elsewhere:
+        url = "memory://"
+
+    assert "reopened" in (sequential_reason(Elsewhere(), spec, system_clock)  # type: ignore[arg-type]
+                          or "")
+    no_spec = ParallelPublisher(Publisher(store, load_signer(key)), workers=2, signer_spec=None)
+    assert no_spec.workers == 1
+
+    # a paper's worker does not depend on the process (Python's hash() would)
+    ids = [json.loads(x)["id"] for x in snapshot.read_text().splitlines() if x[:2] == '{"']
+    code = ("import json, sys; from pith_pipeline.parallel import worker_for; "
+            "print(json.dumps([worker_for(i, 2) for i in json.load(sys.stdin)]))")
+    other = subprocess.run([sys.executable, "-c", code], input=json.dumps(ids), text=True,
+                           capture_output=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert json.loads(other.stdout) == [worker_for(i, 2) for i in ids]
+    assert set(json.loads(other.stdout)) == {0, 1}
+
+    # fewer records than a chunk: published here, no process started
+    small = ParallelPublisher(Publisher(store, load_signer(key)), workers=2, signer_spec=spec,
+                              chunk_size=1000)
+    summary = small.publish(iter_jsonl(snapshot))
+    assert summary.built == 31 and not small.started and small.chunks_dispatched == 0
+
+
+def test_cli_workers_2_publishes_the_same_bytes_as_workers_1(
+        tmp_path: Path, key: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    starts: list[int] = []
+    original = ParallelPublisher._start
+
+    def spy(self: ParallelPublisher) -> None:
+        starts.append(self.workers)
+        original(self)
+
+    monkeypatch.setattr(ParallelPublisher, "_start", spy)
+    for workers in ("1", "2"):
+        result = CliRunner().invoke(cli, [
+            "ingest", "--snapshot", str(snapshot), "--store", str(tmp_path / workers),
+            "--key", str(key), "--workers", workers],
+            env={"PITH_WORKER_CHUNK": str(CHUNK)})
+        assert result.exit_code == 0, result.output
+        assert "fetched 34, built 31, unchanged 1, superseded 1, quarantined 2" in result.output
+    assert starts == [2]
+    published = ("pith/", "events/", "arxiv/", "pith-signing-key.json", ".well-known/")
+    one = {k: v for k, v in _tree(tmp_path / "1").items() if k.startswith(published)}
+    two = {k: v for k, v in _tree(tmp_path / "2").items() if k.startswith(published)}
+    assert one and one == two
+    quarantined = [next((tmp_path / w / "quarantine").iterdir()).read_bytes().splitlines()
+                   for w in ("1", "2")]
+    strip = [[{k: v for k, v in json.loads(x).items() if k != "run_id"} for x in q]
+             for q in quarantined]
+    assert strip[0] == strip[1] and len(strip[0]) == 2
+    shutil.rmtree(tmp_path / "1")
