@@ -21,6 +21,7 @@ child process, so growth with N shows.
 
     python benchmarks/build_bench.py build --n 20000
     python benchmarks/build_bench.py ingest --n 100000 --n 1000000 --workdir /tmp/pith-bench
+    python benchmarks/build_bench.py ingest --n 20000 --workers 1 --no-fsync
 """
 
 from __future__ import annotations
@@ -405,9 +406,11 @@ import pith_pipeline.index as ix
 orig = ix.finish_run
 def finish_run(*a, **k):
     t1 = time.perf_counter(); r1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rw = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # workers, joined by now
     out = orig(*a, **k)
     t2 = time.perf_counter(); r2 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     sys.stderr.write("PHASES " + json.dumps({"publish_s": t1 - t0, "publish_rss_kb": r1,
+                                             "worker_rss_kb": rw,
                                              "index_s": t2 - t1, "peak_rss_kb": r2}) + "\\n")
     return out
 ix.finish_run = finish_run
@@ -434,10 +437,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if not (keydir / "pith-private-key.json").exists():
         subprocess.run([str(exe), "keys", "generate", "--out", str(keydir), "--key-id",
                         "bench-key"], check=True, stdout=subprocess.DEVNULL)
-    print(f"ingest --snapshot, fsync {'on' if args.fsync else 'off'}; publishing = records to "
-          "bundles in the store, index = the run's Parquet index update")
+    workers = "CLI default" if args.workers is None else str(args.workers)
+    print(f"ingest --snapshot, fsync {'on' if args.fsync else 'off'}, workers {workers}; "
+          "publishing = records to bundles in the store, index = the run's Parquet index update")
     print(f"{'N':>9} {'publish s':>9} {'papers/s':>9} {'ms/paper':>9} {'RSS MB':>7} "
-          f"{'index s':>8} {'peak RSS MB':>11} {'store GB':>9}")
+          f"{'index s':>8} {'peak RSS MB':>11} {'store GB':>9} {'worker RSS MB':>13}")
     for n in args.n:
         src = work / f"records-{n}.jsonl"
         if not src.exists():
@@ -449,6 +453,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             shutil.rmtree(store)
         cmd = [sys.executable, "-c", DRIVER, "ingest", "--snapshot", str(src),
                "--store", str(store), "--key", str(keydir / "pith-private-key.json")]
+        if args.workers is not None:
+            cmd += ["--workers", str(args.workers)]
         env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", "TQDM_DISABLE": "1"}
         if not args.fsync:
             env["PITH_LOCAL_FSYNC"] = "0"
@@ -462,7 +468,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         pub = phases["publish_s"]
         print(f"{n:9d} {pub:9.0f} {n / pub:9.0f} {1000 * pub / n:9.2f} "
               f"{phases['publish_rss_kb'] / 1024:7.0f} {phases['index_s']:8.0f} "
-              f"{phases['peak_rss_kb'] / 1024:11.0f} {size:9.1f}", flush=True)
+              f"{phases['peak_rss_kb'] / 1024:11.0f} {size:9.1f} "
+              f"{phases['worker_rss_kb'] / 1024:13.0f}", flush=True)
         print("   " + " | ".join(proc.stdout.strip().splitlines()[-2:]), flush=True)
         if not args.keep:
             shutil.rmtree(store)
@@ -486,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--workdir", type=Path, default=Path("/tmp/pith-bench"))
     i.add_argument("--keep", action="store_true", help="keep each store after its run")
     i.add_argument("--measure-size", action="store_true", help="report the store's size")
+    i.add_argument("--workers", type=int, default=None,
+                   help="pass --workers N to the command (default: the command's own default, "
+                        "the usable cores); 1 publishes in one process")
     i.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True,
                    help="fsync every object (the store's default); --no-fsync sets "
                         "PITH_LOCAL_FSYNC=0 (same files, flushed by the OS)")
