@@ -43,7 +43,7 @@ DEFAULT_MAX_PARTS = 8
 DEFAULT_GRACE_SECONDS = 3600
 REINDEX_CHUNK = 50_000
 UPDATE_BATCH = 10_000  # subjects per batch of an index update
-COMPACT_ROWS = 100_000  # rows one compaction step of an update reads at most
+COMPACT_ROWS = 40_000  # rows one compaction step of an update reads at most (memory bound)
 _STAMP = re.compile(r"part-g\d+-(\d{8}T\d{6}Z)-[0-9a-f]+\.parquet$")
 
 
@@ -110,7 +110,8 @@ def dedupe_sorted(spec: TableSpec, table: pa.Table) -> pa.Table:
     """One row per key (the winner), in file sort order."""
     import duckdb
 
-    con = duckdb.connect()
+    # one thread and a memory cap: a compaction step's peak stays near its input size
+    con = duckdb.connect(config={"threads": 1, "memory_limit": "256MB"})
     try:
         con.register("t", table)
         key = ", ".join(spec.key)
