@@ -41,7 +41,7 @@ from pith_pipeline.storage.base import Store
 Progress = Callable[[int], None]
 DEFAULT_MAX_PARTS = 8
 DEFAULT_GRACE_SECONDS = 3600
-REINDEX_CHUNK = 50_000
+REINDEX_CHUNK = 10_000  # bundles per chunk of a full reindex (memory bound)
 UPDATE_BATCH = 10_000  # subjects per batch of an index update
 COMPACT_ROWS = 40_000  # rows one compaction step of an update reads at most (memory bound)
 _STAMP = re.compile(r"part-g\d+-(\d{8}T\d{6}Z)-[0-9a-f]+\.parquet$")
@@ -230,6 +230,40 @@ def _write_rows(store: Store, manifest: mf.Manifest, rows: Rows, *, generation: 
     return added, removed
 
 
+def _fold(store: Store, spec: TableSpec, partition: str, files: list[dict[str, Any]], *,
+          max_files: int, compact_rows: int, generation: int, now: datetime,
+          run_id: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                       list[dict[str, Any]]]:
+    """Merge a partition's smallest files, at most `compact_rows` rows at a time,
+    until it has at most `max_files` files or no two files fit in one step.
+
+    Memory is bounded by `compact_rows`, not by the partition. The rows keep their
+    `index_seq`, so readers still pick the same winners whichever files they are in.
+    Returns (the files after, the entries folded away, every file written).
+    """
+    replaced: list[dict[str, Any]] = []
+    made: list[dict[str, Any]] = []
+    while len(files) > max_files:
+        group: list[dict[str, Any]] = []
+        total = 0
+        for e in sorted(files, key=lambda e: (e["rows"], e["path"])):
+            if group and total + e["rows"] > compact_rows:
+                break
+            group.append(e)
+            total += e["rows"]
+        if len(group) < 2:
+            break
+        table = dedupe_sorted(spec, read_partition(store, spec, group))
+        entry = write_file(store, spec, partition, table, generation=generation,
+                           now=now, run_id=run_id, compacted=True)
+        del table
+        paths = {e["path"] for e in group}
+        files = [e for e in files if e["path"] not in paths] + [entry]
+        replaced.extend(group)
+        made.append(entry)
+    return files, replaced, made
+
+
 def _compact_crowded(store: Store, manifest: mf.Manifest,
                      added: dict[str, list[dict[str, Any]]], *, generation: int,
                      now: datetime, run_id: str | None, max_parts: int,
@@ -252,34 +286,21 @@ def _compact_crowded(store: Store, manifest: mf.Manifest,
         for partition, entries in sorted(fresh.items()):
             old = existing.get(partition, [])
             old_paths = {e["path"] for e in old}
-            files = [*old, *entries]
-            folded = False
-            while len(files) > max_parts:
-                # smallest files first, at most `compact_rows` rows read at once: the
-                # rows keep their index_seq, so readers still pick the same winners
-                group: list[dict[str, Any]] = []
-                total = 0
-                for e in sorted(files, key=lambda e: (e["rows"], e["path"])):
-                    if group and total + e["rows"] > compact_rows:
-                        break
-                    group.append(e)
-                    total += e["rows"]
-                if len(group) < 2:
-                    break
-                table = dedupe_sorted(spec, read_partition(store, spec, group))
-                entry = write_file(store, spec, partition, table, generation=generation,
-                                   now=now, run_id=run_id, compacted=True)
-                paths = {e["path"] for e in group}
-                files = [e for e in files if e["path"] not in paths] + [entry]
-                for e in group:
-                    if e["path"] in old_paths:
-                        removed.add(e["path"])
-                    else:
-                        superseded.add(e["path"])
-                        update.written.pop(e["path"], None)
+            files, replaced, made = _fold(store, spec, partition, [*old, *entries],
+                                          max_files=max_parts, compact_rows=compact_rows,
+                                          generation=generation, now=now, run_id=run_id)
+            for entry in made:
                 update.written[entry["path"]] = entry["sha256"]
-                folded = True
-            update.compacted_partitions += folded
+            for e in replaced:
+                if e["path"] in old_paths:
+                    removed.add(e["path"])
+                else:
+                    superseded.add(e["path"])
+                    update.written.pop(e["path"], None)
+            for e in files:
+                if e in made:
+                    update.written[e["path"]] = e["sha256"]
+            update.compacted_partitions += bool(made)
             kept.extend(e for e in files if e["path"] not in old_paths or e["path"] in removed)
         if name in added:
             added[name] = kept
@@ -399,11 +420,15 @@ def collect_garbage(store: Store, *, clock: Clock = system_clock,
 
 def compact(store: Store, *, clock: Clock = system_clock,
             grace_seconds: float = DEFAULT_GRACE_SECONDS, min_files: int = 2,
+            compact_rows: int = COMPACT_ROWS,
             progress: Progress | None = None) -> IndexUpdate:
     """Fold each partition with `min_files` or more files into one deduplicated file.
 
-    The new files are committed in one manifest swap; the old ones are retired and
-    deleted by `collect_garbage` once `grace_seconds` have passed (0 deletes now).
+    A partition larger than `compact_rows` rows is folded into as few files of at
+    most that many rows as its files allow, so memory stays bounded on a store of
+    any size (readers deduplicate across files by `index_seq`). The new files are
+    committed in one manifest swap; the old ones are retired and deleted by
+    `collect_garbage` once `grace_seconds` have passed (0 deletes now).
     """
     manifest = mf.load(store)
     now = clock()
@@ -411,20 +436,30 @@ def compact(store: Store, *, clock: Clock = system_clock,
     update = IndexUpdate(generation=manifest.generation)
     added: dict[str, list[dict[str, Any]]] = {}
     removed: set[str] = set()
+    scratch: set[str] = set()  # written by one step, folded again by a later one
     for name, spec in TABLES.items():
         for partition, entries in sorted(manifest.partitions(name).items()):
             if len(entries) < min_files:
                 continue
-            table = dedupe_sorted(spec, read_partition(store, spec, entries))
-            entry = write_file(store, spec, partition, table, generation=generation, now=now,
-                               run_id=None, compacted=True)
-            added.setdefault(name, []).append(entry)
-            removed.update(e["path"] for e in entries)
-            update.written[entry["path"]] = entry["sha256"]
-            update.rows[name] = update.rows.get(name, 0) + table.num_rows
-            update.compacted_partitions += 1
+            old_paths = {e["path"] for e in entries}
+            files, replaced, made = _fold(store, spec, partition, list(entries), max_files=1,
+                                          compact_rows=compact_rows, generation=generation,
+                                          now=now, run_id=None)
             if progress:
                 progress(1)
+            if not made:
+                continue
+            final = [e for e in files if e in made]
+            added.setdefault(name, []).extend(final)
+            removed.update(e["path"] for e in replaced if e["path"] in old_paths)
+            scratch.update(e["path"] for e in replaced if e["path"] not in old_paths)
+            for entry in final:
+                update.written[entry["path"]] = entry["sha256"]
+                update.rows[name] = update.rows.get(name, 0) + entry["rows"]
+            update.compacted_partitions += 1
+    scratch -= {e["path"] for es in added.values() for e in es} | manifest.listed()
+    for path in sorted(scratch):  # never listed by any manifest: no reader can hold them
+        store.delete(path)
     if added:
         def still_there(current: mf.Manifest) -> None:
             if not removed <= current.listed():
