@@ -16,6 +16,12 @@ bytes equal the one-process path's.
 
 Small runs do not pay for process start-up: workers start only once more than one
 chunk of records has arrived; fewer are published in this process exactly as before.
+
+Each worker gets its own copy of the clock: `system_clock` (and any fixed clock) gives
+the same bytes as one process; a clock that moves on every reading (tests' StepClock)
+gives valid but different timestamps; a clock that does not pickle keeps the run in one
+process, as do a `certified:` signer (its per-run key exists in one process only) and a
+store that workers cannot reopen (local directories and `s3://` URLs they can).
 """
 
 from __future__ import annotations
