@@ -45,7 +45,7 @@ def signer_option(*, required: bool = True, dest: str = "signer_spec") -> Callab
 WORKERS_HELP = (
     "Worker processes that build, sign and write records (each paper's versions stay in "
     "one worker, so the output is the same as with one process). Default: the usable "
-    "cores. Runs of up to one chunk of records (500) stay in one process; 1 disables "
+    "cores. Runs of up to one chunk of records ({chunk}) stay in one process; 1 disables "
     "workers.")
 
 
@@ -58,5 +58,5 @@ def workers_option(fn: F) -> F:
                       help="Records per message to a worker (tests and tuning).")(fn)
     fn = click.option("--workers", envvar="PITH_WORKERS", type=click.IntRange(min=1),
                       default=usable_cores, show_default="usable cores", metavar="N",
-                      help=WORKERS_HELP + " (env PITH_WORKERS)")(fn)
+                      help=WORKERS_HELP.format(chunk=DEFAULT_CHUNK) + " (env PITH_WORKERS)")(fn)
     return fn
