@@ -20,8 +20,10 @@ chunk of records has arrived; fewer are published in this process exactly as bef
 Each worker gets its own copy of the clock: `system_clock` (and any fixed clock) gives
 the same bytes as one process; a clock that moves on every reading (tests' StepClock)
 gives valid but different timestamps; a clock that does not pickle keeps the run in one
-process, as do a `certified:` signer (its per-run key exists in one process only) and a
-store that workers cannot reopen (local directories and `s3://` URLs they can).
+process, as does a store that workers cannot reopen (local directories and `s3://` URLs
+they can). A `certified:` run's short-lived key is made once, by the parent, and handed
+to each worker it spawns (`CertifiedHandoff`), so the whole run signs with the one key
+its certificate names.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, Future, wait
 from concurrent.futures.process import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.core.timeutil import Clock
@@ -44,6 +46,9 @@ from pith_pipeline.errors import InputError, PithError
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
 from pith_pipeline.sources.jsonl import Item, Rejected
 from pith_pipeline.storage.base import Store
+
+if TYPE_CHECKING:
+    from pith_pipeline.signing.certified import CertifiedHandoff
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +94,18 @@ def _open_store(spec: StoreSpec) -> Store:
     return open_store(where)
 
 
-def sequential_reason(store: Store, signer_spec: str | None, clock: Clock) -> str | None:
-    """Why this run cannot use worker processes, or None when it can."""
+def sequential_reason(store: Store, signer_spec: str | None, clock: Clock, *,
+                      certified: bool = False) -> str | None:
+    """Why this run cannot use worker processes, or None when it can.
+
+    `certified`: the run's signer is a `CertifiedSigner`, whose key the workers get
+    handed over (they must sign with the one key the run's certificate names).
+    """
     if signer_spec is None:
         return "the signer was given without a spec workers could open it from"
-    if signer_spec.partition(":")[0] == "certified":
+    if signer_spec.partition(":")[0] == "certified" and not certified:
         # each process would make its own in-memory key, none of them in the key document
-        return "a certified: signer's per-run key lives in one process only"
+        return "a certified: signer's per-run key can only be handed over from its signer"
     if store_spec(store) is None:
         return f"the store {store.url} cannot be reopened by worker processes"
     try:
@@ -114,6 +124,8 @@ class WorkerSpec:
     config: BuildConfig
     clock: Clock
     run_id: str
+    # a certified run's key, handed to the workers so that the whole run signs with it
+    certified: CertifiedHandoff | None = None
 
 
 @dataclass(slots=True)
@@ -149,7 +161,8 @@ def _init_worker(spec: WorkerSpec) -> None:
         from pith_pipeline.signing.factory import open_signer
 
         store = _open_store(spec.store)
-        signer = open_signer(spec.signer_spec)
+        signer = (spec.certified.signer() if spec.certified is not None
+                  else open_signer(spec.signer_spec))
         _STATE["pub"] = Publisher(store, signer, spec.config, clock=spec.clock,
                                   run_id=spec.run_id)
     except BaseException as exc:  # re-raised by the first chunk
@@ -228,14 +241,20 @@ class ParallelPublisher:
         self.chunk_size = chunk_size
         self.in_flight = max(1, in_flight)
         self.workers = workers
+        from pith_pipeline.signing.certified import CertifiedSigner
+
+        certified = isinstance(publisher.signer, CertifiedSigner)
         reason = None if workers == 1 else sequential_reason(
-            publisher.store, signer_spec, publisher.clock)
+            publisher.store, signer_spec, publisher.clock, certified=certified)
         if reason is not None:
             log.warning("publishing in one process (%d workers asked for): %s", workers, reason)
             self.workers = 1
+        handoff = None
+        if self.workers > 1 and isinstance(publisher.signer, CertifiedSigner):
+            handoff = publisher.signer.handoff(url=publisher.site.key_url)
         self._spec = WorkerSpec(store_spec(publisher.store) or ("url", "", None),
                                 signer_spec or "", publisher.config, publisher.clock,
-                                publisher.summary.run_id)
+                                publisher.summary.run_id, handoff)
         self._pools: list[ProcessPoolExecutor] | None = None
         self._queues: list[deque[Future[ChunkResult]]] = []
         self._buffers: list[list[tuple[int, ArxivRecord]]] = []

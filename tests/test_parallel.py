@@ -262,3 +262,36 @@ def test_cli_workers_2_publishes_the_same_bytes_as_workers_1(
              for q in quarantined]
     assert strip[0] == strip[1] and len(strip[0]) == 2
     shutil.rmtree(tmp_path / "1")
+
+
+def test_a_certified_run_signs_with_one_key_in_every_worker(
+        tmp_path: Path, key: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pith_pipeline.core.verify import verify_bundle
+    from pith_pipeline.signing.factory import open_signer
+
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")  # signatures must fall in the certificate's window
+
+    spec = f"certified:file:{key}"
+    signer = open_signer(spec)
+    handoff = signer.handoff(url="u")  # type: ignore[attr-defined]
+    assert "seed" not in repr(handoff) and signer.key_id in repr(handoff)
+    store = tmp_path / "s"
+    with Ingest(LocalStore(store), signer, run_id="run-c", workers=2, signer_spec=spec,
+                chunk_size=CHUNK) as run:
+        run.snapshot(snapshot)
+    par = run.parallel
+    assert par is not None and par.workers == 2 and len(par.worker_pids) == 2
+    assert run.report.summary.built == 31  # 30 papers, one of them in two versions
+    # one short-lived key for the whole run: the parent's, listed once beside its root
+    doc = json.loads((store / "pith-signing-key.json").read_text())
+    root = load_signer(key)
+    assert [k["key_id"] for k in doc["keys"]] == [root.key_id, signer.key_id]
+    events = [json.loads(p.read_bytes()) for p in (store / "events").rglob("*.json")]
+    assert len(events) >= 60
+    assert {e["signature"]["key_id"] for e in events} == {signer.key_id}
+    bundles = sorted((store / "pith").glob("*/bundle.json"))
+    assert len(bundles) == 31
+    for path in bundles:
+        report = verify_bundle(json.loads(path.read_bytes()),
+                               pinned_fingerprint=root.public_key_doc().fingerprint)
+        assert report.ok, (path, report.failed)

@@ -17,6 +17,7 @@ one KMS call per run.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ import nacl.signing
 from pith_pipeline.core.certificate import issue_certificate
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, Signer, fingerprint_b32
 from pith_pipeline.core.timeutil import iso_micros
+from pith_pipeline.errors import SigningError
 
 DEFAULT_VALIDITY = timedelta(hours=48)
 VALIDITY_ENV = "PITH_CERT_HOURS"
@@ -83,11 +85,73 @@ class CertifiedSigner(Signer):
     def published_keys(self, *, url: str = "") -> list[PublicKey]:
         return [*self.root.published_keys(url=url), self.public_key_doc(url=url)]
 
+    def handoff(self, *, url: str = "") -> CertifiedHandoff:
+        """The run's key for this run's own worker processes (see `CertifiedHandoff`)."""
+        return CertifiedHandoff(self, url=url)
+
     def __getstate__(self) -> None:
         raise TypeError("signers holding private keys are not pickled")
 
     def __reduce__(self) -> Any:
         raise TypeError("signers holding private keys are not pickled")
+
+
+class _RootKeys:
+    """The root's published key documents, as a worker needs them (no root signing)."""
+
+    def __init__(self, key_id: str, url: str, keys: Sequence[PublicKey]) -> None:
+        self.key_id, self._url, self._keys = key_id, url, list(keys)
+
+    def published_keys(self, *, url: str = "") -> list[PublicKey]:
+        if url == self._url:
+            return list(self._keys)
+        return [dataclasses.replace(k, url=url) for k in self._keys]
+
+
+class CertifiedHandoff:
+    """The run's short-lived key and certificate, for the run's worker processes.
+
+    A certified key exists once per run: every process of the run must sign with it,
+    or bundles would carry keys the key document does not list. The parent sends this
+    object to each worker it spawns, through the pipe that starts the worker (nothing
+    is written anywhere); the root is not asked to sign again. Its repr shows no key
+    material.
+    """
+
+    __slots__ = ("_seed", "certificate", "key_id", "root_key_id", "root_keys", "run_id", "url")
+
+    def __init__(self, signer: CertifiedSigner, *, url: str = "") -> None:
+        self.key_id = signer.key_id
+        self.run_id = signer.run_id
+        self.certificate = signer.certificate
+        self.root_key_id = signer.root.key_id
+        self.url = url
+        self.root_keys = tuple(signer.root.published_keys(url=url))
+        self._seed = bytes(signer._inner._sk)  # the 32-byte seed
+
+    def __repr__(self) -> str:
+        return f"CertifiedHandoff(key_id={self.key_id!r}, run_id={self.run_id!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
+    def signer(self) -> CertifiedSigner:
+        """The same key and certificate as the parent's signer, in this process."""
+        out = CertifiedSigner.__new__(CertifiedSigner)
+        out.root = _RootKeys(self.root_key_id, self.url, self.root_keys)  # type: ignore[assignment]
+        out.run_id = self.run_id
+        out.key_id = self.key_id
+        out._inner = Ed25519Signer(self._seed, self.key_id)
+        out.certificate = self.certificate
+        if bytes(nacl.signing.SigningKey(self._seed).verify_key) != out.public_key or \
+                self.certificate.get("public_key_hex") != out.public_key.hex():
+            raise SigningError("the run's certified key did not arrive intact in a worker "
+                               "process")
+        return out
 
 
 def _new_key() -> nacl.signing.SigningKey:
