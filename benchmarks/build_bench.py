@@ -414,6 +414,48 @@ def finish_run(*a, **k):
                                              "index_s": t2 - t1, "peak_rss_kb": r2}) + "\\n")
     return out
 ix.finish_run = finish_run
+# every STEP papers: elapsed time and the RSS (now, and peak so far) of this process and
+# of each worker process, read from /proc; shows whether time per paper or memory grows
+import os, pith_pipeline.ingest as ing
+STEP = int(os.environ.get("BENCH_STEP", "100000"))
+def _status(pid):
+    out = {}
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(("VmRSS", "VmHWM")):
+                out[line.split(":")[0]] = int(line.split()[1])
+    except OSError:
+        pass
+    return out
+def _children():
+    me = str(os.getpid())
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == me:
+                kids.append(int(d))
+    return sorted(kids)
+done = [0, STEP]
+def _track(inner):
+    def progress(n):
+        done[0] += n
+        if done[0] >= done[1]:
+            done[1] += STEP
+            kids = {pid: _status(pid) for pid in _children()}
+            sys.stderr.write("PROGRESS " + json.dumps({
+                "papers": done[0], "s": time.perf_counter() - t0, "self": _status(os.getpid()),
+                "workers": [k for k in kids.values() if k]}) + "\\n")
+            sys.stderr.flush()
+        return inner(n) if inner else None
+    return progress
+orig_init = ing.Ingest.__init__
+def init(self, *a, progress=None, **k):
+    orig_init(self, *a, progress=_track(progress), **k)
+ing.Ingest.__init__ = init
 from pith_pipeline.cli import main
 sys.argv = ["pith-pipeline", *sys.argv[1:]]
 main()
@@ -427,6 +469,29 @@ def _tree_bytes(root: Path) -> int:
         for name in files:
             total += os.stat(os.path.join(dirpath, name)).st_size
     return total
+
+
+def _follow(proc: subprocess.Popen[str], n: int) -> tuple[str, list[str]]:
+    """Print the child's PROGRESS lines as they come (a 1M run takes a while)."""
+    assert proc.stdout is not None and proc.stderr is not None
+    err_lines: list[str] = []
+    last = (0, 0.0)
+    for line in proc.stderr:
+        err_lines.append(line)
+        if line.startswith("PROGRESS "):
+            p = json.loads(line[9:])
+            seg = 1000 * (p["s"] - last[1]) / max(1, p["papers"] - last[0])
+            last = (p["papers"], p["s"])
+            workers = p["workers"]
+            w_now = max((w.get("VmRSS", 0) for w in workers), default=0) / 1024
+            w_peak = max((w.get("VmHWM", 0) for w in workers), default=0) / 1024
+            print(f"   {p['papers']:>9,} of {n:,} papers  {p['s']:7.0f} s  "
+                  f"{seg:5.2f} ms/paper (last step)  RSS MB now/peak: parent "
+                  f"{p['self'].get('VmRSS', 0) / 1024:.0f}/{p['self'].get('VmHWM', 0) / 1024:.0f}"
+                  f", largest of {len(workers)} workers {w_now:.0f}/{w_peak:.0f}", flush=True)
+    out_text = proc.stdout.read()
+    proc.wait()
+    return out_text, err_lines
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -458,10 +523,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", "TQDM_DISABLE": "1"}
         if not args.fsync:
             env["PITH_LOCAL_FSYNC"] = "0"
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if args.step:
+            env["BENCH_STEP"] = str(args.step)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        out_text, err_lines = _follow(proc, n)
         if proc.returncode != 0:
-            print(proc.stdout, proc.stderr, file=sys.stderr)
+            print(out_text, "".join(err_lines), file=sys.stderr)
             return proc.returncode
+        proc = subprocess.CompletedProcess(cmd, proc.returncode, out_text, "".join(err_lines))
         phases = json.loads(next(line for line in proc.stderr.splitlines()
                                  if line.startswith("PHASES "))[7:])
         size = _tree_bytes(store) / 1e9 if args.measure_size else float("nan")
@@ -493,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--workdir", type=Path, default=Path("/tmp/pith-bench"))
     i.add_argument("--keep", action="store_true", help="keep each store after its run")
     i.add_argument("--measure-size", action="store_true", help="report the store's size")
+    i.add_argument("--step", type=int, default=100_000,
+                   help="print time per paper and RSS every STEP papers (default 100,000)")
     i.add_argument("--workers", type=int, default=None,
                    help="pass --workers N to the command (default: the command's own default, "
                         "the usable cores); 1 publishes in one process")
