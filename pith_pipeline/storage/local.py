@@ -8,7 +8,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pith_pipeline.errors import StorageError, WriteConflictError
@@ -44,12 +44,19 @@ class LocalStore:
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
-    def _write_tmp(self, path: Path, data: bytes) -> str:
+    def _write_tmp(self, path: Path, data: bytes | None = None, *,
+                   src: str | os.PathLike[str] | None = None) -> str:
+        """A temporary file beside `path` holding `data` (or `src`'s content, copied in
+        chunks), flushed; the caller renames or links it into place."""
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+                if src is not None:
+                    with open(src, "rb") as inp:
+                        shutil.copyfileobj(inp, fh, 1 << 20)
+                else:
+                    fh.write(data or b"")
                 fh.flush()
                 if self.fsync:
                     os.fsync(fh.fileno())
@@ -66,19 +73,8 @@ class LocalStore:
 
     def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
         path = self._path(key)
-        tmp = self._write_tmp(path, data)
-        try:
-            os.link(tmp, path)  # atomic create-if-absent
-            return True
-        except FileExistsError:
-            existing = path.read_bytes()
-            if existing == data:
-                return False
-            raise WriteConflictError(
-                f"{key} already exists in {self.url} with different content; "
-                "write-once objects are never overwritten") from None
-        finally:
-            os.unlink(tmp)
+        return self._link_once(key, path, self._write_tmp(path, data),
+                               lambda: path.read_bytes() == data)
 
     def put_once_file(self, key: str, src: str | os.PathLike[str], *,
                       content_type: str = "application/json") -> bool:
@@ -86,24 +82,21 @@ class LocalStore:
         from pith_pipeline.storage.base import file_sha256
 
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        return self._link_once(key, path, self._write_tmp(path, src=src),
+                               lambda: file_sha256(path) == file_sha256(src))
+
+    def _link_once(self, key: str, path: Path, tmp: str, same: Callable[[], bool]) -> bool:
+        """Link the written temporary file into place unless `path` exists (atomic
+        create-if-absent); an existing object with the same content counts as done."""
         try:
-            with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-                shutil.copyfileobj(inp, out, 1 << 20)
-                out.flush()
-                if self.fsync:
-                    os.fsync(out.fileno())
-            os.chmod(tmp, 0o644)
-            try:
-                os.link(tmp, path)
-                return True
-            except FileExistsError:
-                if file_sha256(path) == file_sha256(src):
-                    return False
-                raise WriteConflictError(
-                    f"{key} already exists in {self.url} with different content; "
-                    "write-once objects are never overwritten") from None
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            if same():
+                return False
+            raise WriteConflictError(
+                f"{key} already exists in {self.url} with different content; "
+                "write-once objects are never overwritten") from None
         finally:
             os.unlink(tmp)
 

@@ -14,10 +14,12 @@ key, never a credential: they are built from the error code, not from the reques
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 from pith_pipeline.errors import StorageError, WriteConflictError
@@ -174,61 +176,43 @@ class S3Store:
             raise self._fail("PUT", key, exc) from None
 
     def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
+        return self._put_once(key, content_type, lambda: contextlib.nullcontext(data),
+                              lambda existing: existing == data)
+
+    def put_once_file(self, key: str, src: str | os.PathLike[str], *,
+                      content_type: str = "application/json") -> bool:
+        """`put_once` of a file, streamed from disk by botocore (up to S3's 5 GB PUT)."""
+        from pith_pipeline.storage.base import file_sha256
+
+        return self._put_once(key, content_type, lambda: open(src, "rb"),
+                              lambda existing: hashlib.sha256(existing).hexdigest()
+                              == file_sha256(src))
+
+    def _put_once(self, key: str, content_type: str,
+                  body: Callable[[], AbstractContextManager[Any]],
+                  same: Callable[[bytes], bool]) -> bool:
+        """A conditional PUT (`If-None-Match: *`); on 412, identical content counts as done."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         for attempt in range(CONFLICT_RETRIES + 1):
             try:
-                self._put_object(key, data, content_type, IfNoneMatch="*")
+                with body() as data:
+                    self._put_object(key, data, content_type, IfNoneMatch="*")
                 return True
             except ClientError as exc:
                 code, status = _error_code(exc)
                 if status == 412 or code == "PreconditionFailed":
                     existing = self.get(key)
-                    if existing == data:
-                        return False
                     if existing is None:  # deleted in between: try again
                         continue
+                    if same(existing):
+                        return False
                     raise WriteConflictError(
                         f"{key} already exists in {self.url} with different content; "
                         "write-once objects are never overwritten") from None
                 if (status == 409 or code == "ConditionalRequestConflict") \
                         and attempt < CONFLICT_RETRIES:
                     time.sleep(min(2.0, 0.05 * 2 ** attempt))  # another writer mid-PUT
-                    continue
-                raise self._fail("PUT", key, exc) from None
-            except BotoCoreError as exc:
-                raise self._fail("PUT", key, exc) from None
-        raise StorageError(f"PUT s3://{self.bucket}/{self._key(key)}: conditional write kept "
-                           "conflicting with another writer", transient=True)
-
-    def put_once_file(self, key: str, src: str | os.PathLike[str], *,
-                      content_type: str = "application/json") -> bool:
-        """`put_once` of a file, streamed from disk by botocore (up to S3's 5 GB PUT)."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        from pith_pipeline.storage.base import file_sha256
-
-        for attempt in range(CONFLICT_RETRIES + 1):
-            try:
-                with open(src, "rb") as fh:
-                    self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=fh,
-                                           ContentType=content_type_for(key, content_type),
-                                           IfNoneMatch="*")
-                return True
-            except ClientError as exc:
-                code, status = _error_code(exc)
-                if status == 412 or code == "PreconditionFailed":
-                    existing = self.get(key)
-                    if existing is None:
-                        continue
-                    if hashlib.sha256(existing).hexdigest() == file_sha256(src):
-                        return False
-                    raise WriteConflictError(
-                        f"{key} already exists in {self.url} with different content; "
-                        "write-once objects are never overwritten") from None
-                if (status == 409 or code == "ConditionalRequestConflict") \
-                        and attempt < CONFLICT_RETRIES:
-                    time.sleep(min(2.0, 0.05 * 2 ** attempt))
                     continue
                 raise self._fail("PUT", key, exc) from None
             except BotoCoreError as exc:
