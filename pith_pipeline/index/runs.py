@@ -8,6 +8,7 @@ died earlier leaves none, and the next run over the same window completes it.
 
 from __future__ import annotations
 
+import heapq
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -19,7 +20,7 @@ from pith_pipeline.core.timeutil import Clock, iso_seconds, system_clock
 from pith_pipeline.errors import WriteConflictError
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
 from pith_pipeline.pipeline import RunSummary
-from pith_pipeline.spill import iter_sorted, sorted_unique
+from pith_pipeline.spill import Ledger, iter_sorted, sorted_unique
 from pith_pipeline.storage.base import Store, put_once_file
 
 RUN_MANIFEST_FORMAT = "pith-run-manifest-v1"
@@ -59,26 +60,23 @@ def touched_subjects(summary: RunSummary) -> Iterator[str]:
     return sorted_unique(all_ids())
 
 
-def _sorted_objects(*ledgers: Mapping[str, str]) -> Iterator[tuple[str, str]]:
-    """(key, sha256) of every ledger, later ones winning, in key order.
-
-    Sorted in a temporary SQLite file (BINARY collation: UTF-8 byte order, which is
-    code point order, as `sorted`), so a run of millions of objects is never held
-    in memory as Python objects.
+def _sorted_objects(written: Mapping[str, str],
+                    later: Mapping[str, str]) -> Iterator[tuple[str, str]]:
+    """(key, sha256) of the run's ledger and of `later` (which wins a shared key), in key
+    order, streamed: a spilled ledger sorts in its own SQLite file (BINARY collation:
+    UTF-8 byte order, which is code point order, as `sorted`), never copied or loaded.
     """
-    import sqlite3
-
-    db = sqlite3.connect("")  # "": a private on-disk temporary database
-    try:
-        db.execute("PRAGMA cache_size = -8192")
-        db.execute("CREATE TABLE o (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
-        for ledger in ledgers:
-            db.executemany("INSERT INTO o VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET "
-                           "v = excluded.v", ledger.items())
-        for k, v in db.execute("SELECT k, v FROM o ORDER BY k"):
-            yield str(k), str(v)
-    finally:
-        db.close()
+    first = written.sorted_items() if isinstance(written, Ledger) else iter(
+        sorted(written.items()))
+    merged = heapq.merge(((k, 0, v) for k, v in first),
+                         ((k, 1, v) for k, v in sorted(later.items())))
+    pending: tuple[str, str] | None = None
+    for k, _rank, v in merged:
+        if pending is not None and pending[0] != k:
+            yield pending
+        pending = (k, v)  # of equal keys the later mapping's comes last, and wins
+    if pending is not None:
+        yield pending
 
 
 def _pretty_items(items: Iterable[bytes]) -> Iterator[bytes]:
