@@ -21,14 +21,14 @@ import dataclasses
 import os
 import secrets
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import nacl.signing
 
 from pith_pipeline.core.certificate import issue_certificate
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, Signer, fingerprint_b32
-from pith_pipeline.core.timeutil import iso_micros
+from pith_pipeline.core.timeutil import iso_micros, system_clock
 from pith_pipeline.errors import SigningError
 
 DEFAULT_VALIDITY = timedelta(hours=48)
@@ -48,7 +48,9 @@ class CertifiedSigner(Signer):
                  validity: timedelta | None = None, now: datetime | None = None,
                  generate: Callable[[], nacl.signing.SigningKey] | None = None) -> None:
         self.root = root
-        now = now or datetime.now(tz=UTC)
+        # the run's clock (SOURCE_DATE_EPOCH when set), so that the signatures of a
+        # reproducible build fall inside the certificate's window
+        now = now or system_clock()
         validity = validity or _validity_from_env()
         self.run_id = run_id or os.environ.get(RUN_ID_ENV) or \
             f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
