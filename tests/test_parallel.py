@@ -296,3 +296,29 @@ def test_a_certified_run_signs_with_one_key_in_every_worker(
         report = verify_bundle(json.loads(path.read_bytes()),
                                pinned_fingerprint=root.public_key_doc().fingerprint)
         assert report.ok, (path, report.failed)
+
+
+def test_cli_build_with_workers_writes_the_same_store_as_one_process(
+        tmp_path: Path, key: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pids: list[set[int]] = []
+    original = ParallelPublisher.close
+
+    def spy(self: ParallelPublisher) -> None:
+        pids.append(set(self.worker_pids))
+        original(self)
+
+    monkeypatch.setattr(ParallelPublisher, "close", spy)
+    for workers in ("1", "2"):
+        result = CliRunner().invoke(cli, [
+            "build", "--input", str(snapshot), "--store", str(tmp_path / workers),
+            "--key", str(key), "--workers", workers],
+            env={"PITH_WORKER_CHUNK": str(CHUNK)})
+        assert result.exit_code == 0, result.output
+        assert "built 31" in result.output
+    one, two = _tree(tmp_path / "1"), _tree(tmp_path / "2")
+    # under SOURCE_DATE_EPOCH the run id is reproducible: every file is the same, the
+    # quarantine, the Parquet indexes and the run manifest listing every object included
+    assert any(k.startswith("runs/") for k in one) and any(k.startswith("index/") for k in one)
+    assert any(k.startswith("quarantine/") for k in one)
+    assert one == two
+    assert set() in pids and any(len(p) == 2 for p in pids)  # two worker processes ran

@@ -12,7 +12,7 @@ from typing import Any
 import click
 from tqdm import tqdm
 
-from pith_pipeline.cli.options import build_config, signer_option, site_options
+from pith_pipeline.cli.options import build_config, signer_option, site_options, workers_option
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import PublicKey
 from pith_pipeline.core.merge import merge
@@ -68,15 +68,18 @@ def print_summary(summary: RunSummary, store_url: str) -> None:
 @click.option("--store", required=True, envvar="PITH_STORE",
               help="Where to publish: a directory or s3://bucket/prefix.")
 @signer_option(dest="key_path")
+@workers_option
 @site_options
-def build(input_path: Path, store: str, key_path: str, base_url: str, registry_name: str,
-          signer_id: str) -> None:
+def build(input_path: Path, store: str, key_path: str, workers: int, worker_chunk: int,
+          base_url: str, registry_name: str, signer_id: str) -> None:
     """Build and sign one bundle per record of a JSON-lines file.
 
     Writes pith/<ID>/bundle.json, pith/<ID>/state.json, .well-known/pith/<ID>/bundle.json
     and pith-signing-key.json under the store. Re-running on the same input changes no
     published file. With SOURCE_DATE_EPOCH set, every timestamp written is that instant.
     Records that cannot be built are listed in quarantine/<run_id>.jsonl with the reason.
+    Records are published by --workers processes (one per core by default), each paper
+    always by the same one; a file of up to 500 records stays in one process.
     """
     signer = open_signer(key_path)
     st = open_store(store)
@@ -89,8 +92,11 @@ def build(input_path: Path, store: str, key_path: str, base_url: str, registry_n
         run_id = reproducible_run_id(st, system_clock, digest)
     pub = Publisher(st, signer, build_config(base_url, registry_name, signer_id),
                     run_id=run_id)
-    with tqdm(desc="build", unit="rec", disable=None) as bar:
-        summary = pub.publish(iter_jsonl(input_path), progress=bar.update)
+    from pith_pipeline.parallel import ParallelPublisher
+
+    with tqdm(desc="build", unit="rec", disable=None) as bar, ParallelPublisher(
+            pub, workers=workers, signer_spec=key_path, chunk_size=worker_chunk) as par:
+        summary = par.publish(iter_jsonl(input_path), progress=bar.update)
 
     with tqdm(desc="index", unit="rec", disable=None) as bar:
         manifest_key = finish_run(st, summary, {"input": input_path.name},
