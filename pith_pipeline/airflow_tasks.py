@@ -492,7 +492,7 @@ def build_chunk(settings: Settings, run_id: str, chunk: Mapping[str, Any], *,
         try:
             ident = pub.publish_record(item)
         except InputError as exc:
-            pub.reject(Rejected(exc.where or "", exc.message, "", item.id, exc.field))
+            pub.reject(Rejected.of_error(exc, item.id))
             continue
         identities.append([item.id, item.version, ident.subject])
     counts = {"records": len(identities), **pub.summary.counts()}

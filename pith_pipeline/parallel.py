@@ -193,7 +193,7 @@ def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
             try:
                 pub.publish_record(rec)
             except InputError as exc:
-                rej = Rejected(exc.where or "", exc.message, "", rec.id, exc.field)
+                rej = Rejected.of_error(exc, rec.id)
                 out.rejects.append((seq, {"run_id": run_id, **rej.to_json()}))
         s = pub.summary
         out.built, out.unchanged, out.superseded = s.built, s.unchanged, s.superseded
@@ -343,7 +343,7 @@ class ParallelPublisher:
             pub.publish_record(rec)
         except InputError as exc:
             pub.summary.quarantined += 1
-            rej = Rejected(exc.where or "", exc.message, "", rec.id, exc.field)
+            rej = Rejected.of_error(exc, rec.id)
             rejects.append((seq, {"run_id": pub.summary.run_id, **rej.to_json()}))
         if self._progress:
             self._progress(1)

@@ -193,7 +193,7 @@ class Publisher:
                 try:
                     self.publish_record(item)
                 except InputError as exc:
-                    self.reject(Rejected(exc.where or "", exc.message, "", item.id, exc.field))
+                    self.reject(Rejected.of_error(exc, item.id))
             if progress:
                 progress(1)
         self.flush_quarantine()

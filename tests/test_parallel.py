@@ -234,6 +234,19 @@ def test_small_runs_and_unsendable_parts_stay_in_one_process(
     assert summary.built == 31 and not small.started and small.chunks_dispatched == 0
 
 
+def _cli_with_1_and_2_workers(tmp_path: Path, key: Path, command: str, option: str,
+                              source: Path) -> list[str]:
+    """Run `command` into stores tmp_path/1 and tmp_path/2 (chunks of CHUNK records)."""
+    outputs = []
+    for workers in ("1", "2"):
+        result = CliRunner().invoke(cli, [
+            command, option, str(source), "--store", str(tmp_path / workers),
+            "--key", str(key), "--workers", workers], env={"PITH_WORKER_CHUNK": str(CHUNK)})
+        assert result.exit_code == 0, result.output
+        outputs.append(result.output)
+    return outputs
+
+
 def test_cli_workers_2_publishes_the_same_bytes_as_workers_1(
         tmp_path: Path, key: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     starts: list[int] = []
@@ -244,13 +257,8 @@ def test_cli_workers_2_publishes_the_same_bytes_as_workers_1(
         original(self)
 
     monkeypatch.setattr(ParallelPublisher, "_start", spy)
-    for workers in ("1", "2"):
-        result = CliRunner().invoke(cli, [
-            "ingest", "--snapshot", str(snapshot), "--store", str(tmp_path / workers),
-            "--key", str(key), "--workers", workers],
-            env={"PITH_WORKER_CHUNK": str(CHUNK)})
-        assert result.exit_code == 0, result.output
-        assert "fetched 34, built 31, unchanged 1, superseded 1, quarantined 2" in result.output
+    for output in _cli_with_1_and_2_workers(tmp_path, key, "ingest", "--snapshot", snapshot):
+        assert "fetched 34, built 31, unchanged 1, superseded 1, quarantined 2" in output
     assert starts == [2]
     published = ("pith/", "events/", "arxiv/", "pith-signing-key.json", ".well-known/")
     one = {k: v for k, v in _tree(tmp_path / "1").items() if k.startswith(published)}
@@ -308,13 +316,8 @@ def test_cli_build_with_workers_writes_the_same_store_as_one_process(
         original(self)
 
     monkeypatch.setattr(ParallelPublisher, "close", spy)
-    for workers in ("1", "2"):
-        result = CliRunner().invoke(cli, [
-            "build", "--input", str(snapshot), "--store", str(tmp_path / workers),
-            "--key", str(key), "--workers", workers],
-            env={"PITH_WORKER_CHUNK": str(CHUNK)})
-        assert result.exit_code == 0, result.output
-        assert "built 31" in result.output
+    for output in _cli_with_1_and_2_workers(tmp_path, key, "build", "--input", snapshot):
+        assert "built 31" in output
     one, two = _tree(tmp_path / "1"), _tree(tmp_path / "2")
     # under SOURCE_DATE_EPOCH the run id is reproducible: every file is the same, the
     # quarantine, the Parquet indexes and the run manifest listing every object included

@@ -31,6 +31,11 @@ class Rejected:
     record_id: str | None = None
     field: str | None = None
 
+    @classmethod
+    def of_error(cls, exc: InputError, record_id: str) -> Rejected:
+        """A record that parsed but could not be built (the raw input is the caller's)."""
+        return cls(exc.where or "", exc.message, "", record_id, exc.field)
+
     def to_json(self) -> dict[str, str | None]:
         return {"where": self.where, "record_id": self.record_id, "field": self.field,
                 "reason": self.reason, "raw": self.raw}
