@@ -151,7 +151,8 @@ def reference_path() -> Iterator[None]:
         # the empty sections were hashed at import with the fast path: redo them
         events_mod._EMPTY_SECTIONS = {
             k: events_mod._section({kk: vv for kk, vv in v.items() if kk != "snapshot_sha256"})
-            for k, v in events_mod._EMPTY_SECTIONS.items()}
+            for k, v in events_mod._EMPTY_SECTIONS.items()
+        }
         yield
     finally:
         for m, name, value in saved:
@@ -159,8 +160,7 @@ def reference_path() -> Iterator[None]:
 
 
 # -- the three measured paths ----------------------------------------------------
-def run_project(records: list[ArxivRecord], signer: Signer,
-                digest: bool = False) -> DigestStore:
+def run_project(records: list[ArxivRecord], signer: Signer, digest: bool = False) -> DigestStore:
     store = DigestStore(digest)
     pub = Publisher(store, signer, BuildConfig(), clock=lambda: NOW, run_id="bench")
     for rec in records:
@@ -169,8 +169,7 @@ def run_project(records: list[ArxivRecord], signer: Signer,
     return store
 
 
-def run_reference(records: list[ArxivRecord], signer: Signer,
-                  digest: bool = False) -> DigestStore:
+def run_reference(records: list[ArxivRecord], signer: Signer, digest: bool = False) -> DigestStore:
     with reference_path():
         return run_project(records, signer, digest)
 
@@ -195,8 +194,7 @@ def run_build(records: list[ArxivRecord], signer: Signer, digest: bool = False) 
     return h, size
 
 
-def run_build_reference(records: list[ArxivRecord], signer: Signer,
-                        digest: bool = False) -> Any:
+def run_build_reference(records: list[ArxivRecord], signer: Signer, digest: bool = False) -> Any:
     """(b) the same objects the straightforward way: rfc8785 hashes, full merge, json output."""
     cfg = BuildConfig()
     keys = [signer.public_key_doc(url=cfg.site.key_url)]
@@ -205,12 +203,18 @@ def run_build_reference(records: list[ArxivRecord], signer: Signer,
         for rec in records:
             ident = Identity.of(rec)
             built = build_record_events(ident, signer, cfg.signer_id, NOW)
-            b = sign_bundle(subject=ident.subject, canonical=ident.canonical,
-                            canonical_hex=ident.canonical_sha256, events=built.events,
-                            aliases=built.aliases, public_keys=keys, site=cfg.site,
-                            signer=signer, now=NOW)
-            parts = [*(_ref_compact(e) for e in built.events), _ref_compact(b),
-                     _ref_compact(b["state"])]
+            b = sign_bundle(
+                subject=ident.subject,
+                canonical=ident.canonical,
+                canonical_hex=ident.canonical_sha256,
+                events=built.events,
+                aliases=built.aliases,
+                public_keys=keys,
+                site=cfg.site,
+                signer=signer,
+                now=NOW,
+            )
+            parts = [*(_ref_compact(e) for e in built.events), _ref_compact(b), _ref_compact(b["state"])]
             if digest:
                 _fold(h, parts)
     return h
@@ -236,18 +240,30 @@ def floor_inputs(records: list[ArxivRecord], signer: Signer) -> FloorInputs:
     for rec in records[:POOL]:
         ident = Identity.of(rec)
         built = build_record_events(ident, signer, cfg.signer_id, NOW)
-        b = sign_bundle(subject=ident.subject, canonical=ident.canonical,
-                        canonical_hex=ident.canonical_sha256, events=built.events,
-                        aliases=built.aliases, public_keys=keys, site=cfg.site, signer=signer,
-                        now=NOW, trusted=built.events)
+        b = sign_bundle(
+            subject=ident.subject,
+            canonical=ident.canonical,
+            canonical_hex=ident.canonical_sha256,
+            events=built.events,
+            aliases=built.aliases,
+            public_keys=keys,
+            site=cfg.site,
+            signer=signer,
+            now=NOW,
+            trusted=built.events,
+        )
         state = {k: v for k, v in b["state"].items() if k != "state_sha256"}
         body = {k: v for k, v in b.items() if k != "bundle_signature"}
-        pool.append((
-            canonical_bytes(ident.canonical),
-            canon(rec.title).encode(), canon(rec.abstract).encode(),
-            *(dumps_trusted(events_mod.hashed_view(e)) for e in built.events),
-            dumps_trusted(state), dumps_trusted(body),
-        ))
+        pool.append(
+            (
+                canonical_bytes(ident.canonical),
+                canon(rec.title).encode(),
+                canon(rec.abstract).encode(),
+                *(dumps_trusted(events_mod.hashed_view(e)) for e in built.events),
+                dumps_trusted(state),
+                dumps_trusted(body),
+            )
+        )
     return FloorInputs(pool)
 
 
@@ -282,8 +298,9 @@ def _worker_init(spec: str) -> None:
 
     signer = open_signer(spec)
     cfg = BuildConfig()
-    _WORKER["fb"] = FreshBuilder(signer, cfg.signer_id, cfg.site,
-                                 [signer.public_key_doc(url=cfg.site.key_url)])
+    _WORKER["fb"] = FreshBuilder(
+        signer, cfg.signer_id, cfg.site, [signer.public_key_doc(url=cfg.site.key_url)]
+    )
 
 
 def _worker_chunk(lines: list[bytes]) -> tuple[int, int]:
@@ -302,7 +319,7 @@ def run_workers(lines: list[bytes], spec: str, workers: int, chunk: int = 500) -
     """Papers/s from JSON lines to serialised bundles with `workers` processes (0: inline)."""
     import multiprocessing
 
-    chunks = [lines[i:i + chunk] for i in range(0, len(lines), chunk)]
+    chunks = [lines[i : i + chunk] for i in range(0, len(lines), chunk)]
     t = time.perf_counter()
     if workers == 0:
         _worker_init(spec)
@@ -327,8 +344,10 @@ def cmd_workers(args: argparse.Namespace) -> int:
         many = run_workers(lines, str(key), args.workers)
     print(f"records: {args.n}, JSON lines -> serialised signed bundles (parsing included)")
     print(f"1 process             : {one:9.0f} papers/s")
-    print(f"{args.workers} worker processes    : {many:9.0f} papers/s "
-          f"({many / one:.2f}x; pool start-up included)")
+    print(
+        f"{args.workers} worker processes    : {many:9.0f} papers/s "
+        f"({many / one:.2f}x; pool start-up included)"
+    )
     print(f"peak RSS (this process): {peak_rss_mb():.0f} MB")
     return 0
 
@@ -370,27 +389,39 @@ def cmd_build(args: argparse.Namespace) -> int:
         best["b"] = max(best.get("b", 0.0), ref_n / dt)
         dt, _ = timed(lambda: run_floor(args.n, inputs, signer))
         best["c"] = max(best.get("c", 0.0), args.n / dt)
-        print(f"round {r + 1}: " + "  ".join(f"{k} {v:.0f}/s" for k, v in best.items()),
-              file=sys.stderr)
+        print(f"round {r + 1}: " + "  ".join(f"{k} {v:.0f}/s" for k, v in best.items()), file=sys.stderr)
     # byte identity on the records the reference ran on: the build paths, and the
     # publishing paths (every object a fresh store receives)
-    same_build = run_build(records[:ref_n], signer, True)[0].hexdigest() == \
-        run_build_reference(records[:ref_n], signer, True).hexdigest()
-    same_publish = run_project(records[:ref_n], signer, True).h.hexdigest() == run_reference(
-        records[:ref_n], signer, True).h.hexdigest()
+    same_build = (
+        run_build(records[:ref_n], signer, True)[0].hexdigest()
+        == run_build_reference(records[:ref_n], signer, True).hexdigest()
+    )
+    same_publish = (
+        run_project(records[:ref_n], signer, True).h.hexdigest()
+        == run_reference(records[:ref_n], signer, True).h.hexdigest()
+    )
     same = same_build and same_publish
-    print(f"records: {args.n} (reference path on the first {ref_n}), one process, one thread, "
-          f"best of {args.rounds} interleaved rounds")
-    print(f"(a) project build path : {best['a']:9.0f} papers/s "
-          f"(records -> 2 events + bundle + state, {size / args.n / 1024:.1f} KiB per paper)")
-    print(f"(b) reference path     : {best['b']:9.0f} papers/s "
-          "(rfc8785 for every hash, full merge, json.dumps)")
+    print(
+        f"records: {args.n} (reference path on the first {ref_n}), one process, one thread, "
+        f"best of {args.rounds} interleaved rounds"
+    )
+    print(
+        f"(a) project build path : {best['a']:9.0f} papers/s "
+        f"(records -> 2 events + bundle + state, {size / args.n / 1024:.1f} KiB per paper)"
+    )
+    print(
+        f"(b) reference path     : {best['b']:9.0f} papers/s (rfc8785 for every hash, full merge, json.dumps)"
+    )
     print(f"(c) crypto floor       : {best['c']:9.0f} papers/s (4 signatures + 7 hashes)")
     print(f"a/b = {best['a'] / best['b']:.2f}x   a/c = {100 * best['a'] / best['c']:.0f}%")
-    print(f"publisher (a + pointer, run ledger, store calls on a null store): "
-          f"{best['p']:.0f} papers/s = {100 * best['p'] / best['c']:.0f}% of (c)")
-    print(f"output bytes identical to the reference: build {'yes' if same_build else 'NO'}, "
-          f"publish {'yes' if same_publish else 'NO'}")
+    print(
+        f"publisher (a + pointer, run ledger, store calls on a null store): "
+        f"{best['p']:.0f} papers/s = {100 * best['p'] / best['c']:.0f}% of (c)"
+    )
+    print(
+        f"output bytes identical to the reference: build {'yes' if same_build else 'NO'}, "
+        f"publish {'yes' if same_publish else 'NO'}"
+    )
     print(f"peak RSS: {peak_rss_mb():.0f} MB")
     return 0 if same else 1
 
@@ -485,10 +516,13 @@ def _follow(proc: subprocess.Popen[str], n: int) -> tuple[str, list[str]]:
             workers = p["workers"]
             w_now = max((w.get("VmRSS", 0) for w in workers), default=0) / 1024
             w_peak = max((w.get("VmHWM", 0) for w in workers), default=0) / 1024
-            print(f"   {p['papers']:>9,} of {n:,} papers  {p['s']:7.0f} s  "
-                  f"{seg:5.2f} ms/paper (last step)  RSS MB now/peak: parent "
-                  f"{p['self'].get('VmRSS', 0) / 1024:.0f}/{p['self'].get('VmHWM', 0) / 1024:.0f}"
-                  f", largest of {len(workers)} workers {w_now:.0f}/{w_peak:.0f}", flush=True)
+            print(
+                f"   {p['papers']:>9,} of {n:,} papers  {p['s']:7.0f} s  "
+                f"{seg:5.2f} ms/paper (last step)  RSS MB now/peak: parent "
+                f"{p['self'].get('VmRSS', 0) / 1024:.0f}/{p['self'].get('VmHWM', 0) / 1024:.0f}"
+                f", largest of {len(workers)} workers {w_now:.0f}/{w_peak:.0f}",
+                flush=True,
+            )
     out_text = proc.stdout.read()
     proc.wait()
     return out_text, err_lines
@@ -500,13 +534,20 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     exe = Path(sys.executable).with_name("pith-pipeline")
     keydir = work / "keys"
     if not (keydir / "pith-private-key.json").exists():
-        subprocess.run([str(exe), "keys", "generate", "--out", str(keydir), "--key-id",
-                        "bench-key"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(exe), "keys", "generate", "--out", str(keydir), "--key-id", "bench-key"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     workers = "CLI default" if args.workers is None else str(args.workers)
-    print(f"ingest --snapshot, fsync {'on' if args.fsync else 'off'}, workers {workers}; "
-          "publishing = records to bundles in the store, index = the run's Parquet index update")
-    print(f"{'N':>9} {'publish s':>9} {'papers/s':>9} {'ms/paper':>9} {'RSS MB':>7} "
-          f"{'index s':>8} {'peak RSS MB':>11} {'store GB':>9} {'worker RSS MB':>13}")
+    print(
+        f"ingest --snapshot, fsync {'on' if args.fsync else 'off'}, workers {workers}; "
+        "publishing = records to bundles in the store, index = the run's Parquet index update"
+    )
+    print(
+        f"{'N':>9} {'publish s':>9} {'papers/s':>9} {'ms/paper':>9} {'RSS MB':>7} "
+        f"{'index s':>8} {'peak RSS MB':>11} {'store GB':>9} {'worker RSS MB':>13}"
+    )
     for n in args.n:
         src = work / f"records-{n}.jsonl"
         if not src.exists():
@@ -516,8 +557,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         store = work / f"store-{n}"
         if store.exists():
             shutil.rmtree(store)
-        cmd = [sys.executable, "-c", DRIVER, "ingest", "--snapshot", str(src),
-               "--store", str(store), "--key", str(keydir / "pith-private-key.json")]
+        cmd = [
+            sys.executable,
+            "-c",
+            DRIVER,
+            "ingest",
+            "--snapshot",
+            str(src),
+            "--store",
+            str(store),
+            "--key",
+            str(keydir / "pith-private-key.json"),
+        ]
         if args.workers is not None:
             cmd += ["--workers", str(args.workers)]
         env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", "TQDM_DISABLE": "1"}
@@ -525,21 +576,22 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             env["PITH_LOCAL_FSYNC"] = "0"
         if args.step:
             env["BENCH_STEP"] = str(args.step)
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out_text, err_lines = _follow(proc, n)
         if proc.returncode != 0:
             print(out_text, "".join(err_lines), file=sys.stderr)
             return proc.returncode
         proc = subprocess.CompletedProcess(cmd, proc.returncode, out_text, "".join(err_lines))
-        phases = json.loads(next(line for line in proc.stderr.splitlines()
-                                 if line.startswith("PHASES "))[7:])
+        phases = json.loads(next(line for line in proc.stderr.splitlines() if line.startswith("PHASES "))[7:])
         size = _tree_bytes(store) / 1e9 if args.measure_size else float("nan")
         pub = phases["publish_s"]
-        print(f"{n:9d} {pub:9.0f} {n / pub:9.0f} {1000 * pub / n:9.2f} "
-              f"{phases['publish_rss_kb'] / 1024:7.0f} {phases['index_s']:8.0f} "
-              f"{phases['peak_rss_kb'] / 1024:11.0f} {size:9.1f} "
-              f"{phases['worker_rss_kb'] / 1024:13.0f}", flush=True)
+        print(
+            f"{n:9d} {pub:9.0f} {n / pub:9.0f} {1000 * pub / n:9.2f} "
+            f"{phases['publish_rss_kb'] / 1024:7.0f} {phases['index_s']:8.0f} "
+            f"{phases['peak_rss_kb'] / 1024:11.0f} {size:9.1f} "
+            f"{phases['worker_rss_kb'] / 1024:13.0f}",
+            flush=True,
+        )
         print("   " + " | ".join(proc.stdout.strip().splitlines()[-2:]), flush=True)
         if not args.keep:
             shutil.rmtree(store)
@@ -551,26 +603,47 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="mode", required=True)
     b = sub.add_parser("build", help="(a) project vs (b) reference vs (c) crypto floor")
     b.add_argument("--n", type=int, default=20000, help="records for (a) and (c)")
-    b.add_argument("--reference-n", type=int, default=5000,
-                   help="records for (b), which is slow (papers/s is what is compared)")
+    b.add_argument(
+        "--reference-n",
+        type=int,
+        default=5000,
+        help="records for (b), which is slow (papers/s is what is compared)",
+    )
     b.add_argument("--rounds", type=int, default=3)
     w = sub.add_parser("workers", help="the build path on 1 process vs worker processes")
     w.add_argument("--n", type=int, default=40000)
     w.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     i = sub.add_parser("ingest", help="end-to-end `pith-pipeline ingest --snapshot`")
-    i.add_argument("--n", type=int, action="append", required=True,
-                   help="records per run; repeat for several runs (e.g. 100000, 1000000)")
+    i.add_argument(
+        "--n",
+        type=int,
+        action="append",
+        required=True,
+        help="records per run; repeat for several runs (e.g. 100000, 1000000)",
+    )
     i.add_argument("--workdir", type=Path, default=Path("/tmp/pith-bench"))
     i.add_argument("--keep", action="store_true", help="keep each store after its run")
     i.add_argument("--measure-size", action="store_true", help="report the store's size")
-    i.add_argument("--step", type=int, default=100_000,
-                   help="print time per paper and RSS every STEP papers (default 100,000)")
-    i.add_argument("--workers", type=int, default=None,
-                   help="pass --workers N to the command (default: the command's own default, "
-                        "the usable cores); 1 publishes in one process")
-    i.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True,
-                   help="fsync every object (the store's default); --no-fsync sets "
-                        "PITH_LOCAL_FSYNC=0 (same files, flushed by the OS)")
+    i.add_argument(
+        "--step",
+        type=int,
+        default=100_000,
+        help="print time per paper and RSS every STEP papers (default 100,000)",
+    )
+    i.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="pass --workers N to the command (default: the command's own default, "
+        "the usable cores); 1 publishes in one process",
+    )
+    i.add_argument(
+        "--fsync",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fsync every object (the store's default); --no-fsync sets "
+        "PITH_LOCAL_FSYNC=0 (same files, flushed by the OS)",
+    )
     args = ap.parse_args(argv)
     return {"build": cmd_build, "workers": cmd_workers, "ingest": cmd_ingest}[args.mode](args)
 

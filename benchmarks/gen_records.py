@@ -51,8 +51,13 @@ class Templates:
         names = [list(e) for r in recs for e in (r.get("authors_parsed") or [])]
         # a few names with characters outside Latin-1 and outside the BMP keep the
         # text paths honest (real metadata has both)
-        names += [["Дмитриев", "Алексей", ""], ["Müller-Lüdenscheidt", "Jürgen", ""],
-                  ["李", "小龙", ""], ["Ŝtefan", "Ŭ.", "Jr"], ["𝔊auss", "Carl", ""]]
+        names += [
+            ["Дмитриев", "Алексей", ""],
+            ["Müller-Lüdenscheidt", "Jürgen", ""],
+            ["李", "小龙", ""],
+            ["Ŝtefan", "Ŭ.", "Jr"],
+            ["𝔊auss", "Carl", ""],
+        ]
         return cls(
             title_lens=[len(r["title"]) for r in recs],
             abstract_lens=[len(r["abstract"]) for r in recs],
@@ -92,8 +97,7 @@ def _author_string(parsed: list[list[str]]) -> str:
     return ", ".join(full[:-1]) + " and " + full[-1]
 
 
-def make_record(rng: random.Random, t: Templates, index: int,
-                start: datetime) -> dict[str, Any]:
+def make_record(rng: random.Random, t: Templates, index: int, start: datetime) -> dict[str, Any]:
     # the identifier's month is the submission month: unique ids, as arXiv's are
     months = start.month - 1 + index // PER_MONTH
     first = start.replace(year=start.year + months // 12, month=months % 12 + 1, day=1)

@@ -38,21 +38,82 @@ from pith_pipeline.index.schema import RECORDS, SEQ
 from pith_pipeline.index.writer import _split, dedupe_sorted, write_file
 from pith_pipeline.storage.local import LocalStore
 
-ARCHIVES = {"cs": 30, "math": 25, "astro-ph": 10, "cond-mat": 10, "physics": 8, "hep-th": 4,
-            "hep-ph": 4, "quant-ph": 5, "stat": 3, "eess": 3, "gr-qc": 2, "q-bio": 1,
-            "econ": 1, "nucl-th": 1, "hep-ex": 1}
-SUBS = ["LG", "AI", "CV", "CL", "DS", "IT", "CO", "PR", "NT", "AG", "GA", "CO", "SR", "HE",
-        "mtrl-sci", "stat-mech", "str-el", "optics", "flu-dyn", "ML", "TH", "SP", "AS"]
-LICENSES = ["http://arxiv.org/licenses/nonexclusive-distrib/1.0/",
-            "http://creativecommons.org/licenses/by/4.0/",
-            "http://creativecommons.org/licenses/by-nc-sa/4.0/",
-            "http://creativecommons.org/licenses/by-sa/4.0/",
-            "http://creativecommons.org/publicdomain/zero/1.0/", ""]
+ARCHIVES = {
+    "cs": 30,
+    "math": 25,
+    "astro-ph": 10,
+    "cond-mat": 10,
+    "physics": 8,
+    "hep-th": 4,
+    "hep-ph": 4,
+    "quant-ph": 5,
+    "stat": 3,
+    "eess": 3,
+    "gr-qc": 2,
+    "q-bio": 1,
+    "econ": 1,
+    "nucl-th": 1,
+    "hep-ex": 1,
+}
+SUBS = [
+    "LG",
+    "AI",
+    "CV",
+    "CL",
+    "DS",
+    "IT",
+    "CO",
+    "PR",
+    "NT",
+    "AG",
+    "GA",
+    "CO",
+    "SR",
+    "HE",
+    "mtrl-sci",
+    "stat-mech",
+    "str-el",
+    "optics",
+    "flu-dyn",
+    "ML",
+    "TH",
+    "SP",
+    "AS",
+]
+LICENSES = [
+    "http://arxiv.org/licenses/nonexclusive-distrib/1.0/",
+    "http://creativecommons.org/licenses/by/4.0/",
+    "http://creativecommons.org/licenses/by-nc-sa/4.0/",
+    "http://creativecommons.org/licenses/by-sa/4.0/",
+    "http://creativecommons.org/publicdomain/zero/1.0/",
+    "",
+]
 WORDS = [
-    "learning", "deep", "neural", "network", "quantum", "field", "theory", "graph", "random",
-    "matrix", "model", "spectral", "analysis", "estimation", "convergence", "stochastic",
-    "gravitational", "lensing", "topological", "phase", "transition", "bayesian", "inference",
-    "sparse", "regression",
+    "learning",
+    "deep",
+    "neural",
+    "network",
+    "quantum",
+    "field",
+    "theory",
+    "graph",
+    "random",
+    "matrix",
+    "model",
+    "spectral",
+    "analysis",
+    "estimation",
+    "convergence",
+    "stochastic",
+    "gravitational",
+    "lensing",
+    "topological",
+    "phase",
+    "transition",
+    "bayesian",
+    "inference",
+    "sparse",
+    "regression",
 ]
 
 
@@ -66,33 +127,49 @@ def synthetic(n: int, seed: int) -> pa.Table:
     for i in range(n):
         when = start + timedelta(seconds=span * rnd.random() ** 0.5)  # more papers later
         arch = rnd.choices(archives, weights)[0]
-        primary = f"{arch}.{rnd.choice(SUBS)}" if arch in ("cs", "math", "stat", "physics",
-                                                          "cond-mat", "astro-ph", "eess",
-                                                          "q-bio", "econ") else arch
-        cross = sorted({f"{rnd.choice(archives)}.{rnd.choice(SUBS)}"
-                        for _ in range(rnd.randint(0, 3))} - {primary})
+        primary = (
+            f"{arch}.{rnd.choice(SUBS)}"
+            if arch in ("cs", "math", "stat", "physics", "cond-mat", "astro-ph", "eess", "q-bio", "econ")
+            else arch
+        )
+        cross = sorted(
+            {f"{rnd.choice(archives)}.{rnd.choice(SUBS)}" for _ in range(rnd.randint(0, 3))} - {primary}
+        )
         body = rnd.randbytes(16).hex().upper()[:26]
         pn = f"pith:{when.year}:{body}"
         arxiv_id = f"{when:%y%m}.{i % 100000:05d}"
-        authors = [f"{rnd.choice('ABCDEFGHJKLM')}. Author{rnd.randint(1, 99999)}"
-                   for _ in range(rnd.randint(1, 8))]
+        authors = [
+            f"{rnd.choice('ABCDEFGHJKLM')}. Author{rnd.randint(1, 99999)}" for _ in range(rnd.randint(1, 8))
+        ]
         row = {
-            "pith_number": pn, "short_pith_number": f"pith:{body[:8]}", "arxiv_id": arxiv_id,
+            "pith_number": pn,
+            "short_pith_number": f"pith:{body[:8]}",
+            "arxiv_id": arxiv_id,
             "version": rnd.choice((1, 1, 1, 2, 2, 3)),
             "title": " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(5, 14))).title(),
-            "authors": authors, "authors_text": ", ".join(authors),
-            "primary_cat": primary, "primary_archive": arch, "categories": [primary, *cross],
+            "authors": authors,
+            "authors_text": ", ".join(authors),
+            "primary_cat": primary,
+            "primary_archive": arch,
+            "categories": [primary, *cross],
             "license": rnd.choice(LICENSES) if when.year >= 2008 else "",
             "submitted_at": when.replace(microsecond=0),
-            "submitted_month": f"{when:%Y-%m}", "doi": f"10.48550/arxiv.{arxiv_id}",
+            "submitted_month": f"{when:%Y-%m}",
+            "doi": f"10.48550/arxiv.{arxiv_id}",
             "canonical_sha256": rnd.randbytes(32).hex(),
             "title_canon_sha256": rnd.randbytes(32).hex(),
             "abstract_canon_sha256": rnd.randbytes(32).hex(),
-            "created_at": built, "record_created_event_id": "sha256:" + rnd.randbytes(32).hex(),
-            "key_id": "pith-v1-2026-01", "public_key_fingerprint": "8d4b5ee74e4693bcd1df2446408b0d54",
-            "superseded_by": None, "event_count": 2, "bundle_key": f"pith/{body}/bundle.json",
-            "bundle_sha256": rnd.randbytes(32).hex(), "state_sha256": rnd.randbytes(32).hex(),
-            "built_at": built, SEQ: 1,
+            "created_at": built,
+            "record_created_event_id": "sha256:" + rnd.randbytes(32).hex(),
+            "key_id": "pith-v1-2026-01",
+            "public_key_fingerprint": "8d4b5ee74e4693bcd1df2446408b0d54",
+            "superseded_by": None,
+            "event_count": 2,
+            "bundle_key": f"pith/{body}/bundle.json",
+            "bundle_sha256": rnd.randbytes(32).hex(),
+            "state_sha256": rnd.randbytes(32).hex(),
+            "built_at": built,
+            SEQ: 1,
         }
         for k, v in row.items():
             cols[k].append(v)
@@ -123,29 +200,41 @@ def main() -> None:
     t = time.perf_counter()
     table = dedupe_sorted(RECORDS, table)
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    added = [write_file(store, RECORDS, part, sub, generation=1, now=now, run_id=None,
-                        compacted=True) for part, sub in _split(RECORDS, table).items()]
-    mf.commit(store, mf.Change(added={"records": added}, removed=set(),
-                               retired_at="2026-01-01T00:00:00Z"))
+    added = [
+        write_file(store, RECORDS, part, sub, generation=1, now=now, run_id=None, compacted=True)
+        for part, sub in _split(RECORDS, table).items()
+    ]
+    mf.commit(store, mf.Change(added={"records": added}, removed=set(), retired_at="2026-01-01T00:00:00Z"))
     size = sum(e["bytes"] for e in added)
-    print(f"wrote {len(added)} partition files in {time.perf_counter() - t:.1f}s: "
-          f"{size / 1e6:.1f} MB, {size / table.num_rows:.1f} bytes per row")
-    hashes = sum(pc.sum(pc.binary_length(table.column(c))).as_py() for c in (
-        "canonical_sha256", "title_canon_sha256", "abstract_canon_sha256", "bundle_sha256",
-        "state_sha256", "record_created_event_id"))
-    print(f"  (random hex hashes alone are {hashes / table.num_rows:.0f} bytes per row "
-          "uncompressed and cannot compress below half that)")
+    print(
+        f"wrote {len(added)} partition files in {time.perf_counter() - t:.1f}s: "
+        f"{size / 1e6:.1f} MB, {size / table.num_rows:.1f} bytes per row"
+    )
+    hashes = sum(
+        pc.sum(pc.binary_length(table.column(c))).as_py()
+        for c in (
+            "canonical_sha256",
+            "title_canon_sha256",
+            "abstract_canon_sha256",
+            "bundle_sha256",
+            "state_sha256",
+            "record_created_event_id",
+        )
+    )
+    print(
+        f"  (random hex hashes alone are {hashes / table.num_rows:.0f} bytes per row "
+        "uncompressed and cannot compress below half that)"
+    )
     con = connect(store)
     queries = {
-        "pruned (submitted_month filter)":
-            "SELECT submitted_month, license, count(*) FROM records WHERE primary_cat = 'cs.LG'"
-            " AND submitted_month BETWEEN '2019-01' AND '2019-12' GROUP BY ALL",
-        "unpruned (submitted_at filter)":
-            "SELECT submitted_month, license, count(*) FROM records WHERE primary_cat = 'cs.LG'"
-            " AND submitted_at >= TIMESTAMPTZ '2019-01-01 00:00:00+00'"
-            " AND submitted_at < TIMESTAMPTZ '2020-01-01 00:00:00+00' GROUP BY ALL",
-        "full month x category count":
-            "SELECT submitted_month, primary_cat, count(*) FROM records GROUP BY ALL",
+        "pruned (submitted_month filter)": "SELECT submitted_month, license, count(*) FROM records"
+        " WHERE primary_cat = 'cs.LG' AND submitted_month BETWEEN '2019-01' AND '2019-12' GROUP BY ALL",
+        "unpruned (submitted_at filter)": "SELECT submitted_month, license, count(*) FROM records"
+        " WHERE primary_cat = 'cs.LG' AND submitted_at >= TIMESTAMPTZ '2019-01-01 00:00:00+00'"
+        " AND submitted_at < TIMESTAMPTZ '2020-01-01 00:00:00+00' GROUP BY ALL",
+        "full month x category count": (
+            "SELECT submitted_month, primary_cat, count(*) FROM records GROUP BY ALL"
+        ),
     }
     answers = {}
     for name, sql in queries.items():

@@ -49,9 +49,13 @@ def main() -> None:
     ap.add_argument("--kms-n", type=int, default=600)
     ap.add_argument("--local-n", type=int, default=20000)
     args = ap.parse_args()
-    for k, v in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-                 "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null",
-                 "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}.items():
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    }.items():
         os.environ[k] = v
     total = PAPERS * PER_PAPER
     rows: list[tuple[str, float, str]] = []
@@ -64,28 +68,47 @@ def main() -> None:
             signer.sign_digests(digests(c))  # warm the connection pool
             r = rate(signer.sign_digests, args.kms_n if c > 1 else max(50, args.kms_n // 8))
             proj = hours(total, min(r, QUOTA_RPS))
-            rows.append((f"kms, concurrency {c} ({args.latency_ms:g} ms latency)", r,
-                         f"{proj} (at min(measured, {QUOTA_RPS:g} rps quota))"))
+            rows.append(
+                (
+                    f"kms, concurrency {c} ({args.latency_ms:g} ms latency)",
+                    r,
+                    f"{proj} (at min(measured, {QUOTA_RPS:g} rps quota))",
+                )
+            )
         root = KmsSigner("alias/bench")
         t = time.perf_counter()
         cert_signer = CertifiedSigner(root, run_id="bench")
         cert_setup = time.perf_counter() - t
     local = Ed25519Signer.generate("bench-local")
     r_local = rate(local.sign_digests, args.local_n)
-    rows.append(("file / kms-envelope (in-process pynacl, 1 thread)", r_local,
-                 f"{hours(total, r_local)} (+1 KMS Decrypt per process)"))
+    rows.append(
+        (
+            "file / kms-envelope (in-process pynacl, 1 thread)",
+            r_local,
+            f"{hours(total, r_local)} (+1 KMS Decrypt per process)",
+        )
+    )
     r_cert = rate(cert_signer.sign_digests, args.local_n)
-    rows.append((f"certified ephemeral key (1 thread; certificate took {cert_setup * 1000:.0f} ms)",
-                 r_cert, f"{hours(total, r_cert)} (+1 KMS Sign per run)"))
-    print(f"| back end | signatures/s | full backfill ({PAPERS:,} papers x {PER_PAPER} = "
-          f"{total:,} signatures) |")
+    rows.append(
+        (
+            f"certified ephemeral key (1 thread; certificate took {cert_setup * 1000:.0f} ms)",
+            r_cert,
+            f"{hours(total, r_cert)} (+1 KMS Sign per run)",
+        )
+    )
+    print(
+        f"| back end | signatures/s | full backfill ({PAPERS:,} papers x {PER_PAPER} = "
+        f"{total:,} signatures) |"
+    )
     print("|---|---:|---|")
     for name, r, proj in rows:
         print(f"| {name} | {r:,.0f} | {proj} |")
-    print(f"\nkms direct is capped by the account quota: {hours(total, QUOTA_RPS)} at the full "
-          f"{QUOTA_RPS:g} rps, with nothing left for the daily run; on {os.cpu_count()} cores "
-          "the client and the local endpoint share the CPU, so high concurrency measures CPU, "
-          "not KMS.")
+    print(
+        f"\nkms direct is capped by the account quota: {hours(total, QUOTA_RPS)} at the full "
+        f"{QUOTA_RPS:g} rps, with nothing left for the daily run; on {os.cpu_count()} cores "
+        "the client and the local endpoint share the CPU, so high concurrency measures CPU, "
+        "not KMS."
+    )
 
 
 if __name__ == "__main__":

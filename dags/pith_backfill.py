@@ -38,15 +38,26 @@ INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
     tags=["pith", "backfill", "arxiv"],
     doc_md=__doc__,
     params={
-        "from": Param("2026-01-01", type="string", format="date",
-                      description="First OAI datestamp day (inclusive), YYYY-MM-DD."),
-        "until": Param("2026-01-02", type="string", format="date",
-                       description="Day after the last one (exclusive), YYYY-MM-DD."),
-        "source": Param("oai", enum=list(at.SOURCES),
-                        description="oai: harvest arXiv's OAI-PMH; snapshot: read a file."),
-        "snapshot_path": Param(None, type=["null", "string"],
-                               description="With source=snapshot: the snapshot file, "
-                                           "readable by every worker."),
+        "from": Param(
+            "2026-01-01",
+            type="string",
+            format="date",
+            description="First OAI datestamp day (inclusive), YYYY-MM-DD.",
+        ),
+        "until": Param(
+            "2026-01-02",
+            type="string",
+            format="date",
+            description="Day after the last one (exclusive), YYYY-MM-DD.",
+        ),
+        "source": Param(
+            "oai", enum=list(at.SOURCES), description="oai: harvest arXiv's OAI-PMH; snapshot: read a file."
+        ),
+        "snapshot_path": Param(
+            None,
+            type=["null", "string"],
+            description="With source=snapshot: the snapshot file, readable by every worker.",
+        ),
     },
 )
 def pith_backfill() -> None:
@@ -55,8 +66,13 @@ def pith_backfill() -> None:
         """Windows still to do (those with a run manifest are complete and skipped)."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.plan_backfill(t.load_settings(airflow_variables=True), params["from"],
-                               params["until"], params["source"], params.get("snapshot_path"))
+        return t.plan_backfill(
+            t.load_settings(airflow_variables=True),
+            params["from"],
+            params["until"],
+            params["source"],
+            params.get("snapshot_path"),
+        )
 
     @task(pool=at.ARXIV_POOL, pool_slots=1)
     def harvest(request: dict[str, Any]) -> dict[str, Any]:
@@ -77,25 +93,25 @@ def pith_backfill() -> None:
         """Build and sign one chunk; stage the writes."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.build_chunk(t.load_settings(airflow_variables=True), item["run_id"],
-                             item["chunk"])
+        return t.build_chunk(t.load_settings(airflow_variables=True), item["run_id"], item["chunk"])
 
     @task
     def publish(built: list[dict[str, Any]]) -> dict[str, Any]:
         """Copy staged objects into place; repeatable after any failure."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.publish_staged(t.load_settings(airflow_variables=True),
-                                [b["staged"] for b in built])
+        return t.publish_staged(t.load_settings(airflow_variables=True), [b["staged"] for b in built])
 
     @task(outlets=INDEX_ASSETS)
-    def finish(harvested: list[dict[str, Any]], built: list[dict[str, Any]],
-               published: dict[str, Any]) -> list[dict[str, Any]]:
+    def finish(
+        harvested: list[dict[str, Any]], built: list[dict[str, Any]], published: dict[str, Any]
+    ) -> list[dict[str, Any]]:
         """Indexes, then one run manifest per window; drops staging objects."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.finish_windows(t.load_settings(airflow_variables=True), list(harvested),
-                                list(built), published)
+        return t.finish_windows(
+            t.load_settings(airflow_variables=True), list(harvested), list(built), published
+        )
 
     harvested = harvest.expand(request=plan())
     built = build.expand(item=chunks(harvested))

@@ -31,8 +31,7 @@ INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
 @dag(
     dag_id="pith_ingest",
     schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
-    start_date=datetime.fromisoformat(os.environ.get("PITH_INGEST_START", "2026-01-01"))
-    .replace(tzinfo=UTC),
+    start_date=datetime.fromisoformat(os.environ.get("PITH_INGEST_START", "2026-01-01")).replace(tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     default_args=at.default_args(),
@@ -67,26 +66,36 @@ def pith_ingest() -> None:
         """Copy staged objects into place; repeatable after any failure."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.publish_staged(t.load_settings(airflow_variables=True),
-                                [b["staged"] for b in built])
+        return t.publish_staged(t.load_settings(airflow_variables=True), [b["staged"] for b in built])
 
     @task(outlets=INDEX_ASSETS)
-    def index(harvested: dict[str, Any], built: list[dict[str, Any]],
-              published: dict[str, Any]) -> dict[str, Any]:
+    def index(
+        harvested: dict[str, Any], built: list[dict[str, Any]], published: dict[str, Any]
+    ) -> dict[str, Any]:
         """Bring the Parquet indexes up to date with the window's records."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.index_window(t.load_settings(airflow_variables=True), harvested["run_id"],
-                              [b["staged"] for b in built])
+        return t.index_window(
+            t.load_settings(airflow_variables=True), harvested["run_id"], [b["staged"] for b in built]
+        )
 
     @task
-    def manifest(harvested: dict[str, Any], built: list[dict[str, Any]],
-                 published: dict[str, Any], indexed: dict[str, Any]) -> dict[str, Any]:
+    def manifest(
+        harvested: dict[str, Any],
+        built: list[dict[str, Any]],
+        published: dict[str, Any],
+        indexed: dict[str, Any],
+    ) -> dict[str, Any]:
         """runs/<run_id>/manifest.json for the window; then drop the staging objects."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.finish_window(t.load_settings(airflow_variables=True), harvested,
-                               [b["staged"] for b in built], indexed, published)
+        return t.finish_window(
+            t.load_settings(airflow_variables=True),
+            harvested,
+            [b["staged"] for b in built],
+            indexed,
+            published,
+        )
 
     harvested = harvest()
     built = build.partial(harvested=harvested).expand(chunk=plan(harvested))

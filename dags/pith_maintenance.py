@@ -35,14 +35,18 @@ INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
     tags=["pith", "maintenance"],
     doc_md=__doc__,
     params={
-        "rebuild_bundles": Param(False, type="boolean",
-                                 description="Re-derive bundles from the event store."),
-        "rebuild_indexes": Param(False, type="boolean",
-                                 description="Rebuild the Parquet indexes from the bundles."),
-        "sample_size": Param(200, type="integer", minimum=0,
-                             description="How many published bundles to verify."),
-        "grace_seconds": Param(3600, type="integer", minimum=0,
-                               description="Retired index files older than this are deleted."),
+        "rebuild_bundles": Param(
+            False, type="boolean", description="Re-derive bundles from the event store."
+        ),
+        "rebuild_indexes": Param(
+            False, type="boolean", description="Rebuild the Parquet indexes from the bundles."
+        ),
+        "sample_size": Param(
+            200, type="integer", minimum=0, description="How many published bundles to verify."
+        ),
+        "grace_seconds": Param(
+            3600, type="integer", minimum=0, description="Retired index files older than this are deleted."
+        ),
     },
 )
 def pith_maintenance() -> None:
@@ -51,26 +55,29 @@ def pith_maintenance() -> None:
         """Only when asked: bundles from events and/or indexes from bundles."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.rebuild_from_events(t.load_settings(airflow_variables=True),
-                                     bundles=bool(params["rebuild_bundles"]),
-                                     indexes=bool(params["rebuild_indexes"]))
+        return t.rebuild_from_events(
+            t.load_settings(airflow_variables=True),
+            bundles=bool(params["rebuild_bundles"]),
+            indexes=bool(params["rebuild_indexes"]),
+        )
 
     @task(outlets=INDEX_ASSETS)
     def compact(rebuilt: dict[str, Any], params: Any = None) -> dict[str, Any]:
         """Fold each index partition into one file; delete long-retired files."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.compact_indexes(t.load_settings(airflow_variables=True),
-                                 grace_seconds=float(params["grace_seconds"]))
+        return t.compact_indexes(
+            t.load_settings(airflow_variables=True), grace_seconds=float(params["grace_seconds"])
+        )
 
     @task
-    def verify_sample(compacted: dict[str, Any], params: Any = None,
-                      run_id: Any = None) -> dict[str, Any]:
+    def verify_sample(compacted: dict[str, Any], params: Any = None, run_id: Any = None) -> dict[str, Any]:
         """Verify a random sample of published bundles; fail naming every mismatch."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.verify_sample(t.load_settings(airflow_variables=True),
-                               size=int(params["sample_size"]), seed=str(run_id))
+        return t.verify_sample(
+            t.load_settings(airflow_variables=True), size=int(params["sample_size"]), seed=str(run_id)
+        )
 
     verify_sample(compact(rebuild()))
 

@@ -86,19 +86,21 @@ class Settings:
     oai_min_interval: str | None = None
 
     def __repr__(self) -> str:  # the signer spec may name a key file or KMS key: keep it out
-        return (f"Settings(store={self.store!r}, oai_url={self.oai_url!r}, "
-                f"base_url={self.base_url!r}, signer={'set' if self.signer else 'unset'})")
+        return (
+            f"Settings(store={self.store!r}, oai_url={self.oai_url!r}, "
+            f"base_url={self.base_url!r}, signer={'set' if self.signer else 'unset'})"
+        )
 
     @property
     def build_config(self) -> BuildConfig:
         from pith_pipeline.pipeline import BuildConfig
 
-        return BuildConfig(base_url=self.base_url, registry_name=self.registry_name,
-                           signer_id=self.signer_id)
+        return BuildConfig(base_url=self.base_url, registry_name=self.registry_name, signer_id=self.signer_id)
 
 
-def load_settings(env: Mapping[str, str] | None = None, *, airflow_variables: bool = False,
-                  **overrides: str | None) -> Settings:
+def load_settings(
+    env: Mapping[str, str] | None = None, *, airflow_variables: bool = False, **overrides: str | None
+) -> Settings:
     """Settings from Airflow Variables (when asked), then environment, then defaults.
 
     The names are the same everywhere: `PITH_STORE`, `PITH_SIGNER`, `PITH_OAI_URL`,
@@ -138,9 +140,15 @@ def default_args(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "retry_delay": timedelta(seconds=float(env.get("PITH_RETRY_DELAY_SECONDS", "60"))),
         "retry_exponential_backoff": 2.0,
         "max_retry_delay": timedelta(hours=1),
-        "retry_policy": ExceptionRetryPolicy(rules=[RetryRule(
-            exception="pith_pipeline.errors.TerminalError", action=RetryAction.FAIL,
-            reason="terminal error: a retry cannot fix it")]),
+        "retry_policy": ExceptionRetryPolicy(
+            rules=[
+                RetryRule(
+                    exception="pith_pipeline.errors.TerminalError",
+                    action=RetryAction.FAIL,
+                    reason="terminal error: a retry cannot fix it",
+                )
+            ]
+        ),
     }
 
 
@@ -148,8 +156,10 @@ def _signer(settings: Settings) -> Signer:
     from pith_pipeline.signing.factory import open_signer
 
     if not settings.signer:
-        raise InputError("no signer configured: set PITH_SIGNER (file:PATH or "
-                         "kms-envelope:...) in the environment or as an Airflow Variable")
+        raise InputError(
+            "no signer configured: set PITH_SIGNER (file:PATH or "
+            "kms-envelope:...) in the environment or as an Airflow Variable"
+        )
     return open_signer(settings.signer)
 
 
@@ -221,8 +231,10 @@ def window_from_interval(start: datetime, end: datetime) -> Window:
     s, e = start.astimezone(UTC), end.astimezone(UTC)
     for name, dt in (("data_interval_start", s), ("data_interval_end", e)):
         if (dt.hour, dt.minute, dt.second, dt.microsecond) != (0, 0, 0, 0):
-            raise InputError(f"{name} {dt.isoformat()} is not midnight UTC; OAI-PMH "
-                             "windows are whole days (use the daily timetable)")
+            raise InputError(
+                f"{name} {dt.isoformat()} is not midnight UTC; OAI-PMH "
+                "windows are whole days (use the daily timetable)"
+            )
     return Window(s.date(), e.date())
 
 
@@ -247,8 +259,7 @@ def run_id_for(kind: str, window: Window) -> str:
 _ATTEMPT = re.compile(r"/attempt-(\d+)/page-\d+\.xml\.gz$")
 
 
-def harvest_window(settings: Settings, window: Window, *,
-                   store: Store | None = None) -> dict[str, Any]:
+def harvest_window(settings: Settings, window: Window, *, store: Store | None = None) -> dict[str, Any]:
     """Harvest the window's raw pages (resuming from the harvester's checkpoint).
 
     A window harvested before costs no request. Returns the run id, the window, the
@@ -272,13 +283,23 @@ def harvest_window(settings: Settings, window: Window, *,
             pass  # stored write-once as they arrive; the build reads them back
         checkpoint = harvester.load_checkpoint(oai_window)
     if checkpoint is None or not checkpoint.complete:
-        raise StorageError(f"harvest of {window.id} ended without a complete checkpoint "
-                           f"in {store.url}", transient=True)
-    pages = [k for k in harvester.stored_pages(oai_window)
-             if (m := _ATTEMPT.search(k)) and int(m.group(1)) == checkpoint.attempt]
-    return {"run_id": run_id_for("ingest", window), "window": window.to_json(),
-            "source": "oai", "pages": pages, "records": checkpoint.records,
-            "deleted": checkpoint.deleted, "requests": harvester.stats.requests}
+        raise StorageError(
+            f"harvest of {window.id} ended without a complete checkpoint in {store.url}", transient=True
+        )
+    pages = [
+        k
+        for k in harvester.stored_pages(oai_window)
+        if (m := _ATTEMPT.search(k)) and int(m.group(1)) == checkpoint.attempt
+    ]
+    return {
+        "run_id": run_id_for("ingest", window),
+        "window": window.to_json(),
+        "source": "oai",
+        "pages": pages,
+        "records": checkpoint.records,
+        "deleted": checkpoint.deleted,
+        "requests": harvester.stats.requests,
+    }
 
 
 # ---------------------------------------------------------------- chunks
@@ -287,18 +308,21 @@ def chunk_list(items: list[Any], max_chunks: int = MAX_CHUNKS) -> list[list[Any]
     if not items:
         return []
     size = max(1, math.ceil(len(items) / max_chunks))
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def plan_page_chunks(page_keys: list[str], max_chunks: int = MAX_CHUNKS) -> list[dict[str, Any]]:
     """Chunks of raw OAI pages for the mapped build (each a small JSON-able dict)."""
     parts = chunk_list(sorted(page_keys), max_chunks) or [[]]  # an empty window still
-    return [{"index": i, "kind": "oai", "pages": part}   # gets its (empty) manifest
-            for i, part in enumerate(parts)]
+    return [
+        {"index": i, "kind": "oai", "pages": part}  # gets its (empty) manifest
+        for i, part in enumerate(parts)
+    ]
 
 
-def plan_snapshot_chunks(path: str | Path, window: Window, max_chunks: int = MAX_CHUNKS,
-                         min_bytes: int | None = None) -> list[dict[str, Any]]:
+def plan_snapshot_chunks(
+    path: str | Path, window: Window, max_chunks: int = MAX_CHUNKS, min_bytes: int | None = None
+) -> list[dict[str, Any]]:
     """Byte ranges of a snapshot file, each starting on a line (gzip files: one chunk).
 
     Every worker reads only its range, so a multi-GB snapshot is read once in total.
@@ -364,8 +388,7 @@ def _iter_snapshot_range(chunk: Mapping[str, Any]) -> Iterator[Item]:
             if not line.strip():
                 continue
             item = parse_line(line, where)
-            if isinstance(item, ArxivRecord) and not (
-                    window.start <= record_datestamp(item) < window.end):
+            if isinstance(item, ArxivRecord) and not (window.start <= record_datestamp(item) < window.end):
                 continue
             yield item
 
@@ -381,8 +404,9 @@ def iter_chunk_items(store: Store, chunk: Mapping[str, Any]) -> Iterator[Item]:
         for key in chunk["pages"]:
             data = store.get(key)
             if data is None:
-                raise StorageError(f"raw page {key} is missing from {store.url}; "
-                                   "re-run the harvest task for this window")
+                raise StorageError(
+                    f"raw page {key} is missing from {store.url}; re-run the harvest task for this window"
+                )
             yield from parse_page(gunzip(data), key).items
     else:
         raise InputError(f"unknown chunk kind {chunk['kind']!r}")
@@ -421,8 +445,10 @@ class StagingStore:
         if existing is not None:
             if existing == data:
                 return False
-            raise WriteConflictError(f"{key} already exists in {self.url} with different "
-                                     "content; write-once objects are never overwritten")
+            raise WriteConflictError(
+                f"{key} already exists in {self.url} with different "
+                "content; write-once objects are never overwritten"
+            )
         self.writes[key] = (data, True)
         return True
 
@@ -437,8 +463,9 @@ class StagingStore:
         data = self.get(key)
         return None if data is None else (data, sha256_hex(data))
 
-    def put_if_match(self, key: str, data: bytes, tag: str | None, *,
-                     content_type: str = "application/json") -> bool:
+    def put_if_match(
+        self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
+    ) -> bool:
         current = self.get_tagged(key)
         if (current[1] if current else None) != tag:
             return False
@@ -466,8 +493,14 @@ def _publish_rank(key: str) -> int:
     return 2
 
 
-def build_chunk(settings: Settings, run_id: str, chunk: Mapping[str, Any], *,
-                signer: Signer | None = None, store: Store | None = None) -> dict[str, Any]:
+def build_chunk(
+    settings: Settings,
+    run_id: str,
+    chunk: Mapping[str, Any],
+    *,
+    signer: Signer | None = None,
+    store: Store | None = None,
+) -> dict[str, Any]:
     """Build and sign one chunk against the published store; stage the result.
 
     Returns `{"staged": key, "records": n, "built": n, ...}`: a key and counts.
@@ -496,14 +529,17 @@ def build_chunk(settings: Settings, run_id: str, chunk: Mapping[str, Any], *,
             continue
         identities.append([item.id, item.version, ident.subject])
     counts = {"records": len(identities), **pub.summary.counts()}
-    header = {"chunk": int(chunk["index"]), "run_id": run_id, "counts": counts,
-              "identities": sorted(identities), "built": sorted(pub.summary.pith_numbers),
-              "quarantine": pub.quarantine}
+    header = {
+        "chunk": int(chunk["index"]),
+        "run_id": run_id,
+        "counts": counts,
+        "identities": sorted(identities),
+        "built": sorted(pub.summary.pith_numbers),
+        "quarantine": pub.quarantine,
+    }
     lines = [dumps_compact(header)]
-    for key, (data, once) in sorted(staging.writes.items(),
-                                    key=lambda kv: (_publish_rank(kv[0]), kv[0])):
-        lines.append(dumps_compact({"key": key, "once": once,
-                                    "data": data.decode("utf-8")}))
+    for key, (data, once) in sorted(staging.writes.items(), key=lambda kv: (_publish_rank(kv[0]), kv[0])):
+        lines.append(dumps_compact({"key": key, "once": once, "data": data.decode("utf-8")}))
     key = staged_key(run_id, int(chunk["index"]))
     base.put(key, b"\n".join(lines) + b"\n", content_type="application/x-ndjson")
     return {"staged": key, "objects": len(staging.writes), **counts}
@@ -514,8 +550,9 @@ def _read_staged(store: Store, key: str) -> tuple[dict[str, Any], list[dict[str,
 
     data = store.get(key)
     if data is None:
-        raise StorageError(f"staged chunk {key} is missing from {store.url}; re-run the "
-                           "build task for this window")
+        raise StorageError(
+            f"staged chunk {key} is missing from {store.url}; re-run the build task for this window"
+        )
     lines = [loads(line) for line in data.splitlines() if line.strip()]
     return lines[0], lines[1:]
 
@@ -524,8 +561,9 @@ def quarantine_key(run_id: str) -> str:
     return f"quarantine/{run_id}.jsonl"
 
 
-def publish_staged(settings: Settings, staged_keys: Iterable[str], *,
-                   store: Store | None = None) -> dict[str, int]:
+def publish_staged(
+    settings: Settings, staged_keys: Iterable[str], *, store: Store | None = None
+) -> dict[str, int]:
     """Copy staged objects into place; safe to repeat after any failure.
 
     Write-once objects (events) that are there already count as done; derived
@@ -563,8 +601,7 @@ def publish_staged(settings: Settings, staged_keys: Iterable[str], *,
         if store.get(quarantine_key(run_id)) != body:
             store.put(quarantine_key(run_id), body, content_type="application/x-ndjson")
             written += 1
-    return {"objects": len(objects), "written": written, "already_there": skipped,
-            "quarantined": quarantined}
+    return {"objects": len(objects), "written": written, "already_there": skipped, "quarantined": quarantined}
 
 
 def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any:
@@ -587,15 +624,17 @@ def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any
         if header.get("quarantine"):
             from pith_pipeline.core.canonical_json import dumps_compact
 
-            summary.written[quarantine_key(run_id)] = sha256_hex(b"".join(
-                dumps_compact(e) + b"\n" for e in header["quarantine"]))
+            summary.written[quarantine_key(run_id)] = sha256_hex(
+                b"".join(dumps_compact(e) + b"\n" for e in header["quarantine"])
+            )
     summary.pith_numbers.sort()
     summary.seen = sorted(set(summary.seen))
     return summary
 
 
-def index_window(settings: Settings, run_id: str, staged_keys: Iterable[str], *,
-                 store: Store | None = None) -> dict[str, Any]:
+def index_window(
+    settings: Settings, run_id: str, staged_keys: Iterable[str], *, store: Store | None = None
+) -> dict[str, Any]:
     """Update the Parquet indexes for every record of the window (idempotent)."""
     from pith_pipeline.index.runs import touched_subjects
     from pith_pipeline.index.writer import update_indexes
@@ -603,15 +642,24 @@ def index_window(settings: Settings, run_id: str, staged_keys: Iterable[str], *,
     store = store or _store(settings)
     summary = window_summary(store, run_id, staged_keys)
     update = update_indexes(store, touched_subjects(summary), run_id=run_id)
-    return {"generation": update.generation, "rows": dict(update.rows),
-            "subjects_checked": update.subjects_checked,
-            "subjects_changed": update.subjects_changed, "written": dict(update.written)}
+    return {
+        "generation": update.generation,
+        "rows": dict(update.rows),
+        "subjects_checked": update.subjects_checked,
+        "subjects_changed": update.subjects_changed,
+        "written": dict(update.written),
+    }
 
 
-def finish_window(settings: Settings, harvested: Mapping[str, Any],
-                  staged_keys: Iterable[str], indexed: Mapping[str, Any],
-                  published: Mapping[str, Any], *, store: Store | None = None
-                  ) -> dict[str, Any]:
+def finish_window(
+    settings: Settings,
+    harvested: Mapping[str, Any],
+    staged_keys: Iterable[str],
+    indexed: Mapping[str, Any],
+    published: Mapping[str, Any],
+    *,
+    store: Store | None = None,
+) -> dict[str, Any]:
     """Write the window's run manifest, then remove its staging objects.
 
     The manifest `runs/<run_id>/manifest.json` is write-once. Re-running a complete
@@ -626,13 +674,19 @@ def finish_window(settings: Settings, harvested: Mapping[str, Any],
     staged_keys = sorted(set(staged_keys))
     run_id = str(harvested["run_id"])
     summary = window_summary(store, run_id, staged_keys)
-    update = IndexUpdate(generation=int(indexed["generation"]),
-                         subjects_checked=int(indexed["subjects_checked"]),
-                         subjects_changed=int(indexed["subjects_changed"]),
-                         rows=dict(indexed["rows"]), written=dict(indexed["written"]))
-    window = {**harvested["window"], "source": harvested["source"],
-              "pages": list(harvested.get("pages", [])),
-              **({"snapshot": harvested["snapshot"]} if "snapshot" in harvested else {})}
+    update = IndexUpdate(
+        generation=int(indexed["generation"]),
+        subjects_checked=int(indexed["subjects_checked"]),
+        subjects_changed=int(indexed["subjects_changed"]),
+        rows=dict(indexed["rows"]),
+        written=dict(indexed["written"]),
+    )
+    window = {
+        **harvested["window"],
+        "source": harvested["source"],
+        "pages": list(harvested.get("pages", [])),
+        **({"snapshot": harvested["snapshot"]} if "snapshot" in harvested else {}),
+    }
     key = run_manifest_key(run_id)
     changed = int(published.get("written", 0)) or update.subjects_changed
     status = "written"
@@ -656,6 +710,7 @@ def finish_window(settings: Settings, harvested: Mapping[str, Any],
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
+
 #: The Parquet index tables, published as Airflow Assets by the tasks that change them.
 INDEX_ASSET_NAMES = ("pith_index_records", "pith_index_events", "pith_index_aliases")
 
@@ -668,9 +723,16 @@ def chunk_checkpoint_key(run_id: str, index: int) -> str:
     return f"runs/backfill/{run_id}/chunk-{index:04d}.json"
 
 
-def plan_backfill(settings: Settings, start: str | date, until: str | date, source: str,
-                  snapshot_path: str | None = None, *, store: Store | None = None,
-                  max_windows: int = MAX_CHUNKS) -> list[dict[str, Any]]:
+def plan_backfill(
+    settings: Settings,
+    start: str | date,
+    until: str | date,
+    source: str,
+    snapshot_path: str | None = None,
+    *,
+    store: Store | None = None,
+    max_windows: int = MAX_CHUNKS,
+) -> list[dict[str, Any]]:
     """The windows a backfill still has to run, each `{"run_id", "window", "source"}`.
 
     OAI: one window per day (longer when there would be more than `max_windows`),
@@ -686,8 +748,10 @@ def plan_backfill(settings: Settings, start: str | date, until: str | date, sour
     store = store or _store(settings)
     if source == "snapshot":
         if not snapshot_path:
-            raise InputError("source 'snapshot' needs a snapshot path "
-                             "(arXiv's arxiv-metadata-oai-snapshot.json, or .jsonl[.gz])")
+            raise InputError(
+                "source 'snapshot' needs a snapshot path "
+                "(arXiv's arxiv-metadata-oai-snapshot.json, or .jsonl[.gz])"
+            )
         if not Path(snapshot_path).is_file():
             raise InputError(f"snapshot file not found: {snapshot_path}")
         windows, kind = [whole], "snapshot"
@@ -705,19 +769,25 @@ def plan_backfill(settings: Settings, start: str | date, until: str | date, sour
     return out
 
 
-def harvest_for(settings: Settings, request: Mapping[str, Any], *,
-                store: Store | None = None) -> dict[str, Any]:
+def harvest_for(
+    settings: Settings, request: Mapping[str, Any], *, store: Store | None = None
+) -> dict[str, Any]:
     """A planned window's input: OAI pages harvested into raw/, or snapshot byte ranges."""
     window = Window.from_json(request["window"])
     if request["source"] == "oai":
         return harvest_window(settings, window, store=store)
     chunks = plan_snapshot_chunks(request["snapshot"], window)
-    return {"run_id": request["run_id"], "window": window.to_json(), "source": "snapshot",
-            "snapshot": request["snapshot"], "pages": [], "chunks": chunks}
+    return {
+        "run_id": request["run_id"],
+        "window": window.to_json(),
+        "source": "snapshot",
+        "snapshot": request["snapshot"],
+        "pages": [],
+        "chunks": chunks,
+    }
 
 
-def plan_chunks_for(harvested: list[Mapping[str, Any]],
-                    max_chunks: int = MAX_CHUNKS) -> list[dict[str, Any]]:
+def plan_chunks_for(harvested: list[Mapping[str, Any]], max_chunks: int = MAX_CHUNKS) -> list[dict[str, Any]]:
     """`{"run_id", "chunk"}` for every chunk of every window, at most `max_chunks`.
 
     OAI windows get one chunk per page group; when that would be too many, one
@@ -730,13 +800,16 @@ def plan_chunks_for(harvested: list[Mapping[str, Any]],
         else:
             per_window.append((h["run_id"], plan_page_chunks(h["pages"], max_chunks)))
     if sum(len(c) for _, c in per_window) > max_chunks:
-        per_window = [(run_id, plan_page_chunks(h["pages"], 1)) if h["source"] == "oai"
-                      else (run_id, chunks)
-                      for h, (run_id, chunks) in zip(harvested, per_window, strict=True)]
+        per_window = [
+            (run_id, plan_page_chunks(h["pages"], 1)) if h["source"] == "oai" else (run_id, chunks)
+            for h, (run_id, chunks) in zip(harvested, per_window, strict=True)
+        ]
     items = [{"run_id": run_id, "chunk": c} for run_id, chunks in per_window for c in chunks]
     if len(items) > max_chunks:
-        raise InputError(f"{len(items)} chunks exceed max_map_length headroom ({max_chunks}); "
-                         "backfill a shorter range at a time")
+        raise InputError(
+            f"{len(items)} chunks exceed max_map_length headroom ({max_chunks}); "
+            "backfill a shorter range at a time"
+        )
     return items
 
 
@@ -748,9 +821,14 @@ def staged_by_run(built: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
-def finish_windows(settings: Settings, harvested: list[Mapping[str, Any]],
-                   built: list[Mapping[str, Any]], published: Mapping[str, Any], *,
-                   store: Store | None = None) -> list[dict[str, Any]]:
+def finish_windows(
+    settings: Settings,
+    harvested: list[Mapping[str, Any]],
+    built: list[Mapping[str, Any]],
+    published: Mapping[str, Any],
+    *,
+    store: Store | None = None,
+) -> list[dict[str, Any]]:
     """Index, then write the run manifest, for each window of a backfill."""
     store = store or _store(settings)
     staged = staged_by_run(built)
@@ -763,20 +841,25 @@ def finish_windows(settings: Settings, harvested: list[Mapping[str, Any]],
 
 
 # ---------------------------------------------------------------- maintenance
-def compact_indexes(settings: Settings, *, store: Store | None = None,
-                    grace_seconds: float | None = None) -> dict[str, Any]:
+def compact_indexes(
+    settings: Settings, *, store: Store | None = None, grace_seconds: float | None = None
+) -> dict[str, Any]:
     """Fold each index partition into one file; delete files retired long enough ago."""
     from pith_pipeline.index.writer import DEFAULT_GRACE_SECONDS, compact
 
     store = store or _store(settings)
-    update = compact(store, grace_seconds=DEFAULT_GRACE_SECONDS if grace_seconds is None
-                     else grace_seconds)
-    return {"generation": update.generation, "compacted_partitions":
-            update.compacted_partitions, "rows": dict(update.rows), "deleted": len(update.deleted)}
+    update = compact(store, grace_seconds=DEFAULT_GRACE_SECONDS if grace_seconds is None else grace_seconds)
+    return {
+        "generation": update.generation,
+        "compacted_partitions": update.compacted_partitions,
+        "rows": dict(update.rows),
+        "deleted": len(update.deleted),
+    }
 
 
-def rebuild_from_events(settings: Settings, *, bundles: bool, indexes: bool,
-                        store: Store | None = None) -> dict[str, Any]:
+def rebuild_from_events(
+    settings: Settings, *, bundles: bool, indexes: bool, store: Store | None = None
+) -> dict[str, Any]:
     """Re-derive bundles from the event store (when `bundles`), then the indexes."""
     from pith_pipeline.index.writer import reindex
     from pith_pipeline.pipeline import rebuild
@@ -784,8 +867,7 @@ def rebuild_from_events(settings: Settings, *, bundles: bool, indexes: bool,
     store = store or _store(settings)
     out: dict[str, Any] = {"bundles_rebuilt": 0, "reindexed": False}
     if bundles:
-        out["bundles_rebuilt"] = sum(1 for _ in rebuild(store, _signer(settings),
-                                                        settings.build_config))
+        out["bundles_rebuilt"] = sum(1 for _ in rebuild(store, _signer(settings), settings.build_config))
     if bundles or indexes:
         update = reindex(store)
         out.update(reindexed=True, generation=update.generation, rows=dict(update.rows))
@@ -796,8 +878,7 @@ def published_bundle_keys(store: Store) -> list[str]:
     return [k for k in store.list("pith/") if k.endswith("/bundle.json") and k.count("/") == 2]
 
 
-def verify_sample(settings: Settings, *, size: int, seed: str,
-                  store: Store | None = None) -> dict[str, Any]:
+def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | None = None) -> dict[str, Any]:
     """Verify a random sample of published bundles; raise naming every mismatch.
 
     Each sampled bundle must pass every check of the spec against the registry's
@@ -843,6 +924,7 @@ def verify_sample(settings: Settings, *, size: int, seed: str,
     if failures:
         shown = "\n  ".join(failures[:50])
         more = f"\n  ... and {len(failures) - 50} more" if len(failures) > 50 else ""
-        raise VerificationError(f"{len(failures)} mismatches in {len(sample)} sampled bundles "
-                                f"of {store.url}:\n  {shown}{more}")
+        raise VerificationError(
+            f"{len(failures)} mismatches in {len(sample)} sampled bundles of {store.url}:\n  {shown}{more}"
+        )
     return {"bundles": len(keys), "checked": len(sample), "failures": 0}

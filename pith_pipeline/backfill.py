@@ -46,9 +46,15 @@ def _checkpoint(store: Store, run_id: str, index: int, built: dict[str, Any]) ->
     store.put(at.chunk_checkpoint_key(run_id, index), dumps_pretty(built) + b"\n")
 
 
-def run_window(settings: at.Settings, request: dict[str, Any], *, store: Store,
-               signer: Any, result: BackfillResult,
-               on_chunk: Progress | None = None) -> dict[str, Any]:
+def run_window(
+    settings: at.Settings,
+    request: dict[str, Any],
+    *,
+    store: Store,
+    signer: Any,
+    result: BackfillResult,
+    on_chunk: Progress | None = None,
+) -> dict[str, Any]:
     """One planned window, start to finish; every step is safe to repeat."""
     from pith_pipeline.core.canonical_json import loads
 
@@ -71,8 +77,7 @@ def run_window(settings: at.Settings, request: dict[str, Any], *, store: Store,
         if on_chunk:
             on_chunk(1)
     indexed = at.index_window(settings, run_id, staged, store=store)
-    finished = at.finish_window(settings, harvested, staged, indexed, {"written": written},
-                                store=store)
+    finished = at.finish_window(settings, harvested, staged, indexed, {"written": written}, store=store)
     for key in store.list(f"runs/backfill/{run_id}/"):
         store.delete(key)
     result.add(finished)
@@ -81,9 +86,15 @@ def run_window(settings: at.Settings, request: dict[str, Any], *, store: Store,
     return finished
 
 
-def run_backfill(settings: at.Settings, start: str, until: str, source: str = "oai",
-                 snapshot_path: str | None = None, *, progress: bool | None = None
-                 ) -> BackfillResult:
+def run_backfill(
+    settings: at.Settings,
+    start: str,
+    until: str,
+    source: str = "oai",
+    snapshot_path: str | None = None,
+    *,
+    progress: bool | None = None,
+) -> BackfillResult:
     """Publish every window of [start, until) not yet complete; resumable after a kill."""
     from tqdm import tqdm
 
@@ -97,8 +108,14 @@ def run_backfill(settings: at.Settings, start: str, until: str, source: str = "o
     with tqdm(total=total, desc="backfill", unit=unit, disable=disable) as bar:
         for request in requests:
             bar.set_postfix_str(request["run_id"], refresh=False)
-            run_window(settings, request, store=store, signer=signer, result=result,
-                       on_chunk=bar.update if source == "snapshot" else None)
+            run_window(
+                settings,
+                request,
+                store=store,
+                signer=signer,
+                result=result,
+                on_chunk=bar.update if source == "snapshot" else None,
+            )
             if source != "snapshot":
                 bar.update(1)
     return result

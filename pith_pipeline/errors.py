@@ -37,8 +37,14 @@ class CanonicalJSONError(TerminalError):
 class InputError(TerminalError):
     """Bad input: names the record, the field and where it came from."""
 
-    def __init__(self, message: str, *, record_id: str | None = None,
-                 field: str | None = None, where: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        record_id: str | None = None,
+        field: str | None = None,
+        where: str | None = None,
+    ) -> None:
         super().__init__(message, record_id, field, where)
         self.message = message
         self.record_id = record_id
@@ -60,8 +66,9 @@ class InputError(TerminalError):
         return f"{prefix}: {self.message}" if prefix else self.message
 
 
-def _rebuild_input_error(message: str, record_id: str | None, field: str | None,
-                         where: str | None) -> InputError:
+def _rebuild_input_error(
+    message: str, record_id: str | None, field: str | None, where: str | None
+) -> InputError:
     return InputError(message, record_id=record_id, field=field, where=where)
 
 
@@ -87,8 +94,7 @@ class BackendError(PithError):
         return str(self.args[0])
 
 
-def _rebuild_backend_error(cls: type[BackendError], message: str,
-                           transient: bool) -> BackendError:
+def _rebuild_backend_error(cls: type[BackendError], message: str, transient: bool) -> BackendError:
     return cls(message, transient=transient)
 
 

@@ -71,8 +71,7 @@ class IngestReport:
         return text + (f"; {'; '.join(extra)}" if extra else "")
 
 
-def split_window(from_: str, until: str, days: int | None,
-                 set_spec: str | None = None) -> list[Window]:
+def split_window(from_: str, until: str, days: int | None, set_spec: str | None = None) -> list[Window]:
     """[from, until] (inclusive days) as consecutive windows of at most `days` days.
 
     Backfills go window by window, each with its own checkpoint, so a long range is
@@ -94,18 +93,29 @@ def split_window(from_: str, until: str, days: int | None,
 class Ingest:
     """One ingestion run into one store with one signer."""
 
-    def __init__(self, store: Store, signer: Signer, config: BuildConfig | None = None, *,
-                 clock: Clock = system_clock, progress: ProgressHook | None = None,
-                 on_page: PageHook | None = None, run_id: str | None = None,
-                 workers: int = 1, signer_spec: str | None = None,
-                 chunk_size: int = DEFAULT_CHUNK) -> None:
+    def __init__(
+        self,
+        store: Store,
+        signer: Signer,
+        config: BuildConfig | None = None,
+        *,
+        clock: Clock = system_clock,
+        progress: ProgressHook | None = None,
+        on_page: PageHook | None = None,
+        run_id: str | None = None,
+        workers: int = 1,
+        signer_spec: str | None = None,
+        chunk_size: int = DEFAULT_CHUNK,
+    ) -> None:
         """`workers` > 1 publishes in that many processes, each opening `signer_spec`
         (the spec `signer` came from); without a spec the run stays in one process."""
         self.store = store
         self.publisher = Publisher(store, signer, config, clock=clock, run_id=run_id)
-        self.parallel = ParallelPublisher(self.publisher, workers=workers,
-                                          signer_spec=signer_spec,
-                                          chunk_size=chunk_size) if workers != 1 else None
+        self.parallel = (
+            ParallelPublisher(self.publisher, workers=workers, signer_spec=signer_spec, chunk_size=chunk_size)
+            if workers != 1
+            else None
+        )
         self.clock = clock
         self.progress = progress
         self.on_page = on_page
@@ -152,10 +162,17 @@ class Ingest:
         return self.report
 
     # -- sources -------------------------------------------------------------
-    def windows(self, windows: Sequence[Window], *, oai_url: str = DEFAULT_OAI_URL,
-                politeness: Politeness | None = None, refresh: bool = False,
-                gate: Gate | None = None, transport: Any = None,
-                raw_root: str = RAW_ROOT) -> IngestReport:
+    def windows(
+        self,
+        windows: Sequence[Window],
+        *,
+        oai_url: str = DEFAULT_OAI_URL,
+        politeness: Politeness | None = None,
+        refresh: bool = False,
+        gate: Gate | None = None,
+        transport: Any = None,
+        raw_root: str = RAW_ROOT,
+    ) -> IngestReport:
         """Harvest `ListRecords` windows (resuming each from its checkpoint)."""
         gate = gate or Gate(politeness)
         with OAIClient(oai_url, gate=gate, transport=transport) as client:
@@ -164,29 +181,45 @@ class Ingest:
                 self._consume(h.harvest(w, refresh=refresh))
         return self.report
 
-    def incremental(self, *, today: date | None = None, set_spec: str | None = None,
-                    **kw: Any) -> IngestReport:
+    def incremental(
+        self, *, today: date | None = None, set_spec: str | None = None, **kw: Any
+    ) -> IngestReport:
         """From the last complete window's `until` (that day again: datestamps are days,
         and it may have been harvested before it ended) to today, UTC."""
         last = self._harvester(None).last_harvested_until(set_spec)
         if last is None:
-            raise InputError("--incremental needs an earlier complete window in "
-                             f"{self.store.url}; give --from for the first harvest")
+            raise InputError(
+                "--incremental needs an earlier complete window in "
+                f"{self.store.url}; give --from for the first harvest"
+            )
         end = (today or datetime.now(tz=UTC).date()).isoformat()
         return self.windows([Window(min(last, end), end, set_spec)], refresh=True, **kw)
 
-    def records(self, ids: Sequence[str], *, oai_url: str = DEFAULT_OAI_URL,
-                gate: Gate | None = None, transport: Any = None) -> IngestReport:
+    def records(
+        self,
+        ids: Sequence[str],
+        *,
+        oai_url: str = DEFAULT_OAI_URL,
+        gate: Gate | None = None,
+        transport: Any = None,
+    ) -> IngestReport:
         """Fetch the full `arXivRaw` record of each id (`GetRecord`) and publish it."""
         gate = gate or Gate()
         with OAIClient(oai_url, gate=gate, transport=transport) as client:
             h = self._harvester(client)
             return self._consume(h.get_records(ids, self.run_id))
 
-    def lookup(self, *, ids: Sequence[str] | None = None, query: str | None = None,
-               api_url: str, oai_url: str = DEFAULT_OAI_URL,
-               politeness: Politeness | None = None, max_results: int | None = 1000,
-               transport: Any = None) -> IngestReport:
+    def lookup(
+        self,
+        *,
+        ids: Sequence[str] | None = None,
+        query: str | None = None,
+        api_url: str,
+        oai_url: str = DEFAULT_OAI_URL,
+        politeness: Politeness | None = None,
+        max_results: int | None = 1000,
+        transport: Any = None,
+    ) -> IngestReport:
         """Ids from the search API (checked `--ids`, or a `--query`), then `GetRecord`."""
         from pith_pipeline.sources.arxiv_api import ArxivAPI
 
@@ -199,25 +232,42 @@ class Ingest:
             found, missing = api.check_ids(list(ids or []))
         if missing:
             self._publish_items(
-                Rejected(f"arXiv API {api_url}", "the arXiv API returned no entry for this "
-                         "id (withdrawn, mistyped or not yet announced)", i, i, "id")
-                for i in missing)
+                Rejected(
+                    f"arXiv API {api_url}",
+                    "the arXiv API returned no entry for this id (withdrawn, mistyped or not yet announced)",
+                    i,
+                    i,
+                    "id",
+                )
+                for i in missing
+            )
         if not found:
             self.publisher.flush_quarantine()
             return self.report
         return self.records(found, oai_url=oai_url, gate=gate, transport=transport)
 
-    def snapshot(self, path: str | Path, *, categories: set[str] | None = None,
-                 from_: str | None = None, until: str | None = None) -> IngestReport:
+    def snapshot(
+        self,
+        path: str | Path,
+        *,
+        categories: set[str] | None = None,
+        from_: str | None = None,
+        until: str | None = None,
+    ) -> IngestReport:
         """The bulk snapshot (JSON lines, `.json.gz` too), streamed and filtered.
 
         `from_`/`until` are inclusive days on the v1 submission date.
         """
         since = _day(from_, "--from")
         before = _day(until, "--until")
-        self._publish_items(iter_jsonl(path, categories=categories, submitted_from=since,
-                                       submitted_until=before + timedelta(days=1)
-                                       if before else None))
+        self._publish_items(
+            iter_jsonl(
+                path,
+                categories=categories,
+                submitted_from=since,
+                submitted_until=before + timedelta(days=1) if before else None,
+            )
+        )
         return self.report
 
     def replay(self, window: Window | None = None, *, raw_root: str = RAW_ROOT) -> IngestReport:
@@ -241,13 +291,19 @@ class Ingest:
         h = self._harvester(None, SAMPLE_RAW_ROOT)
         cp = h.load_checkpoint(window)
         if cp is not None and cp.complete:
-            log.info("the sample is already harvested into %s; rebuilding from its stored "
-                     "pages", self.store.url)
+            log.info(
+                "the sample is already harvested into %s; rebuilding from its stored pages", self.store.url
+            )
             return self.replay(window, raw_root=SAMPLE_RAW_ROOT)
         repo = StaticRepository(sample_pages(), SAMPLE_URL)
         local = Politeness(min_interval=0.0, backoff_initial=0.01, timeout=10.0)
-        return self.windows([window], oai_url=SAMPLE_URL, gate=Gate(local),
-                            transport=repo.transport(), raw_root=SAMPLE_RAW_ROOT)
+        return self.windows(
+            [window],
+            oai_url=SAMPLE_URL,
+            gate=Gate(local),
+            transport=repo.transport(),
+            raw_root=SAMPLE_RAW_ROOT,
+        )
 
 
 def _day(value: str | None, name: str) -> datetime | None:

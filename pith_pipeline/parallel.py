@@ -94,8 +94,9 @@ def _open_store(spec: StoreSpec) -> Store:
     return open_store(where)
 
 
-def sequential_reason(store: Store, signer_spec: str | None, clock: Clock, *,
-                      certified: bool = False) -> str | None:
+def sequential_reason(
+    store: Store, signer_spec: str | None, clock: Clock, *, certified: bool = False
+) -> str | None:
     """Why this run cannot use worker processes, or None when it can.
 
     `certified`: the run's signer is a `CertifiedSigner`, whose key the workers get
@@ -161,10 +162,8 @@ def _init_worker(spec: WorkerSpec) -> None:
         from pith_pipeline.signing.factory import open_signer
 
         store = _open_store(spec.store)
-        signer = (spec.certified.signer() if spec.certified is not None
-                  else open_signer(spec.signer_spec))
-        _STATE["pub"] = Publisher(store, signer, spec.config, clock=spec.clock,
-                                  run_id=spec.run_id)
+        signer = spec.certified.signer() if spec.certified is not None else open_signer(spec.signer_spec)
+        _STATE["pub"] = Publisher(store, signer, spec.config, clock=spec.clock, run_id=spec.run_id)
     except BaseException as exc:  # re-raised by the first chunk
         _STATE["error"] = exc
 
@@ -216,10 +215,12 @@ def _result(future: Future[ChunkResult]) -> ChunkResult:
     try:
         return future.result()
     except BrokenProcessPool:
-        raise WorkerError("a worker process died before finishing its records (killed, out "
-                          "of memory, or started from a script without an "
-                          "`if __name__ == \"__main__\":` guard); what it finished is "
-                          "published, run again to complete the rest") from None
+        raise WorkerError(
+            "a worker process died before finishing its records (killed, out "
+            "of memory, or started from a script without an "
+            '`if __name__ == "__main__":` guard); what it finished is '
+            "published, run again to complete the rest"
+        ) from None
 
 
 # -- the parent side ---------------------------------------------------------------
@@ -231,8 +232,15 @@ class ParallelPublisher:
     Workers live until `close()`, across `publish` calls (one per harvested page).
     """
 
-    def __init__(self, publisher: Publisher, *, workers: int, signer_spec: str | None,
-                 chunk_size: int = DEFAULT_CHUNK, in_flight: int = IN_FLIGHT) -> None:
+    def __init__(
+        self,
+        publisher: Publisher,
+        *,
+        workers: int,
+        signer_spec: str | None,
+        chunk_size: int = DEFAULT_CHUNK,
+        in_flight: int = IN_FLIGHT,
+    ) -> None:
         if workers < 1:
             raise InputError(f"--workers must be at least 1, not {workers}")
         if chunk_size < 1:
@@ -244,17 +252,25 @@ class ParallelPublisher:
         from pith_pipeline.signing.certified import CertifiedSigner
 
         certified = isinstance(publisher.signer, CertifiedSigner)
-        reason = None if workers == 1 else sequential_reason(
-            publisher.store, signer_spec, publisher.clock, certified=certified)
+        reason = (
+            None
+            if workers == 1
+            else sequential_reason(publisher.store, signer_spec, publisher.clock, certified=certified)
+        )
         if reason is not None:
             log.warning("publishing in one process (%d workers asked for): %s", workers, reason)
             self.workers = 1
         handoff = None
         if self.workers > 1 and isinstance(publisher.signer, CertifiedSigner):
             handoff = publisher.signer.handoff(url=publisher.site.key_url)
-        self._spec = WorkerSpec(store_spec(publisher.store) or ("url", "", None),
-                                signer_spec or "", publisher.config, publisher.clock,
-                                publisher.summary.run_id, handoff)
+        self._spec = WorkerSpec(
+            store_spec(publisher.store) or ("url", "", None),
+            signer_spec or "",
+            publisher.config,
+            publisher.clock,
+            publisher.summary.run_id,
+            handoff,
+        )
         self._pools: list[ProcessPoolExecutor] | None = None
         self._queues: list[deque[Future[ChunkResult]]] = []
         self._buffers: list[list[tuple[int, ArxivRecord]]] = []
@@ -273,9 +289,12 @@ class ParallelPublisher:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")  # no fork: threads, clients, sockets
-        self._pools = [ProcessPoolExecutor(max_workers=1, mp_context=ctx,
-                                           initializer=_init_worker, initargs=(self._spec,))
-                       for _ in range(self.workers)]
+        self._pools = [
+            ProcessPoolExecutor(
+                max_workers=1, mp_context=ctx, initializer=_init_worker, initargs=(self._spec,)
+            )
+            for _ in range(self.workers)
+        ]
         self._queues = [deque() for _ in range(self.workers)]
         self._buffers = [[] for _ in range(self.workers)]
 
@@ -289,13 +308,13 @@ class ParallelPublisher:
     def __enter__(self) -> ParallelPublisher:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     # -- the run ----------------------------------------------------------------
-    def publish(self, items: Iterable[Item], *,
-                progress: Callable[[int], None] | None = None) -> RunSummary:
+    def publish(self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None) -> RunSummary:
         """Build, sign and publish every record; quarantine every reject (input order)."""
         pub = self.publisher
         if self.workers == 1:
@@ -336,8 +355,7 @@ class ParallelPublisher:
         pub.flush_quarantine()
         return pub.summary
 
-    def _publish_here(self, seq: int, rec: ArxivRecord,
-                      rejects: list[tuple[int, dict[str, Any]]]) -> None:
+    def _publish_here(self, seq: int, rec: ArxivRecord, rejects: list[tuple[int, dict[str, Any]]]) -> None:
         pub = self.publisher
         try:
             pub.publish_record(rec)

@@ -48,8 +48,7 @@ class BuildConfig:
 
     @property
     def site(self) -> Site:
-        return Site(base_url=self.base_url, registry_name=self.registry_name,
-                    signer_id=self.signer_id)
+        return Site(base_url=self.base_url, registry_name=self.registry_name, signer_id=self.signer_id)
 
 
 @dataclass(slots=True)
@@ -71,8 +70,13 @@ class RunSummary:
     seen: SpillList | list[str] = field(default_factory=SpillList)
 
     def counts(self) -> dict[str, int]:
-        return {"fetched": self.fetched, "built": self.built, "unchanged": self.unchanged,
-                "superseded": self.superseded, "quarantined": self.quarantined}
+        return {
+            "fetched": self.fetched,
+            "built": self.built,
+            "unchanged": self.unchanged,
+            "superseded": self.superseded,
+            "quarantined": self.quarantined,
+        }
 
     def line(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in self.counts().items())
@@ -93,8 +97,15 @@ def new_run_id(now: datetime) -> str:
 class Publisher:
     """Publishes records into a store with one signer; one instance per run."""
 
-    def __init__(self, store: Store, signer: Signer, config: BuildConfig | None = None, *,
-                 clock: Clock = system_clock, run_id: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        signer: Signer,
+        config: BuildConfig | None = None,
+        *,
+        clock: Clock = system_clock,
+        run_id: str | None = None,
+    ) -> None:
         self.store = store
         self.signer = signer
         self.config = config or BuildConfig()
@@ -123,13 +134,17 @@ class Publisher:
         self.primary_key_id = published[0].key_id  # a certified key's root heads the document
         for current in published:
             if current.key_id in keys and keys[current.key_id].public_key != current.public_key:
-                raise InputError(f"key id {current.key_id!r} is already published with a "
-                                 f"different public key in {PUBLIC_KEY_FILE}; choose a new key id")
+                raise InputError(
+                    f"key id {current.key_id!r} is already published with a "
+                    f"different public key in {PUBLIC_KEY_FILE}; choose a new key id"
+                )
             keys.setdefault(current.key_id, current)
         own = keys[self.signer.key_id]
         if own.certificate is None and own.rotates_at and own.rotates_at <= iso_micros(self.clock()):
-            raise InputError(f"key {own.key_id!r} was rotated at {own.rotates_at} "
-                             f"({PUBLIC_KEY_FILE}); sign with the current key instead")
+            raise InputError(
+                f"key {own.key_id!r} was rotated at {own.rotates_at} "
+                f"({PUBLIC_KEY_FILE}); sign with the current key instead"
+            )
         return keys
 
     def key_document(self) -> dict[str, Any]:
@@ -181,8 +196,7 @@ class Publisher:
         self.summary.quarantined += 1
         self.quarantine.append({"run_id": self.summary.run_id, **item.to_json()})
 
-    def publish(self, items: Iterable[Item], *,
-                progress: Callable[[int], None] | None = None) -> RunSummary:
+    def publish(self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None) -> RunSummary:
         """Build, sign and publish every record; quarantine every reject."""
         self.publish_key_document()
         for item in items:
@@ -231,14 +245,18 @@ class Publisher:
             self._put(wkey, fresh.bundle_bytes)
             built_events = fresh.events
         else:
-            built = build_record_events(ident, self.signer, self.config.signer_id, now,
-                                        supersedes=supersedes,
-                                        builder_version=self.config.builder_version)
+            built = build_record_events(
+                ident,
+                self.signer,
+                self.config.signer_id,
+                now,
+                supersedes=supersedes,
+                builder_version=self.config.builder_version,
+            )
             self._check_signer(built.events[0])
             for ev in built.events:
                 self._put_once(event_key(ident.body, ev["content_sha256"]), dumps_compact(ev))
-            self.write_bundle(ident.subject, existing + built.events, built.aliases,
-                              trusted=built.events)
+            self.write_bundle(ident.subject, existing + built.events, built.aliases, trusted=built.events)
             built_events = built.events
         if previous:
             self._write_correction(PithNumber.parse(previous["pith_number"]), ident, now)
@@ -258,8 +276,13 @@ class Publisher:
         ids = tuple(k.key_id for k in keys)
         fb = self._fresh.get(ids)
         if fb is None:
-            fb = self._fresh[ids] = FreshBuilder(self.signer, self.config.signer_id, self.site,
-                                                 keys, builder_version=self.config.builder_version)
+            fb = self._fresh[ids] = FreshBuilder(
+                self.signer,
+                self.config.signer_id,
+                self.site,
+                keys,
+                builder_version=self.config.builder_version,
+            )
         return fb
 
     def _keys_for(self, key_ids: set[str]) -> list[PublicKey]:
@@ -274,9 +297,14 @@ class Publisher:
     def _write_correction(self, old: PithNumber, ident: Identity, now: datetime) -> None:
         """Tell the superseded record's readers where the newer version lives."""
         rec = ident.record
-        corr = correction_event(old_subject=str(old), new_subject=ident.subject,
-                                arxiv_version=f"{rec.id}v{rec.version}", signer=self.signer,
-                                signer_id=self.config.signer_id, now=now)
+        corr = correction_event(
+            old_subject=str(old),
+            new_subject=ident.subject,
+            arxiv_version=f"{rec.id}v{rec.version}",
+            signer=self.signer,
+            signer_id=self.config.signer_id,
+            now=now,
+        )
         self._put_once(event_key(old.body, corr["content_sha256"]), dumps_compact(corr))
         self.write_bundle(str(old), self.subject_events(old.body))
 
@@ -286,41 +314,53 @@ class Publisher:
         A run that died after a new version's events but before the old record's
         `correction` would otherwise leave the old bundle without its pointer forward.
         """
-        superseded = {s for e in events if e.get("event_type") == "record_created"
-                      for s in e.get("supersedes", [])}
+        superseded = {
+            s for e in events if e.get("event_type") == "record_created" for s in e.get("supersedes", [])
+        }
         if not superseded:
             return
         for r in self._pointer(ident.record.id)["records"]:
             if r["record_created"] not in superseded:
                 continue
             old = PithNumber.parse(r["pith_number"])
-            if not any(e.get("event_type") == "correction"
-                       and isinstance(e.get("payload"), dict)
-                       and e["payload"].get("pith_number") == ident.subject
-                       for e in self.subject_events(old.body)):
+            if not any(
+                e.get("event_type") == "correction"
+                and isinstance(e.get("payload"), dict)
+                and e["payload"].get("pith_number") == ident.subject
+                for e in self.subject_events(old.body)
+            ):
                 self._write_correction(old, ident, self.clock())
                 self.summary.superseded += 1
 
     def _previous(self, pointer: dict[str, Any], ident: Identity) -> dict[str, Any] | None:
         """The newest known record of this paper at or below the incoming version."""
-        older = [r for r in pointer["records"]
-                 if r["pith_number"] != ident.subject and r["version"] <= ident.record.version]
+        older = [
+            r
+            for r in pointer["records"]
+            if r["pith_number"] != ident.subject and r["version"] <= ident.record.version
+        ]
         if not older:
             return None
-        best: dict[str, Any] = max(older, key=lambda r: (r["version"], r["created_at"],
-                                                         r["pith_number"]))
+        best: dict[str, Any] = max(older, key=lambda r: (r["version"], r["created_at"], r["pith_number"]))
         return best
 
     def _update_pointer(self, ident: Identity, events: list[dict[str, Any]]) -> None:
         pointer = self._pointer(ident.record.id)
         if any(r["pith_number"] == ident.subject for r in pointer["records"]):
             return
-        created = min((e for e in events if e.get("event_type") == "record_created"),
-                      key=lambda e: (e["created_at"], e["event_id"]))
-        pointer["records"].append({
-            "version": ident.record.version, "pith_number": ident.subject,
-            "record_created": created["event_id"], "created_at": created["created_at"],
-            "canonical_sha256": ident.canonical_sha256})
+        created = min(
+            (e for e in events if e.get("event_type") == "record_created"),
+            key=lambda e: (e["created_at"], e["event_id"]),
+        )
+        pointer["records"].append(
+            {
+                "version": ident.record.version,
+                "pith_number": ident.subject,
+                "record_created": created["event_id"],
+                "created_at": created["created_at"],
+                "canonical_sha256": ident.canonical_sha256,
+            }
+        )
         pointer["records"].sort(key=lambda r: (r["version"], r["created_at"], r["pith_number"]))
         pointer["latest"] = pointer["records"][-1]["pith_number"]
         self._put(pointer_key(ident.record.id), dumps_pretty(pointer) + b"\n")
@@ -330,15 +370,21 @@ class Publisher:
         if self._signer_checked:
             return
         sig = event["signature"]
-        if not verify_signature(self.signer.public_key, event["content_sha256"],
-                                sig["signature_b64"]):
-            raise SigningError(f"signer {self.signer.key_id!r} made a signature that does not "
-                               "verify with its own public key; nothing was published")
+        if not verify_signature(self.signer.public_key, event["content_sha256"], sig["signature_b64"]):
+            raise SigningError(
+                f"signer {self.signer.key_id!r} made a signature that does not "
+                "verify with its own public key; nothing was published"
+            )
         self._signer_checked = True
 
-    def write_bundle(self, subject: str, events: list[dict[str, Any]],
-                     aliases: list[dict[str, Any]] | None = None, *,
-                     trusted: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def write_bundle(
+        self,
+        subject: str,
+        events: list[dict[str, Any]],
+        aliases: list[dict[str, Any]] | None = None,
+        *,
+        trusted: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         """(Re)build a subject's bundle and state from its events.
 
         `trusted`: event objects this run just built and signed; merging skips
@@ -358,10 +404,18 @@ class Publisher:
             key_ids.add(e["signature"]["key_id"])
         keys = self._keys_for(key_ids)
         payload = first["payload"]
-        bundle = sign_bundle(subject=subject, canonical=payload["canonical_record"],
-                             canonical_hex=payload["canonical_sha256"], events=events,
-                             aliases=aliases, public_keys=keys, site=self.site,
-                             signer=self.signer, now=self.clock(), trusted=trusted or ())
+        bundle = sign_bundle(
+            subject=subject,
+            canonical=payload["canonical_record"],
+            canonical_hex=payload["canonical_sha256"],
+            events=events,
+            aliases=aliases,
+            public_keys=keys,
+            site=self.site,
+            signer=self.signer,
+            now=self.clock(),
+            trusted=trusted or (),
+        )
         bkey, skey, wkey = bundle_paths(pn.body)
         data = dumps_compact(bundle)
         self._put(bkey, data)
@@ -380,14 +434,18 @@ def _dedupe_sorted(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for e in events:
         have = seen.get(e["event_id"])
         if have is None or str(e["signature"].get("signed_at", "")) > str(
-                have["signature"].get("signed_at", "")):
+            have["signature"].get("signed_at", "")
+        ):
             seen[e["event_id"]] = e
-    return sorted(seen.values(), key=lambda e: (
-        e["created_at"], 0 if e["event_type"] == "record_created" else 1, e["event_id"]))
+    return sorted(
+        seen.values(),
+        key=lambda e: (e["created_at"], 0 if e["event_type"] == "record_created" else 1, e["event_id"]),
+    )
 
 
-def rebuild(store: Store, signer: Signer, config: BuildConfig | None = None, *,
-            clock: Clock = system_clock) -> Iterator[str]:
+def rebuild(
+    store: Store, signer: Signer, config: BuildConfig | None = None, *, clock: Clock = system_clock
+) -> Iterator[str]:
     """Re-derive every bundle and state from the event store; yields subjects."""
     pub = Publisher(store, signer, config, clock=clock)
     bodies = sorted({k.split("/")[1] for k in store.list("events/")})

@@ -30,8 +30,7 @@ class Ledger(MutableMapping[str, str]):
     as a dict otherwise (and compares equal to one).
     """
 
-    def __init__(self, items: Iterable[tuple[str, str]] = (), *,
-                 limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, items: Iterable[tuple[str, str]] = (), *, limit: int = DEFAULT_LIMIT) -> None:
         self._mem: dict[str, str] = {}
         self._db: sqlite3.Connection | None = None
         self._limit = limit
@@ -54,8 +53,9 @@ class Ledger(MutableMapping[str, str]):
             if len(self._mem) > self._limit:
                 self._spill()
         else:
-            self._db.execute("INSERT INTO w VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = "
-                             "excluded.v", (key, value))
+            self._db.execute(
+                "INSERT INTO w VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", (key, value)
+            )
 
     def __getitem__(self, key: str) -> str:
         if self._db is None:
@@ -194,8 +194,7 @@ class SpillList:
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, SpillList | list | tuple):
-            return len(self) == len(other) and all(
-                a == b for a, b in zip(self, other, strict=True))
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]

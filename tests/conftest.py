@@ -56,8 +56,13 @@ def s3_endpoint() -> Any:
 @pytest.fixture
 def s3_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """Dummy credentials and the endpoint in the standard AWS variables; returns the endpoint."""
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3",
-                 "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+    for name in (
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_CONFIG_FILE",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing-access-key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret-key")
@@ -134,12 +139,13 @@ class OAIServer:
 
         self.requests.append(params)
         now = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        head = (f'<?xml version="1.0" encoding="UTF-8"?>\n<OAI-PMH xmlns="{OAI_NS}">'
-                f"<responseDate>{now}</responseDate>"
-                '<request verb="ListRecords">http://127.0.0.1/oai</request>')
+        head = (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<OAI-PMH xmlns="{OAI_NS}">'
+            f"<responseDate>{now}</responseDate>"
+            '<request verb="ListRecords">http://127.0.0.1/oai</request>'
+        )
         if params.get("verb") != "ListRecords":
-            return (head + '<error code="badVerb">only ListRecords here</error>'
-                    "</OAI-PMH>").encode()
+            return (head + '<error code="badVerb">only ListRecords here</error></OAI-PMH>').encode()
         if "resumptionToken" in params:
             from_, until, offset = params["resumptionToken"].split("|")
             start = int(offset)
@@ -152,13 +158,17 @@ class OAIServer:
         records = self.listing(from_, until)
         if not records:
             return (head + '<error code="noRecordsMatch">empty list</error></OAI-PMH>').encode()
-        page = records[start:start + self.PAGE]
+        page = records[start : start + self.PAGE]
         nxt = start + self.PAGE
-        token = (f'<resumptionToken cursor="{start}" completeListSize="{len(records)}">'
-                 f"{from_}|{until}|{nxt}</resumptionToken>" if nxt < len(records) else
-                 f'<resumptionToken cursor="{start}" completeListSize="{len(records)}"/>')
-        return (head.encode() + b"<ListRecords>" + b"".join(page) + token.encode()
-                + b"</ListRecords></OAI-PMH>")
+        token = (
+            f'<resumptionToken cursor="{start}" completeListSize="{len(records)}">'
+            f"{from_}|{until}|{nxt}</resumptionToken>"
+            if nxt < len(records)
+            else f'<resumptionToken cursor="{start}" completeListSize="{len(records)}"/>'
+        )
+        return (
+            head.encode() + b"<ListRecords>" + b"".join(page) + token.encode() + b"</ListRecords></OAI-PMH>"
+        )
 
 
 @pytest.fixture

@@ -45,14 +45,31 @@ def assert_no_duplicates(store: LocalStore) -> None:
         assert len(numbers) == len(set(numbers)), key
 
 
-def test_snapshot_backfill_publishes_every_record_in_range(tmp_path: Path, key: Path,
-                                                           monkeypatch: Any) -> None:
+def test_snapshot_backfill_publishes_every_record_in_range(
+    tmp_path: Path, key: Path, monkeypatch: Any
+) -> None:
     monkeypatch.setenv("PITH_SNAPSHOT_CHUNK_BYTES", "8000")  # several chunks
     out = tmp_path / "store"
-    res = CliRunner().invoke(cli, ["backfill", "--from", "1990-01-01", "--until", "2030-01-01",
-                                   "--source", "snapshot", "--snapshot", str(SAMPLE),
-                                   "--store", str(out), "--signer", f"file:{key}",
-                                   "--no-progress"], catch_exceptions=False)
+    res = CliRunner().invoke(
+        cli,
+        [
+            "backfill",
+            "--from",
+            "1990-01-01",
+            "--until",
+            "2030-01-01",
+            "--source",
+            "snapshot",
+            "--snapshot",
+            str(SAMPLE),
+            "--store",
+            str(out),
+            "--signer",
+            f"file:{key}",
+            "--no-progress",
+        ],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 0, res.output
     store = LocalStore(out)
     lines = [ln for ln in SAMPLE.read_text().splitlines() if ln.strip()]
@@ -61,10 +78,25 @@ def test_snapshot_backfill_publishes_every_record_in_range(tmp_path: Path, key: 
     assert len(bundles(store)) == manifest["counts"]["built"] > 0
     assert list(store.list("staging/")) == list(store.list("runs/backfill/")) == []
     assert_no_duplicates(store)
-    again = CliRunner().invoke(cli, ["backfill", "--from", "1990-01-01", "--until",
-                                     "2030-01-01", "--source", "snapshot", "--snapshot",
-                                     str(SAMPLE), "--store", str(out), "--signer",
-                                     f"file:{key}", "--no-progress"])
+    again = CliRunner().invoke(
+        cli,
+        [
+            "backfill",
+            "--from",
+            "1990-01-01",
+            "--until",
+            "2030-01-01",
+            "--source",
+            "snapshot",
+            "--snapshot",
+            str(SAMPLE),
+            "--store",
+            str(out),
+            "--signer",
+            f"file:{key}",
+            "--no-progress",
+        ],
+    )
     assert again.exit_code == 0 and "0/0 windows" in again.output
 
 
@@ -73,24 +105,65 @@ def test_snapshot_window_selects_by_date(tmp_path: Path, key: Path) -> None:
     from pith_pipeline import airflow_tasks as at
     from pith_pipeline.sources.jsonl import iter_jsonl
 
-    inside = [r for r in iter_jsonl(SAMPLE)
-              if not hasattr(r, "reason")
-              and "2000-01-01" <= at.record_datestamp(r).isoformat() < "2010-01-01"]
+    inside = [
+        r
+        for r in iter_jsonl(SAMPLE)
+        if not hasattr(r, "reason") and "2000-01-01" <= at.record_datestamp(r).isoformat() < "2010-01-01"
+    ]
     out = tmp_path / "store"
-    res = CliRunner().invoke(cli, ["backfill", "--from", "2000-01-01", "--until", "2010-01-01",
-                                   "--source", "snapshot", "--snapshot", str(SAMPLE),
-                                   "--store", str(out), "--signer", f"file:{key}"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "backfill",
+            "--from",
+            "2000-01-01",
+            "--until",
+            "2010-01-01",
+            "--source",
+            "snapshot",
+            "--snapshot",
+            str(SAMPLE),
+            "--store",
+            str(out),
+            "--signer",
+            f"file:{key}",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert 0 < len(inside) < 30
     assert len(bundles(LocalStore(out))) == len(inside)
 
 
 def test_bad_parameters_are_named(tmp_path: Path, key: Path) -> None:
-    res = CliRunner().invoke(cli, ["backfill", "--from", "2024-02-30", "--until", "2024-03-01",
-                                   "--store", str(tmp_path), "--signer", f"file:{key}"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "backfill",
+            "--from",
+            "2024-02-30",
+            "--until",
+            "2024-03-01",
+            "--store",
+            str(tmp_path),
+            "--signer",
+            f"file:{key}",
+        ],
+    )
     assert res.exit_code != 0 and "from" in str(res.exception or res.output)
-    res = CliRunner().invoke(cli, ["backfill", "--from", "2024-03-02", "--until", "2024-03-01",
-                                   "--store", str(tmp_path), "--signer", f"file:{key}"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "backfill",
+            "--from",
+            "2024-03-02",
+            "--until",
+            "2024-03-01",
+            "--store",
+            str(tmp_path),
+            "--signer",
+            f"file:{key}",
+        ],
+    )
     assert res.exit_code != 0 and "until" in str(res.exception or res.output)
 
 
@@ -102,10 +175,24 @@ def test_oai_backfill_resumes_after_a_kill(tmp_path: Path, key: Path, oai_server
     server.hold["2024-01-03"] = threading.Event()
     server.arrived["2024-01-03"] = threading.Event()
     out = tmp_path / "store"
-    env = {**os.environ, "PITH_OAI_URL": url, "PITH_OAI_MIN_INTERVAL": "0",
-           "PITH_STORE": str(out), "PITH_SIGNER": f"file:{key}"}
-    args = [sys.executable, "-m", "pith_pipeline", "backfill", "--from", "2024-01-02",
-            "--until", "2024-01-04", "--no-progress"]
+    env = {
+        **os.environ,
+        "PITH_OAI_URL": url,
+        "PITH_OAI_MIN_INTERVAL": "0",
+        "PITH_STORE": str(out),
+        "PITH_SIGNER": f"file:{key}",
+    }
+    args = [
+        sys.executable,
+        "-m",
+        "pith_pipeline",
+        "backfill",
+        "--from",
+        "2024-01-02",
+        "--until",
+        "2024-01-04",
+        "--no-progress",
+    ]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert server.arrived["2024-01-03"].wait(60), proc.stderr.read() if proc.stderr else ""

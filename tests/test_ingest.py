@@ -16,9 +16,11 @@ from pith_pipeline.ingest import split_window
 from pith_pipeline.sources.oai import Window
 
 # Pith numbers the public registry publishes for three of the sample's records
-REGISTRY = {"2606.18380": "pith:2026:SG6QNWFIOVZEMA3A2RIEOEVPD6",
-            "2606.02226": "pith:2026:FB7EI2ZX4R67OX2UW4ZBVAEDPX",
-            "2606.00972": "pith:2026:QFNLYXY3A3MFRS4IYJABHRTBHK"}
+REGISTRY = {
+    "2606.18380": "pith:2026:SG6QNWFIOVZEMA3A2RIEOEVPD6",
+    "2606.02226": "pith:2026:FB7EI2ZX4R67OX2UW4ZBVAEDPX",
+    "2606.00972": "pith:2026:QFNLYXY3A3MFRS4IYJABHRTBHK",
+}
 
 
 def test_sample_with_embedded_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -30,8 +32,7 @@ def test_sample_with_embedded_defaults(tmp_path: Path, monkeypatch: pytest.Monke
     result = runner.invoke(cli, ["ingest", "--sample"], catch_exceptions=False)
     assert time.monotonic() - started < 20  # no 3 s per page for a local copy
     assert result.exit_code == 0, result.output
-    assert "fetched 30, built 30, unchanged 0, superseded 0, quarantined 0, deleted 0" \
-        in result.stdout
+    assert "fetched 30, built 30, unchanged 0, superseded 0, quarantined 0, deleted 0" in result.stdout
     assert "generated a local Ed25519 key" in result.stderr
     key = tmp_path / "pith-keys" / "pith-private-key.json"
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
@@ -51,8 +52,7 @@ def test_sample_with_embedded_defaults(tmp_path: Path, monkeypatch: pytest.Monke
     assert verify.exit_code == 0 and "30 bundles, 30 verified, 0 failed" in verify.stdout
 
 
-def test_s3_store_needs_an_explicit_key(tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3_store_needs_an_explicit_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pith_pipeline.errors import InputError
 
     monkeypatch.chdir(tmp_path)
@@ -66,8 +66,10 @@ def test_s3_store_needs_an_explicit_key(tmp_path: Path,
 
 def test_split_window() -> None:
     assert split_window("2024-01-30", "2024-02-03", 2, "cs") == [
-        Window("2024-01-30", "2024-01-31", "cs"), Window("2024-02-01", "2024-02-02", "cs"),
-        Window("2024-02-03", "2024-02-03", "cs")]
+        Window("2024-01-30", "2024-01-31", "cs"),
+        Window("2024-02-01", "2024-02-02", "cs"),
+        Window("2024-02-03", "2024-02-03", "cs"),
+    ]
     assert split_window("2024-01-01", "2024-01-01", None) == [Window("2024-01-01", "2024-01-01")]
 
 
@@ -78,6 +80,7 @@ def test_window_checks_its_arguments() -> None:
         Window("2024-02-01", "2024-01-01")
     with pytest.raises(InputError, match="not an OAI set spec"):
         Window("2024-01-01", None, "cs/../x")
-    assert Window("2024-01-01", "2024-01-02", "physics:hep-th").label == \
-        "2024-01-01_2024-01-02_physics~hep-th"
+    assert (
+        Window("2024-01-01", "2024-01-02", "physics:hep-th").label == "2024-01-01_2024-01-02_physics~hep-th"
+    )
     assert Window().params() == {"verb": "ListRecords", "metadataPrefix": "arXivRaw"}

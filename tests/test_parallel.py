@@ -41,8 +41,9 @@ def key(tmp_path: Path) -> Path:
 
 def _version(obj: dict[str, Any], n: int, title: str) -> dict[str, Any]:
     created = obj["versions"][0]["created"]
-    return dict(obj, title=title,
-                versions=[{"version": f"v{i}", "created": created} for i in range(1, n + 1)])
+    return dict(
+        obj, title=title, versions=[{"version": f"v{i}", "created": created} for i in range(1, n + 1)]
+    )
 
 
 @pytest.fixture()
@@ -50,39 +51,63 @@ def snapshot(tmp_path: Path, sample_lines: list[str]) -> Path:
     """The sample, a paper's v1 first and its v2 last, a duplicate and two bad lines."""
     last = json.loads(sample_lines[-1])  # 2606.00972, v1 only
     bad_field = dict(json.loads(sample_lines[3]), versions=[])
-    lines = [sample_lines[-1], *sample_lines[:10], "{not json", *sample_lines[10:-1],
-             json.dumps(bad_field), sample_lines[0],
-             json.dumps(_version(last, 2, last["title"] + " (revised)"))]
+    lines = [
+        sample_lines[-1],
+        *sample_lines[:10],
+        "{not json",
+        *sample_lines[10:-1],
+        json.dumps(bad_field),
+        sample_lines[0],
+        json.dumps(_version(last, 2, last["title"] + " (revised)")),
+    ]
     path = tmp_path / "snap.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def _dangling_pointer(store: Path, arxiv_id: str) -> None:
     """A pointer to an earlier version whose events are gone: superseding it is an
     InputError inside `publish_record`, so that record is quarantined by a worker."""
     (store / "arxiv" / arxiv_id).parent.mkdir(parents=True, exist_ok=True)
-    (store / "arxiv" / f"{arxiv_id}.json").write_text(json.dumps({
-        "arxiv_id": arxiv_id, "latest": "pith:1990:AAAAAAAAAAAAAAAAAAAAAAAAAA",
-        "records": [{"version": 1, "pith_number": "pith:1990:AAAAAAAAAAAAAAAAAAAAAAAAAA",
-                     "record_created": "sha256:" + "0" * 64,
-                     "created_at": "1990-01-01T00:00:00Z", "canonical_sha256": "0" * 64}]}))
+    (store / "arxiv" / f"{arxiv_id}.json").write_text(
+        json.dumps(
+            {
+                "arxiv_id": arxiv_id,
+                "latest": "pith:1990:AAAAAAAAAAAAAAAAAAAAAAAAAA",
+                "records": [
+                    {
+                        "version": 1,
+                        "pith_number": "pith:1990:AAAAAAAAAAAAAAAAAAAAAAAAAA",
+                        "record_created": "sha256:" + "0" * 64,
+                        "created_at": "1990-01-01T00:00:00Z",
+                        "canonical_sha256": "0" * 64,
+                    }
+                ],
+            }
+        )
+    )
 
 
 def _ingest(store: Path, key: Path, snapshot: Path, workers: int) -> Ingest:
-    with Ingest(LocalStore(store), load_signer(key), run_id="run-1", workers=workers,
-                signer_spec=f"file:{key}", chunk_size=CHUNK) as run:
+    with Ingest(
+        LocalStore(store),
+        load_signer(key),
+        run_id="run-1",
+        workers=workers,
+        signer_spec=f"file:{key}",
+        chunk_size=CHUNK,
+    ) as run:
         run.snapshot(snapshot)
     return run
 
 
 def test_two_workers_write_the_same_bytes_as_one_process(
-        tmp_path: Path, key: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, key: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     chunks: list[tuple[int, list[tuple[int, str]]]] = []  # (worker, [(input seq, id)])
     original = ParallelPublisher._submit
 
@@ -126,24 +151,26 @@ def test_two_workers_write_the_same_bytes_as_one_process(
     assert "pith-signing-key.json" in tree_one  # published once, by the parent
     assert tree_one == tree_two
     quarantine = [json.loads(x) for x in tree_two["quarantine/run-1.jsonl"].splitlines()]
-    assert [q["where"] for q in quarantine] == ["", f"{snapshot.name}:12",
-                                                f"{snapshot.name}:32"]
+    assert [q["where"] for q in quarantine] == ["", f"{snapshot.name}:12", f"{snapshot.name}:32"]
     assert quarantine[0]["record_id"] == early and "no record_created" in quarantine[0]["reason"]
 
 
 def test_a_new_version_in_the_next_chunk_supersedes_under_workers(
-        tmp_path: Path, key: Path, sample_lines: list[str]) -> None:
+    tmp_path: Path, key: Path, sample_lines: list[str]
+) -> None:
     # v1 and v2 on adjacent lines, one record per chunk: two chunks that only come out
     # right if one worker runs them in order
     last = json.loads(sample_lines[-1])
     paper = last["id"]
     v2 = json.dumps(_version(last, 2, last["title"] + " (revised)"))
     path = tmp_path / "snap.jsonl"
-    path.write_text("\n".join([*sample_lines[:6], sample_lines[-1], v2, *sample_lines[6:12]])
-                    + "\n", encoding="utf-8")
+    path.write_text(
+        "\n".join([*sample_lines[:6], sample_lines[-1], v2, *sample_lines[6:12]]) + "\n", encoding="utf-8"
+    )
     store = tmp_path / "s"
-    with Ingest(LocalStore(store), load_signer(key), workers=2, signer_spec=f"file:{key}",
-                chunk_size=1) as run:
+    with Ingest(
+        LocalStore(store), load_signer(key), workers=2, signer_spec=f"file:{key}", chunk_size=1
+    ) as run:
         run.snapshot(path)
     assert run.parallel is not None and len(run.parallel.worker_pids) == 2
     assert run.report.summary.superseded == 1 and run.report.summary.built == 14
@@ -154,18 +181,25 @@ def test_a_new_version_in_the_next_chunk_supersedes_under_workers(
     new = json.loads((store / "pith" / new_pn.split(":")[2] / "bundle.json").read_bytes())
     assert new["events"][0]["supersedes"] == [old["events"][0]["event_id"]]
     assert old["state"]["current"]["corrections"][0]["payload"] == {
-        "kind": "superseded", "pith_number": new_pn, "arxiv_version": f"{paper}v2"}
+        "kind": "superseded",
+        "pith_number": new_pn,
+        "arxiv_version": f"{paper}v2",
+    }
 
 
 def test_a_worker_error_stops_the_run_with_its_type_and_message(
-        tmp_path: Path, key: Path, snapshot: Path) -> None:
+    tmp_path: Path, key: Path, snapshot: Path
+) -> None:
     # an event a worker must write already exists with other bytes: a write conflict
     _ingest(tmp_path / "ref", key, snapshot, 1)
     first = json.loads(snapshot.read_text().splitlines()[0])["id"]
     pointer = json.loads((tmp_path / f"ref/arxiv/{first}.json").read_bytes())
     body = pointer["records"][0]["pith_number"].split(":")[2]
-    event = next(p for p in sorted((tmp_path / "ref/events" / body).iterdir())
-                 if json.loads(p.read_bytes())["event_type"] != "correction")
+    event = next(
+        p
+        for p in sorted((tmp_path / "ref/events" / body).iterdir())
+        if json.loads(p.read_bytes())["event_type"] != "correction"
+    )
     for name in ("seq", "par"):
         target = tmp_path / name / "events" / body / event.name
         target.parent.mkdir(parents=True)
@@ -173,8 +207,7 @@ def test_a_worker_error_stops_the_run_with_its_type_and_message(
 
     def run(name: str, workers: int) -> tuple[WriteConflictError, Publisher, Any]:
         pub = Publisher(LocalStore(tmp_path / name), load_signer(key), run_id="run-1")
-        par = ParallelPublisher(pub, workers=workers, signer_spec=f"file:{key}",
-                                chunk_size=2, in_flight=1)
+        par = ParallelPublisher(pub, workers=workers, signer_spec=f"file:{key}", chunk_size=2, in_flight=1)
         items = list(iter_jsonl(snapshot)) * 3  # more than the parent reads before it fails
         with pytest.raises(WriteConflictError) as info:
             par.publish(items)
@@ -190,17 +223,21 @@ def test_a_worker_error_stops_the_run_with_its_type_and_message(
 
 
 def test_a_worker_that_cannot_open_the_signer_fails_the_run(
-        tmp_path: Path, key: Path, snapshot: Path) -> None:
+    tmp_path: Path, key: Path, snapshot: Path
+) -> None:
     pub = Publisher(LocalStore(tmp_path / "s"), load_signer(key), run_id="run-1")
     missing = tmp_path / "nowhere" / "pith-private-key.json"
-    with ParallelPublisher(pub, workers=2, signer_spec=f"file:{missing}",
-                           chunk_size=CHUNK) as par, pytest.raises(KeyFileError) as info:
+    with (
+        ParallelPublisher(pub, workers=2, signer_spec=f"file:{missing}", chunk_size=CHUNK) as par,
+        pytest.raises(KeyFileError) as info,
+    ):
         par.publish(iter_jsonl(snapshot))
     assert str(missing) in str(info.value) and par.chunks_dispatched > 0
 
 
 def test_small_runs_and_unsendable_parts_stay_in_one_process(
-        tmp_path: Path, key: Path, snapshot: Path) -> None:
+    tmp_path: Path, key: Path, snapshot: Path
+) -> None:
     store = LocalStore(tmp_path / "s")
     spec = f"file:{key}"
     assert sequential_reason(store, spec, system_clock) is None
@@ -212,43 +249,67 @@ def test_small_runs_and_unsendable_parts_stay_in_one_process(
     class Elsewhere:
         url = "memory://"
 
-    assert "reopened" in (sequential_reason(Elsewhere(), spec, system_clock)  # type: ignore[arg-type]
-                          or "")
+    assert "reopened" in (
+        sequential_reason(Elsewhere(), spec, system_clock)  # type: ignore[arg-type]
+        or ""
+    )
     no_spec = ParallelPublisher(Publisher(store, load_signer(key)), workers=2, signer_spec=None)
     assert no_spec.workers == 1
 
     # a paper's worker does not depend on the process (Python's hash() would)
     ids = [json.loads(x)["id"] for x in snapshot.read_text().splitlines() if x[:2] == '{"']
-    code = ("import json, sys; from pith_pipeline.parallel import worker_for; "
-            "print(json.dumps([worker_for(i, 2) for i in json.load(sys.stdin)]))")
-    other = subprocess.run([sys.executable, "-c", code], input=json.dumps(ids), text=True,
-                           capture_output=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": "12345"})
+    code = (
+        "import json, sys; from pith_pipeline.parallel import worker_for; "
+        "print(json.dumps([worker_for(i, 2) for i in json.load(sys.stdin)]))"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(ids),
+        text=True,
+        capture_output=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    )
     assert json.loads(other.stdout) == [worker_for(i, 2) for i in ids]
     assert set(json.loads(other.stdout)) == {0, 1}
 
     # fewer records than a chunk: published here, no process started
-    small = ParallelPublisher(Publisher(store, load_signer(key)), workers=2, signer_spec=spec,
-                              chunk_size=1000)
+    small = ParallelPublisher(
+        Publisher(store, load_signer(key)), workers=2, signer_spec=spec, chunk_size=1000
+    )
     summary = small.publish(iter_jsonl(snapshot))
     assert summary.built == 31 and not small.started and small.chunks_dispatched == 0
 
 
-def _cli_with_1_and_2_workers(tmp_path: Path, key: Path, command: str, option: str,
-                              source: Path) -> list[str]:
+def _cli_with_1_and_2_workers(
+    tmp_path: Path, key: Path, command: str, option: str, source: Path
+) -> list[str]:
     """Run `command` into stores tmp_path/1 and tmp_path/2 (chunks of CHUNK records)."""
     outputs = []
     for workers in ("1", "2"):
-        result = CliRunner().invoke(cli, [
-            command, option, str(source), "--store", str(tmp_path / workers),
-            "--key", str(key), "--workers", workers], env={"PITH_WORKER_CHUNK": str(CHUNK)})
+        result = CliRunner().invoke(
+            cli,
+            [
+                command,
+                option,
+                str(source),
+                "--store",
+                str(tmp_path / workers),
+                "--key",
+                str(key),
+                "--workers",
+                workers,
+            ],
+            env={"PITH_WORKER_CHUNK": str(CHUNK)},
+        )
         assert result.exit_code == 0, result.output
         outputs.append(result.output)
     return outputs
 
 
 def test_cli_workers_2_publishes_the_same_bytes_as_workers_1(
-        tmp_path: Path, key: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, key: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     starts: list[int] = []
     original = ParallelPublisher._start
 
@@ -264,16 +325,17 @@ def test_cli_workers_2_publishes_the_same_bytes_as_workers_1(
     one = {k: v for k, v in _tree(tmp_path / "1").items() if k.startswith(published)}
     two = {k: v for k, v in _tree(tmp_path / "2").items() if k.startswith(published)}
     assert one and one == two
-    quarantined = [next((tmp_path / w / "quarantine").iterdir()).read_bytes().splitlines()
-                   for w in ("1", "2")]
-    strip = [[{k: v for k, v in json.loads(x).items() if k != "run_id"} for x in q]
-             for q in quarantined]
+    quarantined = [
+        next((tmp_path / w / "quarantine").iterdir()).read_bytes().splitlines() for w in ("1", "2")
+    ]
+    strip = [[{k: v for k, v in json.loads(x).items() if k != "run_id"} for x in q] for q in quarantined]
     assert strip[0] == strip[1] and len(strip[0]) == 2
     shutil.rmtree(tmp_path / "1")
 
 
 def test_a_certified_run_signs_with_one_key_in_every_worker(
-        tmp_path: Path, key: Path, snapshot: Path) -> None:
+    tmp_path: Path, key: Path, snapshot: Path
+) -> None:
     from pith_pipeline.core.verify import verify_bundle
     from pith_pipeline.signing.factory import open_signer
 
@@ -285,8 +347,9 @@ def test_a_certified_run_signs_with_one_key_in_every_worker(
     handoff = signer.handoff(url="u")  # type: ignore[attr-defined]
     assert "seed" not in repr(handoff) and signer.key_id in repr(handoff)
     store = tmp_path / "s"
-    with Ingest(LocalStore(store), signer, run_id="run-c", workers=2, signer_spec=spec,
-                chunk_size=CHUNK) as run:
+    with Ingest(
+        LocalStore(store), signer, run_id="run-c", workers=2, signer_spec=spec, chunk_size=CHUNK
+    ) as run:
         run.snapshot(snapshot)
     par = run.parallel
     assert par is not None and par.workers == 2 and len(par.worker_pids) == 2
@@ -301,13 +364,15 @@ def test_a_certified_run_signs_with_one_key_in_every_worker(
     bundles = sorted((store / "pith").glob("*/bundle.json"))
     assert len(bundles) == 31
     for path in bundles:
-        report = verify_bundle(json.loads(path.read_bytes()),
-                               pinned_fingerprint=root.public_key_doc().fingerprint)
+        report = verify_bundle(
+            json.loads(path.read_bytes()), pinned_fingerprint=root.public_key_doc().fingerprint
+        )
         assert report.ok, (path, report.failed)
 
 
 def test_cli_build_with_workers_writes_the_same_store_as_one_process(
-        tmp_path: Path, key: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, key: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pids: list[set[int]] = []
     original = ParallelPublisher.close
 

@@ -18,16 +18,22 @@ from pith_pipeline.storage.local import LocalStore
 SIGNER = Ed25519Signer(bytes(range(32)), "pipeline-test")
 
 
-
-
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def publish(root: Path, path: Path, start: datetime | None = None) -> Any:
-    pub = Publisher(LocalStore(root), SIGNER, BuildConfig(),
-                    clock=StepClock(start or datetime(2026, 7, 1, tzinfo=UTC)), run_id="run-1")
+    pub = Publisher(
+        LocalStore(root),
+        SIGNER,
+        BuildConfig(),
+        clock=StepClock(start or datetime(2026, 7, 1, tzinfo=UTC)),
+        run_id="run-1",
+    )
     return pub.publish(iter_jsonl(path))
 
 
@@ -58,8 +64,10 @@ def test_everything_published_verifies(tmp_path: Path, asset) -> None:  # type: 
 
 
 def _version(obj: dict[str, Any], n: int, title: str | None = None) -> dict[str, Any]:
-    out = dict(obj, versions=[{"version": f"v{i}", "created": obj["versions"][0]["created"]}
-                              for i in range(1, n + 1)])
+    out = dict(
+        obj,
+        versions=[{"version": f"v{i}", "created": obj["versions"][0]["created"]} for i in range(1, n + 1)],
+    )
     if title:
         out["title"] = title
     return out
@@ -81,8 +89,11 @@ def test_new_version_supersedes_previous(tmp_path: Path, sample_lines: list[str]
     new = json.loads((store / "pith" / new_body / "bundle.json").read_bytes())
     assert new["events"][0]["supersedes"] == [old["events"][0]["event_id"]]
     corrections = old["state"]["current"]["corrections"]
-    assert corrections[0]["payload"] == {"kind": "superseded", "pith_number": s2.pith_numbers[0],
-                                         "arxiv_version": "2606.00972v2"}
+    assert corrections[0]["payload"] == {
+        "kind": "superseded",
+        "pith_number": s2.pith_numbers[0],
+        "arxiv_version": "2606.00972v2",
+    }
     pointer = json.loads((store / "arxiv/2606.00972.json").read_bytes())
     assert pointer["latest"] == s2.pith_numbers[0]
     assert verify_bundle(old).ok and verify_bundle(new).ok
@@ -105,17 +116,22 @@ def test_first_computed_at_is_kept(tmp_path: Path, asset) -> None:  # type: igno
 def test_bad_records_are_quarantined_and_the_rest_built(tmp_path: Path, sample_lines: list[str]) -> None:
     good = [json.loads(x) for x in sample_lines[:3]]
     no_title = dict(json.loads(sample_lines[3]), title=None)
-    bad_date = dict(json.loads(sample_lines[4]),
-                    versions=[{"version": "v1", "created": "yesterday-ish"}])
+    bad_date = dict(json.loads(sample_lines[4]), versions=[{"version": "v1", "created": "yesterday-ish"}])
     bad_cats = dict(json.loads(sample_lines[5]), categories="physics.acc-ph, hep/th")
-    lines = [json.dumps(good[0]), json.dumps(no_title), "{not json", json.dumps(good[1]),
-             json.dumps(bad_date), json.dumps(bad_cats), json.dumps(good[2])]
+    lines = [
+        json.dumps(good[0]),
+        json.dumps(no_title),
+        "{not json",
+        json.dumps(good[1]),
+        json.dumps(bad_date),
+        json.dumps(bad_cats),
+        json.dumps(good[2]),
+    ]
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(lines) + "\n")
     summary = publish(tmp_path / "store", path)
     assert (summary.fetched, summary.built, summary.quarantined) == (7, 3, 4)
-    q = [json.loads(x) for x in
-         (tmp_path / "store/quarantine/run-1.jsonl").read_text().splitlines()]
+    q = [json.loads(x) for x in (tmp_path / "store/quarantine/run-1.jsonl").read_text().splitlines()]
     assert [(e["where"], e["record_id"], e["field"]) for e in q] == [
         ("in.jsonl:2", no_title["id"], "title"),
         ("in.jsonl:3", None, None),
@@ -140,7 +156,8 @@ class DiesOnCorrection(LocalStore):
 
 
 def test_supersede_interrupted_before_the_correction_is_finished_on_rerun(
-        tmp_path: Path, sample_lines: list[str]) -> None:
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
     import pytest
 
     obj = json.loads(sample_lines[-1])
@@ -150,8 +167,13 @@ def test_supersede_interrupted_before_the_correction_is_finished_on_rerun(
     store = tmp_path / "store"
     old = publish(store, v1).pith_numbers[0]
     old_body = old.split(":")[2]
-    pub = Publisher(DiesOnCorrection(store, old_body), SIGNER, BuildConfig(),
-                    clock=StepClock(datetime(2026, 9, 1, tzinfo=UTC)), run_id="dies")
+    pub = Publisher(
+        DiesOnCorrection(store, old_body),
+        SIGNER,
+        BuildConfig(),
+        clock=StepClock(datetime(2026, 9, 1, tzinfo=UTC)),
+        run_id="dies",
+    )
     with pytest.raises(KeyboardInterrupt):
         pub.publish(iter_jsonl(v2))
     stale = json.loads((store / "pith" / old_body / "bundle.json").read_bytes())

@@ -41,8 +41,9 @@ def test_spill_list_is_a_list(limit: int) -> None:
 @pytest.mark.parametrize("limit", [5, 10_000])
 def test_sorted_unique_equals_sorted_set(limit: int) -> None:
     rng = random.Random(7)
-    items = ["".join(rng.choice("ab\u00e9\u4e2d\U0001f600") for _ in range(rng.randint(0, 4)))
-             for _ in range(3000)]
+    items = [
+        "".join(rng.choice("ab\u00e9\u4e2d\U0001f600") for _ in range(rng.randint(0, 4))) for _ in range(3000)
+    ]
     assert list(sorted_unique(items, limit=limit)) == sorted(set(items))
     assert list(sorted_unique([], limit=limit)) == []
 

@@ -11,29 +11,65 @@ def register(group: click.Group) -> None:
 
 
 @click.command()
-@click.option("--from", "start", required=True, metavar="YYYY-MM-DD",
-              help="First OAI datestamp day (inclusive).")
-@click.option("--until", required=True, metavar="YYYY-MM-DD",
-              help="Day after the last one (exclusive).")
-@click.option("--source", type=click.Choice(["oai", "snapshot"]), default="oai",
-              show_default=True, help="Harvest arXiv's OAI-PMH, or read a snapshot file.")
-@click.option("--snapshot", "snapshot_path", type=click.Path(exists=True, dir_okay=False),
-              default=None, help="With --source snapshot: arXiv's metadata snapshot "
-              "(.json/.jsonl, optionally .gz); records are selected by update_date.")
-@click.option("--store", envvar="PITH_STORE", default=None,
-              help="Where to publish: a directory or s3://bucket/prefix [env PITH_STORE; "
-                   "default ./pith-store].")
-@click.option("--signer", "--key", "signer", envvar="PITH_SIGNER", default=None,
-              help="Signer spec: file:PATH or kms-envelope:... [env PITH_SIGNER].")
-@click.option("--oai-url", envvar="PITH_OAI_URL", default=None,
-              help="OAI-PMH endpoint [env PITH_OAI_URL; default arXiv's].")
-@click.option("--base-url", envvar="PITH_BASE_URL", default=None,
-              help="Public URL the store is served at [env PITH_BASE_URL].")
-@click.option("--progress/--no-progress", default=None,
-              help="Progress bar (default: when the output is a terminal).")
-def backfill(start: str, until: str, source: str, snapshot_path: str | None,
-             store: str | None, signer: str | None, oai_url: str | None,
-             base_url: str | None, progress: bool | None) -> None:
+@click.option(
+    "--from", "start", required=True, metavar="YYYY-MM-DD", help="First OAI datestamp day (inclusive)."
+)
+@click.option("--until", required=True, metavar="YYYY-MM-DD", help="Day after the last one (exclusive).")
+@click.option(
+    "--source",
+    type=click.Choice(["oai", "snapshot"]),
+    default="oai",
+    show_default=True,
+    help="Harvest arXiv's OAI-PMH, or read a snapshot file.",
+)
+@click.option(
+    "--snapshot",
+    "snapshot_path",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="With --source snapshot: arXiv's metadata snapshot "
+    "(.json/.jsonl, optionally .gz); records are selected by update_date.",
+)
+@click.option(
+    "--store",
+    envvar="PITH_STORE",
+    default=None,
+    help="Where to publish: a directory or s3://bucket/prefix [env PITH_STORE; default ./pith-store].",
+)
+@click.option(
+    "--signer",
+    "--key",
+    "signer",
+    envvar="PITH_SIGNER",
+    default=None,
+    help="Signer spec: file:PATH or kms-envelope:... [env PITH_SIGNER].",
+)
+@click.option(
+    "--oai-url",
+    envvar="PITH_OAI_URL",
+    default=None,
+    help="OAI-PMH endpoint [env PITH_OAI_URL; default arXiv's].",
+)
+@click.option(
+    "--base-url",
+    envvar="PITH_BASE_URL",
+    default=None,
+    help="Public URL the store is served at [env PITH_BASE_URL].",
+)
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress bar (default: when the output is a terminal)."
+)
+def backfill(
+    start: str,
+    until: str,
+    source: str,
+    snapshot_path: str | None,
+    store: str | None,
+    signer: str | None,
+    oai_url: str | None,
+    base_url: str | None,
+    progress: bool | None,
+) -> None:
     """Publish every day of [--from, --until) not yet published; resumable.
 
     Each day is one window, exactly as the daily Airflow run would do it (run id

@@ -37,12 +37,22 @@ def keys() -> None:
 
 
 @keys.command("generate")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Directory for pith-private-key.json (mode 0600) and pith-signing-key.json.")
-@click.option("--key-id", default=None,
-              help="Key id to publish (default: pith-local-YYYY-MM-<fingerprint prefix>).")
-@click.option("--base-url", envvar="PITH_BASE_URL", default="",
-              help="Base URL the public key document will be served from.")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for pith-private-key.json (mode 0600) and pith-signing-key.json.",
+)
+@click.option(
+    "--key-id", default=None, help="Key id to publish (default: pith-local-YYYY-MM-<fingerprint prefix>)."
+)
+@click.option(
+    "--base-url",
+    envvar="PITH_BASE_URL",
+    default="",
+    help="Base URL the public key document will be served from.",
+)
 def keys_generate(out_dir: Path, key_id: str | None, base_url: str) -> None:
     """Generate a local Ed25519 key and its public key document (spec section 5)."""
     from pith_pipeline.signing.local import generate_key
@@ -57,21 +67,36 @@ def keys_generate(out_dir: Path, key_id: str | None, base_url: str) -> None:
 def print_summary(summary: RunSummary, store_url: str) -> None:
     click.echo(f"run {summary.run_id}: {summary.line()}")
     if summary.quarantined:
-        click.echo(f"quarantined records: {store_url}/quarantine/{summary.run_id}.jsonl "
-                   "(each line has the reason)", err=True)
+        click.echo(
+            f"quarantined records: {store_url}/quarantine/{summary.run_id}.jsonl (each line has the reason)",
+            err=True,
+        )
 
 
 @click.command()
-@click.option("--input", "input_path", required=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="JSON lines in arXiv's metadata snapshot layout (.jsonl, .json or .json.gz).")
-@click.option("--store", required=True, envvar="PITH_STORE",
-              help="Where to publish: a directory or s3://bucket/prefix.")
+@click.option(
+    "--input",
+    "input_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="JSON lines in arXiv's metadata snapshot layout (.jsonl, .json or .json.gz).",
+)
+@click.option(
+    "--store", required=True, envvar="PITH_STORE", help="Where to publish: a directory or s3://bucket/prefix."
+)
 @signer_option(dest="key_path")
 @workers_option
 @site_options
-def build(input_path: Path, store: str, key_path: str, workers: int, worker_chunk: int,
-          base_url: str, registry_name: str, signer_id: str) -> None:
+def build(
+    input_path: Path,
+    store: str,
+    key_path: str,
+    workers: int,
+    worker_chunk: int,
+    base_url: str,
+    registry_name: str,
+    signer_id: str,
+) -> None:
     """Build and sign one bundle per record of a JSON-lines file.
 
     Writes pith/<ID>/bundle.json, pith/<ID>/state.json, .well-known/pith/<ID>/bundle.json
@@ -90,17 +115,19 @@ def build(input_path: Path, store: str, key_path: str, workers: int, worker_chun
         with input_path.open("rb") as fh:
             digest = hashlib.file_digest(fh, "sha256").digest()
         run_id = reproducible_run_id(st, system_clock, digest)
-    pub = Publisher(st, signer, build_config(base_url, registry_name, signer_id),
-                    run_id=run_id)
+    pub = Publisher(st, signer, build_config(base_url, registry_name, signer_id), run_id=run_id)
     from pith_pipeline.parallel import ParallelPublisher
 
-    with tqdm(desc="build", unit="rec", disable=None) as bar, ParallelPublisher(
-            pub, workers=workers, signer_spec=key_path, chunk_size=worker_chunk) as par:
+    with (
+        tqdm(desc="build", unit="rec", disable=None) as bar,
+        ParallelPublisher(pub, workers=workers, signer_spec=key_path, chunk_size=worker_chunk) as par,
+    ):
         summary = par.publish(iter_jsonl(input_path), progress=bar.update)
 
     with tqdm(desc="index", unit="rec", disable=None) as bar:
-        manifest_key = finish_run(st, summary, {"input": input_path.name},
-                                  clock=pub.clock, progress=bar.update)
+        manifest_key = finish_run(
+            st, summary, {"input": input_path.name}, clock=pub.clock, progress=bar.update
+        )
     print_summary(summary, st.url)
     click.echo(f"run manifest: {manifest_key}")
 
@@ -121,16 +148,27 @@ def _load_bundle(path: Path) -> Any:
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--pin", "pin", default=None, metavar="FINGERPRINT_HEX",
-              help="Require the registry's signatures to use this key fingerprint.")
-@click.option("--keys", "keys_doc", default=None, metavar="KEY_DOCUMENT",
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Trusted pith-signing-key.json: every key used must be in it or certified "
-                   "by a root in it (and signed before its rotates_at).")
+@click.option(
+    "--pin",
+    "pin",
+    default=None,
+    metavar="FINGERPRINT_HEX",
+    help="Require the registry's signatures to use this key fingerprint.",
+)
+@click.option(
+    "--keys",
+    "keys_doc",
+    default=None,
+    metavar="KEY_DOCUMENT",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Trusted pith-signing-key.json: every key used must be in it or certified "
+    "by a root in it (and signed before its rotates_at).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures and the summary.")
-def verify(paths: tuple[str, ...], pin: str | None, keys_doc: Path | None, as_json: bool,
-           quiet: bool) -> None:
+def verify(
+    paths: tuple[str, ...], pin: str | None, keys_doc: Path | None, as_json: bool, quiet: bool
+) -> None:
     """Verify bundles: every check of the spec by name, one line each.
 
     PATHS are bundle files or store directories (every pith/*/bundle.json in them).
@@ -152,12 +190,17 @@ def verify(paths: tuple[str, ...], pin: str | None, keys_doc: Path | None, as_js
         except (OSError, ValueError) as exc:
             unreadable.append(f"{f}: unreadable ({type(exc).__name__}: {exc})")
             continue
-        reports.append(verify_bundle(bundle, pinned_fingerprint=pin, source=str(f),
-                                     trusted_keys=trusted))
+        reports.append(verify_bundle(bundle, pinned_fingerprint=pin, source=str(f), trusted_keys=trusted))
     if as_json:
-        click.echo(dumps_pretty({"ok": all(r.ok for r in reports) and not unreadable,
-                                 "bundles": [r.to_json() for r in reports],
-                                 "unreadable": unreadable}).decode())
+        click.echo(
+            dumps_pretty(
+                {
+                    "ok": all(r.ok for r in reports) and not unreadable,
+                    "bundles": [r.to_json() for r in reports],
+                    "unreadable": unreadable,
+                }
+            ).decode()
+        )
     else:
         for r in reports:
             if not quiet:
@@ -169,8 +212,10 @@ def verify(paths: tuple[str, ...], pin: str | None, keys_doc: Path | None, as_js
         for u in unreadable:
             click.echo(f"ERROR {u}", err=True)
         bad = sum(not r.ok for r in reports)
-        click.echo(f"{len(reports)} bundles, {len(reports) - bad} verified, {bad} failed"
-                   + (f", {len(unreadable)} unreadable" if unreadable else ""))
+        click.echo(
+            f"{len(reports)} bundles, {len(reports) - bad} verified, {bad} failed"
+            + (f", {len(unreadable)} unreadable" if unreadable else "")
+        )
     if unreadable:
         sys.exit(2)
     sys.exit(0 if all(r.ok for r in reports) else 1)
@@ -178,8 +223,9 @@ def verify(paths: tuple[str, ...], pin: str | None, keys_doc: Path | None, as_js
 
 @click.command()
 @click.argument("bundle_path", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--check/--no-check", default=True,
-              help="Exit 1 when the recomputed state differs from the bundle's.")
+@click.option(
+    "--check/--no-check", default=True, help="Exit 1 when the recomputed state differs from the bundle's."
+)
 def state(bundle_path: Path, check: bool) -> None:
     """Recompute the merged state from a bundle's events and aliases, as a mirror would."""
     try:
@@ -188,13 +234,14 @@ def state(bundle_path: Path, check: bool) -> None:
         keys = [PublicKey.from_json(k) for k in bundle["public_keys"]]
         subject = bundle["pith_number"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        click.echo(f"error: {bundle_path}: unreadable bundle ({type(exc).__name__}: {exc})",
-                   err=True)
+        click.echo(f"error: {bundle_path}: unreadable bundle ({type(exc).__name__}: {exc})", err=True)
         sys.exit(2)
     result = merge(events, aliases, keys, subject)
     click.echo(dumps_pretty(result).decode())
     same = result == bundle.get("state")
-    click.echo(f"state_sha256 {result['state_sha256']} "
-               f"({'matches' if same else 'DIFFERS FROM'} the bundle's state)", err=True)
+    click.echo(
+        f"state_sha256 {result['state_sha256']} ({'matches' if same else 'DIFFERS FROM'} the bundle's state)",
+        err=True,
+    )
     if check and not same:
         sys.exit(1)

@@ -38,81 +38,154 @@ def _default_signer(store: str, base_url: str) -> Signer:
     from pith_pipeline.signing.local import PRIVATE_KEY_FILE, generate_key, load_signer
 
     if store.startswith("s3://"):
-        raise InputError("a store in S3 needs an explicit key: --signer kms:ALIAS or "
-                         "--key PATH (or PITH_SIGNER / PITH_KEY)")
+        raise InputError(
+            "a store in S3 needs an explicit key: --signer kms:ALIAS or "
+            "--key PATH (or PITH_SIGNER / PITH_KEY)"
+        )
     path = DEFAULT_KEY_DIR / PRIVATE_KEY_FILE
     if not path.exists():
         priv, pub, doc = generate_key(DEFAULT_KEY_DIR, base_url=base_url)
-        click.echo(f"no key given (--key/--signer, PITH_KEY/PITH_SIGNER): generated a local "
-                   f"Ed25519 key {priv} (mode 0600; keep it secret), key id {doc.key_id}, "
-                   f"public key {pub}", err=True)
+        click.echo(
+            f"no key given (--key/--signer, PITH_KEY/PITH_SIGNER): generated a local "
+            f"Ed25519 key {priv} (mode 0600; keep it secret), key id {doc.key_id}, "
+            f"public key {pub}",
+            err=True,
+        )
     return load_signer(path)
 
 
 def _print_report(report: IngestReport, store_url: str) -> None:
     click.echo(f"run {report.summary.run_id}: {report.line()}")
     if report.summary.quarantined:
-        click.echo(f"quarantined records: {store_url}/quarantine/{report.summary.run_id}.jsonl "
-                   "(each line has the reason and the raw input)", err=True)
+        click.echo(
+            f"quarantined records: {store_url}/quarantine/{report.summary.run_id}.jsonl "
+            "(each line has the reason and the raw input)",
+            err=True,
+        )
     if report.harvest.malformed_keys:
-        click.echo("malformed responses kept: " + ", ".join(report.harvest.malformed_keys),
-                   err=True)
+        click.echo("malformed responses kept: " + ", ".join(report.harvest.malformed_keys), err=True)
     if report.harvest.windows_already_complete and not report.summary.fetched:
-        click.echo("every window asked for is already harvested in this store; "
-                   "--refresh harvests again, --replay rebuilds from the stored pages", err=True)
+        click.echo(
+            "every window asked for is already harvested in this store; "
+            "--refresh harvests again, --replay rebuilds from the stored pages",
+            err=True,
+        )
 
 
 @click.command()
-@click.option("--from", "from_", metavar="DATE",
-              help="Window start (YYYY-MM-DD, inclusive). OAI: datestamp = last change; "
-                   "--snapshot: v1 submission date.")
+@click.option(
+    "--from",
+    "from_",
+    metavar="DATE",
+    help="Window start (YYYY-MM-DD, inclusive). OAI: datestamp = last change; "
+    "--snapshot: v1 submission date.",
+)
 @click.option("--until", metavar="DATE", help="Window end (YYYY-MM-DD, inclusive).")
-@click.option("--set", "set_spec", metavar="SET",
-              help="OAI set, e.g. cs, math, physics:hep-th.")
-@click.option("--window-days", type=int, default=None, metavar="N",
-              help="Split --from..--until into windows of N days, each checkpointed.")
-@click.option("--ids", metavar="ID,ID,...",
-              help="arXiv ids (with or without version), checked via the search API, "
-                   "fetched with OAI GetRecord.")
-@click.option("--query", metavar="QUERY",
-              help='Search API query, e.g. "cat:cs.LG AND submittedDate:[202401010000 TO '
-                   '202401022359]"; matches are fetched with OAI GetRecord.')
-@click.option("--max-results", type=int, default=1000, show_default=True,
-              help="Cap on --query matches.")
-@click.option("--snapshot", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              metavar="FILE", help="arXiv's bulk metadata snapshot (.json, .jsonl, .json.gz), "
-                                   "streamed.")
-@click.option("--category", "categories", multiple=True, metavar="CAT",
-              help="With --snapshot: keep records in this category or archive (repeatable).")
-@click.option("--replay", is_flag=True,
-              help="Rebuild from raw pages stored by earlier harvests (no network); with "
-                   "--from/--until/--set only that window, with --sample the sample.")
-@click.option("--sample", is_flag=True,
-              help="Harvest the bundled sample of real arXiv metadata (offline).")
-@click.option("--incremental", is_flag=True,
-              help="OAI window from the last complete window's --until (that day again) to "
-                   "today; for daily runs.")
-@click.option("--refresh", is_flag=True,
-              help="Harvest a window again even when its checkpoint says it is complete.")
-@click.option("--oai-url", envvar=OAI_URL_ENV, default=DEFAULT_OAI_URL, show_default=True,
-              help=f"OAI-PMH base URL (env {OAI_URL_ENV}).")
-@click.option("--api-url", envvar=API_URL_ENV, default=DEFAULT_API_URL, show_default=True,
-              help=f"arXiv search API URL (env {API_URL_ENV}).")
-@click.option("--min-interval", type=float, default=ARXIV_MIN_INTERVAL, show_default=True,
-              metavar="SECONDS", help="Seconds between requests; arXiv hosts refuse less "
-                                      "than 3.")
-@click.option("--store", envvar="PITH_STORE", default=DEFAULT_STORE, show_default=True,
-              help="Where to publish: a directory or s3://bucket/prefix (env PITH_STORE).")
+@click.option("--set", "set_spec", metavar="SET", help="OAI set, e.g. cs, math, physics:hep-th.")
+@click.option(
+    "--window-days",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Split --from..--until into windows of N days, each checkpointed.",
+)
+@click.option(
+    "--ids",
+    metavar="ID,ID,...",
+    help="arXiv ids (with or without version), checked via the search API, fetched with OAI GetRecord.",
+)
+@click.option(
+    "--query",
+    metavar="QUERY",
+    help='Search API query, e.g. "cat:cs.LG AND submittedDate:[202401010000 TO '
+    '202401022359]"; matches are fetched with OAI GetRecord.',
+)
+@click.option("--max-results", type=int, default=1000, show_default=True, help="Cap on --query matches.")
+@click.option(
+    "--snapshot",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="arXiv's bulk metadata snapshot (.json, .jsonl, .json.gz), streamed.",
+)
+@click.option(
+    "--category",
+    "categories",
+    multiple=True,
+    metavar="CAT",
+    help="With --snapshot: keep records in this category or archive (repeatable).",
+)
+@click.option(
+    "--replay",
+    is_flag=True,
+    help="Rebuild from raw pages stored by earlier harvests (no network); with "
+    "--from/--until/--set only that window, with --sample the sample.",
+)
+@click.option("--sample", is_flag=True, help="Harvest the bundled sample of real arXiv metadata (offline).")
+@click.option(
+    "--incremental",
+    is_flag=True,
+    help="OAI window from the last complete window's --until (that day again) to today; for daily runs.",
+)
+@click.option(
+    "--refresh", is_flag=True, help="Harvest a window again even when its checkpoint says it is complete."
+)
+@click.option(
+    "--oai-url",
+    envvar=OAI_URL_ENV,
+    default=DEFAULT_OAI_URL,
+    show_default=True,
+    help=f"OAI-PMH base URL (env {OAI_URL_ENV}).",
+)
+@click.option(
+    "--api-url",
+    envvar=API_URL_ENV,
+    default=DEFAULT_API_URL,
+    show_default=True,
+    help=f"arXiv search API URL (env {API_URL_ENV}).",
+)
+@click.option(
+    "--min-interval",
+    type=float,
+    default=ARXIV_MIN_INTERVAL,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds between requests; arXiv hosts refuse less than 3.",
+)
+@click.option(
+    "--store",
+    envvar="PITH_STORE",
+    default=DEFAULT_STORE,
+    show_default=True,
+    help="Where to publish: a directory or s3://bucket/prefix (env PITH_STORE).",
+)
 @signer_option(required=False)
 @workers_option
 @site_options
-def ingest(from_: str | None, until: str | None, set_spec: str | None,
-           window_days: int | None, ids: str | None, query: str | None, max_results: int,
-           snapshot: Path | None, categories: tuple[str, ...], replay: bool, sample: bool,
-           incremental: bool, refresh: bool, oai_url: str, api_url: str,
-           min_interval: float, store: str,
-           signer_spec: str | None, workers: int, worker_chunk: int, base_url: str,
-           registry_name: str, signer_id: str) -> None:
+def ingest(
+    from_: str | None,
+    until: str | None,
+    set_spec: str | None,
+    window_days: int | None,
+    ids: str | None,
+    query: str | None,
+    max_results: int,
+    snapshot: Path | None,
+    categories: tuple[str, ...],
+    replay: bool,
+    sample: bool,
+    incremental: bool,
+    refresh: bool,
+    oai_url: str,
+    api_url: str,
+    min_interval: float,
+    store: str,
+    signer_spec: str | None,
+    workers: int,
+    worker_chunk: int,
+    base_url: str,
+    registry_name: str,
+    signer_id: str,
+) -> None:
     """Harvest arXiv metadata, then build, sign and publish one bundle per paper version.
 
     \b
@@ -142,10 +215,17 @@ def ingest(from_: str | None, until: str | None, set_spec: str | None,
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     window_given = from_ is not None or until is not None or set_spec is not None
-    chosen = [name for name, on in (("--sample", sample), ("--ids", ids is not None),
-                                    ("--query", query is not None),
-                                    ("--snapshot", snapshot is not None),
-                                    ("--incremental", incremental)) if on]
+    chosen = [
+        name
+        for name, on in (
+            ("--sample", sample),
+            ("--ids", ids is not None),
+            ("--query", query is not None),
+            ("--snapshot", snapshot is not None),
+            ("--incremental", incremental),
+        )
+        if on
+    ]
     if incremental and (from_ or until):
         raise click.UsageError("--incremental chooses --from/--until itself")
     if window_given and not snapshot and not replay and not sample and not incremental:
@@ -153,21 +233,32 @@ def ingest(from_: str | None, until: str | None, set_spec: str | None,
     if len(chosen) > 1:
         raise click.UsageError(f"choose one source, not {' and '.join(chosen)}")
     if replay and (ids or query or snapshot):
-        raise click.UsageError("--replay rebuilds from stored OAI pages; it takes --from/"
-                               "--until/--set or --sample, not --ids/--query/--snapshot")
+        raise click.UsageError(
+            "--replay rebuilds from stored OAI pages; it takes --from/"
+            "--until/--set or --sample, not --ids/--query/--snapshot"
+        )
     if not chosen and not replay:
-        raise click.UsageError("nothing to ingest: give --sample, --from/--until, "
-                               "--incremental, --ids, --query, --snapshot or --replay "
-                               "(see --help)")
+        raise click.UsageError(
+            "nothing to ingest: give --sample, --from/--until, "
+            "--incremental, --ids, --query, --snapshot or --replay "
+            "(see --help)"
+        )
     if categories and not snapshot:
         raise click.UsageError("--category filters --snapshot; for OAI use --set")
-    remote = [u for u, used in ((oai_url, bool(ids or query or incremental
-                                                or (window_given and not snapshot))),
-                                (api_url, bool(ids or query))) if used and not replay]
+    remote = [
+        u
+        for u, used in (
+            (oai_url, bool(ids or query or incremental or (window_given and not snapshot))),
+            (api_url, bool(ids or query)),
+        )
+        if used and not replay
+    ]
     if min_interval < ARXIV_MIN_INTERVAL and any(_is_arxiv(u) for u in remote):
-        raise click.UsageError(f"arXiv asks for at most one request every "
-                               f"{ARXIV_MIN_INTERVAL:g} s; --min-interval {min_interval:g} is "
-                               "allowed only for other servers")
+        raise click.UsageError(
+            f"arXiv asks for at most one request every "
+            f"{ARXIV_MIN_INTERVAL:g} s; --min-interval {min_interval:g} is "
+            "allowed only for other servers"
+        )
 
     if signer_spec is None:
         from pith_pipeline.signing.local import PRIVATE_KEY_FILE
@@ -181,28 +272,53 @@ def ingest(from_: str | None, until: str | None, set_spec: str | None,
     politeness = Politeness(min_interval=min_interval)
 
     with tqdm(desc="ingest", unit="rec", disable=None) as bar:
+
         def on_page(hp: HarvestedPage) -> None:
             if hp.complete_list_size and bar.total != hp.complete_list_size:
                 bar.total = hp.complete_list_size
                 bar.refresh()
             bar.set_postfix_str(f"page {hp.number}", refresh=False)
 
-        with Ingest(st, signer, build_config(base_url, registry_name, signer_id),
-                    progress=bar.update, on_page=on_page, workers=workers,
-                    signer_spec=signer_spec, chunk_size=worker_chunk) as run:
-            report = _run(run, from_=from_, until=until, set_spec=set_spec,
-                          window_days=window_days, ids=ids, query=query,
-                          max_results=max_results, snapshot=snapshot, categories=categories,
-                          replay=replay, sample=sample, incremental=incremental,
-                          refresh=refresh, oai_url=oai_url, api_url=api_url,
-                          politeness=politeness)
+        with Ingest(
+            st,
+            signer,
+            build_config(base_url, registry_name, signer_id),
+            progress=bar.update,
+            on_page=on_page,
+            workers=workers,
+            signer_spec=signer_spec,
+            chunk_size=worker_chunk,
+        ) as run:
+            report = _run(
+                run,
+                from_=from_,
+                until=until,
+                set_spec=set_spec,
+                window_days=window_days,
+                ids=ids,
+                query=query,
+                max_results=max_results,
+                snapshot=snapshot,
+                categories=categories,
+                replay=replay,
+                sample=sample,
+                incremental=incremental,
+                refresh=refresh,
+                oai_url=oai_url,
+                api_url=api_url,
+                politeness=politeness,
+            )
     from pith_pipeline.index import finish_run  # pyarrow: only once there is work to index
 
-    window = {"source": (chosen or ["--replay"])[0], "from": from_, "until": until,
-              "set": set_spec, "replay": replay}
+    window = {
+        "source": (chosen or ["--replay"])[0],
+        "from": from_,
+        "until": until,
+        "set": set_spec,
+        "replay": replay,
+    }
     with tqdm(desc="index", unit="rec", disable=None) as bar:
-        manifest_key = finish_run(st, report.summary, window, clock=run.publisher.clock,
-                                  progress=bar.update)
+        manifest_key = finish_run(st, report.summary, window, clock=run.publisher.clock, progress=bar.update)
     _print_report(report, st.url)
     click.echo(f"run manifest: {manifest_key}")
     if sample:
@@ -215,11 +331,26 @@ def _open(spec: str) -> Signer:
     return open_signer(spec)
 
 
-def _run(run: Ingest, *, from_: str | None, until: str | None, set_spec: str | None,
-         window_days: int | None, ids: str | None, query: str | None, max_results: int,
-         snapshot: Path | None, categories: tuple[str, ...], replay: bool, sample: bool,
-         incremental: bool, refresh: bool, oai_url: str, api_url: str,
-         politeness: Politeness) -> IngestReport:
+def _run(
+    run: Ingest,
+    *,
+    from_: str | None,
+    until: str | None,
+    set_spec: str | None,
+    window_days: int | None,
+    ids: str | None,
+    query: str | None,
+    max_results: int,
+    snapshot: Path | None,
+    categories: tuple[str, ...],
+    replay: bool,
+    sample: bool,
+    incremental: bool,
+    refresh: bool,
+    oai_url: str,
+    api_url: str,
+    politeness: Politeness,
+) -> IngestReport:
     if sample and replay:
         from pith_pipeline.sources.sample import SAMPLE_RAW_ROOT
 
@@ -227,28 +358,35 @@ def _run(run: Ingest, *, from_: str | None, until: str | None, set_spec: str | N
     if sample:
         return run.sample()
     if replay:
-        windows: list[Any] = _windows(from_, until, set_spec, window_days) if (
-            from_ or until or set_spec) else [None]
+        windows: list[Any] = (
+            _windows(from_, until, set_spec, window_days) if (from_ or until or set_spec) else [None]
+        )
         for w in windows:
             run.replay(w)
         return run.report
     if snapshot is not None:
-        return run.snapshot(snapshot, categories=set(categories) or None, from_=from_,
-                            until=until)
+        return run.snapshot(snapshot, categories=set(categories) or None, from_=from_, until=until)
     if incremental:
         return run.incremental(set_spec=set_spec, oai_url=oai_url, politeness=politeness)
     if ids is not None:
-        return run.lookup(ids=[i for i in ids.split(",") if i.strip()], api_url=api_url,
-                          oai_url=oai_url, politeness=politeness)
+        return run.lookup(
+            ids=[i for i in ids.split(",") if i.strip()],
+            api_url=api_url,
+            oai_url=oai_url,
+            politeness=politeness,
+        )
     if query is not None:
-        return run.lookup(query=query, api_url=api_url, oai_url=oai_url,
-                          politeness=politeness, max_results=max_results)
-    return run.windows(_windows(from_, until, set_spec, window_days), oai_url=oai_url,
-                       politeness=politeness, refresh=refresh)
+        return run.lookup(
+            query=query, api_url=api_url, oai_url=oai_url, politeness=politeness, max_results=max_results
+        )
+    return run.windows(
+        _windows(from_, until, set_spec, window_days), oai_url=oai_url, politeness=politeness, refresh=refresh
+    )
 
 
-def _windows(from_: str | None, until: str | None, set_spec: str | None,
-             window_days: int | None) -> list[Window]:
+def _windows(
+    from_: str | None, until: str | None, set_spec: str | None, window_days: int | None
+) -> list[Window]:
     if window_days:
         if not (from_ and until):
             raise InputError("--window-days needs both --from and --until")

@@ -22,12 +22,23 @@ def register(group: click.Group) -> None:
 
 
 @click.command("envelope-create")
-@click.option("--kms-key", required=True, envvar="PITH_ENVELOPE_KMS_KEY", metavar="KEY_ID_OR_ALIAS",
-              help="Symmetric KMS key that wraps the seed (e.g. alias/pith-wrap).")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Envelope file to write (never replaced; upload it to S3 if you like).")
-@click.option("--key-id", default=None,
-              help="Key id to publish (default: pith-env-YYYY-MM-<fingerprint prefix>).")
+@click.option(
+    "--kms-key",
+    required=True,
+    envvar="PITH_ENVELOPE_KMS_KEY",
+    metavar="KEY_ID_OR_ALIAS",
+    help="Symmetric KMS key that wraps the seed (e.g. alias/pith-wrap).",
+)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Envelope file to write (never replaced; upload it to S3 if you like).",
+)
+@click.option(
+    "--key-id", default=None, help="Key id to publish (default: pith-env-YYYY-MM-<fingerprint prefix>)."
+)
 @click.option("--region", envvar="AWS_REGION", default=None, help="AWS region of the KMS key.")
 def envelope_create(kms_key: str, out: Path, key_id: str | None, region: str | None) -> None:
     """Create an Ed25519 key whose seed exists only encrypted under a KMS key.
@@ -55,12 +66,15 @@ def envelope_create(kms_key: str, out: Path, key_id: str | None, region: str | N
 
 
 @click.command("rotate")
-@click.option("--store", required=True, envvar="PITH_STORE",
-              help="Store whose pith-signing-key.json to update (directory or s3://...).")
+@click.option(
+    "--store",
+    required=True,
+    envvar="PITH_STORE",
+    help="Store whose pith-signing-key.json to update (directory or s3://...).",
+)
 @signer_option()
 @site_options
-def rotate(store: str, signer_spec: str, base_url: str, registry_name: str,
-           signer_id: str) -> None:
+def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, signer_id: str) -> None:
     """Make SPEC the store's signing key; older keys get rotates_at = now.
 
     Signatures by a rotated key still count when made before its rotates_at. To
@@ -72,8 +86,9 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str,
     from pith_pipeline.signing.factory import open_signer
     from pith_pipeline.signing.rotation import rotate_keys
 
-    pub = Publisher(open_store(store), open_signer(signer_spec),
-                    build_config(base_url, registry_name, signer_id))
+    pub = Publisher(
+        open_store(store), open_signer(signer_spec), build_config(base_url, registry_name, signer_id)
+    )
     rotated = rotate_keys(pub, iso_micros(system_clock()))
     click.echo(f"current key: {pub.primary_key_id}")
     click.echo(f"rotated:     {', '.join(rotated) or 'none'}")
@@ -103,15 +118,22 @@ def receipts() -> None:
 
 
 @receipts.command("reissue")
-@click.option("--store", required=True, envvar="PITH_STORE",
-              help="Store to re-sign (directory or s3://bucket/prefix).")
+@click.option(
+    "--store", required=True, envvar="PITH_STORE", help="Store to re-sign (directory or s3://bucket/prefix)."
+)
 @signer_option()
-@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
-              help="Records re-signed at once (KMS signs each record's events concurrently "
-                   "too; keep workers x concurrency under your KMS quota).")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 256),
+    default=8,
+    show_default=True,
+    help="Records re-signed at once (KMS signs each record's events concurrently "
+    "too; keep workers x concurrency under your KMS quota).",
+)
 @site_options
-def reissue(store: str, signer_spec: str, workers: int, base_url: str, registry_name: str,
-            signer_id: str) -> None:
+def reissue(
+    store: str, signer_spec: str, workers: int, base_url: str, registry_name: str, signer_id: str
+) -> None:
     """Rotate to a new key and re-sign every receipt, event and bundle in a store.
 
     Event ids and first_computed_at never change. Each event gets a copy signed by
@@ -130,12 +152,14 @@ def reissue(store: str, signer_spec: str, workers: int, base_url: str, registry_
     from pith_pipeline.signing.factory import open_signer
     from pith_pipeline.signing.rotation import Reissuer
 
-    r = Reissuer(open_store(store), open_signer(signer_spec),
-                 build_config(base_url, registry_name, signer_id))
+    r = Reissuer(
+        open_store(store), open_signer(signer_spec), build_config(base_url, registry_name, signer_id)
+    )
     total = len(r.subjects())
     with tqdm(total=total, desc="reissue", unit="rec", disable=None) as bar:
         summary = r.run(workers=workers, progress=bar.update)
     click.echo(summary.line())
     if summary.rotated:
-        click.echo(f"verify with: pith-pipeline verify {store} --keys "
-                   f"{store.rstrip('/')}/pith-signing-key.json")
+        click.echo(
+            f"verify with: pith-pipeline verify {store} --keys {store.rstrip('/')}/pith-signing-key.json"
+        )

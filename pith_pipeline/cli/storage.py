@@ -31,8 +31,14 @@ def _store_option(fn: Any) -> Any:
 @click.command()
 @click.argument("sql")
 @_store_option
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-              show_default=True, help="Output format.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
 def query(sql: str, store: str, fmt: str) -> None:
     """Run SQL (DuckDB) over the Parquet indexes: tables records, events, aliases.
 
@@ -70,8 +76,9 @@ def query(sql: str, store: str, fmt: str) -> None:
 
 @click.command()
 @_store_option
-@click.option("--deep", is_flag=True,
-              help="Also list every bundle and event object and report bundles not indexed.")
+@click.option(
+    "--deep", is_flag=True, help="Also list every bundle and event object and report bundles not indexed."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def status(store: str, deep: bool, as_json: bool) -> None:
     """Summarise what a store has published: records, events, runs, quarantine, index.
@@ -89,11 +96,15 @@ def status(store: str, deep: bool, as_json: bool) -> None:
 
 @click.command()
 @_store_option
-@click.option("--key", "key_path", required=True, envvar="PITH_KEY",
-              help="Private key file or signer spec that signs the rebuilt bundles.")
+@click.option(
+    "--key",
+    "key_path",
+    required=True,
+    envvar="PITH_KEY",
+    help="Private key file or signer spec that signs the rebuilt bundles.",
+)
 @site_options
-def rebuild(store: str, key_path: str, base_url: str, registry_name: str,
-            signer_id: str) -> None:
+def rebuild(store: str, key_path: str, base_url: str, registry_name: str, signer_id: str) -> None:
     """Re-derive every bundle and state from the event store, then every index.
 
     The event store (events/<ID>/<sha256>.json) is the source of truth; bundles,
@@ -122,8 +133,14 @@ def rebuild(store: str, key_path: str, base_url: str, registry_name: str,
 
 @click.command()
 @_store_option
-@click.option("--grace", "grace_seconds", type=float, default=3600.0, show_default=True,
-              help="Seconds replaced index files are kept for readers still using them.")
+@click.option(
+    "--grace",
+    "grace_seconds",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Seconds replaced index files are kept for readers still using them.",
+)
 def reindex(store: str, grace_seconds: float) -> None:
     """Rebuild the Parquet indexes from every published bundle (bundles untouched).
 
@@ -140,9 +157,15 @@ def reindex(store: str, grace_seconds: float) -> None:
 
 @click.command()
 @_store_option
-@click.option("--grace", "grace_seconds", type=float, default=3600.0, show_default=True,
-              help="Seconds replaced files are kept before deletion (readers of the previous "
-                   "manifest may still be reading them); 0 deletes at once.")
+@click.option(
+    "--grace",
+    "grace_seconds",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Seconds replaced files are kept before deletion (readers of the previous "
+    "manifest may still be reading them); 0 deletes at once.",
+)
 def compact(store: str, grace_seconds: float) -> None:
     """Fold each index partition's small files into one deduplicated, sorted file.
 

@@ -80,23 +80,43 @@ class RecordEvents:
         return str(self.events[0]["event_id"])
 
 
-def build_record_events(identity: Identity, signer: Signer, signer_id: str, now: datetime, *,
-                        supersedes: Sequence[str] = (),
-                        builder_version: str = BUILDER_VERSION) -> RecordEvents:
+def build_record_events(
+    identity: Identity,
+    signer: Signer,
+    signer_id: str,
+    now: datetime,
+    *,
+    supersedes: Sequence[str] = (),
+    builder_version: str = BUILDER_VERSION,
+) -> RecordEvents:
     """A new record's `record_created` and `graph_snapshot` events, signed."""
     created_at, micros = _stamps(now)
     info = SignerInfo.for_signer(signer, signer_id)
-    rcpt = receipt(signer=signer, canonical_sha256=identity.canonical_sha256,
-                   first_computed_at=micros, last_reissued_at=micros, signed_at=micros,
-                   builder_version=builder_version)
+    rcpt = receipt(
+        signer=signer,
+        canonical_sha256=identity.canonical_sha256,
+        first_computed_at=micros,
+        last_reissued_at=micros,
+        signed_at=micros,
+        builder_version=builder_version,
+    )
     created = make_event(
-        event_type="record_created", subject=identity.subject,
+        event_type="record_created",
+        subject=identity.subject,
         payload=record_created_payload(identity.canonical, identity.canonical_sha256, rcpt),
-        signer_info=info, created_at=created_at, supersedes=list(supersedes), trusted=True)
+        signer_info=info,
+        created_at=created_at,
+        supersedes=list(supersedes),
+        trusted=True,
+    )
     snapshot = make_event(
-        event_type="graph_snapshot", subject=identity.subject,
+        event_type="graph_snapshot",
+        subject=identity.subject,
         payload=graph_snapshot_payload(identity.record, identity.canonical, builder_version),
-        signer_info=info, created_at=created_at, trusted=True)
+        signer_info=info,
+        created_at=created_at,
+        trusted=True,
+    )
     sign_event(created, signer, micros)
     sign_event(snapshot, signer, micros)
     src = identity.canonical["source"]  # the record's version, parsed once already
@@ -104,22 +124,27 @@ def build_record_events(identity: Identity, signer: Signer, signer_id: str, now:
     return RecordEvents(identity, [created, snapshot], aliases)
 
 
-def correction_event(*, old_subject: str, new_subject: str, arxiv_version: str, signer: Signer,
-                     signer_id: str, now: datetime) -> dict[str, Any]:
+def correction_event(
+    *, old_subject: str, new_subject: str, arxiv_version: str, signer: Signer, signer_id: str, now: datetime
+) -> dict[str, Any]:
     """Tells readers of a superseded record where the newer version lives."""
     ev = make_event(
-        event_type="correction", subject=old_subject,
-        payload={"kind": "superseded", "pith_number": new_subject,
-                 "arxiv_version": arxiv_version},
-        signer_info=SignerInfo.for_signer(signer, signer_id), created_at=iso_seconds(now),
-        trusted=True)
+        event_type="correction",
+        subject=old_subject,
+        payload={"kind": "superseded", "pith_number": new_subject, "arxiv_version": arxiv_version},
+        signer_info=SignerInfo.for_signer(signer, signer_id),
+        created_at=iso_seconds(now),
+        trusted=True,
+    )
     return sign_event(ev, signer, iso_micros(now))
 
 
 def aliases_from_events(events: Sequence[dict[str, Any]], body: str) -> list[dict[str, Any]]:
     """Re-derive a record's aliases from its applied `record_created` (for rebuilds)."""
-    creations = sorted((e for e in events if e.get("event_type") == "record_created"),
-                       key=lambda e: (e["created_at"], e["event_id"]))
+    creations = sorted(
+        (e for e in events if e.get("event_type") == "record_created"),
+        key=lambda e: (e["created_at"], e["event_id"]),
+    )
     if not creations:
         return []
     first = creations[0]
@@ -127,15 +152,33 @@ def aliases_from_events(events: Sequence[dict[str, Any]], body: str) -> list[dic
     return source_aliases(src["id"], int(src["version"]), body, first["created_at"])
 
 
-def sign_bundle(*, subject: str, canonical: dict[str, Any], canonical_hex: str,
-                events: Sequence[dict[str, Any]], aliases: Sequence[dict[str, Any]],
-                public_keys: Sequence[PublicKey], site: Site, signer: Signer,
-                now: datetime, trusted: Collection[Any] = ()) -> dict[str, Any]:
+def sign_bundle(
+    *,
+    subject: str,
+    canonical: dict[str, Any],
+    canonical_hex: str,
+    events: Sequence[dict[str, Any]],
+    aliases: Sequence[dict[str, Any]],
+    public_keys: Sequence[PublicKey],
+    site: Site,
+    signer: Signer,
+    now: datetime,
+    trusted: Collection[Any] = (),
+) -> dict[str, Any]:
     """`trusted`: the event objects this process just built and signed (see `merge`)."""
-    return build_bundle(subject=subject, canonical=canonical, canonical_hex=canonical_hex,
-                        events=events, aliases=aliases, public_keys=public_keys, site=site,
-                        built_at=_stamps(now)[0], signer=signer, signed_at=_stamps(now)[1],
-                        trusted=trusted)
+    return build_bundle(
+        subject=subject,
+        canonical=canonical,
+        canonical_hex=canonical_hex,
+        events=events,
+        aliases=aliases,
+        public_keys=public_keys,
+        site=site,
+        built_at=_stamps(now)[0],
+        signer=signer,
+        signed_at=_stamps(now)[1],
+        trusted=trusted,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +207,15 @@ class FreshBuilder:
     goes through the general path instead.
     """
 
-    def __init__(self, signer: Signer, signer_id: str, site: Site,
-                 public_keys: Sequence[PublicKey], *,
-                 builder_version: str = BUILDER_VERSION) -> None:
+    def __init__(
+        self,
+        signer: Signer,
+        signer_id: str,
+        site: Site,
+        public_keys: Sequence[PublicKey],
+        *,
+        builder_version: str = BUILDER_VERSION,
+    ) -> None:
         self.signer = signer
         self.signer_id = signer_id
         self.site = site
@@ -175,41 +224,63 @@ class FreshBuilder:
         self._info = SignerInfo.for_signer(signer, signer_id)
         fp = signer.fingerprint
         # the general merge would find these events' key unknown: let it say so
-        self._keys_ok = any(k.key_id == signer.key_id and k.fingerprint == fp
-                            for k in self.public_keys)
+        self._keys_ok = any(k.key_id == signer.key_id and k.fingerprint == fp for k in self.public_keys)
         self._key_docs = [k.to_json() for k in self.public_keys]
         self._keys_fast = fast_safe(self._key_docs)
         # flat documents are copied per bundle; nested ones (certificates) rebuilt
         self._keys_flat = all(getattr(k, "certificate", None) is None for k in self.public_keys)
 
-    def build(self, identity: Identity, now: datetime, bundle_now: datetime, *,
-              supersedes: Sequence[str] = ()) -> FreshBuild:
+    def build(
+        self, identity: Identity, now: datetime, bundle_now: datetime, *, supersedes: Sequence[str] = ()
+    ) -> FreshBuild:
         """Events at `now`, the bundle at `bundle_now` (the publisher's two clock reads)."""
-        built = build_record_events(identity, self.signer, self.signer_id, now,
-                                    supersedes=supersedes,
-                                    builder_version=self.builder_version)
+        built = build_record_events(
+            identity,
+            self.signer,
+            self.signer_id,
+            now,
+            supersedes=supersedes,
+            builder_version=self.builder_version,
+        )
         events = built.events
         created, snapshot = events
-        if (not self._keys_ok or not self._keys_fast
-                or not all(type(s) is str for s in created["supersedes"])
-                or {created["event_id"], snapshot["event_id"]} & set(created["supersedes"])):
-            bundle = sign_bundle(subject=identity.subject, canonical=identity.canonical,
-                                 canonical_hex=identity.canonical_sha256, events=events,
-                                 aliases=built.aliases, public_keys=self.public_keys,
-                                 site=self.site, signer=self.signer, now=bundle_now,
-                                 trusted=events)
+        if (
+            not self._keys_ok
+            or not self._keys_fast
+            or not all(type(s) is str for s in created["supersedes"])
+            or {created["event_id"], snapshot["event_id"]} & set(created["supersedes"])
+        ):
+            bundle = sign_bundle(
+                subject=identity.subject,
+                canonical=identity.canonical,
+                canonical_hex=identity.canonical_sha256,
+                events=events,
+                aliases=built.aliases,
+                public_keys=self.public_keys,
+                site=self.site,
+                signer=self.signer,
+                now=bundle_now,
+                trusted=events,
+            )
         else:
             bundle = self._bundle(identity, created, snapshot, built.aliases, bundle_now)
         state_bytes = dumps_compact(bundle["state"])
-        return FreshBuild(identity, events, built.aliases, bundle,
-                          [dumps_compact(e) for e in events], dumps_compact(bundle), state_bytes)
+        return FreshBuild(
+            identity,
+            events,
+            built.aliases,
+            bundle,
+            [dumps_compact(e) for e in events],
+            dumps_compact(bundle),
+            state_bytes,
+        )
 
-    def _state(self, subject: str, created: dict[str, Any], snapshot: dict[str, Any],
-               aliases: list[dict[str, Any]]) -> dict[str, Any]:
+    def _state(
+        self, subject: str, created: dict[str, Any], snapshot: dict[str, Any], aliases: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         """`merge` of exactly these two valid events, written out."""
         kinds = [a.get("alias_kind") for a in aliases]
-        ours = all(type(k) is str for k in kinds) and all(
-            str(x) < str(y) for x, y in pairwise(kinds))
+        ours = all(type(k) is str for k in kinds) and all(str(x) < str(y) for x, y in pairwise(kinds))
         current: dict[str, Any] = {
             "canonical_record": created["payload"].get("canonical_record"),
             # `source_aliases` made them distinct and sorted by kind: normalising is copying
@@ -236,8 +307,14 @@ class FreshBuilder:
         state["state_sha256"] = hashlib.sha256(dumps_trusted(state)).hexdigest()
         return state
 
-    def _bundle(self, identity: Identity, created: dict[str, Any], snapshot: dict[str, Any],
-                aliases: list[dict[str, Any]], bundle_now: datetime) -> dict[str, Any]:
+    def _bundle(
+        self,
+        identity: Identity,
+        created: dict[str, Any],
+        snapshot: dict[str, Any],
+        aliases: list[dict[str, Any]],
+        bundle_now: datetime,
+    ) -> dict[str, Any]:
         """`build_bundle` for a fresh record, hashed once on the trusted path."""
         subject, body = identity.subject, identity.body
         canonical = identity.canonical
@@ -254,7 +331,8 @@ class FreshBuilder:
             "events": [created, snapshot],
             "timestamp_proofs": [],
             "mirror_hints": [self.site.mirror_hint(body)],
-            "public_keys": [dict(k) for k in self._key_docs] if self._keys_flat
+            "public_keys": [dict(k) for k in self._key_docs]
+            if self._keys_flat
             else [k.to_json() for k in self.public_keys],
             "merge_version": MERGE_VERSION,
             "built_at": _stamps(bundle_now)[0],

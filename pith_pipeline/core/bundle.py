@@ -72,8 +72,7 @@ def _key_json(key: PublicKey) -> dict[str, Any]:
 
 def bundle_paths(body: str) -> tuple[str, str, str]:
     """Storage keys (and URL paths) of a record's bundle, state and well-known bundle."""
-    return (f"pith/{body}/bundle.json", f"pith/{body}/state.json",
-            f".well-known/pith/{body}/bundle.json")
+    return (f"pith/{body}/bundle.json", f"pith/{body}/state.json", f".well-known/pith/{body}/bundle.json")
 
 
 def bundle_sha256(bundle: dict[str, Any], *, trusted: bool = False) -> str:
@@ -82,12 +81,21 @@ def bundle_sha256(bundle: dict[str, Any], *, trusted: bool = False) -> str:
     return hashlib.sha256(dumps_trusted(body) if trusted else dumps(body)).hexdigest()
 
 
-def build_bundle(*, subject: str, canonical: dict[str, Any], canonical_hex: str,
-                 events: Sequence[dict[str, Any]], aliases: Sequence[dict[str, Any]],
-                 public_keys: Sequence[PublicKey], site: Site, built_at: str,
-                 signer: Signer, signed_at: str,
-                 state: dict[str, Any] | None = None,
-                 trusted: Collection[Any] = ()) -> dict[str, Any]:
+def build_bundle(
+    *,
+    subject: str,
+    canonical: dict[str, Any],
+    canonical_hex: str,
+    events: Sequence[dict[str, Any]],
+    aliases: Sequence[dict[str, Any]],
+    public_keys: Sequence[PublicKey],
+    site: Site,
+    built_at: str,
+    signer: Signer,
+    signed_at: str,
+    state: dict[str, Any] | None = None,
+    trusted: Collection[Any] = (),
+) -> dict[str, Any]:
     """Assemble and sign a bundle; the state is merged here unless given.
 
     `trusted`: event objects this process built and signed (see `merge`). When every
@@ -121,8 +129,11 @@ def build_bundle(*, subject: str, canonical: dict[str, Any], canonical_hex: str,
     }
     if fast:
         # links and mirror hints are strings under fixed keys (Site); the rest is checked
-        fast = (fast_safe(bundle["canonical_record"]) and fast_safe(bundle["source_aliases"])
-                and fast_safe(bundle["public_keys"]))
+        fast = (
+            fast_safe(bundle["canonical_record"])
+            and fast_safe(bundle["source_aliases"])
+            and fast_safe(bundle["public_keys"])
+        )
     digest = bundle_sha256(bundle, trusted=fast)
     sig = signature_block(signer, digest, BUNDLE_SIGNED_MESSAGE, signed_at)
     sig["bundle_sha256"] = digest

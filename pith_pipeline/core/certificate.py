@@ -32,9 +32,16 @@ def certificate_sha256(cert: Mapping[str, Any]) -> str:
     return H({k: v for k, v in cert.items() if k not in _UNHASHED})
 
 
-def issue_certificate(*, issuer: Signer, subject_key_id: str, subject_public_key: bytes,
-                      not_before: str, not_after: str, run_id: str,
-                      issued_at: str) -> dict[str, Any]:
+def issue_certificate(
+    *,
+    issuer: Signer,
+    subject_key_id: str,
+    subject_public_key: bytes,
+    not_before: str,
+    not_after: str,
+    run_id: str,
+    issued_at: str,
+) -> dict[str, Any]:
     """A certificate for `subject_public_key`, signed by `issuer` (one signature)."""
     cert: dict[str, Any] = {
         "kind": CERTIFICATE_KIND,
@@ -78,8 +85,7 @@ def certificate_problem(key: PublicKey, issuers: Mapping[str, PublicKey]) -> str
             return f"key {key.key_id}: the certificate's validity window is malformed"
         issuer = issuers.get(str(cert.get("issuer_key_id")))
         if issuer is None:
-            return (f"key {key.key_id}: issuer {cert.get('issuer_key_id')!r} is not a "
-                    "trusted root key")
+            return f"key {key.key_id}: issuer {cert.get('issuer_key_id')!r} is not a trusted root key"
         if issuer.certificate is not None:
             return f"key {key.key_id}: issuer {issuer.key_id} is itself certified (no chains)"
         if cert.get("issuer_fingerprint") != issuer.fingerprint:
@@ -88,8 +94,11 @@ def certificate_problem(key: PublicKey, issuers: Mapping[str, PublicKey]) -> str
         if cert.get("certificate_sha256") != digest:
             return f"key {key.key_id}: certificate_sha256 does not recompute"
         sig = cert.get("signature")
-        if not isinstance(sig, dict) or sig.get("key_id") != issuer.key_id \
-                or sig.get("signed_message") != CERTIFICATE_SIGNED_MESSAGE:
+        if (
+            not isinstance(sig, dict)
+            or sig.get("key_id") != issuer.key_id
+            or sig.get("signed_message") != CERTIFICATE_SIGNED_MESSAGE
+        ):
             return f"key {key.key_id}: certificate signature block malformed"
         if not verify_signature(issuer.public_key, digest, str(sig.get("signature_b64"))):
             return f"key {key.key_id}: certificate signature does not verify with {issuer.key_id}"
@@ -110,8 +119,9 @@ def within_window(key: PublicKey, signed_at: Any) -> bool:
         return False
     t = _norm(signed_at)
     cert = key.certificate
-    if isinstance(cert, dict) and not (_norm(str(cert.get("not_before"))) <= t
-                                       <= _norm(str(cert.get("not_after")))):
+    if isinstance(cert, dict) and not (
+        _norm(str(cert.get("not_before"))) <= t <= _norm(str(cert.get("not_after")))
+    ):
         return False
     return not (key.rotates_at and t > _norm(key.rotates_at))
 

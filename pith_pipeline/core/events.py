@@ -37,8 +37,18 @@ EVENT_TYPES: dict[str, tuple[str, str | None]] = {
     "mirror_hint": ("record", "mirror_hints"),
 }
 EVENT_FIELDS = (
-    "event_type", "subject_pith_number", "target", "payload", "signer", "created_at",
-    "supersedes", "prev_event", "signature", "content_sha256", "schema_version", "event_id",
+    "event_type",
+    "subject_pith_number",
+    "target",
+    "payload",
+    "signer",
+    "created_at",
+    "supersedes",
+    "prev_event",
+    "signature",
+    "content_sha256",
+    "schema_version",
+    "event_id",
 )
 UNHASHED_FIELDS = ("signature", "content_sha256", "event_id")
 
@@ -61,10 +71,13 @@ class SignerInfo:
         }
 
     @classmethod
-    def for_signer(cls, signer: Signer, signer_id: str,
-                   signer_type: str = "pith_registry") -> SignerInfo:
-        return cls(signer_id=signer_id, signer_type=signer_type, key_id=signer.key_id,
-                   public_key_fingerprint=signer.fingerprint)
+    def for_signer(cls, signer: Signer, signer_id: str, signer_type: str = "pith_registry") -> SignerInfo:
+        return cls(
+            signer_id=signer_id,
+            signer_type=signer_type,
+            key_id=signer.key_id,
+            public_key_fingerprint=signer.fingerprint,
+        )
 
 
 def content_sha256(event: dict[str, Any], *, trusted: bool = False) -> str:
@@ -79,8 +92,9 @@ def content_sha256(event: dict[str, Any], *, trusted: bool = False) -> str:
     return H(body)
 
 
-def signature_block(signer: Signer, digest_hex: str, signed_message: str, signed_at: str,
-                    signature_b64: str | None = None) -> dict[str, Any]:
+def signature_block(
+    signer: Signer, digest_hex: str, signed_message: str, signed_at: str, signature_b64: str | None = None
+) -> dict[str, Any]:
     sig = signature_b64 if signature_b64 is not None else signer.sign_hex_b64(digest_hex)
     return {
         "signature_status": SIGNATURE_STATUS,
@@ -105,9 +119,17 @@ def finalize_event(event: dict[str, Any], *, trusted: bool = False) -> dict[str,
     return event
 
 
-def make_event(*, event_type: str, subject: str, payload: dict[str, Any], signer_info: SignerInfo,
-               created_at: str, supersedes: list[str] | None = None,
-               prev_event: str | None = None, trusted: bool = False) -> dict[str, Any]:
+def make_event(
+    *,
+    event_type: str,
+    subject: str,
+    payload: dict[str, Any],
+    signer_info: SignerInfo,
+    created_at: str,
+    supersedes: list[str] | None = None,
+    prev_event: str | None = None,
+    trusted: bool = False,
+) -> dict[str, Any]:
     """An unsigned event with its content hash and id (sign it with `sign_event`).
 
     `trusted=True` only for payloads the builder assembled from checked parts.
@@ -131,17 +153,26 @@ def make_event(*, event_type: str, subject: str, payload: dict[str, Any], signer
     return finalize_event(event, trusted=trusted)
 
 
-def sign_event(event: dict[str, Any], signer: Signer, signed_at: str,
-               signature_b64: str | None = None) -> dict[str, Any]:
+def sign_event(
+    event: dict[str, Any], signer: Signer, signed_at: str, signature_b64: str | None = None
+) -> dict[str, Any]:
     """Attach a signature over the raw bytes of `content_sha256` (in place)."""
-    event["signature"] = signature_block(signer, event["content_sha256"], EVENT_SIGNED_MESSAGE,
-                                         signed_at, signature_b64)
+    event["signature"] = signature_block(
+        signer, event["content_sha256"], EVENT_SIGNED_MESSAGE, signed_at, signature_b64
+    )
     return event
 
 
-def receipt(*, signer: Signer, canonical_sha256: str, first_computed_at: str,
-            last_reissued_at: str, signed_at: str, builder_version: str = BUILDER_VERSION,
-            signature_b64: str | None = None) -> dict[str, Any]:
+def receipt(
+    *,
+    signer: Signer,
+    canonical_sha256: str,
+    first_computed_at: str,
+    last_reissued_at: str,
+    signed_at: str,
+    builder_version: str = BUILDER_VERSION,
+    signature_b64: str | None = None,
+) -> dict[str, Any]:
     """The signed statement that a canonical record hashes to `canonical_sha256`."""
     sig = signature_b64 if signature_b64 is not None else signer.sign_hex_b64(canonical_sha256)
     return {
@@ -161,8 +192,9 @@ def receipt(*, signer: Signer, canonical_sha256: str, first_computed_at: str,
     }
 
 
-def record_created_payload(canonical: dict[str, Any], canonical_hex: str,
-                           receipt_obj: dict[str, Any]) -> dict[str, Any]:
+def record_created_payload(
+    canonical: dict[str, Any], canonical_hex: str, receipt_obj: dict[str, Any]
+) -> dict[str, Any]:
     src = canonical["source"]
     return {
         "canonical_record": canonical,
@@ -200,12 +232,12 @@ _EMPTY_SECTIONS = {
 
 def _empty_section(name: str) -> dict[str, Any]:
     """A fresh copy (callers may mutate what they get; the template stays intact)."""
-    return {k: (v.copy() if isinstance(v, list | dict) else v)
-            for k, v in _EMPTY_SECTIONS[name].items()}
+    return {k: (v.copy() if isinstance(v, list | dict) else v) for k, v in _EMPTY_SECTIONS[name].items()}
 
 
-def graph_snapshot_payload(rec: ArxivRecord, canonical: dict[str, Any],
-                           builder_version: str = BUILDER_VERSION) -> dict[str, Any]:
+def graph_snapshot_payload(
+    rec: ArxivRecord, canonical: dict[str, Any], builder_version: str = BUILDER_VERSION
+) -> dict[str, Any]:
     """The graph snapshot of a freshly ingested paper: paper facts, empty sections."""
     meta = canonical["metadata"]
     abstract = collapse_ws(rec.abstract)
@@ -224,18 +256,25 @@ def graph_snapshot_payload(rec: ArxivRecord, canonical: dict[str, Any],
         "claims": _empty_section("claims"),
         "source": dict(canonical["source"]),
         "verdict": {
-            "id": None, "model_set": {}, "created_at": None, "strongest_claim": "",
-            "one_line_summary": "", "pipeline_version": None, "weakest_assumption": "",
+            "id": None,
+            "model_set": {},
+            "created_at": None,
+            "strongest_claim": "",
+            "one_line_summary": "",
+            "pipeline_version": None,
+            "weakest_assumption": "",
             "pith_extraction_headline": "",
         },
-        "integrity": _section({
-            "clean": True,
-            "summary": {"advisory": 0, "critical": 0, "by_detector": {}, "informational": 0},
-            "endpoint": f"/pith/{rec.id}/integrity.json",
-            "findings": [],
-            "available": True,
-            "detectors_run": [],
-        }),
+        "integrity": _section(
+            {
+                "clean": True,
+                "summary": {"advisory": 0, "critical": 0, "by_detector": {}, "informational": 0},
+                "endpoint": f"/pith/{rec.id}/integrity.json",
+                "findings": [],
+                "available": True,
+                "detectors_run": [],
+            }
+        ),
         "references": _empty_section("references"),
         "formal_canon": _empty_section("formal_canon"),
         "author_claims": _empty_section("author_claims"),

@@ -109,10 +109,14 @@ class PublicKey:
         cert = obj.get("certificate")
         if cert is not None and not isinstance(cert, dict):
             raise ValueError(f"key {key_id}: certificate is not an object")
-        return cls(key_id=key_id, public_key=raw, url=str(obj.get("url", "")),
-                   notes=str(obj.get("notes", "")),
-                   rotates_at=rotates if isinstance(rotates, str) else None,
-                   certificate=cert)
+        return cls(
+            key_id=key_id,
+            public_key=raw,
+            url=str(obj.get("url", "")),
+            notes=str(obj.get("notes", "")),
+            rotates_at=rotates if isinstance(rotates, str) else None,
+            certificate=cert,
+        )
 
 
 class Signer(ABC):
@@ -137,10 +141,12 @@ class Signer(ABC):
     def fingerprint(self) -> str:
         return fingerprint_hex(self.public_key)
 
-    def public_key_doc(self, *, url: str = "", notes: str = DEFAULT_KEY_NOTES,
-                       rotates_at: str | None = None) -> PublicKey:
-        return PublicKey(key_id=self.key_id, public_key=self.public_key, url=url, notes=notes,
-                         rotates_at=rotates_at)
+    def public_key_doc(
+        self, *, url: str = "", notes: str = DEFAULT_KEY_NOTES, rotates_at: str | None = None
+    ) -> PublicKey:
+        return PublicKey(
+            key_id=self.key_id, public_key=self.public_key, url=url, notes=notes, rotates_at=rotates_at
+        )
 
     def published_keys(self, *, url: str = "") -> list[PublicKey]:
         """Key documents a registry publishes for this signer: roots first, then this key.

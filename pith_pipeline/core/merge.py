@@ -19,8 +19,14 @@ from pith_pipeline.errors import CanonicalJSONError
 
 MERGE_VERSION = "pith-open-graph-merge-v1"
 CURRENT_LISTS = (
-    "graph_snapshots", "author_attestations", "timestamp_anchors", "storage_attestations",
-    "citation_signatures", "replication_records", "corrections", "mirror_hints",
+    "graph_snapshots",
+    "author_attestations",
+    "timestamp_anchors",
+    "storage_attestations",
+    "citation_signatures",
+    "replication_records",
+    "corrections",
+    "mirror_hints",
 )
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "event_type": str,
@@ -37,8 +43,15 @@ _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "signature": dict,
 }
 _SIGNER_FIELDS = ("signer_id", "signer_type", "key_id", "public_key_fingerprint")
-_SIGNATURE_FIELDS = ("signature_status", "algorithm", "key_id", "public_key_fingerprint",
-                     "signature_b64", "signed_message", "signed_at")
+_SIGNATURE_FIELDS = (
+    "signature_status",
+    "algorithm",
+    "key_id",
+    "public_key_fingerprint",
+    "signature_b64",
+    "signed_message",
+    "signed_at",
+)
 
 
 def _malformed(event: Mapping[str, Any]) -> bool:
@@ -73,8 +86,9 @@ def _key_ok(keys: Mapping[str, PublicKey], key_id: str, fingerprint: str) -> boo
     return key is not None and _fingerprint(key) == fingerprint
 
 
-def validate_event(event: Any, subject: str, keys: Mapping[str, PublicKey], *,
-                   trusted: bool = False) -> str | None:
+def validate_event(
+    event: Any, subject: str, keys: Mapping[str, PublicKey], *, trusted: bool = False
+) -> str | None:
     """None when the event is valid, else the reason the spec names.
 
     `trusted`: the caller made and signed this very object in this process, so its
@@ -99,11 +113,13 @@ def validate_event(event: Any, subject: str, keys: Mapping[str, PublicKey], *,
         return "unknown_key"
     if not _key_ok(keys, sig["key_id"], sig["public_key_fingerprint"]):
         return "unknown_key"
-    if (sig["algorithm"] != "ed25519" or sig["signed_message"] != "open_graph_event_sha256_bytes"
-            or sig["signature_status"] != "signed_v1"):
+    if (
+        sig["algorithm"] != "ed25519"
+        or sig["signed_message"] != "open_graph_event_sha256_bytes"
+        or sig["signature_status"] != "signed_v1"
+    ):
         return "bad_signature"
-    if not trusted and not verify_signature(keys[sig["key_id"]].public_key, digest,
-                                            sig["signature_b64"]):
+    if not trusted and not verify_signature(keys[sig["key_id"]].public_key, digest, sig["signature_b64"]):
         return "bad_signature"
     return None
 
@@ -115,14 +131,17 @@ def _event_id_of(event: Any) -> str | None:
 
 
 def _order_key(event: Mapping[str, Any]) -> tuple[str, int, str]:
-    return (event["created_at"], 0 if event["event_type"] == "record_created" else 1,
-            event["event_id"])
+    return (event["created_at"], 0 if event["event_type"] == "record_created" else 1, event["event_id"])
 
 
 def _entry(event: Mapping[str, Any]) -> dict[str, Any]:
-    return {"event_id": event["event_id"], "target": event["target"],
-            "created_at": event["created_at"], "signer": event["signer"],
-            "payload": event["payload"]}
+    return {
+        "event_id": event["event_id"],
+        "target": event["target"],
+        "created_at": event["created_at"],
+        "signer": event["signer"],
+        "payload": event["payload"],
+    }
 
 
 def normalize_aliases(aliases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -137,8 +156,14 @@ def normalize_aliases(aliases: Iterable[Mapping[str, Any]]) -> list[dict[str, An
     return [dict(a) for a in aliases]
 
 
-def merge(events: Iterable[Any], aliases: Iterable[Mapping[str, Any]], keys: Iterable[PublicKey],
-          subject: str, *, trusted: Collection[Any] = ()) -> dict[str, Any]:
+def merge(
+    events: Iterable[Any],
+    aliases: Iterable[Mapping[str, Any]],
+    keys: Iterable[PublicKey],
+    subject: str,
+    *,
+    trusted: Collection[Any] = (),
+) -> dict[str, Any]:
     """Compute the state of `subject` from its events, aliases and trusted keys.
 
     `trusted`: event objects (by identity, not id) the caller built and signed
@@ -170,8 +195,9 @@ def merge(events: Iterable[Any], aliases: Iterable[Mapping[str, Any]], keys: Ite
     applied_creation = creations[0] if creations else None
     equivocations: list[dict[str, Any]] = []
     if len(creations) > 1:
-        equivocations.append({"kind": "conflicting_record",
-                              "event_ids": sorted(e["event_id"] for e in creations)})
+        equivocations.append(
+            {"kind": "conflicting_record", "event_ids": sorted(e["event_id"] for e in creations)}
+        )
     forks: dict[tuple[str, str], list[str]] = {}
     for e in ordered:
         if e["prev_event"] is not None:
@@ -179,13 +205,11 @@ def merge(events: Iterable[Any], aliases: Iterable[Mapping[str, Any]], keys: Ite
     for (_sid, _prev), ids in sorted(forks.items()):
         if len(ids) > 1:
             equivocations.append({"kind": "fork", "event_ids": sorted(ids)})
-    applied = [e for e in ordered
-               if e["event_type"] != "record_created" or e is applied_creation]
+    applied = [e for e in ordered if e["event_type"] != "record_created" or e is applied_creation]
     # 4. supersedes drop events from the current lists
     superseded = {s for e in applied for s in e["supersedes"]}
     current: dict[str, Any] = {
-        "canonical_record": applied_creation["payload"].get("canonical_record")
-        if applied_creation else None,
+        "canonical_record": applied_creation["payload"].get("canonical_record") if applied_creation else None,
         "source_aliases": normalize_aliases(aliases),
     }
     for name in CURRENT_LISTS:
@@ -196,9 +220,12 @@ def merge(events: Iterable[Any], aliases: Iterable[Mapping[str, Any]], keys: Ite
             current[list_name].append(_entry(e))
     current["record_created"] = (
         _entry(applied_creation)
-        if applied_creation and applied_creation["event_id"] not in superseded else None)
+        if applied_creation and applied_creation["event_id"] not in superseded
+        else None
+    )
     invalid_list: list[dict[str, str | None]] = [
-        {"event_id": eid, "reason": r} for eid, r in sorted(invalid.items())]
+        {"event_id": eid, "reason": r} for eid, r in sorted(invalid.items())
+    ]
     invalid_list += [{"event_id": None, "reason": r} for r in sorted(anonymous)]
     state: dict[str, Any] = {
         "state_type": "pith_open_graph_state",

@@ -26,8 +26,20 @@ _PARENS = re.compile(r"\([^()]*\)")
 _AND_SPLIT = re.compile(r"\s*,\s*and\s+|\s*,\s*|\s+and\s+")
 
 SNAPSHOT_FIELDS = (
-    "id", "submitter", "authors", "title", "comments", "journal-ref", "doi", "report-no",
-    "categories", "license", "abstract", "versions", "update_date", "authors_parsed",
+    "id",
+    "submitter",
+    "authors",
+    "title",
+    "comments",
+    "journal-ref",
+    "doi",
+    "report-no",
+    "categories",
+    "license",
+    "abstract",
+    "versions",
+    "update_date",
+    "authors_parsed",
 )
 
 
@@ -175,25 +187,43 @@ class ArxivRecord:
                 raise InputError("missing or not a list", record_id=rid, field="versions")
             versions = []
             for i, v in enumerate(versions_raw):
-                if not isinstance(v, dict) or not isinstance(v.get("version"), str) \
-                        or not isinstance(v.get("created"), str):
-                    raise InputError(f"entry {i} needs string 'version' and 'created'",
-                                     record_id=rid, field="versions")
+                if (
+                    not isinstance(v, dict)
+                    or not isinstance(v.get("version"), str)
+                    or not isinstance(v.get("created"), str)
+                ):
+                    raise InputError(
+                        f"entry {i} needs string 'version' and 'created'", record_id=rid, field="versions"
+                    )
                 versions.append(Version(version=v["version"], created=v["created"]))
             parsed = obj.get("authors_parsed")
             parsed_t: tuple[tuple[str, ...], ...] | None = None
             if parsed is not None:
                 if not isinstance(parsed, list) or not all(
-                        isinstance(e, list) and all(isinstance(p, str) for p in e) for e in parsed):
-                    raise InputError("must be a list of lists of strings", record_id=rid,
-                                     field="authors_parsed")
+                    isinstance(e, list) and all(isinstance(p, str) for p in e) for e in parsed
+                ):
+                    raise InputError(
+                        "must be a list of lists of strings", record_id=rid, field="authors_parsed"
+                    )
                 parsed_t = tuple(tuple(e) for e in parsed)
-            for key in ("title", "abstract", "categories", "authors", "submitter", "comments",
-                        "journal-ref", "doi", "report-no", "license", "update_date"):
+            for key in (
+                "title",
+                "abstract",
+                "categories",
+                "authors",
+                "submitter",
+                "comments",
+                "journal-ref",
+                "doi",
+                "report-no",
+                "license",
+                "update_date",
+            ):
                 value = obj.get(key)
                 if value is not None and not isinstance(value, str):
-                    raise InputError(f"must be a string, not {type(value).__name__}",
-                                     record_id=rid, field=key)
+                    raise InputError(
+                        f"must be a string, not {type(value).__name__}", record_id=rid, field=key
+                    )
             return cls(
                 id=obj.get("id"),  # type: ignore[arg-type]
                 title=obj.get("title"),  # type: ignore[arg-type]
@@ -211,8 +241,9 @@ class ArxivRecord:
                 authors_parsed=parsed_t,
             )
         except InputError as exc:
-            raise InputError(exc.message, record_id=exc.record_id or rid, field=exc.field,
-                             where=where or exc.where) from None
+            raise InputError(
+                exc.message, record_id=exc.record_id or rid, field=exc.field, where=where or exc.where
+            ) from None
 
     def to_json(self) -> dict[str, Any]:
         """The snapshot layout, same 14 keys in the same order."""
@@ -231,5 +262,6 @@ class ArxivRecord:
             "versions": [{"version": v.version, "created": v.created} for v in self.versions],
             "update_date": self.update_date,
             "authors_parsed": [list(e) for e in self.authors_parsed]
-            if self.authors_parsed is not None else None,
+            if self.authors_parsed is not None
+            else None,
         }

@@ -94,5 +94,4 @@ def source_aliases(arxiv_id: str, version: int, body: str, created_at: str) -> l
         "pith_short_16": body[:16],
         "pith_short_8": body[:8],
     }
-    return [{"alias_kind": k, "alias_value": values[k], "created_at": created_at}
-            for k in ALIAS_KINDS]
+    return [{"alias_kind": k, "alias_value": values[k], "created_at": created_at} for k in ALIAS_KINDS]

@@ -26,9 +26,20 @@ from pith_pipeline.core.record import PithNumber, arxiv_doi
 
 OK, FAIL, WARN, SKIP = "ok", "fail", "warn", "skip"
 CHECKS = (
-    "canonical_hash", "pith_number", "source_aliases", "public_keys", "receipt",
-    "event_hashes", "event_ids", "event_signatures", "bundle_hash", "bundle_signature",
-    "state", "keys_listed", "pinned_key", "key_trust",
+    "canonical_hash",
+    "pith_number",
+    "source_aliases",
+    "public_keys",
+    "receipt",
+    "event_hashes",
+    "event_ids",
+    "event_signatures",
+    "bundle_hash",
+    "bundle_signature",
+    "state",
+    "keys_listed",
+    "pinned_key",
+    "key_trust",
 )
 RECEIPT_REISSUED = "receipt_reissued"
 
@@ -60,8 +71,12 @@ class Report:
         return [c for c in self.checks if c.status == FAIL]
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "pith_number": self.pith_number, "ok": self.ok,
-                "checks": [c.to_json() for c in self.checks]}
+        return {
+            "source": self.source,
+            "pith_number": self.pith_number,
+            "ok": self.ok,
+            "checks": [c.to_json() for c in self.checks],
+        }
 
 
 class _Bad(Exception):
@@ -135,13 +150,14 @@ class _Verifier:
         aliases = _list(self.b.get("source_aliases"), "source_aliases")
         body = PithNumber.parse(_str(self.b.get("pith_number"), "pith_number")).body
         src = _obj(self.b.get("source"), "source")
-        strict = {"pith_short_8": body[:8], "pith_short_12": body[:12],
-                  "pith_short_16": body[:16]}
+        strict = {"pith_short_8": body[:8], "pith_short_12": body[:12], "pith_short_16": body[:16]}
         loose: dict[str, str] = {}
         if src.get("kind") == "arxiv":
-            loose = {"arxiv": str(src.get("id")),
-                     "arxiv_version": f"{src.get('id')}v{src.get('version')}",
-                     "doi": arxiv_doi(str(src.get("id")))}
+            loose = {
+                "arxiv": str(src.get("id")),
+                "arxiv_version": f"{src.get('id')}v{src.get('version')}",
+                "doi": arxiv_doi(str(src.get("id"))),
+            }
         notes = []
         for a in aliases:
             a = _obj(a, "alias")
@@ -189,25 +205,32 @@ class _Verifier:
         digest = _str(r.get("canonical_sha256"), "receipt.canonical_sha256")
         if digest != self.b.get("canonical_sha256") or payload.get("canonical_sha256") != digest:
             raise _Bad("receipt is for a different canonical_sha256")
-        if r.get("kind") != "pith_receipt" or r.get("algorithm") != "ed25519" \
-                or r.get("signed_message") != RECEIPT_SIGNED_MESSAGE \
-                or r.get("signature_status") != SIGNATURE_STATUS:
+        if (
+            r.get("kind") != "pith_receipt"
+            or r.get("algorithm") != "ed25519"
+            or r.get("signed_message") != RECEIPT_SIGNED_MESSAGE
+            or r.get("signature_status") != SIGNATURE_STATUS
+        ):
             raise _Bad("receipt kind, algorithm, signed_message or signature_status unexpected")
         key = self._key(r.get("key_id"), r.get("public_key_fingerprint"), "receipt")
-        if not verify_signature(key.public_key, digest, _str(r.get("signature_b64"),
-                                                             "receipt.signature_b64")):
+        if not verify_signature(
+            key.public_key, digest, _str(r.get("signature_b64"), "receipt.signature_b64")
+        ):
             raise _Bad(f"receipt signature does not verify with key {key.key_id}")
         reissues = self._reissued_receipts(ev, r)
         if reissues:
             latest_key, latest = reissues[-1]
             self._pin_use("receipt (re-issued)", latest_key)
-            return (f"signed by {key.key_id}; re-issued by {latest_key.key_id} at "
-                    f"{latest.get('last_reissued_at')}")
+            return (
+                f"signed by {key.key_id}; re-issued by {latest_key.key_id} at "
+                f"{latest.get('last_reissued_at')}"
+            )
         self._pin_use("receipt", key)
         return f"signed by {key.key_id}"
 
-    def _reissued_receipts(self, creation: dict[str, Any],
-                           original: dict[str, Any]) -> list[tuple[PublicKey, dict[str, Any]]]:
+    def _reissued_receipts(
+        self, creation: dict[str, Any], original: dict[str, Any]
+    ) -> list[tuple[PublicKey, dict[str, Any]]]:
         """Receipts re-issued for the applied record, oldest first, each checked.
 
         A re-issued receipt travels in a `correction` event (`kind: receipt_reissued`)
@@ -220,21 +243,25 @@ class _Verifier:
             if not isinstance(payload, dict) or payload.get("kind") != RECEIPT_REISSUED:
                 continue
             if payload.get("record_created") != creation.get("event_id"):
-                raise _Bad(f"re-issued receipt {entry.get('event_id')} names another "
-                           "record_created event")
+                raise _Bad(f"re-issued receipt {entry.get('event_id')} names another record_created event")
             r = _obj(payload.get("receipt"), "re-issued receipt")
-            if r.get("kind") != "pith_receipt" or r.get("algorithm") != "ed25519" \
-                    or r.get("signed_message") != RECEIPT_SIGNED_MESSAGE \
-                    or r.get("signature_status") != SIGNATURE_STATUS:
-                raise _Bad("re-issued receipt kind, algorithm, signed_message or "
-                           "signature_status unexpected")
+            if (
+                r.get("kind") != "pith_receipt"
+                or r.get("algorithm") != "ed25519"
+                or r.get("signed_message") != RECEIPT_SIGNED_MESSAGE
+                or r.get("signature_status") != SIGNATURE_STATUS
+            ):
+                raise _Bad("re-issued receipt kind, algorithm, signed_message or signature_status unexpected")
             if r.get("canonical_sha256") != original.get("canonical_sha256"):
                 raise _Bad("re-issued receipt is for a different canonical_sha256")
             if r.get("first_computed_at") != original.get("first_computed_at"):
                 raise _Bad("re-issued receipt changes first_computed_at")
             key = self._key(r.get("key_id"), r.get("public_key_fingerprint"), "re-issued receipt")
-            if not verify_signature(key.public_key, _str(r.get("canonical_sha256"), "digest"),
-                                    _str(r.get("signature_b64"), "signature_b64")):
+            if not verify_signature(
+                key.public_key,
+                _str(r.get("canonical_sha256"), "digest"),
+                _str(r.get("signature_b64"), "signature_b64"),
+            ):
                 raise _Bad(f"re-issued receipt signature does not verify with key {key.key_id}")
             out.append((key, r))
         out.sort(key=lambda kr: str(kr[1].get("last_reissued_at")))
@@ -250,13 +277,16 @@ class _Verifier:
     def _event_check(self, wanted: tuple[str, ...], label: str) -> tuple[str, str]:
         """(status, detail) over every event for the reasons this check owns."""
         events = _list(self.b.get("events"), "events")
-        claimed = {(e.get("event_id"), e.get("reason"))
-                   for e in (self.b.get("state") or {}).get("invalid_events", [])
-                   if isinstance(e, dict)}
+        claimed = {
+            (e.get("event_id"), e.get("reason"))
+            for e in (self.b.get("state") or {}).get("invalid_events", [])
+            if isinstance(e, dict)
+        }
         fails: list[str] = []
         warns: list[str] = []
         valid_ids = set(self._merged()["applied_event_ids"]) | {
-            eid for eq in self._merged()["equivocations"] for eid in eq["event_ids"]}
+            eid for eq in self._merged()["equivocations"] for eid in eq["event_ids"]
+        }
         for i, ev in enumerate(events):
             reason = validate_event(ev, self.subject, self.keys)
             eid = ev.get("event_id") if isinstance(ev, dict) else None
@@ -276,19 +306,23 @@ class _Verifier:
         sig = _obj(self.b.get("bundle_signature"), "bundle_signature")
         got = bundle_sha256(self.b)
         if sig.get("bundle_sha256") != got:
-            raise _Bad(f"bundle_sha256 {str(sig.get('bundle_sha256'))[:16]}... but the bundle "
-                       f"hashes to {got[:16]}...")
+            raise _Bad(
+                f"bundle_sha256 {str(sig.get('bundle_sha256'))[:16]}... but the bundle "
+                f"hashes to {got[:16]}..."
+            )
         return got
 
     def bundle_signature(self) -> str:
         sig = _obj(self.b.get("bundle_signature"), "bundle_signature")
-        if sig.get("algorithm") != "ed25519" or sig.get("signed_message") != BUNDLE_SIGNED_MESSAGE \
-                or sig.get("signature_status") != SIGNATURE_STATUS:
+        if (
+            sig.get("algorithm") != "ed25519"
+            or sig.get("signed_message") != BUNDLE_SIGNED_MESSAGE
+            or sig.get("signature_status") != SIGNATURE_STATUS
+        ):
             raise _Bad("algorithm, signed_message or signature_status unexpected")
         key = self._key(sig.get("key_id"), sig.get("public_key_fingerprint"), "bundle_signature")
         digest = bundle_sha256(self.b)
-        if not verify_signature(key.public_key, digest, _str(sig.get("signature_b64"),
-                                                             "signature_b64")):
+        if not verify_signature(key.public_key, digest, _str(sig.get("signature_b64"), "signature_b64")):
             raise _Bad(f"signature does not verify with key {key.key_id}")
         self._pin_use("bundle_signature", key)
         return f"signed by {key.key_id}"
@@ -297,10 +331,8 @@ class _Verifier:
         given = _obj(self.b.get("state"), "state")
         merged = self._merged()
         if dumps(given) != dumps(merged):
-            diff = sorted(k for k in set(given) | set(merged)
-                          if dumps(given.get(k)) != dumps(merged.get(k)))
-            raise _Bad(f"state does not recompute from events and aliases (differs in: "
-                       f"{', '.join(diff)})")
+            diff = sorted(k for k in set(given) | set(merged) if dumps(given.get(k)) != dumps(merged.get(k)))
+            raise _Bad(f"state does not recompute from events and aliases (differs in: {', '.join(diff)})")
         return f"state_sha256 {merged['state_sha256']}"
 
     def keys_listed(self) -> str:
@@ -321,8 +353,10 @@ class _Verifier:
         return "keys used: " + ", ".join(sorted(used))
 
     def _claimed_invalid(self, ev: dict[str, Any]) -> bool:
-        return any(isinstance(e, dict) and e.get("event_id") == ev.get("event_id")
-                   for e in (self.b.get("state") or {}).get("invalid_events", []))
+        return any(
+            isinstance(e, dict) and e.get("event_id") == ev.get("event_id")
+            for e in (self.b.get("state") or {}).get("invalid_events", [])
+        )
 
     def _pin_use(self, what: str, key: PublicKey) -> None:
         if self.pinned and not self._pin_ok(key):
@@ -347,22 +381,30 @@ class _Verifier:
         out: list[tuple[str, Any, Any]] = []
         merged = self._merged()
         valid_ids = set(merged["applied_event_ids"]) | {
-            eid for eq in merged["equivocations"] for eid in eq["event_ids"]}
+            eid for eq in merged["equivocations"] for eid in eq["event_ids"]
+        }
         for i, ev in enumerate(_list(self.b.get("events"), "events")):
-            if isinstance(ev, dict) and ev.get("event_id") in valid_ids \
-                    and isinstance(ev.get("signature"), dict):
-                out.append((f"events[{i}]", ev["signature"].get("key_id"),
-                            ev["signature"].get("signed_at")))
+            if (
+                isinstance(ev, dict)
+                and ev.get("event_id") in valid_ids
+                and isinstance(ev.get("signature"), dict)
+            ):
+                out.append((f"events[{i}]", ev["signature"].get("key_id"), ev["signature"].get("signed_at")))
                 payload = ev.get("payload")
-                if ev.get("event_type") == "record_created" and isinstance(payload, dict) \
-                        and isinstance(payload.get("receipt"), dict):
+                if (
+                    ev.get("event_type") == "record_created"
+                    and isinstance(payload, dict)
+                    and isinstance(payload.get("receipt"), dict)
+                ):
                     r = payload["receipt"]
                     out.append((f"events[{i}] receipt", r.get("key_id"), r.get("signed_at")))
-                if isinstance(payload, dict) and payload.get("kind") == RECEIPT_REISSUED \
-                        and isinstance(payload.get("receipt"), dict):
+                if (
+                    isinstance(payload, dict)
+                    and payload.get("kind") == RECEIPT_REISSUED
+                    and isinstance(payload.get("receipt"), dict)
+                ):
                     r = payload["receipt"]
-                    out.append((f"events[{i}] re-issued receipt", r.get("key_id"),
-                                r.get("signed_at")))
+                    out.append((f"events[{i}] re-issued receipt", r.get("key_id"), r.get("signed_at")))
         sig = _obj(self.b.get("bundle_signature"), "bundle_signature")
         out.append(("bundle_signature", sig.get("key_id"), sig.get("signed_at")))
         return out
@@ -376,8 +418,7 @@ class _Verifier:
         `rotates_at` — the trusted document's value wins, since a bundle built before
         a rotation cannot know it).
         """
-        roots = {k.key_id: k for k in (self.trusted or self.keys).values()
-                 if k.certificate is None}
+        roots = {k.key_id: k for k in (self.trusted or self.keys).values() if k.certificate is None}
         problems: list[str] = []
         certified = [k for k in self.keys.values() if k.certificate is not None]
         for k in certified:
@@ -392,26 +433,28 @@ class _Verifier:
             used.add(key.key_id)
             known = (self.trusted or {}).get(key.key_id)
             if known is not None and known.public_key == key.public_key:
-                key = PublicKey(key.key_id, key.public_key, rotates_at=known.rotates_at,
-                                certificate=key.certificate)
+                key = PublicKey(
+                    key.key_id, key.public_key, rotates_at=known.rotates_at, certificate=key.certificate
+                )
             if not within_window(key, signed_at):
-                problems.append(f"{what}: signed at {signed_at}, outside the validity of key "
-                                f"{key.key_id}")
+                problems.append(f"{what}: signed at {signed_at}, outside the validity of key {key.key_id}")
         if self.trusted is not None:
             for kid in sorted(used):
                 key = self.keys[kid]
                 known = self.trusted.get(kid)
-                if known is not None and known.public_key == key.public_key \
-                        and known.certificate is None:
+                if known is not None and known.public_key == key.public_key and known.certificate is None:
                     continue
                 if key.certificate is not None and certificate_problem(key, roots) is None:
                     continue
-                problems.append(f"key {kid} is neither in the trusted key document nor "
-                                "certified by a key in it")
+                problems.append(
+                    f"key {kid} is neither in the trusted key document nor certified by a key in it"
+                )
         if problems:
             raise _Bad("; ".join(problems))
-        parts = [f"{len(certified)} certified key(s) valid" if certified else "no certified keys",
-                 "signatures inside their keys' validity"]
+        parts = [
+            f"{len(certified)} certified key(s) valid" if certified else "no certified keys",
+            "signatures inside their keys' validity",
+        ]
         if self.trusted is not None:
             parts.append("every key trusted")
         return ", ".join(parts)
@@ -426,19 +469,25 @@ class _Verifier:
             if not isinstance(ev, dict) or not isinstance(ev.get("signer"), dict):
                 continue
             if ev["signer"].get("signer_type") == "pith_registry" and ev.get("event_id") in set(
-                    self._merged()["applied_event_ids"]):
+                self._merged()["applied_event_ids"]
+            ):
                 sig = ev.get("signature") or {}
                 if sig.get("public_key_fingerprint") != self.pinned and not self._pin_ok(
-                        self.keys.get(str(sig.get("key_id")))):
+                    self.keys.get(str(sig.get("key_id")))
+                ):
                     fails.append(f"events[{i}] signed with {sig.get('public_key_fingerprint')}")
         if fails:
             return FAIL, "not the pinned key: " + "; ".join(fails)
         return OK, f"registry signatures use {self.pinned}"
 
 
-def verify_bundle(bundle: Any, *, pinned_fingerprint: str | None = None,
-                  source: str = "<bundle>",
-                  trusted_keys: Iterable[PublicKey] | None = None) -> Report:
+def verify_bundle(
+    bundle: Any,
+    *,
+    pinned_fingerprint: str | None = None,
+    source: str = "<bundle>",
+    trusted_keys: Iterable[PublicKey] | None = None,
+) -> Report:
     """Run every check of spec section 9 on a parsed bundle.
 
     `trusted_keys`: the registry's published key document (`pith-signing-key.json`);
@@ -466,12 +515,12 @@ def verify_bundle(bundle: Any, *, pinned_fingerprint: str | None = None,
     run("source_aliases", v.source_aliases)
     run("public_keys", v.public_keys)
     run("receipt", v.receipt)
-    run("event_hashes", lambda: v._event_check(("malformed", "bad_content_hash",
-                                                "unknown_event_type"), "hashes recompute"))
-    run("event_ids", lambda: v._event_check(("bad_event_id", "subject_mismatch"),
-                                            "ids match content hashes"))
-    run("event_signatures", lambda: v._event_check(("bad_signature", "unknown_key"),
-                                                   "signatures verify"))
+    run(
+        "event_hashes",
+        lambda: v._event_check(("malformed", "bad_content_hash", "unknown_event_type"), "hashes recompute"),
+    )
+    run("event_ids", lambda: v._event_check(("bad_event_id", "subject_mismatch"), "ids match content hashes"))
+    run("event_signatures", lambda: v._event_check(("bad_signature", "unknown_key"), "signatures verify"))
     run("bundle_hash", v.bundle_hash)
     run("bundle_signature", v.bundle_signature)
     run("state", v.state_check)

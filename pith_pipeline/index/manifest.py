@@ -29,8 +29,7 @@ COMMIT_ATTEMPTS = 8
 class Manifest:
     generation: int = 0
     updated_at: str | None = None
-    files: dict[str, list[dict[str, Any]]] = field(
-        default_factory=lambda: {name: [] for name in TABLES})
+    files: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {name: [] for name in TABLES})
     retired: list[dict[str, Any]] = field(default_factory=list)
     tag: str | None = None  # the stored object's version tag, for compare-and-swap
 
@@ -38,20 +37,28 @@ class Manifest:
     def from_json(cls, doc: dict[str, Any], tag: str | None) -> Manifest:
         if doc.get("format") != FORMAT:
             raise StorageError(f"{MANIFEST_KEY}: unknown index format {doc.get('format')!r}")
-        files = {name: list(doc.get("tables", {}).get(name, {}).get("files", []))
-                 for name in TABLES}
-        return cls(generation=int(doc["generation"]), updated_at=doc.get("updated_at"),
-                   files=files, retired=list(doc.get("retired", [])), tag=tag)
+        files = {name: list(doc.get("tables", {}).get(name, {}).get("files", [])) for name in TABLES}
+        return cls(
+            generation=int(doc["generation"]),
+            updated_at=doc.get("updated_at"),
+            files=files,
+            retired=list(doc.get("retired", [])),
+            tag=tag,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "generation": self.generation,
             "updated_at": self.updated_at,
-            "tables": {name: {"partition_column": spec.partition,
-                              "rows": sum(f["rows"] for f in self.files[name]),
-                              "files": sorted(self.files[name], key=lambda f: f["path"])}
-                       for name, spec in TABLES.items()},
+            "tables": {
+                name: {
+                    "partition_column": spec.partition,
+                    "rows": sum(f["rows"] for f in self.files[name]),
+                    "files": sorted(self.files[name], key=lambda f: f["path"]),
+                }
+                for name, spec in TABLES.items()
+            },
             "retired": sorted(self.retired, key=lambda r: r["path"]),
         }
 
@@ -91,18 +98,33 @@ class Change:
     drop_retired: frozenset[str] = frozenset()
 
     def apply(self, base: Manifest) -> Manifest:
-        files = {name: [f for f in base.files[name] if f["path"] not in self.removed]
-                 + self.added.get(name, []) for name in TABLES}
-        gone = [{"path": f["path"], "retired_at": self.retired_at,
-                 "retired_generation": base.generation + 1}
-                for fs in base.files.values() for f in fs if f["path"] in self.removed]
+        files = {
+            name: [f for f in base.files[name] if f["path"] not in self.removed] + self.added.get(name, [])
+            for name in TABLES
+        }
+        gone = [
+            {"path": f["path"], "retired_at": self.retired_at, "retired_generation": base.generation + 1}
+            for fs in base.files.values()
+            for f in fs
+            if f["path"] in self.removed
+        ]
         retired = [r for r in base.retired if r["path"] not in self.drop_retired] + gone
-        return Manifest(generation=base.generation + 1, updated_at=self.retired_at,
-                        files=files, retired=retired, tag=base.tag)
+        return Manifest(
+            generation=base.generation + 1,
+            updated_at=self.retired_at,
+            files=files,
+            retired=retired,
+            tag=base.tag,
+        )
 
 
-def commit(store: Store, change: Change, *, base: Manifest | None = None,
-           check: Callable[[Manifest], None] | None = None) -> tuple[Manifest, bytes]:
+def commit(
+    store: Store,
+    change: Change,
+    *,
+    base: Manifest | None = None,
+    check: Callable[[Manifest], None] | None = None,
+) -> tuple[Manifest, bytes]:
     """Apply `change` with compare-and-swap, re-reading on a lost race.
 
     `check(current)` may raise to abandon the change when a concurrent writer made
@@ -119,5 +141,7 @@ def commit(store: Store, change: Change, *, base: Manifest | None = None,
             new.tag = got[1] if got else None
             return new, data
         current = load(store)
-    raise StorageError(f"{store.url}/{MANIFEST_KEY}: gave up after {COMMIT_ATTEMPTS} "
-                       "concurrent updates; try again", transient=True)
+    raise StorageError(
+        f"{store.url}/{MANIFEST_KEY}: gave up after {COMMIT_ATTEMPTS} concurrent updates; try again",
+        transient=True,
+    )

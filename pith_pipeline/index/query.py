@@ -49,19 +49,24 @@ def table_source(store: Store, spec: TableSpec, entries: list[dict[str, Any]]) -
     if source is None:  # wrapped or exotic store: read through the Store interface
         return pa.concat_tables([read_file(store, spec, e) for e in entries])
     fs, root = source
-    return ds.dataset([f"{root}/{e['path']}" for e in entries], filesystem=fs, format="parquet",
-                      schema=spec.schema,
-                      partitioning=ds.partitioning(pa.schema([(spec.partition, pa.string())]),
-                                                   flavor="hive"),
-                      partition_base_dir=f"{root}/index/{spec.name}")
+    return ds.dataset(
+        [f"{root}/{e['path']}" for e in entries],
+        filesystem=fs,
+        format="parquet",
+        schema=spec.schema,
+        partitioning=ds.partitioning(pa.schema([(spec.partition, pa.string())]), flavor="hive"),
+        partition_base_dir=f"{root}/index/{spec.name}",
+    )
 
 
 def view_sql(spec: TableSpec, source: str, dedupe: bool) -> str:
     cols = ", ".join(spec.public_columns)
     if not dedupe:
         return f"SELECT {cols} FROM {source}"
-    return (f"SELECT {cols} FROM {source} QUALIFY row_number() OVER "
-            f"(PARTITION BY {', '.join(spec.key)} ORDER BY {spec.winner}) = 1")
+    return (
+        f"SELECT {cols} FROM {source} QUALIFY row_number() OVER "
+        f"(PARTITION BY {', '.join(spec.key)} ORDER BY {spec.winner}) = 1"
+    )
 
 
 def connect(store: Store, *, manifest: mf.Manifest | None = None) -> Any:
@@ -73,8 +78,7 @@ def connect(store: Store, *, manifest: mf.Manifest | None = None) -> Any:
     for name, spec in TABLES.items():
         src = table_source(store, spec, manifest.files[name])
         con.register(f"{name}_files", src)
-        con.execute(f"CREATE VIEW {name} AS "
-                    + view_sql(spec, f"{name}_files", manifest.needs_dedupe(name)))
+        con.execute(f"CREATE VIEW {name} AS " + view_sql(spec, f"{name}_files", manifest.needs_dedupe(name)))
     return con
 
 
@@ -104,14 +108,17 @@ def run_query(store: Store, sql: str) -> Result:
 
 def format_table(result: Result, *, max_width: int = 60) -> str:
     """A plain text table (header, rule, rows), cells cut at `max_width`."""
+
     def cell(v: Any) -> str:
         text = "NULL" if v is None else str(v)
-        return text if len(text) <= max_width else text[:max_width - 1] + "…"
+        return text if len(text) <= max_width else text[: max_width - 1] + "…"
 
     body = [[cell(v) for v in row] for row in result.rows]
     widths = [max([len(c), *(len(r[i]) for r in body)]) for i, c in enumerate(result.columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(result.columns, widths, strict=True)),
-             "  ".join("-" * w for w in widths)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(result.columns, widths, strict=True)),
+        "  ".join("-" * w for w in widths),
+    ]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
     lines.append(f"({len(body)} row{'s' if len(body) != 1 else ''})")
     return "\n".join(lines)

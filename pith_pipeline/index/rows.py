@@ -55,8 +55,11 @@ def _latest_paper(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _superseded_by(state: dict[str, Any]) -> str | None:
-    corrections = [c for c in state.get("current", {}).get("corrections") or []
-                   if (c.get("payload") or {}).get("kind") == "superseded"]
+    corrections = [
+        c
+        for c in state.get("current", {}).get("corrections") or []
+        if (c.get("payload") or {}).get("kind") == "superseded"
+    ]
     if not corrections:
         return None
     newest = max(corrections, key=lambda c: (c.get("created_at", ""), c.get("event_id", "")))
@@ -79,70 +82,75 @@ def rows_from_bundle(bundle: dict[str, Any], *, bundle_key: str, bundle_sha256: 
     primary = md["primary_cat"]
     authors_text = paper.get("authors_text")
     out = Rows()
-    out.records.append({
-        "pith_number": subject,
-        "short_pith_number": bundle.get("short_pith_number"),
-        "arxiv_id": src["id"],
-        "version": src["version"],
-        "title": paper.get("title"),
-        "authors": authors_text.split(", ") if authors_text else [],
-        "authors_text": authors_text,
-        "primary_cat": primary,
-        "primary_archive": primary.split(".", 1)[0],
-        "categories": [primary, *md.get("cross_cats_sorted", [])],
-        "license": md.get("license", ""),
-        "submitted_at": _ts(md["submitted_at"]),
-        "submitted_month": _month(md["submitted_at"]),
-        "doi": doi,
-        "canonical_sha256": bundle["canonical_sha256"],
-        "title_canon_sha256": md.get("title_canon_sha256"),
-        "abstract_canon_sha256": md.get("abstract_canon_sha256"),
-        "created_at": _ts(created.get("created_at")),
-        "record_created_event_id": created.get("event_id"),
-        "key_id": receipt.get("key_id"),
-        "public_key_fingerprint": receipt.get("public_key_fingerprint"),
-        "superseded_by": _superseded_by(state),
-        "event_count": state.get("event_count"),
-        "bundle_key": bundle_key,
-        "bundle_sha256": bundle_sha256,
-        "state_sha256": state.get("state_sha256"),
-        "built_at": _ts(bundle.get("built_at")),
-    })
+    out.records.append(
+        {
+            "pith_number": subject,
+            "short_pith_number": bundle.get("short_pith_number"),
+            "arxiv_id": src["id"],
+            "version": src["version"],
+            "title": paper.get("title"),
+            "authors": authors_text.split(", ") if authors_text else [],
+            "authors_text": authors_text,
+            "primary_cat": primary,
+            "primary_archive": primary.split(".", 1)[0],
+            "categories": [primary, *md.get("cross_cats_sorted", [])],
+            "license": md.get("license", ""),
+            "submitted_at": _ts(md["submitted_at"]),
+            "submitted_month": _month(md["submitted_at"]),
+            "doi": doi,
+            "canonical_sha256": bundle["canonical_sha256"],
+            "title_canon_sha256": md.get("title_canon_sha256"),
+            "abstract_canon_sha256": md.get("abstract_canon_sha256"),
+            "created_at": _ts(created.get("created_at")),
+            "record_created_event_id": created.get("event_id"),
+            "key_id": receipt.get("key_id"),
+            "public_key_fingerprint": receipt.get("public_key_fingerprint"),
+            "superseded_by": _superseded_by(state),
+            "event_count": state.get("event_count"),
+            "bundle_key": bundle_key,
+            "bundle_sha256": bundle_sha256,
+            "state_sha256": state.get("state_sha256"),
+            "built_at": _ts(bundle.get("built_at")),
+        }
+    )
     invalid = {i.get("event_id") for i in state.get("invalid_events") or []}
     body = subject.rsplit(":", 1)[-1]
     for e in bundle.get("events") or []:
         signer = e.get("signer") or {}
         sig = e.get("signature") or {}
         payload = e.get("payload") if isinstance(e.get("payload"), dict) else {}
-        out.events.append({
-            "event_id": e.get("event_id"),
-            "subject": e.get("subject_pith_number"),
-            "event_type": e.get("event_type"),
-            "target": e.get("target"),
-            "created_at": _ts(e.get("created_at")),
-            "created_month": _month(e.get("created_at")),
-            "signer_id": signer.get("signer_id"),
-            "signer_type": signer.get("signer_type"),
-            "key_id": signer.get("key_id"),
-            "public_key_fingerprint": signer.get("public_key_fingerprint"),
-            "signed_at": _ts(sig.get("signed_at")),
-            "supersedes": list(e.get("supersedes") or []),
-            "prev_event": e.get("prev_event"),
-            "correction_kind": payload.get("kind") if e.get("event_type") == "correction"
-            else None,
-            "valid": e.get("event_id") not in invalid,
-            "event_key": f"events/{body}/{e.get('content_sha256')}.json",
-        })
+        out.events.append(
+            {
+                "event_id": e.get("event_id"),
+                "subject": e.get("subject_pith_number"),
+                "event_type": e.get("event_type"),
+                "target": e.get("target"),
+                "created_at": _ts(e.get("created_at")),
+                "created_month": _month(e.get("created_at")),
+                "signer_id": signer.get("signer_id"),
+                "signer_type": signer.get("signer_type"),
+                "key_id": signer.get("key_id"),
+                "public_key_fingerprint": signer.get("public_key_fingerprint"),
+                "signed_at": _ts(sig.get("signed_at")),
+                "supersedes": list(e.get("supersedes") or []),
+                "prev_event": e.get("prev_event"),
+                "correction_kind": payload.get("kind") if e.get("event_type") == "correction" else None,
+                "valid": e.get("event_id") not in invalid,
+                "event_key": f"events/{body}/{e.get('content_sha256')}.json",
+            }
+        )
     for a in aliases:
         kind, value = a.get("alias_kind"), a.get("alias_value")
-        out.aliases.append({
-            "alias_kind": kind,
-            "alias_value": value,
-            "alias": f"{kind}:{value}",
-            "pith_number": subject,
-            "arxiv_id": src["id"],
-            "version": src["version"],
-            "record_created_at": _ts(created.get("created_at")),
-            "created_at": _ts(a.get("created_at")),
-        })
+        out.aliases.append(
+            {
+                "alias_kind": kind,
+                "alias_value": value,
+                "alias": f"{kind}:{value}",
+                "pith_number": subject,
+                "arxiv_id": src["id"],
+                "version": src["version"],
+                "record_created_at": _ts(created.get("created_at")),
+                "created_at": _ts(a.get("created_at")),
+            }
+        )
     return out

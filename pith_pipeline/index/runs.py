@@ -48,6 +48,7 @@ def touched_subjects(summary: RunSummary) -> Iterator[str]:
 
     Streamed (a backfill touches millions): the run's lists and ledger may live on disk.
     """
+
     def all_ids() -> Iterator[str]:
         for items in (summary.seen, summary.pith_numbers):
             for s in items:
@@ -60,16 +61,13 @@ def touched_subjects(summary: RunSummary) -> Iterator[str]:
     return sorted_unique(all_ids())
 
 
-def _sorted_objects(written: Mapping[str, str],
-                    later: Mapping[str, str]) -> Iterator[tuple[str, str]]:
+def _sorted_objects(written: Mapping[str, str], later: Mapping[str, str]) -> Iterator[tuple[str, str]]:
     """(key, sha256) of the run's ledger and of `later` (which wins a shared key), in key
     order, streamed: a spilled ledger sorts in its own SQLite file (BINARY collation:
     UTF-8 byte order, which is code point order, as `sorted`), never copied or loaded.
     """
-    first = written.sorted_items() if isinstance(written, Ledger) else iter(
-        sorted(written.items()))
-    merged = heapq.merge(((k, 0, v) for k, v in first),
-                         ((k, 1, v) for k, v in sorted(later.items())))
+    first = written.sorted_items() if isinstance(written, Ledger) else iter(sorted(written.items()))
+    merged = heapq.merge(((k, 0, v) for k, v in first), ((k, 1, v) for k, v in sorted(later.items())))
     pending: tuple[str, str] | None = None
     for k, _rank, v in merged:
         if pending is not None and pending[0] != k:
@@ -89,8 +87,7 @@ def _pretty_items(items: Iterable[bytes]) -> Iterator[bytes]:
     yield b"]" if sep == b"\n" else b"\n  ]"
 
 
-def _encode(out: IO[bytes], doc: dict[str, Any],
-            lists: Mapping[str, Iterable[bytes]]) -> None:
+def _encode(out: IO[bytes], doc: dict[str, Any], lists: Mapping[str, Iterable[bytes]]) -> None:
     """Write `dumps_pretty(doc) + b"\\n"` with each `doc[name]` for `name` in `lists`
     filled from already-indented items, byte for byte, without building the lists.
 
@@ -99,8 +96,10 @@ def _encode(out: IO[bytes], doc: dict[str, Any],
     sentinels = {name: f"{name}-{uuid.uuid4().hex}" for name in lists}
     head = dumps_pretty({**doc, **sentinels})
     pos = 0
-    marks = sorted((head.index(b'"' + name.encode() + b'": ' + dumps_compact(sentinel)),
-                    name) for name, sentinel in sentinels.items())
+    marks = sorted(
+        (head.index(b'"' + name.encode() + b'": ' + dumps_compact(sentinel)), name)
+        for name, sentinel in sentinels.items()
+    )
     for at, name in marks:
         out.write(head[pos:at] + b'"' + name.encode() + b'": ')
         for chunk in _pretty_items(lists[name]):
@@ -112,8 +111,13 @@ def _encode(out: IO[bytes], doc: dict[str, Any],
 
 def _object_items(objects: Iterable[tuple[str, str]]) -> Iterator[bytes]:
     for k, v in objects:
-        yield (b'    {\n      "key": ' + dumps_compact(k) + b',\n      "sha256": '
-               + dumps_compact(v) + b"\n    }")
+        yield (
+            b'    {\n      "key": '
+            + dumps_compact(k)
+            + b',\n      "sha256": '
+            + dumps_compact(v)
+            + b"\n    }"
+        )
 
 
 def _string_items(values: Iterable[str]) -> Iterator[bytes]:
@@ -121,9 +125,14 @@ def _string_items(values: Iterable[str]) -> Iterator[bytes]:
         yield b"    " + dumps_compact(v)
 
 
-def write_manifest(store: Store, summary: RunSummary, *,
-                   window: Mapping[str, Any] | None = None, index: IndexUpdate | None = None,
-                   clock: Clock = system_clock) -> str:
+def write_manifest(
+    store: Store,
+    summary: RunSummary,
+    *,
+    window: Mapping[str, Any] | None = None,
+    index: IndexUpdate | None = None,
+    clock: Clock = system_clock,
+) -> str:
     """Write `runs/<run_id>/manifest.json` (write-once); returns its key.
 
     Lists the window, the counts and every object the run wrote (published files,
@@ -140,10 +149,14 @@ def write_manifest(store: Store, summary: RunSummary, *,
         "counts": summary.counts(),
         "pith_numbers": [],  # streamed in by `_encode`
         "objects": [],  # streamed in by `_encode`
-        "index": None if index is None else {
-            "generation": index.generation, "rows": index.rows,
+        "index": None
+        if index is None
+        else {
+            "generation": index.generation,
+            "rows": index.rows,
             "subjects_checked": index.subjects_checked,
-            "subjects_changed": index.subjects_changed},
+            "subjects_changed": index.subjects_changed,
+        },
         "quarantine": f"quarantine/{summary.run_id}.jsonl" if summary.quarantined else None,
         "finished_at": iso_seconds(clock()),
     }
@@ -152,24 +165,41 @@ def write_manifest(store: Store, summary: RunSummary, *,
     if existing is not None:
         old = loads(existing)
         same = ("run_id", "window", "counts")
-        if isinstance(old, dict) and all(old.get(k) == doc[k] for k in same) and \
-                old.get("pith_numbers") == list(iter_sorted(summary.pith_numbers)):
+        if (
+            isinstance(old, dict)
+            and all(old.get(k) == doc[k] for k in same)
+            and old.get("pith_numbers") == list(iter_sorted(summary.pith_numbers))
+        ):
             return key  # this run already finished; its first manifest stands
-        raise WriteConflictError(f"{store.url}/{key} already records a different run with this "
-                                 "run id; run manifests are never overwritten")
+        raise WriteConflictError(
+            f"{store.url}/{key} already records a different run with this "
+            "run id; run manifests are never overwritten"
+        )
     with tempfile.TemporaryDirectory(prefix="pith-manifest-") as tmp:
         path = Path(tmp) / "manifest.json"
         with path.open("wb") as fh:
-            _encode(fh, doc, {
-                "pith_numbers": _string_items(iter_sorted(summary.pith_numbers)),
-                "objects": _object_items(_sorted_objects(
-                    summary.written, index.written if index else {}))})
+            _encode(
+                fh,
+                doc,
+                {
+                    "pith_numbers": _string_items(iter_sorted(summary.pith_numbers)),
+                    "objects": _object_items(
+                        _sorted_objects(summary.written, index.written if index else {})
+                    ),
+                },
+            )
         put_once_file(store, key, path)
     return key
 
 
-def finish_run(store: Store, summary: RunSummary, window: Mapping[str, Any] | None = None, *,
-               clock: Clock = system_clock, progress: Progress | None = None) -> str:
+def finish_run(
+    store: Store,
+    summary: RunSummary,
+    window: Mapping[str, Any] | None = None,
+    *,
+    clock: Clock = system_clock,
+    progress: Progress | None = None,
+) -> str:
     """Finish a publishing run: update the Parquet indexes, then write the run manifest.
 
     Call it once after `Publisher.publish(...)` returned (CLI `build`/`ingest`, or an
@@ -182,6 +212,7 @@ def finish_run(store: Store, summary: RunSummary, window: Mapping[str, Any] | No
     set). Safe to call again after a failure: index updates are idempotent and the
     run manifest is write-once. Returns the run manifest's key.
     """
-    update = update_indexes(store, touched_subjects(summary), run_id=summary.run_id,
-                            clock=clock, progress=progress)
+    update = update_indexes(
+        store, touched_subjects(summary), run_id=summary.run_id, clock=clock, progress=progress
+    )
     return write_manifest(store, summary, window=window, index=update, clock=clock)

@@ -20,9 +20,15 @@ from pith_pipeline.storage.base import Store
 
 def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
     manifest = mf.load(store)
-    out: dict[str, Any] = {"store": store.url, "index": {
-        "generation": manifest.generation, "updated_at": manifest.updated_at,
-        "retired_files": len(manifest.retired), "tables": {}}}
+    out: dict[str, Any] = {
+        "store": store.url,
+        "index": {
+            "generation": manifest.generation,
+            "updated_at": manifest.updated_at,
+            "retired_files": len(manifest.retired),
+            "tables": {},
+        },
+    }
     con = connect(store, manifest=manifest)
     try:
         for name in TABLES:
@@ -49,10 +55,14 @@ def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
         data = store.get(runs[-1])  # run ids start with their UTC start time
         doc = loads(data) if data else {}
         if isinstance(doc, dict) and doc.get("format") == RUN_MANIFEST_FORMAT:
-            out["last_run"] = {"key": runs[-1], "run_id": doc.get("run_id"),
-                               "finished_at": doc.get("finished_at"),
-                               "window": doc.get("window"), "counts": doc.get("counts"),
-                               "objects": len(doc.get("objects") or [])}
+            out["last_run"] = {
+                "key": runs[-1],
+                "run_id": doc.get("run_id"),
+                "finished_at": doc.get("finished_at"),
+                "window": doc.get("window"),
+                "counts": doc.get("counts"),
+                "objects": len(doc.get("objects") or []),
+            }
     quarantine = [k for k in store.list("quarantine/") if k.endswith(".jsonl")]
     lines = 0
     for key in quarantine:
@@ -76,25 +86,33 @@ def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
 def format_status(st: dict[str, Any]) -> str:
     lines = [f"store: {st['store']}"]
     idx = st["index"]
-    lines.append(f"index: generation {idx['generation']}, updated {idx['updated_at'] or 'never'}"
-                 f", {idx['retired_files']} retired files awaiting deletion")
+    lines.append(
+        f"index: generation {idx['generation']}, updated {idx['updated_at'] or 'never'}"
+        f", {idx['retired_files']} retired files awaiting deletion"
+    )
     for name, t in idx["tables"].items():
-        lines.append(f"  {name:8} {t['rows']:>10} rows  {t['files']:>5} files  "
-                     f"{t['bytes']:>12} bytes  {t['partitions']:>4} partitions"
-                     + (f"  ({t['partitions_to_compact']} to compact)"
-                        if t["partitions_to_compact"] else ""))
-    lines.append(f"records: {st['records']} ({st['latest_versions']} latest versions), "
-                 f"events: {st['events']}")
+        lines.append(
+            f"  {name:8} {t['rows']:>10} rows  {t['files']:>5} files  "
+            f"{t['bytes']:>12} bytes  {t['partitions']:>4} partitions"
+            + (f"  ({t['partitions_to_compact']} to compact)" if t["partitions_to_compact"] else "")
+        )
+    lines.append(
+        f"records: {st['records']} ({st['latest_versions']} latest versions), events: {st['events']}"
+    )
     if "bundles" in st:
-        lines.append(f"objects: {st['bundles']} bundles, {st['event_objects']} events; "
-                     f"{st['bundles_not_indexed_count']} bundles not indexed")
+        lines.append(
+            f"objects: {st['bundles']} bundles, {st['event_objects']} events; "
+            f"{st['bundles_not_indexed_count']} bundles not indexed"
+        )
         lines += [f"  not indexed: {k}" for k in st["bundles_not_indexed"]]
     lines.append(f"runs: {st['runs']}")
     if st["last_run"]:
         lr = st["last_run"]
         counts = ", ".join(f"{k} {v}" for k, v in (lr["counts"] or {}).items())
-        lines.append(f"last run: {lr['run_id']} finished {lr['finished_at']}; {counts}; "
-                     f"window {lr['window']}; {lr['objects']} objects written")
+        lines.append(
+            f"last run: {lr['run_id']} finished {lr['finished_at']}; {counts}; "
+            f"window {lr['window']}; {lr['objects']} objects written"
+        )
     q = st["quarantine"]
     lines.append(f"quarantined: {q['records']} records in {q['files']} files (quarantine/)")
     return "\n".join(lines)

@@ -61,9 +61,11 @@ class IndexUpdate:
 
     def line(self) -> str:
         rows = ", ".join(f"{k} {v}" for k, v in self.rows.items()) or "no new rows"
-        return (f"index generation {self.generation}: {self.subjects_changed} of "
-                f"{self.subjects_checked} records changed ({rows}); "
-                f"{self.compacted_partitions} partitions compacted")
+        return (
+            f"index generation {self.generation}: {self.subjects_changed} of "
+            f"{self.subjects_checked} records changed ({rows}); "
+            f"{self.compacted_partitions} partitions compacted"
+        )
 
 
 # -- bundles in -----------------------------------------------------------------
@@ -76,8 +78,10 @@ def bundle_key(subject: str) -> str:
 def _read_bundle(store: Store, key: str) -> Rows:
     data = store.get(key)
     if data is None:
-        raise StorageError(f"{store.url}/{key} is missing; it was expected to be published "
-                           "(re-run the window, or `pith-pipeline rebuild`)")
+        raise StorageError(
+            f"{store.url}/{key} is missing; it was expected to be published "
+            "(re-run the window, or `pith-pipeline rebuild`)"
+        )
     try:
         bundle = loads(data)
     except ValueError as exc:
@@ -85,15 +89,15 @@ def _read_bundle(store: Store, key: str) -> Rows:
     return rows_from_bundle(bundle, bundle_key=key, bundle_sha256=hashlib.sha256(data).hexdigest())
 
 
-def read_bundles(store: Store, keys: Iterable[str], *, workers: int = 16,
-                 progress: Progress | None = None) -> Iterator[tuple[str, Rows]]:
+def read_bundles(
+    store: Store, keys: Iterable[str], *, workers: int = 16, progress: Progress | None = None
+) -> Iterator[tuple[str, Rows]]:
     """Index rows per bundle key; reads run in parallel (object stores are latency-bound)."""
     keys = list(keys)
     if not keys:
         return
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(keys)))) as pool:
-        for key, rows in zip(keys, pool.map(lambda k: _read_bundle(store, k), keys),
-                             strict=True):
+        for key, rows in zip(keys, pool.map(lambda k: _read_bundle(store, k), keys), strict=True):
             if progress:
                 progress(1)
             yield key, rows
@@ -116,8 +120,10 @@ def dedupe_sorted(spec: TableSpec, table: pa.Table) -> pa.Table:
         con.register("t", table)
         key = ", ".join(spec.key)
         order = ", ".join(spec.sort)
-        out = con.sql(f"SELECT * FROM t QUALIFY row_number() OVER (PARTITION BY {key} "
-                      f"ORDER BY {spec.winner}) = 1 ORDER BY {order}").to_arrow_table()
+        out = con.sql(
+            f"SELECT * FROM t QUALIFY row_number() OVER (PARTITION BY {key} "
+            f"ORDER BY {spec.winner}) = 1 ORDER BY {order}"
+        ).to_arrow_table()
     finally:
         con.close()
     return out.select(spec.schema.names).cast(spec.schema)
@@ -127,8 +133,10 @@ def read_file(store: Store, spec: TableSpec, entry: dict[str, Any]) -> pa.Table:
     """One listed index file, with its partition column restored."""
     data = store.get(entry["path"])
     if data is None:
-        raise StorageError(f"{store.url}/{entry['path']} is listed in {mf.MANIFEST_KEY} but "
-                           "missing (was it deleted by hand? `pith-pipeline reindex` repairs)")
+        raise StorageError(
+            f"{store.url}/{entry['path']} is listed in {mf.MANIFEST_KEY} but "
+            "missing (was it deleted by hand? `pith-pipeline reindex` repairs)"
+        )
     table = pq.read_table(pa.BufferReader(data), schema=spec.file_schema)
     part = pa.array([entry["partition"]] * table.num_rows, pa.string())
     table = table.append_column(spec.partition, part)
@@ -144,23 +152,45 @@ def _stamp(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
-def write_file(store: Store, spec: TableSpec, partition: str, table: pa.Table, *,
-               generation: int, now: datetime, run_id: str | None,
-               compacted: bool) -> dict[str, Any]:
+def write_file(
+    store: Store,
+    spec: TableSpec,
+    partition: str,
+    table: pa.Table,
+    *,
+    generation: int,
+    now: datetime,
+    run_id: str | None,
+    compacted: bool,
+) -> dict[str, Any]:
     """Write one (already deduplicated and sorted) partition file; its manifest entry."""
     buf = io.BytesIO()
-    pq.write_table(table.drop_columns([spec.partition]).cast(spec.file_schema), buf,
-                   compression="zstd", row_group_size=spec.row_group_size,
-                   write_statistics=True)
+    pq.write_table(
+        table.drop_columns([spec.partition]).cast(spec.file_schema),
+        buf,
+        compression="zstd",
+        row_group_size=spec.row_group_size,
+        write_statistics=True,
+    )
     data = buf.getvalue()
     sha = hashlib.sha256(data).hexdigest()
     # named by content: unique, and identical builds give identical trees
-    path = (f"index/{spec.name}/{spec.partition}={partition}/"
-            f"part-g{generation:08d}-{_stamp(now)}-{sha[:16]}.parquet")
+    path = (
+        f"index/{spec.name}/{spec.partition}={partition}/"
+        f"part-g{generation:08d}-{_stamp(now)}-{sha[:16]}.parquet"
+    )
     store.put(path, data, content_type="application/vnd.apache.parquet")
-    return {"path": path, "partition": partition, "rows": table.num_rows, "bytes": len(data),
-            "sha256": sha, "generation": generation,
-            "run_id": run_id, "compacted": compacted, "created_at": iso_seconds(now)}
+    return {
+        "path": path,
+        "partition": partition,
+        "rows": table.num_rows,
+        "bytes": len(data),
+        "sha256": sha,
+        "generation": generation,
+        "run_id": run_id,
+        "compacted": compacted,
+        "created_at": iso_seconds(now),
+    }
 
 
 def _split(spec: TableSpec, table: pa.Table) -> dict[str, pa.Table]:
@@ -181,8 +211,9 @@ def _comparable(spec: TableSpec, table: pa.Table) -> dict[str, dict[str, Any]]:
     return {r["pith_number"]: r for r in table.select(cols).to_pylist()}
 
 
-def _changed_subjects(store: Store, manifest: mf.Manifest,
-                      per_bundle: list[tuple[str, Rows]]) -> list[tuple[str, Rows]]:
+def _changed_subjects(
+    store: Store, manifest: mf.Manifest, per_bundle: list[tuple[str, Rows]]
+) -> list[tuple[str, Rows]]:
     """Bundles whose `records` row differs from the index: the only ones to (re)write.
 
     A `records` row is written in the same commit as its events and aliases, so an
@@ -197,14 +228,24 @@ def _changed_subjects(store: Store, manifest: mf.Manifest,
         return per_bundle
     current = _comparable(spec, dedupe_sorted(spec, read_partition(store, spec, entries)))
     fresh = _comparable(spec, new)
-    return [(k, rows) for k, rows in per_bundle
-            if any(current.get(r["pith_number"]) != fresh[r["pith_number"]]
-                   for r in rows.records)]
+    return [
+        (k, rows)
+        for k, rows in per_bundle
+        if any(current.get(r["pith_number"]) != fresh[r["pith_number"]] for r in rows.records)
+    ]
 
 
-def _write_rows(store: Store, manifest: mf.Manifest, rows: Rows, *, generation: int,
-                now: datetime, run_id: str | None, max_parts: int,
-                update: IndexUpdate) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
+def _write_rows(
+    store: Store,
+    manifest: mf.Manifest,
+    rows: Rows,
+    *,
+    generation: int,
+    now: datetime,
+    run_id: str | None,
+    max_parts: int,
+    update: IndexUpdate,
+) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
     """New files for `rows` (compacting crowded partitions); (added, removed) entries."""
     added: dict[str, list[dict[str, Any]]] = {}
     removed: set[str] = set()
@@ -219,21 +260,36 @@ def _write_rows(store: Store, manifest: mf.Manifest, rows: Rows, *, generation: 
             old = existing.get(partition, [])
             compact = len(old) + 1 > max_parts
             if compact:
-                part = dedupe_sorted(spec, pa.concat_tables(
-                    [read_partition(store, spec, old), part]))
+                part = dedupe_sorted(spec, pa.concat_tables([read_partition(store, spec, old), part]))
                 removed.update(e["path"] for e in old)
                 update.compacted_partitions += 1
-            entry = write_file(store, spec, partition, part, generation=generation, now=now,
-                               run_id=run_id, compacted=compact or not old)
+            entry = write_file(
+                store,
+                spec,
+                partition,
+                part,
+                generation=generation,
+                now=now,
+                run_id=run_id,
+                compacted=compact or not old,
+            )
             added.setdefault(name, []).append(entry)
             update.written[entry["path"]] = entry["sha256"]
     return added, removed
 
 
-def _fold(store: Store, spec: TableSpec, partition: str, files: list[dict[str, Any]], *,
-          max_files: int, compact_rows: int, generation: int, now: datetime,
-          run_id: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                       list[dict[str, Any]]]:
+def _fold(
+    store: Store,
+    spec: TableSpec,
+    partition: str,
+    files: list[dict[str, Any]],
+    *,
+    max_files: int,
+    compact_rows: int,
+    generation: int,
+    now: datetime,
+    run_id: str | None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Merge a partition's smallest files, at most `compact_rows` rows at a time,
     until it has at most `max_files` files or no two files fit in one step.
 
@@ -254,8 +310,9 @@ def _fold(store: Store, spec: TableSpec, partition: str, files: list[dict[str, A
         if len(group) < 2:
             break
         table = dedupe_sorted(spec, read_partition(store, spec, group))
-        entry = write_file(store, spec, partition, table, generation=generation,
-                           now=now, run_id=run_id, compacted=True)
+        entry = write_file(
+            store, spec, partition, table, generation=generation, now=now, run_id=run_id, compacted=True
+        )
         del table
         paths = {e["path"] for e in group}
         files = [e for e in files if e["path"] not in paths] + [entry]
@@ -264,10 +321,18 @@ def _fold(store: Store, spec: TableSpec, partition: str, files: list[dict[str, A
     return files, replaced, made
 
 
-def _compact_crowded(store: Store, manifest: mf.Manifest,
-                     added: dict[str, list[dict[str, Any]]], *, generation: int,
-                     now: datetime, run_id: str | None, max_parts: int,
-                     compact_rows: int, update: IndexUpdate) -> tuple[set[str], set[str]]:
+def _compact_crowded(
+    store: Store,
+    manifest: mf.Manifest,
+    added: dict[str, list[dict[str, Any]]],
+    *,
+    generation: int,
+    now: datetime,
+    run_id: str | None,
+    max_parts: int,
+    compact_rows: int,
+    update: IndexUpdate,
+) -> tuple[set[str], set[str]]:
     """Fold files of partitions this update would leave with more than `max_parts`.
 
     Groups of the smallest files, at most `compact_rows` rows each, are merged until
@@ -286,9 +351,17 @@ def _compact_crowded(store: Store, manifest: mf.Manifest,
         for partition, entries in sorted(fresh.items()):
             old = existing.get(partition, [])
             old_paths = {e["path"] for e in old}
-            files, replaced, made = _fold(store, spec, partition, [*old, *entries],
-                                          max_files=max_parts, compact_rows=compact_rows,
-                                          generation=generation, now=now, run_id=run_id)
+            files, replaced, made = _fold(
+                store,
+                spec,
+                partition,
+                [*old, *entries],
+                max_files=max_parts,
+                compact_rows=compact_rows,
+                generation=generation,
+                now=now,
+                run_id=run_id,
+            )
             for entry in made:
                 update.written[entry["path"]] = entry["sha256"]
             for e in replaced:
@@ -309,11 +382,18 @@ def _compact_crowded(store: Store, manifest: mf.Manifest,
     return removed - kept_paths, superseded - kept_paths - manifest.listed()
 
 
-def update_indexes(store: Store, subjects: Iterable[str], *, run_id: str | None = None,
-                   clock: Clock = system_clock, max_parts: int = DEFAULT_MAX_PARTS,
-                   workers: int = 16, progress: Progress | None = None,
-                   batch_size: int = UPDATE_BATCH,
-                   compact_rows: int = COMPACT_ROWS) -> IndexUpdate:
+def update_indexes(
+    store: Store,
+    subjects: Iterable[str],
+    *,
+    run_id: str | None = None,
+    clock: Clock = system_clock,
+    max_parts: int = DEFAULT_MAX_PARTS,
+    workers: int = 16,
+    progress: Progress | None = None,
+    batch_size: int = UPDATE_BATCH,
+    compact_rows: int = COMPACT_ROWS,
+) -> IndexUpdate:
     """Bring the indexes up to date for `subjects` (Pith numbers) from their bundles.
 
     Idempotent: subjects whose indexed row already matches their bundle are skipped,
@@ -351,18 +431,35 @@ def update_indexes(store: Store, subjects: Iterable[str], *, run_id: str | None 
             rows.extend(r)
         del changed
         # no compaction per batch: crowded partitions are folded once, below
-        batch_added, _ = _write_rows(store, manifest, rows, generation=generation, now=now,
-                                     run_id=run_id, max_parts=1 << 30, update=update)
+        batch_added, _ = _write_rows(
+            store,
+            manifest,
+            rows,
+            generation=generation,
+            now=now,
+            run_id=run_id,
+            max_parts=1 << 30,
+            update=update,
+        )
         del rows
         for name, entries in batch_added.items():
             added.setdefault(name, []).extend(entries)
     if not added:
         return update
-    removed, superseded = _compact_crowded(store, manifest, added, generation=generation,
-                                           now=now, run_id=run_id, max_parts=max_parts,
-                                           compact_rows=compact_rows, update=update)
-    new, data = mf.commit(store, mf.Change(added=added, removed=removed,
-                                           retired_at=iso_seconds(now)), base=manifest)
+    removed, superseded = _compact_crowded(
+        store,
+        manifest,
+        added,
+        generation=generation,
+        now=now,
+        run_id=run_id,
+        max_parts=max_parts,
+        compact_rows=compact_rows,
+        update=update,
+    )
+    new, data = mf.commit(
+        store, mf.Change(added=added, removed=removed, retired_at=iso_seconds(now)), base=manifest
+    )
     update.generation = new.generation
     update.written[mf.MANIFEST_KEY] = hashlib.sha256(data).hexdigest()
     for path in sorted(superseded):  # never listed by any manifest: no reader can hold them
@@ -386,8 +483,9 @@ def _expired(entries: Iterable[dict[str, Any]], now: datetime, grace: float) -> 
     return out
 
 
-def collect_garbage(store: Store, *, clock: Clock = system_clock,
-                    grace_seconds: float = DEFAULT_GRACE_SECONDS) -> list[str]:
+def collect_garbage(
+    store: Store, *, clock: Clock = system_clock, grace_seconds: float = DEFAULT_GRACE_SECONDS
+) -> list[str]:
     """Delete index files no manifest has listed for `grace_seconds`.
 
     Retired files wait out the grace period so a reader that read the previous
@@ -399,8 +497,11 @@ def collect_garbage(store: Store, *, clock: Clock = system_clock,
     expired = set(_expired(current.retired, now, grace_seconds))
     deleted: list[str] = []
     if expired:
-        mf.commit(store, mf.Change(added={}, removed=set(), retired_at=iso_seconds(now),
-                                   drop_retired=frozenset(expired)), base=current)
+        mf.commit(
+            store,
+            mf.Change(added={}, removed=set(), retired_at=iso_seconds(now), drop_retired=frozenset(expired)),
+            base=current,
+        )
         for path in sorted(expired):
             store.delete(path)
             deleted.append(path)
@@ -418,10 +519,15 @@ def collect_garbage(store: Store, *, clock: Clock = system_clock,
     return deleted
 
 
-def compact(store: Store, *, clock: Clock = system_clock,
-            grace_seconds: float = DEFAULT_GRACE_SECONDS, min_files: int = 2,
-            compact_rows: int = COMPACT_ROWS,
-            progress: Progress | None = None) -> IndexUpdate:
+def compact(
+    store: Store,
+    *,
+    clock: Clock = system_clock,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    min_files: int = 2,
+    compact_rows: int = COMPACT_ROWS,
+    progress: Progress | None = None,
+) -> IndexUpdate:
     """Fold each partition with `min_files` or more files into one deduplicated file.
 
     A partition larger than `compact_rows` rows is folded into as few files of at
@@ -442,9 +548,17 @@ def compact(store: Store, *, clock: Clock = system_clock,
             if len(entries) < min_files:
                 continue
             old_paths = {e["path"] for e in entries}
-            files, replaced, made = _fold(store, spec, partition, list(entries), max_files=1,
-                                          compact_rows=compact_rows, generation=generation,
-                                          now=now, run_id=None)
+            files, replaced, made = _fold(
+                store,
+                spec,
+                partition,
+                list(entries),
+                max_files=1,
+                compact_rows=compact_rows,
+                generation=generation,
+                now=now,
+                run_id=None,
+            )
             if progress:
                 progress(1)
             if not made:
@@ -461,14 +575,21 @@ def compact(store: Store, *, clock: Clock = system_clock,
     for path in sorted(scratch):  # never listed by any manifest: no reader can hold them
         store.delete(path)
     if added:
+
         def still_there(current: mf.Manifest) -> None:
             if not removed <= current.listed():
-                raise StorageError("another compaction replaced these index files meanwhile; "
-                                   "nothing was changed, run compact again", transient=True)
+                raise StorageError(
+                    "another compaction replaced these index files meanwhile; "
+                    "nothing was changed, run compact again",
+                    transient=True,
+                )
 
-        new, data = mf.commit(store, mf.Change(added=added, removed=removed,
-                                               retired_at=iso_seconds(now)),
-                              base=manifest, check=still_there)
+        new, data = mf.commit(
+            store,
+            mf.Change(added=added, removed=removed, retired_at=iso_seconds(now)),
+            base=manifest,
+            check=still_there,
+        )
         update.generation = new.generation
         update.written[mf.MANIFEST_KEY] = hashlib.sha256(data).hexdigest()
     update.deleted = collect_garbage(store, clock=clock, grace_seconds=grace_seconds)
@@ -479,13 +600,17 @@ def compact(store: Store, *, clock: Clock = system_clock,
 
 
 def all_bundle_keys(store: Store) -> list[str]:
-    return [k for k in store.list("pith/")
-            if k.endswith("/bundle.json") and k.count("/") == 2]
+    return [k for k in store.list("pith/") if k.endswith("/bundle.json") and k.count("/") == 2]
 
 
-def reindex(store: Store, *, clock: Clock = system_clock, workers: int = 16,
-            grace_seconds: float = DEFAULT_GRACE_SECONDS,
-            progress: Progress | None = None) -> IndexUpdate:
+def reindex(
+    store: Store,
+    *,
+    clock: Clock = system_clock,
+    workers: int = 16,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    progress: Progress | None = None,
+) -> IndexUpdate:
     """Rebuild every index from every bundle in the store, replacing the old index.
 
     Bundles are read in chunks (bounded memory); their files are committed together
@@ -495,21 +620,25 @@ def reindex(store: Store, *, clock: Clock = system_clock, workers: int = 16,
     keys = all_bundle_keys(store)
     now = clock()
     generation = manifest.generation + 1
-    update = IndexUpdate(generation=manifest.generation, subjects_checked=len(keys),
-                         subjects_changed=len(keys))
+    update = IndexUpdate(
+        generation=manifest.generation, subjects_checked=len(keys), subjects_changed=len(keys)
+    )
     added: dict[str, list[dict[str, Any]]] = {}
     empty = mf.Manifest()
     for start in range(0, len(keys), REINDEX_CHUNK):
         rows = Rows()
-        for _, r in read_bundles(store, keys[start:start + REINDEX_CHUNK], workers=workers,
-                                 progress=progress):
+        for _, r in read_bundles(
+            store, keys[start : start + REINDEX_CHUNK], workers=workers, progress=progress
+        ):
             rows.extend(r)
-        chunk_added, _ = _write_rows(store, empty, rows, generation=generation, now=now,
-                                     run_id=None, max_parts=1 << 30, update=update)
+        chunk_added, _ = _write_rows(
+            store, empty, rows, generation=generation, now=now, run_id=None, max_parts=1 << 30, update=update
+        )
         for name, entries in chunk_added.items():
             added.setdefault(name, []).extend(entries)
-    new, data = mf.commit(store, mf.Change(added=added, removed=manifest.listed(),
-                                           retired_at=iso_seconds(now)))
+    new, data = mf.commit(
+        store, mf.Change(added=added, removed=manifest.listed(), retired_at=iso_seconds(now))
+    )
     update.generation = new.generation
     update.written[mf.MANIFEST_KEY] = hashlib.sha256(data).hexdigest()
     if any(len(v) > 1 for name in TABLES for v in new.partitions(name).values()):

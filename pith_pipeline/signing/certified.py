@@ -44,16 +44,21 @@ def cert_key(key_id: str) -> str:
 class CertifiedSigner(Signer):
     """Signs with an ephemeral key; `root` signed its certificate once, at creation."""
 
-    def __init__(self, root: Signer, *, run_id: str | None = None,
-                 validity: timedelta | None = None, now: datetime | None = None,
-                 generate: Callable[[], nacl.signing.SigningKey] | None = None) -> None:
+    def __init__(
+        self,
+        root: Signer,
+        *,
+        run_id: str | None = None,
+        validity: timedelta | None = None,
+        now: datetime | None = None,
+        generate: Callable[[], nacl.signing.SigningKey] | None = None,
+    ) -> None:
         self.root = root
         # the run's clock (SOURCE_DATE_EPOCH when set), so that the signatures of a
         # reproducible build fall inside the certificate's window
         now = now or system_clock()
         validity = validity or _validity_from_env()
-        self.run_id = run_id or os.environ.get(RUN_ID_ENV) or \
-            f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+        self.run_id = run_id or os.environ.get(RUN_ID_ENV) or f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
         sk = (generate or _new_key)()
         public = bytes(sk.verify_key)
         self.key_id = f"pith-eph-{now:%Y%m%d}-{fingerprint_b32(public)[:10].lower()}"
@@ -61,9 +66,14 @@ class CertifiedSigner(Signer):
         del sk
         # backdate a little: clocks of machines checking signed_at differ
         self.certificate: dict[str, Any] = issue_certificate(
-            issuer=root, subject_key_id=self.key_id, subject_public_key=public,
+            issuer=root,
+            subject_key_id=self.key_id,
+            subject_public_key=public,
             not_before=iso_micros(now - timedelta(minutes=5)),
-            not_after=iso_micros(now + validity), run_id=self.run_id, issued_at=iso_micros(now))
+            not_after=iso_micros(now + validity),
+            run_id=self.run_id,
+            issued_at=iso_micros(now),
+        )
 
     @property
     def public_key(self) -> bytes:
@@ -75,14 +85,20 @@ class CertifiedSigner(Signer):
     def sign_digests(self, digests: Sequence[bytes]) -> list[bytes]:
         return self._inner.sign_digests(digests)
 
-    def public_key_doc(self, *, url: str = "", notes: str = "",
-                       rotates_at: str | None = None) -> PublicKey:
-        notes = notes or (f"Short-lived Ed25519 key of run {self.run_id}, certified by "
-                          f"{self.root.key_id}; valid {self.certificate['not_before']} to "
-                          f"{self.certificate['not_after']}. Accept only through its certificate.")
-        return PublicKey(key_id=self.key_id, public_key=self.public_key, url=url, notes=notes,
-                         rotates_at=rotates_at or self.certificate["not_after"],
-                         certificate=self.certificate)
+    def public_key_doc(self, *, url: str = "", notes: str = "", rotates_at: str | None = None) -> PublicKey:
+        notes = notes or (
+            f"Short-lived Ed25519 key of run {self.run_id}, certified by "
+            f"{self.root.key_id}; valid {self.certificate['not_before']} to "
+            f"{self.certificate['not_after']}. Accept only through its certificate."
+        )
+        return PublicKey(
+            key_id=self.key_id,
+            public_key=self.public_key,
+            url=url,
+            notes=notes,
+            rotates_at=rotates_at or self.certificate["not_after"],
+            certificate=self.certificate,
+        )
 
     def published_keys(self, *, url: str = "") -> list[PublicKey]:
         return [*self.root.published_keys(url=url), self.public_key_doc(url=url)]
@@ -149,10 +165,11 @@ class CertifiedHandoff:
         out.key_id = self.key_id
         out._inner = Ed25519Signer(self._seed, self.key_id)
         out.certificate = self.certificate
-        if bytes(nacl.signing.SigningKey(self._seed).verify_key) != out.public_key or \
-                self.certificate.get("public_key_hex") != out.public_key.hex():
-            raise SigningError("the run's certified key did not arrive intact in a worker "
-                               "process")
+        if (
+            bytes(nacl.signing.SigningKey(self._seed).verify_key) != out.public_key
+            or self.certificate.get("public_key_hex") != out.public_key.hex()
+        ):
+            raise SigningError("the run's certified key did not arrive intact in a worker process")
         return out
 
 

@@ -56,12 +56,14 @@ def read_location(location: str) -> bytes:
         if data is None:
             raise KeyFileError(f"envelope {location} does not exist")
         return data
-    path = Path(location[len("file://"):] if location.startswith("file://") else location)
+    path = Path(location[len("file://") :] if location.startswith("file://") else location)
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise KeyFileError(f"envelope {path} does not exist (create one with: pith-pipeline "
-                           "keys envelope-create --kms-key alias/... --out FILE)") from None
+        raise KeyFileError(
+            f"envelope {path} does not exist (create one with: pith-pipeline "
+            "keys envelope-create --kms-key alias/... --out FILE)"
+        ) from None
 
 
 def parse_envelope(data: bytes, where: str) -> dict[str, Any]:
@@ -80,12 +82,17 @@ def parse_envelope(data: bytes, where: str) -> dict[str, Any]:
     return dict(env)
 
 
-def create_envelope(kms_key: str, *, key_id: str | None = None, client: Any = None,
-                    region: str | None = None, endpoint_url: str | None = None,
-                    now: datetime | None = None) -> dict[str, Any]:
+def create_envelope(
+    kms_key: str,
+    *,
+    key_id: str | None = None,
+    client: Any = None,
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
     """Generate a seed in memory, encrypt it under `kms_key`, return the envelope object."""
-    client = client if client is not None else make_kms_client(region=region,
-                                                                endpoint_url=endpoint_url)
+    client = client if client is not None else make_kms_client(region=region, endpoint_url=endpoint_url)
     sk = nacl.signing.SigningKey.generate()
     public = bytes(sk.verify_key)
     now = now or datetime.now(tz=UTC)
@@ -125,26 +132,35 @@ def write_envelope(path: Path, envelope: dict[str, Any], *, overwrite: bool = Fa
         os.close(fd)
 
 
-def open_envelope_signer(location: str, *, client: Any = None, region: str | None = None,
-                         endpoint_url: str | None = None, cache: bool = True) -> Ed25519Signer:
+def open_envelope_signer(
+    location: str,
+    *,
+    client: Any = None,
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    cache: bool = True,
+) -> Ed25519Signer:
     """Decrypt the envelope once per process and return an in-memory signer."""
     if not location:
-        raise KeyFileError("kms-envelope: needs the envelope's location "
-                           "(kms-envelope:PATH or kms-envelope:s3://bucket/key)")
+        raise KeyFileError(
+            "kms-envelope: needs the envelope's location (kms-envelope:PATH or kms-envelope:s3://bucket/key)"
+        )
     data = read_location(location)
     cache_key = (location, hashlib.sha256(data).hexdigest())
     with _cache_lock:
         if cache and cache_key in _cache:
             return _cache[cache_key]
         env = parse_envelope(data, location)
-        client = client if client is not None else make_kms_client(region=region,
-                                                                    endpoint_url=endpoint_url)
+        client = client if client is not None else make_kms_client(region=region, endpoint_url=endpoint_url)
         blob = base64.b64decode(env["ciphertext_b64"])
 
         def decrypt() -> Any:
             with sensitive_call():
-                return client.decrypt(CiphertextBlob=blob, KeyId=env["kms_key_id"],
-                                      EncryptionContext=encryption_context(env["key_id"]))
+                return client.decrypt(
+                    CiphertextBlob=blob,
+                    KeyId=env["kms_key_id"],
+                    EncryptionContext=encryption_context(env["key_id"]),
+                )
 
         resp = Backoff().call(decrypt, f"KMS Decrypt of envelope {location}")
         try:
@@ -154,8 +170,10 @@ def open_envelope_signer(location: str, *, client: Any = None, region: str | Non
         finally:
             resp.clear()
         if signer.public_key.hex() != env["public_key_hex"]:
-            raise SigningError(f"envelope {location}: the decrypted key does not match its "
-                               "public_key_hex (tampered or mixed-up envelope)")
+            raise SigningError(
+                f"envelope {location}: the decrypted key does not match its "
+                "public_key_hex (tampered or mixed-up envelope)"
+            )
         if cache:
             _cache[cache_key] = signer
         return signer

@@ -21,8 +21,10 @@ def _kms_params(rest: str) -> tuple[str, dict[str, str]]:
     params = dict(parse_qsl(query, keep_blank_values=False))
     unknown = set(params) - {"key_id", "region", "concurrency", "max_rps"}
     if unknown:
-        raise KeyFileError(f"unknown kms signer option(s) {', '.join(sorted(unknown))} "
-                           "(known: key_id, region, concurrency, max_rps)")
+        raise KeyFileError(
+            f"unknown kms signer option(s) {', '.join(sorted(unknown))} "
+            "(known: key_id, region, concurrency, max_rps)"
+        )
     return key, params
 
 
@@ -45,9 +47,13 @@ def open_signer(spec: str, *, self_test: bool = True) -> Signer:
 
         key, params = _kms_params(rest)
         try:
-            signer = KmsSigner(key, key_id=params.get("key_id"), region=params.get("region"),
-                               concurrency=int(params.get("concurrency", 16)),
-                               max_rps=float(params["max_rps"]) if "max_rps" in params else None)
+            signer = KmsSigner(
+                key,
+                key_id=params.get("key_id"),
+                region=params.get("region"),
+                concurrency=int(params.get("concurrency", 16)),
+                max_rps=float(params["max_rps"]) if "max_rps" in params else None,
+            )
         except ValueError:
             raise KeyFileError(f"kms signer options must be numbers in {spec!r}") from None
         if self_test:
@@ -71,5 +77,4 @@ def open_signer(spec: str, *, self_test: bool = True) -> Signer:
         from pith_pipeline.signing.local import load_signer
 
         return load_signer(spec)
-    raise KeyFileError(f"unknown signer scheme {scheme!r} in {spec!r} (expected one of: "
-                       f"{SCHEMES})")
+    raise KeyFileError(f"unknown signer scheme {scheme!r} in {spec!r} (expected one of: {SCHEMES})")

@@ -45,20 +45,30 @@ KEY_SPEC = "ECC_NIST_EDWARDS25519"
 ED25519_SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")
 SELF_TEST_DIGEST = hashlib.sha256(b"pith-pipeline signer self-test").digest()
 
-TRANSIENT_CODES = frozenset({
-    "ThrottlingException", "Throttling", "ThrottledException", "RequestLimitExceeded",
-    "TooManyRequestsException", "LimitExceededException", "KMSInternalException",
-    "DependencyTimeoutException", "KeyUnavailableException", "ServiceUnavailable",
-    "ServiceUnavailableException", "InternalFailure", "RequestTimeout",
-    "RequestTimeoutException",
-})
+TRANSIENT_CODES = frozenset(
+    {
+        "ThrottlingException",
+        "Throttling",
+        "ThrottledException",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "LimitExceededException",
+        "KMSInternalException",
+        "DependencyTimeoutException",
+        "KeyUnavailableException",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+        "InternalFailure",
+        "RequestTimeout",
+        "RequestTimeoutException",
+    }
+)
 HINTS = {
     "AccessDeniedException": "the caller's IAM policy or the key policy does not allow this "
-                             "call (kms:Sign / kms:GetPublicKey / kms:Decrypt)",
+    "call (kms:Sign / kms:GetPublicKey / kms:Decrypt)",
     "DisabledException": "the KMS key is disabled; enable it or use another key",
     "NotFoundException": "no such KMS key or alias in this account and region",
-    "InvalidKeyUsageException": "the key is not an Ed25519 SIGN_VERIFY key "
-                                "(key spec ECC_NIST_EDWARDS25519)",
+    "InvalidKeyUsageException": "the key is not an Ed25519 SIGN_VERIFY key (key spec ECC_NIST_EDWARDS25519)",
     "KMSInvalidStateException": "the key is pending deletion or import; it cannot sign",
     "UnrecognizedClientException": "AWS credentials are invalid for this region",
     "InvalidArnException": "the key id or alias is not a valid KMS identifier",
@@ -70,21 +80,26 @@ HINTS = {
 def spki_to_raw(der: bytes) -> bytes:
     """The raw 32-byte key inside an Ed25519 SubjectPublicKeyInfo; anything else is refused."""
     if len(der) != 44 or not der.startswith(ED25519_SPKI_PREFIX):
-        raise SigningError("KMS returned a public key that is not an Ed25519 "
-                           f"SubjectPublicKeyInfo ({len(der)} bytes)")
-    return der[len(ED25519_SPKI_PREFIX):]
+        raise SigningError(
+            f"KMS returned a public key that is not an Ed25519 SubjectPublicKeyInfo ({len(der)} bytes)"
+        )
+    return der[len(ED25519_SPKI_PREFIX) :]
 
 
-def make_kms_client(*, region: str | None = None, endpoint_url: str | None = None,
-                    max_pool: int = 32, timeout: float = 10.0) -> Any:
+def make_kms_client(
+    *, region: str | None = None, endpoint_url: str | None = None, max_pool: int = 32, timeout: float = 10.0
+) -> Any:
     """A boto3 KMS client with botocore retries off (our backoff decides)."""
     import boto3
     from botocore.config import Config
 
-    cfg = Config(retries={"total_max_attempts": 1, "mode": "standard"},
-                 max_pool_connections=max_pool, connect_timeout=timeout, read_timeout=timeout)
-    return boto3.session.Session().client("kms", region_name=region, endpoint_url=endpoint_url,
-                                          config=cfg)
+    cfg = Config(
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        max_pool_connections=max_pool,
+        connect_timeout=timeout,
+        read_timeout=timeout,
+    )
+    return boto3.session.Session().client("kms", region_name=region, endpoint_url=endpoint_url, config=cfg)
 
 
 def classify(exc: BaseException) -> tuple[bool, str]:
@@ -108,9 +123,16 @@ def classify(exc: BaseException) -> tuple[bool, str]:
         return False, "no AWS credentials found (set AWS_PROFILE or AWS_ACCESS_KEY_ID/...)"
     if isinstance(exc, bex.NoRegionError):
         return False, "no AWS region configured (set AWS_REGION or AWS_DEFAULT_REGION)"
-    if isinstance(exc, bex.ConnectTimeoutError | bex.ReadTimeoutError | bex.EndpointConnectionError
-                  | bex.ConnectionClosedError | bex.HTTPClientError | TimeoutError
-                  | ConnectionError):
+    if isinstance(
+        exc,
+        bex.ConnectTimeoutError
+        | bex.ReadTimeoutError
+        | bex.EndpointConnectionError
+        | bex.ConnectionClosedError
+        | bex.HTTPClientError
+        | TimeoutError
+        | ConnectionError,
+    ):
         return True, f"{type(exc).__name__} talking to KMS"
     return False, type(exc).__name__
 
@@ -118,9 +140,13 @@ def classify(exc: BaseException) -> tuple[bool, str]:
 class RateLimiter:
     """A token bucket shared by the worker threads (None rate: unlimited)."""
 
-    def __init__(self, rate: float | None, burst: int = 1,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        rate: float | None,
+        burst: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.rate = rate
         self.burst = max(1, burst)
         self._tokens = float(self.burst)
@@ -147,9 +173,15 @@ class RateLimiter:
 class Backoff:
     """Full-jitter exponential backoff: sleep U(0, min(cap, base * 2**attempt))."""
 
-    def __init__(self, *, attempts: int = 8, base: float = 0.05, cap: float = 5.0,
-                 rng: Callable[[], float] = random.random,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        *,
+        attempts: int = 8,
+        base: float = 0.05,
+        cap: float = 5.0,
+        rng: Callable[[], float] = random.random,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.attempts = max(1, attempts)
         self.base = base
         self.cap = cap
@@ -157,7 +189,7 @@ class Backoff:
         self.sleep = sleep
 
     def delay(self, attempt: int) -> float:
-        return float(self.rng() * min(self.cap, self.base * (2 ** attempt)))
+        return float(self.rng() * min(self.cap, self.base * (2**attempt)))
 
     def call(self, fn: Callable[[], Any], what: str) -> Any:
         """Run `fn`, retrying transient failures; raise `SigningError` when it gives up."""
@@ -171,9 +203,11 @@ class Backoff:
                 if not transient:
                     raise SigningError(f"{what} failed: {desc}", transient=False) from None
                 if attempt + 1 >= self.attempts:
-                    raise SigningError(f"{what} failed after {self.attempts} attempts: {desc} "
-                                       "(transient; retry later or lower the concurrency)",
-                                       transient=True) from None
+                    raise SigningError(
+                        f"{what} failed after {self.attempts} attempts: {desc} "
+                        "(transient; retry later or lower the concurrency)",
+                        transient=True,
+                    ) from None
                 self.sleep(self.delay(attempt))
         raise AssertionError("unreachable")
 
@@ -181,16 +215,27 @@ class Backoff:
 class KmsSigner(Signer):
     """An Ed25519 key in AWS KMS. Thread-safe; holds no private material at all."""
 
-    def __init__(self, kms_key: str, *, key_id: str | None = None, client: Any = None,
-                 region: str | None = None, endpoint_url: str | None = None,
-                 concurrency: int = 16, max_rps: float | None = None,
-                 backoff: Backoff | None = None) -> None:
+    def __init__(
+        self,
+        kms_key: str,
+        *,
+        key_id: str | None = None,
+        client: Any = None,
+        region: str | None = None,
+        endpoint_url: str | None = None,
+        concurrency: int = 16,
+        max_rps: float | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
         if not kms_key:
             raise SigningError("kms: needs a key id, key ARN or alias (kms:alias/pith-signing)")
         self.kms_key = kms_key
         self.concurrency = max(1, concurrency)
-        self._client = client if client is not None else make_kms_client(
-            region=region, endpoint_url=endpoint_url, max_pool=self.concurrency)
+        self._client = (
+            client
+            if client is not None
+            else make_kms_client(region=region, endpoint_url=endpoint_url, max_pool=self.concurrency)
+        )
         self._backoff = backoff or Backoff()
         self._limiter = RateLimiter(max_rps, burst=max(1, int(max_rps or 1) // 10))
         self._public = self._fetch_public_key()
@@ -204,15 +249,18 @@ class KmsSigner(Signer):
         return self._public
 
     def _fetch_public_key(self) -> bytes:
-        resp = self._backoff.call(lambda: self._client.get_public_key(KeyId=self.kms_key),
-                                  f"KMS GetPublicKey on {self.kms_key}")
+        resp = self._backoff.call(
+            lambda: self._client.get_public_key(KeyId=self.kms_key), f"KMS GetPublicKey on {self.kms_key}"
+        )
         spec = resp.get("KeySpec") or resp.get("CustomerMasterKeySpec")
         if spec is not None and spec != KEY_SPEC:
-            raise SigningError(f"KMS key {self.kms_key} has key spec {spec}; an Ed25519 key "
-                               f"({KEY_SPEC}) is needed")
+            raise SigningError(
+                f"KMS key {self.kms_key} has key spec {spec}; an Ed25519 key ({KEY_SPEC}) is needed"
+            )
         if resp.get("KeyUsage") not in (None, "SIGN_VERIFY"):
-            raise SigningError(f"KMS key {self.kms_key} has key usage {resp.get('KeyUsage')}; "
-                               "SIGN_VERIFY is needed")
+            raise SigningError(
+                f"KMS key {self.kms_key} has key usage {resp.get('KeyUsage')}; SIGN_VERIFY is needed"
+            )
         algs = resp.get("SigningAlgorithms")
         if algs is not None and SIGNING_ALGORITHM not in algs:
             raise SigningError(f"KMS key {self.kms_key} does not offer {SIGNING_ALGORITHM}")
@@ -222,15 +270,15 @@ class KmsSigner(Signer):
         self._limiter.acquire()
         with self._calls_lock:
             self.calls += 1
-        resp = self._client.sign(KeyId=self.kms_key, Message=digest, MessageType=MESSAGE_TYPE,
-                                 SigningAlgorithm=SIGNING_ALGORITHM)
+        resp = self._client.sign(
+            KeyId=self.kms_key, Message=digest, MessageType=MESSAGE_TYPE, SigningAlgorithm=SIGNING_ALGORITHM
+        )
         return bytes(resp["Signature"])
 
     def sign_digest(self, digest: bytes) -> bytes:
         if len(digest) != 32:
             raise SigningError("a signer signs the raw 32 bytes of a SHA-256 digest")
-        sig: bytes = self._backoff.call(lambda: self._sign_once(digest),
-                                        f"KMS Sign with {self.kms_key}")
+        sig: bytes = self._backoff.call(lambda: self._sign_once(digest), f"KMS Sign with {self.kms_key}")
         try:
             if len(sig) != 64:
                 raise nacl.exceptions.BadSignatureError
@@ -239,15 +287,18 @@ class KmsSigner(Signer):
             raise SigningError(
                 f"KMS key {self.kms_key} returned a signature that does not verify with its own "
                 f"public key (key {self.key_id}); check the key is Ed25519 and the algorithm is "
-                f"{SIGNING_ALGORITHM} with MessageType {MESSAGE_TYPE}", transient=False) from None
+                f"{SIGNING_ALGORITHM} with MessageType {MESSAGE_TYPE}",
+                transient=False,
+            ) from None
         return sig
 
     def sign_digests(self, digests: Sequence[bytes]) -> list[bytes]:
         """Sign concurrently, at most `concurrency` requests in flight; order is kept."""
         if len(digests) <= 1 or self.concurrency == 1:
             return [self.sign_digest(d) for d in digests]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(digests)),
-                                thread_name_prefix="kms-sign") as pool:
+        with ThreadPoolExecutor(
+            max_workers=min(self.concurrency, len(digests)), thread_name_prefix="kms-sign"
+        ) as pool:
             return list(pool.map(self.sign_digest, digests))
 
     def self_test(self) -> None:

@@ -59,8 +59,7 @@ class LocalKms:
     in_flight: int = 0
     max_in_flight: int = 0
 
-    def add_key(self, key_id: str, seed: bytes | None = None, alias: str | None = None
-                ) -> LocalKey:
+    def add_key(self, key_id: str, seed: bytes | None = None, alias: str | None = None) -> LocalKey:
         sk = nacl.signing.SigningKey(seed) if seed else nacl.signing.SigningKey.generate()
         key = LocalKey(key_id, sk)
         self.keys[key_id] = key
@@ -101,10 +100,14 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             body = {}
         with state.lock:
-            state.requests.append({"target": target, "body": body,
-                                   "content_type": self.headers.get("Content-Type"),
-                                   "authorized": "AWS4-HMAC-SHA256" in
-                                   self.headers.get("Authorization", "")})
+            state.requests.append(
+                {
+                    "target": target,
+                    "body": body,
+                    "content_type": self.headers.get("Content-Type"),
+                    "authorized": "AWS4-HMAC-SHA256" in self.headers.get("Authorization", ""),
+                }
+            )
             fault = state.faults.popleft() if state.faults else None
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
@@ -116,8 +119,9 @@ class _Handler(BaseHTTPRequestHandler):
             with state.lock:
                 state.in_flight -= 1
 
-    def _handle(self, state: LocalKms, target: str, body: dict[str, Any],
-                fault: tuple[str, int] | None) -> None:
+    def _handle(
+        self, state: LocalKms, target: str, body: dict[str, Any], fault: tuple[str, int] | None
+    ) -> None:
         try:
             if fault:
                 raise _Error(fault[0], fault[1])
@@ -145,24 +149,26 @@ class _Handler(BaseHTTPRequestHandler):
     def _get_public_key(self, state: LocalKms, body: dict[str, Any]) -> dict[str, Any]:
         key = self._key(state, body)
         der = ED25519_SPKI_PREFIX + bytes(key.signing_key.verify_key)
-        return {"KeyId": key.arn, "PublicKey": base64.b64encode(der).decode(),
-                "KeySpec": KEY_SPEC, "CustomerMasterKeySpec": KEY_SPEC,
-                "KeyUsage": "SIGN_VERIFY",
-                "SigningAlgorithms": [SIGNING_ALGORITHM, "ED25519_PH_SHA_512"]}
+        return {
+            "KeyId": key.arn,
+            "PublicKey": base64.b64encode(der).decode(),
+            "KeySpec": KEY_SPEC,
+            "CustomerMasterKeySpec": KEY_SPEC,
+            "KeyUsage": "SIGN_VERIFY",
+            "SigningAlgorithms": [SIGNING_ALGORITHM, "ED25519_PH_SHA_512"],
+        }
 
     def _sign(self, state: LocalKms, body: dict[str, Any]) -> dict[str, Any]:
         key = self._key(state, body)
         alg = body.get("SigningAlgorithm")
         if alg not in (SIGNING_ALGORITHM, "ED25519_PH_SHA_512"):
-            raise _Error("InvalidKeyUsageException", 400,
-                         f"{alg} is not valid for key spec {KEY_SPEC}")
+            raise _Error("InvalidKeyUsageException", 400, f"{alg} is not valid for key spec {KEY_SPEC}")
         if alg == SIGNING_ALGORITHM and body.get("MessageType", "RAW") != "RAW":
             raise _Error("ValidationException", 400, "ED25519_SHA_512 requires MessageType RAW")
         msg = base64.b64decode(body.get("Message", ""))
         sk = key.sign_with or key.signing_key
         sig = sk.sign(msg).signature
-        return {"KeyId": key.arn, "Signature": base64.b64encode(sig).decode(),
-                "SigningAlgorithm": alg}
+        return {"KeyId": key.arn, "Signature": base64.b64encode(sig).decode(), "SigningAlgorithm": alg}
 
     def _reply(self, status: int, obj: dict[str, Any]) -> None:
         data = json.dumps(obj).encode()
@@ -189,8 +195,9 @@ class LocalKmsServer:
     def __init__(self, state: LocalKms | None = None) -> None:
         self.state = state or LocalKms()
         self._server = _Server(self.state)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        daemon=True, name="local-kms")
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True, name="local-kms"
+        )
 
     @property
     def url(self) -> str:

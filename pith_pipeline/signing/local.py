@@ -33,13 +33,15 @@ def default_key_id(public_key: bytes, when: datetime | None = None) -> str:
 def write_key_file(path: Path, seed: bytes, key_id: str) -> None:
     """Write a private key file with mode 0600 from the first byte (no umask race)."""
     public = bytes(nacl.signing.SigningKey(seed).verify_key)
-    body = dumps_pretty({
-        "kind": KEY_FILE_KIND,
-        "key_id": key_id,
-        "algorithm": "ed25519",
-        "seed_b64": base64.b64encode(seed).decode("ascii"),
-        "public_key_hex": public.hex(),
-    })
+    body = dumps_pretty(
+        {
+            "kind": KEY_FILE_KIND,
+            "key_id": key_id,
+            "algorithm": "ed25519",
+            "seed_b64": base64.b64encode(seed).decode("ascii"),
+            "public_key_hex": public.hex(),
+        }
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -49,22 +51,25 @@ def write_key_file(path: Path, seed: bytes, key_id: str) -> None:
         os.close(fd)
 
 
-def generate_key(out_dir: Path, *, key_id: str | None = None, base_url: str = "",
-                 overwrite: bool = False) -> tuple[Path, Path, PublicKey]:
+def generate_key(
+    out_dir: Path, *, key_id: str | None = None, base_url: str = "", overwrite: bool = False
+) -> tuple[Path, Path, PublicKey]:
     """Create a private key file and its public key document in `out_dir`."""
     priv = out_dir / PRIVATE_KEY_FILE
     pub = out_dir / PUBLIC_KEY_FILE
     if priv.exists() and not overwrite:
-        raise KeyFileError(f"{priv} already exists; refusing to replace a private key "
-                           "(move it away first)")
+        raise KeyFileError(f"{priv} already exists; refusing to replace a private key (move it away first)")
     if priv.exists():
         priv.unlink()
     sk = nacl.signing.SigningKey.generate()
     seed = bytes(sk)
     kid = key_id or default_key_id(bytes(sk.verify_key))
     write_key_file(priv, seed, kid)
-    doc = PublicKey(key_id=kid, public_key=bytes(sk.verify_key),
-                    url=f"{base_url.rstrip('/')}/{PUBLIC_KEY_FILE}" if base_url else "")
+    doc = PublicKey(
+        key_id=kid,
+        public_key=bytes(sk.verify_key),
+        url=f"{base_url.rstrip('/')}/{PUBLIC_KEY_FILE}" if base_url else "",
+    )
     pub.write_bytes(dumps_pretty(doc.to_json()) + b"\n")
     return priv, pub, doc
 
@@ -75,12 +80,14 @@ def load_signer(path: Path | str) -> Ed25519Signer:
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise KeyFileError(f"key file {p} does not exist "
-                           "(create one with: pith-pipeline keys generate --out DIR)") from None
+        raise KeyFileError(
+            f"key file {p} does not exist (create one with: pith-pipeline keys generate --out DIR)"
+        ) from None
     if stat.S_IMODE(st.st_mode) & 0o077:
         raise KeyFileError(
             f"key file {p} is readable by others (mode {stat.S_IMODE(st.st_mode):04o}); "
-            f"refusing to use it. Fix with: chmod 600 {p}")
+            f"refusing to use it. Fix with: chmod 600 {p}"
+        )
     try:
         obj = json.loads(p.read_bytes())
         if obj.get("kind") != KEY_FILE_KIND or obj.get("algorithm") != "ed25519":

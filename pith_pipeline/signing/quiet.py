@@ -15,9 +15,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 _LOGGERS = (
-    "botocore.endpoint", "botocore.parsers", "botocore.hooks", "botocore.auth",
-    "botocore.retryhandler", "botocore.awsrequest", "botocore.httpsession",
-    "botocore.client", "urllib3.connectionpool",
+    "botocore.endpoint",
+    "botocore.parsers",
+    "botocore.hooks",
+    "botocore.auth",
+    "botocore.retryhandler",
+    "botocore.awsrequest",
+    "botocore.httpsession",
+    "botocore.client",
+    "urllib3.connectionpool",
 )
 _state = threading.local()
 

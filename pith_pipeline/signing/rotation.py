@@ -82,8 +82,7 @@ def rotate_keys(pub: Publisher, now: str) -> list[str]:
     for kid, k in list(pub.keys.items()):
         if kid in current or k.certificate is not None or k.rotates_at:
             continue
-        pub.keys[kid] = PublicKey(k.key_id, k.public_key, url=k.url, notes=k.notes,
-                                  rotates_at=now)
+        pub.keys[kid] = PublicKey(k.key_id, k.public_key, url=k.url, notes=k.notes, rotates_at=now)
         rotated.append(kid)
     pub.publish_key_document()
     return rotated
@@ -98,16 +97,19 @@ class ReissueSummary:
     rotated: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        return (f"{self.subjects} records, {self.events_resigned} events re-signed, "
-                f"{self.receipts_reissued} receipts re-issued, {self.bundles_signed} bundles "
-                f"signed; rotated: {', '.join(self.rotated) or 'none'}")
+        return (
+            f"{self.subjects} records, {self.events_resigned} events re-signed, "
+            f"{self.receipts_reissued} receipts re-issued, {self.bundles_signed} bundles "
+            f"signed; rotated: {', '.join(self.rotated) or 'none'}"
+        )
 
 
 class Reissuer:
     """Re-signs one store's events, receipts and bundles with a new key."""
 
-    def __init__(self, store: Store, signer: Signer, config: BuildConfig | None = None, *,
-                 clock: Clock = system_clock) -> None:
+    def __init__(
+        self, store: Store, signer: Signer, config: BuildConfig | None = None, *, clock: Clock = system_clock
+    ) -> None:
         self.pub = Publisher(store, signer, config, clock=clock)
         self.store = store
         self.signer = signer
@@ -117,8 +119,7 @@ class Reissuer:
     def subjects(self) -> list[str]:
         return sorted({k.split("/")[1] for k in self.store.list("events/")})
 
-    def run(self, *, workers: int = 8,
-            progress: Callable[[int], None] | None = None) -> ReissueSummary:
+    def run(self, *, workers: int = 8, progress: Callable[[int], None] | None = None) -> ReissueSummary:
         self.summary.rotated = rotate_keys(self.pub, iso_micros(self.clock()))
         bodies = self.subjects()
 
@@ -137,8 +138,7 @@ class Reissuer:
 
     def _ours(self, ev: dict[str, Any]) -> bool:
         signer = ev.get("signer") or {}
-        return signer.get("signer_type") == "pith_registry" and \
-            signer.get("key_id") in self.pub.keys
+        return signer.get("signer_type") == "pith_registry" and signer.get("key_id") in self.pub.keys
 
     def reissue_body(self, body: str) -> None:
         events = self.pub.subject_events(body)
@@ -148,16 +148,27 @@ class Reissuer:
         now = self.clock()
         signed_at = iso_micros(now)
         # 1. a copy of every registry event signed by the new key
-        todo = [copies[0] for copies in by_id.values()
-                if self._ours(copies[0])
-                and not any(c["signature"]["key_id"] == self.signer.key_id for c in copies)]
+        todo = [
+            copies[0]
+            for copies in by_id.values()
+            if self._ours(copies[0])
+            and not any(c["signature"]["key_id"] == self.signer.key_id for c in copies)
+        ]
         sigs = self.signer.sign_digests([bytes.fromhex(e["content_sha256"]) for e in todo])
         for e, sig in zip(todo, sigs, strict=True):
-            copy = {**e, "signature": signature_block(
-                self.signer, e["content_sha256"], EVENT_SIGNED_MESSAGE, signed_at,
-                base64.b64encode(sig).decode("ascii"))}
-            self.pub._put_once(resigned_key(body, e["content_sha256"], self.signer.key_id),
-                               dumps_compact(copy))
+            copy = {
+                **e,
+                "signature": signature_block(
+                    self.signer,
+                    e["content_sha256"],
+                    EVENT_SIGNED_MESSAGE,
+                    signed_at,
+                    base64.b64encode(sig).decode("ascii"),
+                ),
+            }
+            self.pub._put_once(
+                resigned_key(body, e["content_sha256"], self.signer.key_id), dumps_compact(copy)
+            )
             events.append(copy)
         self.summary.events_resigned += len(todo)
         # 2. the re-issued receipt of each subject's applied record_created
@@ -185,36 +196,55 @@ class Reissuer:
         sig = loads(raw).get("bundle_signature") or {}
         return bool(sig.get("key_id") == self.signer.key_id)
 
-    def _reissue_receipt(self, subject: str, events: Iterable[dict[str, Any]],
-                         now: Any) -> dict[str, Any] | None:
+    def _reissue_receipt(
+        self, subject: str, events: Iterable[dict[str, Any]], now: Any
+    ) -> dict[str, Any] | None:
         evs = list(events)
-        creations = sorted((e for e in evs if e["event_type"] == "record_created"),
-                           key=lambda e: (e["created_at"], e["event_id"]))
+        creations = sorted(
+            (e for e in evs if e["event_type"] == "record_created"),
+            key=lambda e: (e["created_at"], e["event_id"]),
+        )
         if not creations:
             return None
         rc = creations[0]
-        previous = [e for e in evs if e["event_type"] == "correction"
-                    and e["payload"].get("kind") == RECEIPT_REISSUED
-                    and e["payload"].get("record_created") == rc["event_id"]]
+        previous = [
+            e
+            for e in evs
+            if e["event_type"] == "correction"
+            and e["payload"].get("kind") == RECEIPT_REISSUED
+            and e["payload"].get("record_created") == rc["event_id"]
+        ]
         if any(e["payload"]["receipt"]["key_id"] == self.signer.key_id for e in previous):
             return None  # already re-issued with this key
         old = rc["payload"]["receipt"]
         micros = iso_micros(now)
-        new = receipt(signer=self.signer, canonical_sha256=old["canonical_sha256"],
-                      first_computed_at=old["first_computed_at"], last_reissued_at=micros,
-                      signed_at=micros, builder_version=old.get("builder_version",
-                                                                self.pub.config.builder_version))
+        new = receipt(
+            signer=self.signer,
+            canonical_sha256=old["canonical_sha256"],
+            first_computed_at=old["first_computed_at"],
+            last_reissued_at=micros,
+            signed_at=micros,
+            builder_version=old.get("builder_version", self.pub.config.builder_version),
+        )
         ev = make_event(
-            event_type="correction", subject=subject,
+            event_type="correction",
+            subject=subject,
             payload={"kind": RECEIPT_REISSUED, "record_created": rc["event_id"], "receipt": new},
             signer_info=SignerInfo.for_signer(self.signer, self.pub.config.signer_id),
             created_at=iso_seconds(now),
-            supersedes=sorted({e["event_id"] for e in previous}))
+            supersedes=sorted({e["event_id"] for e in previous}),
+        )
         return sign_event(ev, self.signer, micros)
 
 
-def reissue(store: Store, signer: Signer, config: BuildConfig | None = None, *,
-            clock: Clock = system_clock, workers: int = 8,
-            progress: Callable[[int], None] | None = None) -> ReissueSummary:
+def reissue(
+    store: Store,
+    signer: Signer,
+    config: BuildConfig | None = None,
+    *,
+    clock: Clock = system_clock,
+    workers: int = 8,
+    progress: Callable[[int], None] | None = None,
+) -> ReissueSummary:
     """Rotate to `signer` and re-sign every receipt, event and bundle in `store`."""
     return Reissuer(store, signer, config, clock=clock).run(workers=workers, progress=progress)

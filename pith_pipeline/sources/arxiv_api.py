@@ -36,8 +36,7 @@ class _GatedSession(requests.Session):
         self.gate = gate
         self.headers["User-Agent"] = gate.policy.user_agent
 
-    def request(self, method: str | bytes, url: str | bytes,
-                *args: Any, **kwargs: Any) -> requests.Response:
+    def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
         verb = method.decode("ascii") if isinstance(method, bytes) else method
         target = url.decode("utf-8") if isinstance(url, bytes) else url
         kwargs.setdefault("timeout", self.gate.policy.timeout)
@@ -47,15 +46,19 @@ class _GatedSession(requests.Session):
         kwargs["headers"] = headers
         send = super().request
         try:
-            response = self.gate.send(lambda: send(verb, target, *args, **kwargs),
-                                      what=f"arXiv API {target}",
-                                      retry_on=(requests.Timeout, requests.ConnectionError))
+            response = self.gate.send(
+                lambda: send(verb, target, *args, **kwargs),
+                what=f"arXiv API {target}",
+                retry_on=(requests.Timeout, requests.ConnectionError),
+            )
         except requests.RequestException as exc:
             raise TransientError(f"arXiv API: {type(exc).__name__}: {exc}") from None
         if response.is_redirect:
-            raise TerminalError(f"arXiv API {target}: redirected to "
-                                f"{response.headers.get('location')}; set --api-url (or "
-                                f"{API_URL_ENV}) to that address")
+            raise TerminalError(
+                f"arXiv API {target}: redirected to "
+                f"{response.headers.get('location')}; set --api-url (or "
+                f"{API_URL_ENV}) to that address"
+            )
         return response
 
 
@@ -68,16 +71,14 @@ def normalise_id(text: str) -> str:
     m = _VERSIONED.match(t)
     bare = m.group(1) if m else t
     if not is_arxiv_id(bare):
-        raise InputError(f"not an arXiv identifier: {text!r} "
-                         "(expected e.g. 1909.11150 or hep-lat/0305021)")
+        raise InputError(f"not an arXiv identifier: {text!r} (expected e.g. 1909.11150 or hep-lat/0305021)")
     return bare
 
 
 class ArxivAPI:
     """Id discovery through `arxiv.Client`, politely."""
 
-    def __init__(self, gate: Gate, api_url: str = DEFAULT_API_URL, *,
-                 page_size: int = 100) -> None:
+    def __init__(self, gate: Gate, api_url: str = DEFAULT_API_URL, *, page_size: int = 100) -> None:
         self.gate = gate
         self.api_url = api_url
         client = arxiv.Client(page_size=page_size, delay_seconds=0.0, num_retries=0)
@@ -90,8 +91,7 @@ class ArxivAPI:
         try:
             yield from self.client.results(search)
         except arxiv.HTTPError as exc:
-            raise TransientError(f"arXiv API at {self.api_url}: HTTP {exc.status} "
-                                 f"for {exc.url}") from None
+            raise TransientError(f"arXiv API at {self.api_url}: HTTP {exc.status} for {exc.url}") from None
         except arxiv.ArxivError as exc:
             raise TransientError(f"arXiv API at {self.api_url}: {exc}") from None
 
@@ -99,9 +99,12 @@ class ArxivAPI:
         """Ids matching an API query, de-duplicated, in the API's order."""
         if not query.strip():
             raise InputError("--query is empty")
-        search = arxiv.Search(query=query, max_results=max_results,
-                              sort_by=arxiv.SortCriterion.SubmittedDate,
-                              sort_order=arxiv.SortOrder.Ascending)
+        search = arxiv.Search(
+            query=query,
+            max_results=max_results,
+            sort_by=arxiv.SortCriterion.SubmittedDate,
+            sort_order=arxiv.SortOrder.Ascending,
+        )
         return _unique(normalise_id(r.get_short_id()) for r in self._results(search))
 
     def check_ids(self, ids: list[str]) -> tuple[list[str], list[str]]:
@@ -111,7 +114,7 @@ class ArxivAPI:
             raise InputError("--ids is empty")
         found: set[str] = set()
         for start in range(0, len(wanted), 100):
-            chunk = wanted[start:start + 100]
+            chunk = wanted[start : start + 100]
             search = arxiv.Search(id_list=chunk, max_results=len(chunk))
             for r in self._results(search):
                 try:

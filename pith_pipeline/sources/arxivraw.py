@@ -38,8 +38,7 @@ _O = f"{{{OAI_NS}}}"
 _A = f"{{{ARXIVRAW_NS}}}"
 
 # No DTDs, no entities, no network: pages come from the outside world.
-_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True,
-                          remove_blank_text=False)
+_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True, remove_blank_text=False)
 
 
 class MalformedPageError(InputError):
@@ -99,11 +98,9 @@ def parse_page(data: bytes, where: str) -> Page:
         root = etree.fromstring(data, parser=_PARSER)
     except etree.XMLSyntaxError as exc:
         head = data[:80].decode("utf-8", errors="replace").replace("\n", " ")
-        raise MalformedPageError(f"not an XML document ({exc}); starts with {head!r}",
-                                 where=where) from None
+        raise MalformedPageError(f"not an XML document ({exc}); starts with {head!r}", where=where) from None
     if root.tag != f"{_O}OAI-PMH":
-        raise MalformedPageError(f"not an OAI-PMH response (root element {root.tag!r})",
-                                 where=where)
+        raise MalformedPageError(f"not an OAI-PMH response (root element {root.tag!r})", where=where)
     page = Page(where)
     error = root.find(f"{_O}error")
     if error is not None:
@@ -114,8 +111,7 @@ def parse_page(data: bytes, where: str) -> Page:
     if body is None:
         body = root.find(f"{_O}GetRecord")
     if body is None:
-        raise MalformedPageError("neither ListRecords nor GetRecord nor error in the response",
-                                 where=where)
+        raise MalformedPageError("neither ListRecords nor GetRecord nor error in the response", where=where)
     for n, rec in enumerate(body.iterfind(f"{_O}record"), start=1):
         parsed = parse_record(rec, f"{where} record {n}")
         if isinstance(parsed, Deleted):
@@ -155,7 +151,7 @@ def parse_record(rec: etree._Element, where: str) -> ArxivRecord | Rejected | De
     header = rec.find(f"{_O}header")
     identifier = header.findtext(f"{_O}identifier") if header is not None else None
     oai_id = (identifier or "").strip()
-    header_id = oai_id[len(OAI_ID_PREFIX):] if oai_id.startswith(OAI_ID_PREFIX) else None
+    header_id = oai_id[len(OAI_ID_PREFIX) :] if oai_id.startswith(OAI_ID_PREFIX) else None
     datestamp = header.findtext(f"{_O}datestamp") if header is not None else None
     datestamp = datestamp.strip() if datestamp else None
     if header is not None and header.get("status") == "deleted":
@@ -173,15 +169,13 @@ def parse_record(rec: etree._Element, where: str) -> ArxivRecord | Rejected | De
     if arxiv_id is None:
         return reject("missing <id>", "id")
     if header_id is not None and header_id != arxiv_id:
-        return reject(f"header identifier {oai_id!r} does not match <id> {arxiv_id!r}",
-                      "id", arxiv_id)
+        return reject(f"header identifier {oai_id!r} does not match <id> {arxiv_id!r}", "id", arxiv_id)
     versions = []
     for v in meta.iterfind(f"{_A}version"):
         label = (v.get("version") or "").strip()
         date = v.findtext(f"{_A}date")
         if not label or date is None:
-            return reject("a <version> needs a version attribute and a <date>", "versions",
-                          arxiv_id)
+            return reject("a <version> needs a version attribute and a <date>", "versions", arxiv_id)
         versions.append(Version(version=label, created=date.strip()))
     try:
         return ArxivRecord(

@@ -37,8 +37,13 @@ class Rejected:
         return cls(exc.where or "", exc.message, "", record_id, exc.field)
 
     def to_json(self) -> dict[str, str | None]:
-        return {"where": self.where, "record_id": self.record_id, "field": self.field,
-                "reason": self.reason, "raw": self.raw}
+        return {
+            "where": self.where,
+            "record_id": self.record_id,
+            "field": self.field,
+            "reason": self.reason,
+            "raw": self.raw,
+        }
 
 
 Item = ArxivRecord | Rejected
@@ -64,10 +69,14 @@ def parse_line(line: bytes, where: str) -> Item:
         return Rejected(where, exc.message, text, exc.record_id, exc.field)
 
 
-def iter_jsonl(path: str | Path | IO[bytes], *, categories: set[str] | None = None,
-               submitted_from: datetime | None = None,
-               submitted_until: datetime | None = None,
-               name: str | None = None) -> Iterator[Item]:
+def iter_jsonl(
+    path: str | Path | IO[bytes],
+    *,
+    categories: set[str] | None = None,
+    submitted_from: datetime | None = None,
+    submitted_until: datetime | None = None,
+    name: str | None = None,
+) -> Iterator[Item]:
     """Records (and rejects) from a JSON-lines file, optionally filtered.
 
     `path` may also be an open binary stream (gzip-compressed or not; e.g. a download
@@ -78,18 +87,19 @@ def iter_jsonl(path: str | Path | IO[bytes], *, categories: set[str] | None = No
     if isinstance(path, str | Path):
         p = Path(path)
         with _open(p) as fh:
-            yield from _iter_lines(fh, name or p.name, categories, submitted_from,
-                                   submitted_until)
+            yield from _iter_lines(fh, name or p.name, categories, submitted_from, submitted_until)
         return
     raw: Any = path
     stream: Any = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)
     lines: Any = gzip.GzipFile(fileobj=stream) if stream.peek(2)[:2] == b"\x1f\x8b" else stream
-    yield from _iter_lines(lines, name or str(getattr(path, "name", "<stream>")), categories,
-                           submitted_from, submitted_until)
+    yield from _iter_lines(
+        lines, name or str(getattr(path, "name", "<stream>")), categories, submitted_from, submitted_until
+    )
 
 
-def _iter_lines(fh: IO[bytes], label: str, categories: set[str] | None,
-                since: datetime | None, until: datetime | None) -> Iterator[Item]:
+def _iter_lines(
+    fh: IO[bytes], label: str, categories: set[str] | None, since: datetime | None, until: datetime | None
+) -> Iterator[Item]:
     for n, line in enumerate(fh, start=1):
         if not line.strip():
             continue
@@ -99,8 +109,9 @@ def _iter_lines(fh: IO[bytes], label: str, categories: set[str] | None,
         yield item
 
 
-def _keep(rec: ArxivRecord, categories: set[str] | None, since: datetime | None,
-          until: datetime | None) -> bool:
+def _keep(
+    rec: ArxivRecord, categories: set[str] | None, since: datetime | None, until: datetime | None
+) -> bool:
     if since is not None and rec.submitted_at < since:
         return False
     if until is not None and rec.submitted_at >= until:

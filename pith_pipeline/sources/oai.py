@@ -115,8 +115,12 @@ class Window:
         return q
 
     def to_json(self) -> dict[str, Any]:
-        return {"from": self.from_, "until": self.until, "set": self.set_spec,
-                "metadataPrefix": self.metadata_prefix}
+        return {
+            "from": self.from_,
+            "until": self.until,
+            "set": self.set_spec,
+            "metadataPrefix": self.metadata_prefix,
+        }
 
 
 @dataclass(slots=True)
@@ -136,23 +140,35 @@ class Checkpoint:
     updated_at: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"window": self.window.to_json(), "oai_url": self.oai_url,
-                "attempt": self.attempt, "pages_done": self.pages_done,
-                "resumption_token": self.resumption_token, "complete": self.complete,
-                "complete_list_size": self.complete_list_size, "records": self.records,
-                "deleted": self.deleted, "restarts": self.restarts,
-                "updated_at": self.updated_at}
+        return {
+            "window": self.window.to_json(),
+            "oai_url": self.oai_url,
+            "attempt": self.attempt,
+            "pages_done": self.pages_done,
+            "resumption_token": self.resumption_token,
+            "complete": self.complete,
+            "complete_list_size": self.complete_list_size,
+            "records": self.records,
+            "deleted": self.deleted,
+            "restarts": self.restarts,
+            "updated_at": self.updated_at,
+        }
 
     @classmethod
     def from_json(cls, window: Window, obj: dict[str, Any]) -> Checkpoint:
-        return cls(window=window, attempt=int(obj.get("attempt", 1)),
-                   pages_done=int(obj.get("pages_done", 0)),
-                   resumption_token=obj.get("resumption_token"),
-                   complete=bool(obj.get("complete", False)),
-                   complete_list_size=obj.get("complete_list_size"),
-                   records=int(obj.get("records", 0)), deleted=int(obj.get("deleted", 0)),
-                   restarts=int(obj.get("restarts", 0)), oai_url=str(obj.get("oai_url", "")),
-                   updated_at=str(obj.get("updated_at", "")))
+        return cls(
+            window=window,
+            attempt=int(obj.get("attempt", 1)),
+            pages_done=int(obj.get("pages_done", 0)),
+            resumption_token=obj.get("resumption_token"),
+            complete=bool(obj.get("complete", False)),
+            complete_list_size=obj.get("complete_list_size"),
+            records=int(obj.get("records", 0)),
+            deleted=int(obj.get("deleted", 0)),
+            restarts=int(obj.get("restarts", 0)),
+            oai_url=str(obj.get("oai_url", "")),
+            updated_at=str(obj.get("updated_at", "")),
+        )
 
 
 @dataclass(slots=True)
@@ -184,18 +200,19 @@ class HarvestStats:
 class _OneConnectionScythe(Scythe):
     """scythe's client, limited to one connection, with an optional transport."""
 
-    def __init__(self, endpoint: str, policy: Politeness,
-                 transport: httpx2.BaseTransport | None = None) -> None:
-        super().__init__(endpoint, http_config=HTTPConfig(timeout=policy.timeout,
-                                                          user_agent=policy.user_agent))
+    def __init__(
+        self, endpoint: str, policy: Politeness, transport: httpx2.BaseTransport | None = None
+    ) -> None:
+        super().__init__(
+            endpoint, http_config=HTTPConfig(timeout=policy.timeout, user_agent=policy.user_agent)
+        )
         self._transport = transport
 
     @property
     def client(self) -> httpx2.Client:
         if self._client is None or self._client.is_closed:
             self._client = httpx2.Client(
-                headers={"Accept": "text/xml, application/xml",
-                         "User-Agent": self.http_config.user_agent},
+                headers={"Accept": "text/xml, application/xml", "User-Agent": self.http_config.user_agent},
                 timeout=self.http_config.timeout,
                 limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1),
                 follow_redirects=False,  # see OAIClient.request
@@ -207,8 +224,13 @@ class _OneConnectionScythe(Scythe):
 class OAIClient:
     """HTTP for OAI-PMH: scythe's client, every request through the gate."""
 
-    def __init__(self, base_url: str = DEFAULT_OAI_URL, *, gate: Gate | None = None,
-                 transport: httpx2.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str = DEFAULT_OAI_URL,
+        *,
+        gate: Gate | None = None,
+        transport: httpx2.BaseTransport | None = None,
+    ) -> None:
         self.base_url = base_url
         self.gate = gate or Gate()
         self._scythe = _OneConnectionScythe(base_url, self.gate.policy, transport)
@@ -226,15 +248,18 @@ class OAIClient:
         what = f"OAI-PMH {params.get('verb')} at {self.base_url}"
         client = self._scythe.client
         try:
-            response = self.gate.send(lambda: client.get(self.base_url, params=params),
-                                      what=what, retry_on=(httpx2.TimeoutException,
-                                                           httpx2.NetworkError,
-                                                           httpx2.RemoteProtocolError))
+            response = self.gate.send(
+                lambda: client.get(self.base_url, params=params),
+                what=what,
+                retry_on=(httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError),
+            )
         except httpx2.HTTPError as exc:
             raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from None
         if response.is_redirect:  # following it would be a second, unspaced request
-            raise TerminalError(f"{what}: redirected to {response.headers.get('location')}; "
-                                f"set --oai-url (or {OAI_URL_ENV}) to that address")
+            raise TerminalError(
+                f"{what}: redirected to {response.headers.get('location')}; "
+                f"set --oai-url (or {OAI_URL_ENV}) to that address"
+            )
         return response
 
 
@@ -245,8 +270,15 @@ class _TokenRefused(Exception):
 class Harvester:
     """Harvests windows and single records into a store's raw area, and replays them."""
 
-    def __init__(self, store: Store, client: OAIClient | None, *, raw_root: str = RAW_ROOT,
-                 metadata_prefix: str = METADATA_PREFIX, clock: Clock = system_clock) -> None:
+    def __init__(
+        self,
+        store: Store,
+        client: OAIClient | None,
+        *,
+        raw_root: str = RAW_ROOT,
+        metadata_prefix: str = METADATA_PREFIX,
+        clock: Clock = system_clock,
+    ) -> None:
         self.store = store
         self.client = client
         self.raw_root = raw_root.rstrip("/")
@@ -272,9 +304,11 @@ class Harvester:
         try:
             return Checkpoint.from_json(window, loads(raw))
         except (ValueError, TypeError, AttributeError) as exc:
-            raise TerminalError(f"{self.checkpoint_key(window)} in {self.store.url} is "
-                                f"unreadable ({exc}); move it away to start the window "
-                                "again") from None
+            raise TerminalError(
+                f"{self.checkpoint_key(window)} in {self.store.url} is "
+                f"unreadable ({exc}); move it away to start the window "
+                "again"
+            ) from None
 
     def _save(self, cp: Checkpoint) -> None:
         cp.updated_at = iso_seconds(self.clock())
@@ -288,8 +322,7 @@ class Harvester:
             raise TerminalError("this harvester replays stored pages only (no OAI-PMH URL)")
         return self.client
 
-    def _fetch(self, params: dict[str, str], where: str,
-               malformed_key: Any) -> tuple[bytes, Page]:
+    def _fetch(self, params: dict[str, str], where: str, malformed_key: Any) -> tuple[bytes, Page]:
         """One OAI response that is an OAI-PMH document; malformed ones are kept and retried."""
         client = self._need_client()
         policy = client.gate.policy
@@ -307,12 +340,15 @@ class Harvester:
                 self.stats.malformed_keys.append(key)
                 log.warning("%s (HTTP %s); kept as %s", exc, response.status_code, key)
                 if response.status_code >= 400:
-                    raise TerminalError(f"{where}: HTTP {response.status_code} from "
-                                        f"{client.base_url}; response kept as {key}") from None
+                    raise TerminalError(
+                        f"{where}: HTTP {response.status_code} from {client.base_url}; response kept as {key}"
+                    ) from None
                 if attempt >= policy.max_retries:
-                    raise TransientError(f"{where}: {exc.message}; gave up after "
-                                         f"{attempt + 1} tries; responses kept under "
-                                         f"{key.rsplit('/', 1)[0]}; rerun to resume") from None
+                    raise TransientError(
+                        f"{where}: {exc.message}; gave up after "
+                        f"{attempt + 1} tries; responses kept under "
+                        f"{key.rsplit('/', 1)[0]}; rerun to resume"
+                    ) from None
                 client.gate.penalize(attempt)
                 continue
             return body, page
@@ -353,35 +389,48 @@ class Harvester:
                     self.stats.pages_from_store += 1
                 else:
                     if n > 1 and not cp.resumption_token:
-                        raise TerminalError(f"{self.checkpoint_key(window)}: page {n} is due "
-                                            "but no resumption token is recorded")
-                    params = window.params() if n == 1 else {
-                        "verb": "ListRecords", "resumptionToken": str(cp.resumption_token)}
+                        raise TerminalError(
+                            f"{self.checkpoint_key(window)}: page {n} is due "
+                            "but no resumption token is recorded"
+                        )
+                    params = (
+                        window.params()
+                        if n == 1
+                        else {"verb": "ListRecords", "resumptionToken": str(cp.resumption_token)}
+                    )
                     body, page = self._fetch(
-                        params, where,
-                        lambda k, a=cp.attempt, m=n: self.page_key(window, a, m,
-                                                                   f".malformed-{k:02d}"))
+                        params,
+                        where,
+                        lambda k, a=cp.attempt, m=n: self.page_key(window, a, m, f".malformed-{k:02d}"),
+                    )
                     from_store = False
                     if page.error_code == "badResumptionToken":
-                        self.store.put_once(self.page_key(window, cp.attempt, n, ".refused"),
-                                            gz(body), content_type="application/gzip")
+                        self.store.put_once(
+                            self.page_key(window, cp.attempt, n, ".refused"),
+                            gz(body),
+                            content_type="application/gzip",
+                        )
                         raise _TokenRefused(page.error_message)
                     if page.error_code not in (None, "noRecordsMatch"):
-                        bad = self._free_key(lambda k, a=cp.attempt, m=n: self.page_key(
-                            window, a, m, f".error-{k:02d}"))
+                        bad = self._free_key(
+                            lambda k, a=cp.attempt, m=n: self.page_key(window, a, m, f".error-{k:02d}")
+                        )
                         self.store.put_once(bad, gz(body), content_type="application/gzip")
                         raise TerminalError(
                             f"{where}: arXiv's OAI-PMH answered {page.error_code}: "
-                            f"{page.error_message} (request {params}; response kept as {bad})")
+                            f"{page.error_message} (request {params}; response kept as {bad})"
+                        )
                     self.store.put_once(key, gz(body), content_type="application/gzip")
             except _TokenRefused as exc:
                 self.stats.refused_tokens += 1
                 if cp.restarts >= MAX_RESTARTS:
                     raise TransientError(
                         f"{self.window_prefix(window)}: resumption token refused again "
-                        f"({exc}); restarted {cp.restarts} times already; try later") from None
-                log.warning("%s: resumption token refused (%s); restarting the window from "
-                            "its start", where, exc)
+                        f"({exc}); restarted {cp.restarts} times already; try later"
+                    ) from None
+                log.warning(
+                    "%s: resumption token refused (%s); restarting the window from its start", where, exc
+                )
                 self.stats.restarts += 1
                 cp = Checkpoint(window, attempt=cp.attempt + 1, restarts=cp.restarts + 1)
                 self._save(cp)
@@ -406,10 +455,14 @@ class Harvester:
         for n, arxiv_id in enumerate(ids, start=1):
             safe = arxiv_id.replace("/", "_")
             key = f"{base}/{n:05d}-{safe}.xml.gz"
-            params = {"verb": "GetRecord", "identifier": oai_identifier(arxiv_id),
-                      "metadataPrefix": self.prefix}
-            body, page = self._fetch(params, key, lambda k, b=base, m=n, s=safe:
-                                     f"{b}/{m:05d}-{s}.malformed-{k:02d}.xml.gz")
+            params = {
+                "verb": "GetRecord",
+                "identifier": oai_identifier(arxiv_id),
+                "metadataPrefix": self.prefix,
+            }
+            body, page = self._fetch(
+                params, key, lambda k, b=base, m=n, s=safe: f"{b}/{m:05d}-{s}.malformed-{k:02d}.xml.gz"
+            )
             self.store.put_once(key, gz(body), content_type="application/gzip")
             self.stats.pages += 1
             _explain_getrecord_error(page, arxiv_id, body)
@@ -439,7 +492,7 @@ class Harvester:
         for k in self.store.list(prefix):
             m = _PAGE.search(k)
             if m:
-                keys.append((k[:m.start()], int(m.group(1)), int(m.group(2)), k))
+                keys.append((k[: m.start()], int(m.group(1)), int(m.group(2)), k))
             elif _GETRECORD.search(k) and ".malformed-" not in k:
                 keys.append((k.rsplit("/", 1)[0], 0, 0, k))
             elif ".malformed-" in k:
@@ -456,7 +509,7 @@ class Harvester:
             body = gunzip(data)
             page = parse_page(body, key)
             if "/getrecord/" in key:
-                ident = key.rsplit("/", 1)[1].split("-", 1)[1][:-len(".xml.gz")]
+                ident = key.rsplit("/", 1)[1].split("-", 1)[1][: -len(".xml.gz")]
                 _explain_getrecord_error(page, ident.replace("_", "/"), body)
             self.stats.pages += 1
             self.stats.pages_from_store += 1
@@ -467,9 +520,9 @@ def _explain_getrecord_error(page: Page, arxiv_id: str, body: bytes) -> None:
     """A `GetRecord` error becomes a quarantined item: the id was asked for and not built."""
     if page.error_code is None:
         return
-    reason = {"idDoesNotExist": f"arXiv's OAI-PMH has no record {oai_identifier(arxiv_id)}"
-              }.get(page.error_code, f"OAI-PMH error {page.error_code}")
+    reason = {"idDoesNotExist": f"arXiv's OAI-PMH has no record {oai_identifier(arxiv_id)}"}.get(
+        page.error_code, f"OAI-PMH error {page.error_code}"
+    )
     if page.error_message:
         reason += f" ({page.error_message})"
-    page.items.append(Rejected(page.where, reason, body.decode("utf-8", errors="replace"),
-                               arxiv_id, "id"))
+    page.items.append(Rejected(page.where, reason, body.decode("utf-8", errors="replace"), arxiv_id, "id"))

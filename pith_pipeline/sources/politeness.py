@@ -40,8 +40,10 @@ def default_user_agent() -> str:
         return override
     contact = os.environ.get(CONTACT_ENV)
     tail = f"; mailto:{contact}" if contact else ""
-    return (f"pith-pipeline/{__version__} (arXiv metadata harvester for Pith bundles; "
-            f"one request per {ARXIV_MIN_INTERVAL:g} s{tail})")
+    return (
+        f"pith-pipeline/{__version__} (arXiv metadata harvester for Pith bundles; "
+        f"one request per {ARXIV_MIN_INTERVAL:g} s{tail})"
+    )
 
 
 class HasStatus(Protocol):
@@ -101,7 +103,7 @@ class Politeness:
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Jittered exponential backoff: uniform in [b/2, b], b = initial * 2^attempt."""
-        b = min(self.backoff_max, self.backoff_initial * (2 ** attempt))
+        b = min(self.backoff_max, self.backoff_initial * (2**attempt))
         return rng.uniform(b / 2, b)
 
 
@@ -113,11 +115,15 @@ class Gate:
     serialises requests, which also means one connection at a time.
     """
 
-    def __init__(self, policy: Politeness | None = None, *,
-                 sleep: Callable[[float], None] = time.sleep,
-                 monotonic: Callable[[], float] = time.monotonic,
-                 wallclock: Callable[[], datetime] = lambda: datetime.now(tz=UTC),
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        policy: Politeness | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+        wallclock: Callable[[], datetime] = lambda: datetime.now(tz=UTC),
+        rng: random.Random | None = None,
+    ) -> None:
         self.policy = policy or Politeness()
         self._sleep = sleep
         self._monotonic = monotonic
@@ -146,8 +152,9 @@ class Gate:
             self._done(self.policy.backoff(attempt, self._rng))
             self.retries += 1
 
-    def send(self, request: Callable[[], R], *, what: str,
-             retry_on: tuple[type[BaseException], ...] = ()) -> R:
+    def send(
+        self, request: Callable[[], R], *, what: str, retry_on: tuple[type[BaseException], ...] = ()
+    ) -> R:
         """Perform `request` politely; returns the first non-retryable response.
 
         429 and 5xx are retried after `Retry-After` (seconds or HTTP-date) when given,
@@ -171,20 +178,27 @@ class Gate:
                         self._done()
                         return response
                     problem = f"HTTP {status}"
-                    asked = parse_retry_after(_header(response, "retry-after"),
-                                              now=self._wallclock())
+                    asked = parse_retry_after(_header(response, "retry-after"), now=self._wallclock())
                     if asked is not None and asked > p.max_wait:
                         self._done()
                         raise TransientError(
                             f"{what}: the server asked us to wait {asked:.0f} s (Retry-After), "
-                            f"longer than the limit of {p.max_wait:.0f} s; try again later")
+                            f"longer than the limit of {p.max_wait:.0f} s; try again later"
+                        )
                     wait = asked if asked is not None else p.backoff(attempt, self._rng)
                 if attempt >= p.max_retries:
                     self._done()
-                    raise TransientError(f"{what}: {problem}; gave up after "
-                                         f"{attempt + 1} tries; rerun to resume")
-                log.warning("%s: %s; retrying in %.1f s (try %d of %d)", what, problem,
-                            max(wait, p.min_interval), attempt + 2, p.max_retries + 1)
+                    raise TransientError(
+                        f"{what}: {problem}; gave up after {attempt + 1} tries; rerun to resume"
+                    )
+                log.warning(
+                    "%s: %s; retrying in %.1f s (try %d of %d)",
+                    what,
+                    problem,
+                    max(wait, p.min_interval),
+                    attempt + 2,
+                    p.max_retries + 1,
+                )
                 self._done(wait)
                 self.retries += 1
                 attempt += 1

@@ -40,16 +40,17 @@ _A = f"{{{ARXIVRAW_NS}}}"
 def sample_pages() -> list[bytes]:
     """The bundled pages, in order."""
     base = resources.files("pith_pipeline") / "data" / SAMPLE_DIR
-    names = sorted((p.name for p in base.iterdir() if p.name.startswith("ListRecords-")),
-                   key=lambda n: int(n.split("-")[1].split(".")[0]))
+    names = sorted(
+        (p.name for p in base.iterdir() if p.name.startswith("ListRecords-")),
+        key=lambda n: int(n.split("-")[1].split(".")[0]),
+    )
     return [(base / n).read_bytes() for n in names]
 
 
 # -- serving -------------------------------------------------------------------
 def _envelope(request_attrs: dict[str, str], base_url: str) -> tuple[etree._Element, etree._Element]:
     root = etree.Element(f"{_O}OAI-PMH", nsmap={None: OAI_NS, "xsi": XSI})
-    root.set(f"{{{XSI}}}schemaLocation",
-             f"{OAI_NS} http://www.openarchives.org/OAI/2.0/OAI-PMH.xsd")
+    root.set(f"{{{XSI}}}schemaLocation", f"{OAI_NS} http://www.openarchives.org/OAI/2.0/OAI-PMH.xsd")
     etree.SubElement(root, f"{_O}responseDate").text = SAMPLE_RESPONSE_DATE
     req = etree.SubElement(root, f"{_O}request", attrib=request_attrs)
     req.text = base_url
@@ -57,13 +58,11 @@ def _envelope(request_attrs: dict[str, str], base_url: str) -> tuple[etree._Elem
 
 
 def _serialise(root: etree._Element) -> bytes:
-    body: bytes = etree.tostring(root, encoding="UTF-8", xml_declaration=True,
-                                 pretty_print=True)
+    body: bytes = etree.tostring(root, encoding="UTF-8", xml_declaration=True, pretty_print=True)
     return body
 
 
-def error_document(code: str, message: str, request_attrs: dict[str, str],
-                   base_url: str) -> bytes:
+def error_document(code: str, message: str, request_attrs: dict[str, str], base_url: str) -> bytes:
     root, _ = _envelope(request_attrs, base_url)
     err = etree.SubElement(root, f"{_O}error", code=code)
     err.text = message
@@ -94,23 +93,23 @@ class StaticRepository:
             if token is not None:
                 index = self.by_token.get(token)
                 if index is None or index >= len(self.pages):
-                    return 200, error_document("badResumptionToken",
-                                               "The value of the resumptionToken argument "
-                                               "is invalid or expired.",
-                                               {"verb": verb, "resumptionToken": token},
-                                               self.base_url)
+                    return 200, error_document(
+                        "badResumptionToken",
+                        "The value of the resumptionToken argument is invalid or expired.",
+                        {"verb": verb, "resumptionToken": token},
+                        self.base_url,
+                    )
                 return 200, self.pages[index]
             if params.get("metadataPrefix") != "arXivRaw":
-                return 200, error_document("cannotDisseminateFormat",
-                                           "only arXivRaw is served here", dict(params),
-                                           self.base_url)
+                return 200, error_document(
+                    "cannotDisseminateFormat", "only arXivRaw is served here", dict(params), self.base_url
+                )
             return 200, self.pages[0]
         if verb == "GetRecord":
             rec = self.records.get(params.get("identifier", ""))
             attrs = dict(params)
             if rec is None:
-                return 200, error_document("idDoesNotExist", "No matching identifier",
-                                           attrs, self.base_url)
+                return 200, error_document("idDoesNotExist", "No matching identifier", attrs, self.base_url)
             root, _ = _envelope(attrs, self.base_url)
             holder = etree.SubElement(root, f"{_O}GetRecord")
             holder.append(etree.fromstring(etree.tostring(rec)))
@@ -122,8 +121,7 @@ class StaticRepository:
 
         def handle(request: httpx2.Request) -> httpx2.Response:
             status, body = self.respond(dict(request.url.params))
-            return httpx2.Response(status, content=body,
-                                   headers={"Content-Type": "text/xml; charset=utf-8"})
+            return httpx2.Response(status, content=body, headers={"Content-Type": "text/xml; charset=utf-8"})
 
         return httpx2.MockTransport(handle)
 
@@ -171,32 +169,42 @@ def latest_change(rec: ArxivRecord) -> str:
     return max(parse_rfc2822(v.created) for v in rec.versions).strftime("%Y-%m-%d")
 
 
-def list_records_page(records: Sequence[ArxivRecord], *, token: str | None, cursor: int,
-                      complete_list_size: int, request_attrs: dict[str, str],
-                      base_url: str = SAMPLE_URL) -> bytes:
+def list_records_page(
+    records: Sequence[ArxivRecord],
+    *,
+    token: str | None,
+    cursor: int,
+    complete_list_size: int,
+    request_attrs: dict[str, str],
+    base_url: str = SAMPLE_URL,
+) -> bytes:
     """A `ListRecords` response page; `token` None marks the last page (empty token)."""
     root, _ = _envelope(request_attrs, base_url)
     body = etree.SubElement(root, f"{_O}ListRecords")
     for rec in records:
         body.append(record_element(rec, latest_change(rec)))
-    rt = etree.SubElement(body, f"{_O}resumptionToken", cursor=str(cursor),
-                          completeListSize=str(complete_list_size))
+    rt = etree.SubElement(
+        body, f"{_O}resumptionToken", cursor=str(cursor), completeListSize=str(complete_list_size)
+    )
     rt.text = token
     return _serialise(root)
 
 
-def build_pages(records: Sequence[ArxivRecord], page_size: int,
-                token_prefix: str = "sample") -> list[bytes]:
+def build_pages(records: Sequence[ArxivRecord], page_size: int, token_prefix: str = "sample") -> list[bytes]:
     pages = []
     total = len(records)
     for i, start in enumerate(range(0, total, page_size)):
-        chunk = records[start:start + page_size]
+        chunk = records[start : start + page_size]
         last = start + page_size >= total
         token = None if last else f"{token_prefix}|{start + page_size}"
-        attrs = ({"verb": "ListRecords", "metadataPrefix": "arXivRaw"} if i == 0 else
-                 {"verb": "ListRecords", "resumptionToken": f"{token_prefix}|{start}"})
-        pages.append(list_records_page(chunk, token=token, cursor=start,
-                                       complete_list_size=total, request_attrs=attrs))
+        attrs = (
+            {"verb": "ListRecords", "metadataPrefix": "arXivRaw"}
+            if i == 0
+            else {"verb": "ListRecords", "resumptionToken": f"{token_prefix}|{start}"}
+        )
+        pages.append(
+            list_records_page(chunk, token=token, cursor=start, complete_list_size=total, request_attrs=attrs)
+        )
     return pages
 
 

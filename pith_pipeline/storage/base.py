@@ -41,8 +41,7 @@ class Store(Protocol):
         """Write-once. True when written now, False when identical bytes were there."""
         ...
 
-    def exists(self, key: str) -> bool:
-        ...
+    def exists(self, key: str) -> bool: ...
 
     def list(self, prefix: str) -> Iterator[str]:
         """Keys under `prefix`, sorted."""
@@ -56,8 +55,9 @@ class Store(Protocol):
         """The object's bytes and a version tag (S3 ETag, or a content hash), or None."""
         ...
 
-    def put_if_match(self, key: str, data: bytes, tag: str | None, *,
-                     content_type: str = "application/json") -> bool:
+    def put_if_match(
+        self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
+    ) -> bool:
         """Replace only if the object still has `tag` (None: only if absent).
 
         False when another writer got there first; the caller re-reads and retries.
@@ -65,8 +65,9 @@ class Store(Protocol):
         ...
 
 
-def put_once_file(store: Store, key: str, path: str | os.PathLike[str], *,
-                  content_type: str = "application/json") -> bool:
+def put_once_file(
+    store: Store, key: str, path: str | os.PathLike[str], *, content_type: str = "application/json"
+) -> bool:
     """`put_once` of a file's content, streamed where the store can (local, S3).
 
     For objects too large to hold in memory, such as a backfill's run manifest.
@@ -93,5 +94,5 @@ def open_store(location: str) -> Store:
         return S3Store.from_url(location)
     from pith_pipeline.storage.local import LocalStore
 
-    path = location[len("file://"):] if location.startswith("file://") else location
+    path = location[len("file://") :] if location.startswith("file://") else location
     return LocalStore(path)

@@ -44,8 +44,9 @@ class LocalStore:
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
-    def _write_tmp(self, path: Path, data: bytes | None = None, *,
-                   src: str | os.PathLike[str] | None = None) -> str:
+    def _write_tmp(
+        self, path: Path, data: bytes | None = None, *, src: str | os.PathLike[str] | None = None
+    ) -> str:
         """A temporary file beside `path` holding `data` (or `src`'s content, copied in
         chunks), flushed; the caller renames or links it into place."""
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,17 +74,18 @@ class LocalStore:
 
     def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
         path = self._path(key)
-        return self._link_once(key, path, self._write_tmp(path, data),
-                               lambda: path.read_bytes() == data)
+        return self._link_once(key, path, self._write_tmp(path, data), lambda: path.read_bytes() == data)
 
-    def put_once_file(self, key: str, src: str | os.PathLike[str], *,
-                      content_type: str = "application/json") -> bool:
+    def put_once_file(
+        self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"
+    ) -> bool:
         """`put_once` of a file, copied in chunks (never read whole)."""
         from pith_pipeline.storage.base import file_sha256
 
         path = self._path(key)
-        return self._link_once(key, path, self._write_tmp(path, src=src),
-                               lambda: file_sha256(path) == file_sha256(src))
+        return self._link_once(
+            key, path, self._write_tmp(path, src=src), lambda: file_sha256(path) == file_sha256(src)
+        )
 
     def _link_once(self, key: str, path: Path, tmp: str, same: Callable[[], bool]) -> bool:
         """Link the written temporary file into place unless `path` exists (atomic
@@ -96,7 +98,8 @@ class LocalStore:
                 return False
             raise WriteConflictError(
                 f"{key} already exists in {self.url} with different content; "
-                "write-once objects are never overwritten") from None
+                "write-once objects are never overwritten"
+            ) from None
         finally:
             os.unlink(tmp)
 
@@ -140,8 +143,9 @@ class LocalStore:
             finally:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
-    def put_if_match(self, key: str, data: bytes, tag: str | None, *,
-                     content_type: str = "application/json") -> bool:
+    def put_if_match(
+        self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
+    ) -> bool:
         path = self._path(key)
         with self._locked(path):
             current = self.get_tagged(key)

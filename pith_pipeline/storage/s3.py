@@ -24,11 +24,22 @@ from typing import Any
 
 from pith_pipeline.errors import StorageError, WriteConflictError
 
-TRANSIENT_CODES = frozenset({
-    "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
-    "InternalError", "ServiceUnavailable", "RequestLimitExceeded", "TooManyRequests",
-    "ConditionalRequestConflict", "OperationAborted", "BadDigest",
-})
+TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestTimeout",
+        "RequestTimeTooSkewed",
+        "InternalError",
+        "ServiceUnavailable",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+        "ConditionalRequestConflict",
+        "OperationAborted",
+        "BadDigest",
+    }
+)
 #: Conditional writes that race another writer (HTTP 409) are retried this many times.
 CONFLICT_RETRIES = 5
 
@@ -67,7 +78,7 @@ class S3Store:
         """`s3://bucket` or `s3://bucket/some/prefix`."""
         if not url.startswith("s3://"):
             raise StorageError(f"not an S3 URL: {url!r} (expected s3://bucket/prefix)")
-        bucket, _, prefix = url[len("s3://"):].partition("/")
+        bucket, _, prefix = url[len("s3://") :].partition("/")
         return cls(bucket, prefix)
 
     def __repr__(self) -> str:
@@ -97,11 +108,14 @@ class S3Store:
 
         where = f"{op} s3://{self.bucket}/{self._key(key) if key else self.prefix}"
         if isinstance(exc, NoCredentialsError | PartialCredentialsError):
-            return StorageError(f"{where}: no usable AWS credentials found (set them in the "
-                                "environment, a profile or an instance role)")
+            return StorageError(
+                f"{where}: no usable AWS credentials found (set them in the "
+                "environment, a profile or an instance role)"
+            )
         if isinstance(exc, BotoConnectionError):
-            return StorageError(f"{where}: cannot reach the S3 endpoint "
-                                f"({type(exc).__name__})", transient=True)
+            return StorageError(
+                f"{where}: cannot reach the S3 endpoint ({type(exc).__name__})", transient=True
+            )
         code, status = _error_code(exc)
         if not code and not status:
             return StorageError(f"{where}: {type(exc).__name__}", transient=True)
@@ -111,8 +125,7 @@ class S3Store:
             hint = " (check the credentials and the bucket policy)"
         elif code == "NoSuchBucket":
             hint = f" (bucket {self.bucket!r} does not exist)"
-        return StorageError(f"{where}: {code or 'error'} (HTTP {status}){hint}",
-                            transient=transient)
+        return StorageError(f"{where}: {code or 'error'} (HTTP {status}){hint}", transient=transient)
 
     # -- reads --------------------------------------------------------------
     def get_tagged(self, key: str) -> tuple[bytes, str] | None:
@@ -154,8 +167,7 @@ class S3Store:
         strip = len(self.prefix) + 1 if self.prefix else 0
         keys: list[str] = []
         try:
-            pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=full)
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full)
             for page in pages:
                 keys.extend(obj["Key"][strip:] for obj in page.get("Contents", ()))
         except (ClientError, BotoCoreError) as exc:
@@ -164,8 +176,13 @@ class S3Store:
 
     # -- writes -------------------------------------------------------------
     def _put_object(self, key: str, data: bytes, content_type: str, **extra: str) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
-                               ContentType=content_type_for(key, content_type), **extra)
+        self.client.put_object(
+            Bucket=self.bucket,
+            Key=self._key(key),
+            Body=data,
+            ContentType=content_type_for(key, content_type),
+            **extra,
+        )
 
     def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -176,21 +193,30 @@ class S3Store:
             raise self._fail("PUT", key, exc) from None
 
     def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
-        return self._put_once(key, content_type, lambda: contextlib.nullcontext(data),
-                              lambda existing: existing == data)
+        return self._put_once(
+            key, content_type, lambda: contextlib.nullcontext(data), lambda existing: existing == data
+        )
 
-    def put_once_file(self, key: str, src: str | os.PathLike[str], *,
-                      content_type: str = "application/json") -> bool:
+    def put_once_file(
+        self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"
+    ) -> bool:
         """`put_once` of a file, streamed from disk by botocore (up to S3's 5 GB PUT)."""
         from pith_pipeline.storage.base import file_sha256
 
-        return self._put_once(key, content_type, lambda: open(src, "rb"),
-                              lambda existing: hashlib.sha256(existing).hexdigest()
-                              == file_sha256(src))
+        return self._put_once(
+            key,
+            content_type,
+            lambda: open(src, "rb"),
+            lambda existing: hashlib.sha256(existing).hexdigest() == file_sha256(src),
+        )
 
-    def _put_once(self, key: str, content_type: str,
-                  body: Callable[[], AbstractContextManager[Any]],
-                  same: Callable[[bytes], bool]) -> bool:
+    def _put_once(
+        self,
+        key: str,
+        content_type: str,
+        body: Callable[[], AbstractContextManager[Any]],
+        same: Callable[[bytes], bool],
+    ) -> bool:
         """A conditional PUT (`If-None-Match: *`); on 412, identical content counts as done."""
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -209,19 +235,23 @@ class S3Store:
                         return False
                     raise WriteConflictError(
                         f"{key} already exists in {self.url} with different content; "
-                        "write-once objects are never overwritten") from None
-                if (status == 409 or code == "ConditionalRequestConflict") \
-                        and attempt < CONFLICT_RETRIES:
-                    time.sleep(min(2.0, 0.05 * 2 ** attempt))  # another writer mid-PUT
+                        "write-once objects are never overwritten"
+                    ) from None
+                if (status == 409 or code == "ConditionalRequestConflict") and attempt < CONFLICT_RETRIES:
+                    time.sleep(min(2.0, 0.05 * 2**attempt))  # another writer mid-PUT
                     continue
                 raise self._fail("PUT", key, exc) from None
             except BotoCoreError as exc:
                 raise self._fail("PUT", key, exc) from None
-        raise StorageError(f"PUT s3://{self.bucket}/{self._key(key)}: conditional write kept "
-                           "conflicting with another writer", transient=True)
+        raise StorageError(
+            f"PUT s3://{self.bucket}/{self._key(key)}: conditional write kept "
+            "conflicting with another writer",
+            transient=True,
+        )
 
-    def put_if_match(self, key: str, data: bytes, tag: str | None, *,
-                     content_type: str = "application/json") -> bool:
+    def put_if_match(
+        self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
+    ) -> bool:
         from botocore.exceptions import BotoCoreError, ClientError
 
         extra = {"IfMatch": tag} if tag is not None else {"IfNoneMatch": "*"}
@@ -230,8 +260,7 @@ class S3Store:
             return True
         except ClientError as exc:
             code, status = _error_code(exc)
-            if status in (409, 412) or code in ("PreconditionFailed",
-                                                "ConditionalRequestConflict"):
+            if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
                 return False
             if status == 404 and tag is not None and code != "NoSuchBucket":
                 return False  # deleted since it was read
@@ -265,8 +294,9 @@ class S3Store:
         kwargs: dict[str, Any] = {"region": client.meta.region_name or "us-east-1"}
         if creds is not None:
             frozen = creds.get_frozen_credentials()
-            kwargs.update(access_key=frozen.access_key, secret_key=frozen.secret_key,
-                          session_token=frozen.token)
+            kwargs.update(
+                access_key=frozen.access_key, secret_key=frozen.secret_key, session_token=frozen.token
+            )
         else:
             kwargs["anonymous"] = True
         if os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
@@ -287,10 +317,13 @@ def make_client() -> tuple[Any, Any]:
         attempts = max(1, int(os.environ.get("AWS_MAX_ATTEMPTS", "5")))
     except ValueError:
         attempts = 5
-    config = Config(retries={"mode": "standard", "max_attempts": attempts},
-                    connect_timeout=10, read_timeout=60,
-                    # S3-compatible servers (MinIO, moto) rarely serve virtual-host names
-                    s3={"addressing_style": "path"} if custom_endpoint else {})
+    config = Config(
+        retries={"mode": "standard", "max_attempts": attempts},
+        connect_timeout=10,
+        read_timeout=60,
+        # S3-compatible servers (MinIO, moto) rarely serve virtual-host names
+        s3={"addressing_style": "path"} if custom_endpoint else {},
+    )
     try:
         session = boto3.session.Session()
         return session, session.client("s3", config=config)

@@ -46,11 +46,18 @@ def airflow_env_fixture() -> Any:
 
 
 def run_airflow(args: list[str], env: dict[str, str], timeout: float = 300) -> str:
-    proc = subprocess.run([sys.executable, "-m", "airflow", *args], env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
-        raise AssertionError(f"airflow {' '.join(args)} failed ({proc.returncode}):\n"
-                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"airflow {' '.join(args)} failed ({proc.returncode}):\n"
+            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc.stdout
 
 
@@ -67,8 +74,10 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         from airflow.configuration import conf
 
         if conf.get("core", "dags_folder") != str(DAGS):
-            raise AssertionError("airflow was imported before the airflow_home fixture set "
-                                 "its environment; import airflow only inside tests")
+            raise AssertionError(
+                "airflow was imported before the airflow_home fixture set "
+                "its environment; import airflow only inside tests"
+            )
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -92,15 +101,20 @@ def dagbag(airflow_home: Path) -> Any:
 
 
 @pytest.fixture
-def pith_env(tmp_path: Path, oai_server: tuple[str, Any], s3_store_url: str,
-             monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def pith_env(
+    tmp_path: Path, oai_server: tuple[str, Any], s3_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
     """PITH_* settings for a run: moto's S3, the local OAI server, a local key."""
     from pith_pipeline.signing.local import generate_key
 
     priv, _pub, _doc = generate_key(tmp_path / "keys", key_id="pith-test-key")
-    env = {"PITH_STORE": s3_store_url, "PITH_SIGNER": f"file:{priv}",
-           "PITH_OAI_URL": oai_server[0], "PITH_OAI_MIN_INTERVAL": "0",
-           "PITH_BASE_URL": "https://pith.test.example"}
+    env = {
+        "PITH_STORE": s3_store_url,
+        "PITH_SIGNER": f"file:{priv}",
+        "PITH_OAI_URL": oai_server[0],
+        "PITH_OAI_MIN_INTERVAL": "0",
+        "PITH_BASE_URL": "https://pith.test.example",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     return env

@@ -13,8 +13,9 @@ pytestmark = pytest.mark.airflow
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "arxiv-sample.jsonl"
 
 
-def test_snapshot_backfill_then_maintenance(dagbag: Any, pith_env: dict[str, str],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_snapshot_backfill_then_maintenance(
+    dagbag: Any, pith_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pith_pipeline import airflow_tasks as at
     from pith_pipeline.core.canonical_json import loads
     from pith_pipeline.storage.base import open_store
@@ -23,8 +24,13 @@ def test_snapshot_backfill_then_maintenance(dagbag: Any, pith_env: dict[str, str
     store = open_store(pith_env["PITH_STORE"])
     dr = dagbag.get_dag("pith_backfill").test(
         logical_date=datetime(2026, 1, 1, tzinfo=UTC),
-        run_conf={"from": "1990-01-01", "until": "2030-01-01", "source": "snapshot",
-                  "snapshot_path": str(SAMPLE)})
+        run_conf={
+            "from": "1990-01-01",
+            "until": "2030-01-01",
+            "source": "snapshot",
+            "snapshot_path": str(SAMPLE),
+        },
+    )
     assert dr.state == "success", {ti.task_id: ti.state for ti in dr.get_task_instances()}
     build = [ti for ti in dr.get_task_instances() if ti.task_id == "build"]
     assert len(build) > 1  # mapped over several byte ranges
@@ -33,8 +39,8 @@ def test_snapshot_backfill_then_maintenance(dagbag: Any, pith_env: dict[str, str
     assert len(bundles) == manifest["counts"]["built"] > 0
 
     dr = dagbag.get_dag("pith_maintenance").test(
-        logical_date=datetime(2026, 1, 4, 3, tzinfo=UTC),
-        run_conf={"sample_size": 1000, "grace_seconds": 0})
+        logical_date=datetime(2026, 1, 4, 3, tzinfo=UTC), run_conf={"sample_size": 1000, "grace_seconds": 0}
+    )
     assert dr.state == "success"
 
     # tamper with one published bundle: the sample check must fail the run
@@ -44,6 +50,7 @@ def test_snapshot_backfill_then_maintenance(dagbag: Any, pith_env: dict[str, str
 
     store.put(bundles[0], dumps_compact(data))
     dr = dagbag.get_dag("pith_maintenance").test(
-        logical_date=datetime(2026, 1, 11, 3, tzinfo=UTC), run_conf={"sample_size": 1000})
+        logical_date=datetime(2026, 1, 11, 3, tzinfo=UTC), run_conf={"sample_size": 1000}
+    )
     states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
     assert states["verify_sample"] == "failed" and dr.state == "failed"

@@ -17,9 +17,19 @@ DAGS = Path(__file__).resolve().parents[2] / "dags"
 DAG_FILES = sorted(p for p in DAGS.glob("*.py") if not p.name.startswith("_"))
 EXPECTED = {"pith_ingest", "pith_backfill", "pith_maintenance"}
 #: Modules a scheduler must not load to parse a DAG file (they belong in tasks).
-HEAVY = ("pyarrow", "boto3", "botocore", "duckdb", "lxml", "nacl", "httpx2",
-         "pith_pipeline.index", "pith_pipeline.pipeline", "pith_pipeline.storage.s3",
-         "pith_pipeline.sources.oai")
+HEAVY = (
+    "pyarrow",
+    "boto3",
+    "botocore",
+    "duckdb",
+    "lxml",
+    "nacl",
+    "httpx2",
+    "pith_pipeline.index",
+    "pith_pipeline.pipeline",
+    "pith_pipeline.storage.s3",
+    "pith_pipeline.sources.oai",
+)
 
 PROBE = """
 import importlib.util, json, sys
@@ -38,12 +48,16 @@ def test_the_expected_dag_files_exist() -> None:
 
 
 @pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
-def test_dag_file_imports_without_heavy_modules(path: Path, tmp_path: Path,
-                                                airflow_env: Any) -> None:
+def test_dag_file_imports_without_heavy_modules(path: Path, tmp_path: Path, airflow_env: Any) -> None:
     """Parse in a fresh interpreter, then look at what got imported."""
     env = {**os.environ, **airflow_env(tmp_path)}
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(path), json.dumps(HEAVY)],
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(path), json.dumps(HEAVY)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, f"{path.name} failed to import:\n{proc.stderr[-4000:]}"
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
     assert loaded == [], f"{path.name} imports heavy modules at parse time: {loaded}"
@@ -72,8 +86,9 @@ def test_arxiv_requests_go_through_the_single_slot_pool(dagbag: Any) -> None:
     for dag_id, task_id in talkers:
         t = dagbag.get_dag(dag_id).get_task(task_id)
         assert (t.pool, t.pool_slots) == ("arxiv_oai", 1)
-    others = [(d, t.task_id) for d in EXPECTED for t in dagbag.get_dag(d).tasks
-              if (d, t.task_id) not in talkers]
+    others = [
+        (d, t.task_id) for d in EXPECTED for t in dagbag.get_dag(d).tasks if (d, t.task_id) not in talkers
+    ]
     assert all(dagbag.get_dag(d).get_task(t).pool != "arxiv_oai" for d, t in others)
 
 
@@ -85,8 +100,7 @@ def test_ingest_runs_own_whole_day_windows(dagbag: Any) -> None:
 
     dag = dagbag.get_dag("pith_ingest")
     timetable = coerce_to_core_timetable(dag.timetable)
-    interval = timetable.infer_manual_data_interval(
-        run_after=datetime(2026, 3, 5, 7, 30, tzinfo=UTC))
+    interval = timetable.infer_manual_data_interval(run_after=datetime(2026, 3, 5, 7, 30, tzinfo=UTC))
     assert interval.end - interval.start == timedelta(days=1)
     assert interval.start == datetime(2026, 3, 4, tzinfo=UTC)
     assert dag.max_active_runs == 1

@@ -25,9 +25,19 @@ def compose() -> Any:
 
 def test_compose_has_the_airflow_stack(compose: Any) -> None:
     services = compose["services"]
-    assert {"postgres", "minio", "minio-init", "kms", "airflow-init", "airflow-apiserver",
-            "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "redis",
-            "airflow-worker"} <= set(services)
+    assert {
+        "postgres",
+        "minio",
+        "minio-init",
+        "kms",
+        "airflow-init",
+        "airflow-apiserver",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+        "redis",
+        "airflow-worker",
+    } <= set(services)
     assert services["airflow-apiserver"]["command"] == "api-server"
     assert "--skip-serve-logs" in services["airflow-scheduler"]["command"].split()
     assert services["airflow-dag-processor"]["command"] == "dag-processor"
@@ -36,8 +46,14 @@ def test_compose_has_the_airflow_stack(compose: Any) -> None:
 
 
 def test_airflow_services_share_settings_and_postgres(compose: Any) -> None:
-    for name in ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                 "airflow-triggerer", "airflow-worker", "airflow-init"):
+    for name in (
+        "airflow-apiserver",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+        "airflow-worker",
+        "airflow-init",
+    ):
         env = compose["services"][name]["environment"]
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql")
         assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
@@ -55,15 +71,17 @@ def test_published_ports_bind_to_localhost_only(compose: Any) -> None:
 def test_env_example_documents_every_variable_compose_uses() -> None:
     text = (DOCKER / "compose.yaml").read_text()
     used = set(re.findall(r"(?<!\$)\$\{([A-Z0-9_]+)", text))
-    documented = {line.split("=", 1)[0] for line in (DOCKER / ".env.example").read_text()
-                  .splitlines() if "=" in line and not line.startswith("#")}
+    documented = {
+        line.split("=", 1)[0]
+        for line in (DOCKER / ".env.example").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    }
     assert used <= documented, used - documented
 
 
 def test_dockerfile_copies_files_that_exist() -> None:
     lines = (DOCKER / "Dockerfile").read_text().splitlines()
-    assert next(ln for ln in lines if ln.startswith("FROM")) == \
-        "FROM apache/airflow:3.3.2-python3.11"
+    assert next(ln for ln in lines if ln.startswith("FROM")) == "FROM apache/airflow:3.3.2-python3.11"
     copies = [ln.split()[1:-1] for ln in lines if ln.startswith("COPY")]
     sources = [s for args in copies for s in args if not s.startswith("--")]
     assert sources

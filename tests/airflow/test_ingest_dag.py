@@ -73,7 +73,8 @@ def check_window(store: Any, subjects: dict[str, str], run_id: str) -> None:
 
 
 def test_two_daily_windows_then_a_rerun_changes_nothing(
-        dagbag: Any, pith_env: dict[str, str], oai_server: Any) -> None:
+    dagbag: Any, pith_env: dict[str, str], oai_server: Any
+) -> None:
     from pith_pipeline.storage.base import open_store
 
     _url, server = oai_server
@@ -83,9 +84,10 @@ def test_two_daily_windows_then_a_rerun_changes_nothing(
 
     dr = run(dagbag, DAY1)
     assert (dr.data_interval_start, dr.data_interval_end) == (
-        datetime(2024, 1, 2, tzinfo=UTC), datetime(2024, 1, 3, tzinfo=UTC))
-    assert {(r["from"], r["until"]) for r in server.requests if "from" in r} == {
-        ("2024-01-02", "2024-01-02")}
+        datetime(2024, 1, 2, tzinfo=UTC),
+        datetime(2024, 1, 3, tzinfo=UTC),
+    )
+    assert {(r["from"], r["until"]) for r in server.requests if "from" in r} == {("2024-01-02", "2024-01-02")}
     check_window(store, day1, "ingest-2024-01-02")
     raw = [k for k in store.list("raw/") if k.endswith(".xml.gz") and "/page-" in k]
     assert len(raw) == 3  # nine records, four a page
@@ -165,8 +167,8 @@ class FailingStore:
 
 
 def test_publish_failure_then_retry_gives_complete_output_without_duplicates(
-        dagbag: Any, pith_env: dict[str, str], oai_server: Any,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    dagbag: Any, pith_env: dict[str, str], oai_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pith_pipeline import airflow_tasks as at
     from pith_pipeline.storage.base import open_store
 

@@ -15,8 +15,14 @@ PIN = "8d4b5ee74e4693bcd1df2446408b0d54"
 
 def run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "pith_pipeline", *args], cwd=cwd,
-                          capture_output=True, text=True, env=full_env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pith_pipeline", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
+    )
 
 
 def test_verify_reference_bundle_with_pin(tmp_path: Path, asset) -> None:  # type: ignore[no-untyped-def]
@@ -58,30 +64,59 @@ def test_keys_build_verify_end_to_end_reproducibly(tmp_path: Path, asset) -> Non
     trees = []
     for d in ("a", "b/deeper"):
         (tmp_path / d).mkdir(parents=True)
-        r = run("build", "--input", str(asset("arxiv-sample.jsonl")), "--store", "out",
-                "--key", str(key), cwd=tmp_path / d, env=env)
+        r = run(
+            "build",
+            "--input",
+            str(asset("arxiv-sample.jsonl")),
+            "--store",
+            "out",
+            "--key",
+            str(key),
+            cwd=tmp_path / d,
+            env=env,
+        )
         assert r.returncode == 0, r.stderr
         assert "built 30" in r.stdout
         assert seed not in r.stdout + r.stderr
         root = tmp_path / d / "out"
-        trees.append({str(p.relative_to(root)): p.read_bytes()
-                      for p in root.rglob("*") if p.is_file()})
+        trees.append({str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()})
     assert trees[0] == trees[1]
     assert any(b'"built_at":"2026-01-01T00:00:00Z"' in v for v in trees[0].values())
-    r = run("verify", "a/out", "--pin", json.loads(
-        (tmp_path / "keys/pith-signing-key.json").read_text())["fingerprint_sha256_hex"],
-        cwd=tmp_path)
+    r = run(
+        "verify",
+        "a/out",
+        "--pin",
+        json.loads((tmp_path / "keys/pith-signing-key.json").read_text())["fingerprint_sha256_hex"],
+        cwd=tmp_path,
+    )
     assert r.returncode == 0 and "30 bundles, 30 verified, 0 failed" in r.stdout
-    r = run("build", "--input", str(asset("arxiv-sample.jsonl")), "--store", "out",
-            "--key", str(key), cwd=tmp_path / "a", env=env)
+    r = run(
+        "build",
+        "--input",
+        str(asset("arxiv-sample.jsonl")),
+        "--store",
+        "out",
+        "--key",
+        str(key),
+        cwd=tmp_path / "a",
+        env=env,
+    )
     assert "built 0, unchanged 30" in r.stdout
 
 
 def test_world_readable_key_refused_with_clear_message(tmp_path: Path, asset) -> None:  # type: ignore[no-untyped-def]
     run("keys", "generate", "--out", "k", cwd=tmp_path)
     (tmp_path / "k/pith-private-key.json").chmod(0o644)
-    r = run("build", "--input", str(asset("arxiv-sample.jsonl")), "--store", "o",
-            "--key", "k/pith-private-key.json", cwd=tmp_path)
+    r = run(
+        "build",
+        "--input",
+        str(asset("arxiv-sample.jsonl")),
+        "--store",
+        "o",
+        "--key",
+        "k/pith-private-key.json",
+        cwd=tmp_path,
+    )
     assert r.returncode == 1
     assert "readable by others" in r.stderr and "Traceback" not in r.stderr
 

@@ -11,13 +11,22 @@ from pathlib import Path
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PITH_")}
-    return subprocess.run([sys.executable, "-m", "pith_pipeline", *args], cwd=cwd,
-                          capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pith_pipeline", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def published(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and not str(p.relative_to(root)).startswith("runs/")}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and not str(p.relative_to(root)).startswith("runs/")
+    }
 
 
 def test_sample_ingest_end_to_end_offline(tmp_path: Path) -> None:
@@ -34,8 +43,15 @@ def test_sample_ingest_end_to_end_offline(tmp_path: Path) -> None:
     assert len(manifests) == 1
     manifest = json.loads(manifests[0].read_text())
     assert manifest["counts"]["built"] == 30
-    query = run("query", "select count(*) as n from records", "--store", "pith-store",
-                "--format", "json", cwd=tmp_path)
+    query = run(
+        "query",
+        "select count(*) as n from records",
+        "--store",
+        "pith-store",
+        "--format",
+        "json",
+        cwd=tmp_path,
+    )
     assert query.returncode == 0, query.stderr
     assert json.loads(query.stdout)[0]["n"] == 30
     before = published(store)

@@ -27,15 +27,40 @@ from pith_pipeline.core.canonical_json import (
 )
 from pith_pipeline.errors import CanonicalJSONError
 
-SPECIAL = ["\u2028", "\u2029", "\x00", "\x01", "\x08", "\x0b", "\x1f", "\x7f", "\x80", "\ue000",
-           "\uffff", "\ufeff", "\U00010000", "\U0001d11e", "\U0001f600", "\U0010ffff", "é",
-           "\\", '"', "/", "\t", "\n", "\r", "</script>"]
-texts = st.lists(st.one_of(st.characters(exclude_categories=("Cs",)), st.sampled_from(SPECIAL)),
-                 max_size=10).map("".join)
+SPECIAL = [
+    "\u2028",
+    "\u2029",
+    "\x00",
+    "\x01",
+    "\x08",
+    "\x0b",
+    "\x1f",
+    "\x7f",
+    "\x80",
+    "\ue000",
+    "\uffff",
+    "\ufeff",
+    "\U00010000",
+    "\U0001d11e",
+    "\U0001f600",
+    "\U0010ffff",
+    "é",
+    "\\",
+    '"',
+    "/",
+    "\t",
+    "\n",
+    "\r",
+    "</script>",
+]
+texts = st.lists(
+    st.one_of(st.characters(exclude_categories=("Cs",)), st.sampled_from(SPECIAL)), max_size=10
+).map("".join)
 # keys drawn to collide around the U+E000 / astral boundary, where UTF-16 and code-point
 # orders differ
-keys = st.one_of(texts, st.sampled_from(["\ue000", "\ue000a", "\U0001f600", "\U0001f600a",
-                                         "\uffff", "a", "A", ""]))
+keys = st.one_of(
+    texts, st.sampled_from(["\ue000", "\ue000a", "\U0001f600", "\U0001f600a", "\uffff", "a", "A", ""])
+)
 safe_ints = st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
 scalars = st.one_of(st.none(), st.booleans(), safe_ints, texts)
 values = st.recursive(
@@ -135,8 +160,7 @@ def test_keys_above_e000_sort_by_utf16_like_the_reference() -> None:
 
 def test_matches_json_dumps_sorted_for_format_values(reference_bundle: dict[str, Any]) -> None:
     """Spec section 1: for the format's values JCS equals sorted compact json.dumps."""
-    expect = json.dumps(reference_bundle, sort_keys=True, separators=(",", ":"),
-                        ensure_ascii=False).encode()
+    expect = json.dumps(reference_bundle, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     assert dumps(reference_bundle) == expect
 
 

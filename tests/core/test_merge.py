@@ -23,24 +23,42 @@ T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def _record(version: int = 1) -> ArxivRecord:
-    return ArxivRecord.from_json({
-        "id": "2101.00001", "title": "A title", "abstract": "An abstract.",
-        "categories": "cs.LG stat.ML",
-        "versions": [{"version": f"v{i}", "created": "Fri, 1 Jan 2021 10:00:00 GMT"}
-                     for i in range(1, version + 1)]})
+    return ArxivRecord.from_json(
+        {
+            "id": "2101.00001",
+            "title": "A title",
+            "abstract": "An abstract.",
+            "categories": "cs.LG stat.ML",
+            "versions": [
+                {"version": f"v{i}", "created": "Fri, 1 Jan 2021 10:00:00 GMT"} for i in range(1, version + 1)
+            ],
+        }
+    )
 
 
 IDENT = Identity.of(_record())
 SUBJECT = IDENT.subject
 
 
-def _event(event_type: str, payload: dict[str, Any], at: datetime, *,
-           signer: Ed25519Signer = SIGNER, prev: str | None = None,
-           supersedes: list[str] | None = None, subject: str = SUBJECT) -> dict[str, Any]:
-    ev = make_event(event_type=event_type, subject=subject, payload=payload,
-                    signer_info=SignerInfo.for_signer(signer, "tester"),
-                    created_at=at.strftime("%Y-%m-%dT%H:%M:%SZ"), prev_event=prev,
-                    supersedes=supersedes)
+def _event(
+    event_type: str,
+    payload: dict[str, Any],
+    at: datetime,
+    *,
+    signer: Ed25519Signer = SIGNER,
+    prev: str | None = None,
+    supersedes: list[str] | None = None,
+    subject: str = SUBJECT,
+) -> dict[str, Any]:
+    ev = make_event(
+        event_type=event_type,
+        subject=subject,
+        payload=payload,
+        signer_info=SignerInfo.for_signer(signer, "tester"),
+        created_at=at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        prev_event=prev,
+        supersedes=supersedes,
+    )
     return sign_event(ev, signer, at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
 
 
@@ -50,8 +68,9 @@ def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     created, snap = built.events
     later = T0 + timedelta(hours=1)
     anchor = _event("timestamp_anchor", {"n": 1}, later)
-    anchor2 = _event("timestamp_anchor", {"n": 2}, later + timedelta(minutes=1),
-                     supersedes=[anchor["event_id"]])
+    anchor2 = _event(
+        "timestamp_anchor", {"n": 2}, later + timedelta(minutes=1), supersedes=[anchor["event_id"]]
+    )
     fork_a = _event("author_attestation", {"who": "a"}, later, prev=snap["event_id"])
     fork_b = _event("author_attestation", {"who": "b"}, later, prev=snap["event_id"])
     other_creation = _event("record_created", {"x": 1}, T0 + timedelta(days=1))
@@ -68,8 +87,22 @@ def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     typo_bad = dict(typo, event_type="storage_attestation_v9")
     typo_bad = sign_event(_rehash(typo_bad), SIGNER, "2026-03-01T13:00:00.000000Z")
     malformed = {"event_id": "sha256:" + "0" * 64, "event_type": "graph_snapshot"}
-    events = [created, snap, anchor, anchor2, fork_a, fork_b, other_creation, hint, bad_sig,
-              unknown, foreign, tampered, typo_bad, malformed]
+    events = [
+        created,
+        snap,
+        anchor,
+        anchor2,
+        fork_a,
+        fork_b,
+        other_creation,
+        hint,
+        bad_sig,
+        unknown,
+        foreign,
+        tampered,
+        typo_bad,
+        malformed,
+    ]
     return events, built.aliases
 
 
@@ -84,8 +117,9 @@ KEYS = [SIGNER.public_key_doc()]
 
 def test_reference_state_reproduced(reference_bundle: dict[str, Any]) -> None:
     keys = [PublicKey.from_json(k) for k in reference_bundle["public_keys"]]
-    state = merge(reference_bundle["events"], reference_bundle["source_aliases"], keys,
-                  reference_bundle["pith_number"])
+    state = merge(
+        reference_bundle["events"], reference_bundle["source_aliases"], keys, reference_bundle["pith_number"]
+    )
     assert state == reference_bundle["state"]
     assert state["state_sha256"].startswith("f84bfa06")
 
@@ -102,8 +136,7 @@ def test_scenario_rules() -> None:
     assert reasons[events[12]["event_id"]] == "unknown_event_type"
     assert reasons["sha256:" + "0" * 64] == "malformed"
     assert state["equivocations"] == [
-        {"kind": "conflicting_record", "event_ids": sorted([created["event_id"],
-                                                            other["event_id"]])},
+        {"kind": "conflicting_record", "event_ids": sorted([created["event_id"], other["event_id"]])},
         {"kind": "fork", "event_ids": sorted([fork_a["event_id"], fork_b["event_id"]])},
     ]
     assert state["current"]["record_created"]["event_id"] == created["event_id"]
@@ -112,8 +145,9 @@ def test_scenario_rules() -> None:
     assert anchors == [anchor2["event_id"]]  # superseded one dropped from current
     assert anchor["event_id"] in state["applied_event_ids"]
     assert state["applied_event_ids"][0] == created["event_id"]
-    assert state["event_count"] == len(events) == state["valid_event_count"] + state[
-        "invalid_event_count"]  # every distinct id counts, valid or not
+    assert (
+        state["event_count"] == len(events) == state["valid_event_count"] + state["invalid_event_count"]
+    )  # every distinct id counts, valid or not
     assert state["state_sha256"] == H({k: v for k, v in state.items() if k != "state_sha256"})
 
 
@@ -127,8 +161,7 @@ def test_resigned_copy_keeps_the_first_verifying_signature() -> None:
     b = merge([resigned, *events], aliases, KEYS, SUBJECT)
     assert a == b == merge(events, aliases, KEYS, SUBJECT)
     only_broken = merge([events[0], broken], aliases, KEYS, SUBJECT)
-    assert {"event_id": snap["event_id"], "reason": "bad_signature"} in only_broken[
-        "invalid_events"]
+    assert {"event_id": snap["event_id"], "reason": "bad_signature"} in only_broken["invalid_events"]
 
 
 @settings(max_examples=60, deadline=None)
@@ -151,19 +184,26 @@ def test_aliases_are_carried_in_the_bundles_order() -> None:
 
 def test_merge_is_idempotent_over_its_own_inputs() -> None:
     events, aliases = scenario()
-    assert merge(events + events, aliases, KEYS, SUBJECT) == merge(events, aliases, KEYS,
-                                                                   SUBJECT)
+    assert merge(events + events, aliases, KEYS, SUBJECT) == merge(events, aliases, KEYS, SUBJECT)
 
 
 def test_correction_event_for_superseded_record() -> None:
     new = Identity.of(_record(version=2))
-    ev = correction_event(old_subject=SUBJECT, new_subject=new.subject,
-                          arxiv_version="2101.00001v2", signer=SIGNER, signer_id="tester",
-                          now=T0 + timedelta(days=3))
+    ev = correction_event(
+        old_subject=SUBJECT,
+        new_subject=new.subject,
+        arxiv_version="2101.00001v2",
+        signer=SIGNER,
+        signer_id="tester",
+        now=T0 + timedelta(days=3),
+    )
     events, aliases = scenario()
     state = merge([*events[:2], ev], aliases, KEYS, SUBJECT)
     assert state["current"]["corrections"][0]["payload"] == {
-        "kind": "superseded", "pith_number": new.subject, "arxiv_version": "2101.00001v2"}
+        "kind": "superseded",
+        "pith_number": new.subject,
+        "arxiv_version": "2101.00001v2",
+    }
 
 
 @pytest.mark.parametrize("field", ["created_at", "payload", "signer", "supersedes"])

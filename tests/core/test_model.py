@@ -13,24 +13,32 @@ from pith_pipeline.errors import InputError
 
 
 def base() -> dict[str, Any]:
-    return {"id": "0704.0002", "title": "A title", "abstract": "An abstract.",
-            "categories": "math.CO cs.CG", "authors": "A. Author and B. Author",
-            "versions": [{"version": "v1", "created": "Sat, 31 Mar 2007 02:26:18 GMT"}]}
+    return {
+        "id": "0704.0002",
+        "title": "A title",
+        "abstract": "An abstract.",
+        "categories": "math.CO cs.CG",
+        "authors": "A. Author and B. Author",
+        "versions": [{"version": "v1", "created": "Sat, 31 Mar 2007 02:26:18 GMT"}],
+    }
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"title": None}, "title"),
-    ({"title": "   "}, "title"),
-    ({"abstract": None}, "abstract"),
-    ({"categories": ""}, "categories"),
-    ({"categories": "math.CO cs/CG"}, "categories"),
-    ({"categories": 7}, "categories"),
-    ({"versions": [{"version": "v1", "created": "the 31st of March"}]}, "versions[v1].created"),
-    ({"versions": []}, "versions"),
-    ({"versions": [{"version": "1", "created": "Sat, 31 Mar 2007 02:26:18 GMT"}]}, "versions"),
-    ({"id": "0704.0002v2"}, "id"),
-    ({"authors_parsed": [["x", 1]]}, "authors_parsed"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"title": None}, "title"),
+        ({"title": "   "}, "title"),
+        ({"abstract": None}, "abstract"),
+        ({"categories": ""}, "categories"),
+        ({"categories": "math.CO cs/CG"}, "categories"),
+        ({"categories": 7}, "categories"),
+        ({"versions": [{"version": "v1", "created": "the 31st of March"}]}, "versions[v1].created"),
+        ({"versions": []}, "versions"),
+        ({"versions": [{"version": "1", "created": "Sat, 31 Mar 2007 02:26:18 GMT"}]}, "versions"),
+        ({"id": "0704.0002v2"}, "id"),
+        ({"authors_parsed": [["x", 1]]}, "authors_parsed"),
+    ],
+)
 def test_errors_name_record_and_field(change: dict[str, Any], field: str) -> None:
     obj = {**base(), **change}
     with pytest.raises(InputError) as err:
@@ -59,11 +67,14 @@ def test_author_names_prefer_authors_parsed() -> None:
     assert ArxivRecord.from_json(obj).author_names == ["M. Todd Young", "John Smith Jr"]
 
 
-@pytest.mark.parametrize(("text", "names"), [
-    ("A, B and C", ["A", "B", "C"]),
-    ("A and B", ["A", "B"]),
-    ("A. One (Univ. X, Y), B. Two (Lab (Z))", ["A. One", "B. Two"]),
-    ("A,\n  B, and C", ["A", "B", "C"]),
-])
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("A, B and C", ["A", "B", "C"]),
+        ("A and B", ["A", "B"]),
+        ("A. One (Univ. X, Y), B. Two (Lab (Z))", ["A. One", "B. Two"]),
+        ("A,\n  B, and C", ["A", "B", "C"]),
+    ],
+)
 def test_split_authors(text: str, names: list[str]) -> None:
     assert split_authors(text) == names

@@ -24,23 +24,32 @@ REGISTRY_NUMBERS = {
 
 def by_hand(obj: dict[str, Any]) -> str:
     """Spec section 3 from first principles, sharing no code with the package."""
+
     def c(t: str) -> str:
         return " ".join(t.lower().split())
 
     cats = obj["categories"].split()
     v1 = min(obj["versions"], key=lambda v: int(v["version"][1:]))
     sub = email.utils.parsedate_to_datetime(v1["created"]).astimezone(UTC)
-    rec = {"source": {"id": obj["id"], "kind": "arxiv",
-                      "version": max(int(v["version"][1:]) for v in obj["versions"])},
-           "metadata": {"license": obj["license"] or "", "primary_cat": cats[0],
-                        "submitted_at": sub.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                        "cross_cats_sorted": sorted(set(cats[1:]) - {cats[0]}),
-                        "title_canon_sha256": hashlib.sha256(c(obj["title"]).encode()).hexdigest(),
-                        "abstract_canon_sha256": hashlib.sha256(
-                            c(obj["abstract"]).encode()).hexdigest()},
-           "schema_version": "1.0"}
-    digest = hashlib.sha256(json.dumps(rec, sort_keys=True, separators=(",", ":"),
-                                       ensure_ascii=False).encode()).digest()
+    rec = {
+        "source": {
+            "id": obj["id"],
+            "kind": "arxiv",
+            "version": max(int(v["version"][1:]) for v in obj["versions"]),
+        },
+        "metadata": {
+            "license": obj["license"] or "",
+            "primary_cat": cats[0],
+            "submitted_at": sub.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "cross_cats_sorted": sorted(set(cats[1:]) - {cats[0]}),
+            "title_canon_sha256": hashlib.sha256(c(obj["title"]).encode()).hexdigest(),
+            "abstract_canon_sha256": hashlib.sha256(c(obj["abstract"]).encode()).hexdigest(),
+        },
+        "schema_version": "1.0",
+    }
+    digest = hashlib.sha256(
+        json.dumps(rec, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    ).digest()
     return f"pith:{sub.year}:" + base64.b32encode(digest).decode().rstrip("=")[:26]
 
 
@@ -82,9 +91,15 @@ def test_missing_licence_is_empty_string_and_old_ids_kept(sample_lines: list[str
 
 
 def test_date_only_versions_get_midnight() -> None:
-    rec = ArxivRecord.from_json({"id": "hep-lat/0305021", "title": "T", "abstract": "A",
-                                 "categories": "hep-lat", "versions": [
-                                     {"version": "v1", "created": "Mon, 8 Mar 1993"}]})
+    rec = ArxivRecord.from_json(
+        {
+            "id": "hep-lat/0305021",
+            "title": "T",
+            "abstract": "A",
+            "categories": "hep-lat",
+            "versions": [{"version": "v1", "created": "Mon, 8 Mar 1993"}],
+        }
+    )
     assert canonical_record(rec)["metadata"]["submitted_at"] == "1993-03-08T00:00:00Z"
 
 
@@ -98,9 +113,12 @@ def test_pith_number_parse_roundtrip() -> None:
 def test_any_canonical_change_gives_a_new_number(sample_lines: list[str]) -> None:
     obj = json.loads(sample_lines[6])
     base = Identity.of(ArxivRecord.from_json(obj)).subject
-    for field, value in (("title", obj["title"] + " II"), ("abstract", "Other."),
-                         ("license", "http://creativecommons.org/licenses/by/4.0/"),
-                         ("categories", obj["categories"] + " cs.AI")):
+    for field, value in (
+        ("title", obj["title"] + " II"),
+        ("abstract", "Other."),
+        ("license", "http://creativecommons.org/licenses/by/4.0/"),
+        ("categories", obj["categories"] + " cs.AI"),
+    ):
         changed = dict(obj, **{field: value})
         assert Identity.of(ArxivRecord.from_json(changed)).subject != base, field
     # whitespace and case in the title do not change it

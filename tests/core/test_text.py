@@ -11,7 +11,7 @@ def test_canon_lowercases_and_collapses_every_whitespace_run() -> None:
 
 
 def test_tex_and_punctuation_are_kept() -> None:
-    text = r'Schr\"odinger $\Omega$ {\bf 89} -- \$'
+    text = r"Schr\"odinger $\Omega$ {\bf 89} -- \$"
     assert canon(text) == text.lower()
 
 
@@ -29,7 +29,9 @@ def test_reference_title_and_abstract_hashes(asset) -> None:  # type: ignore[no-
     # as arXiv serves it: leading spaces, line breaks, trailing newline
     assert "\n" in rec["abstract"]
     assert canon_sha256(rec["abstract"]) == (
-        "fcddcd180372ff254186cf799be41607f7024944936910916ea5cadbba0b1dc1")
+        "fcddcd180372ff254186cf799be41607f7024944936910916ea5cadbba0b1dc1"
+    )
     # a hash of the text, not of its JSON encoding
-    assert canon_sha256(rec["title"]) == hashlib.sha256(
-        collapse_ws(rec["title"]).lower().encode()).hexdigest()
+    assert (
+        canon_sha256(rec["title"]) == hashlib.sha256(collapse_ws(rec["title"]).lower().encode()).hexdigest()
+    )

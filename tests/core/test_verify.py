@@ -47,7 +47,7 @@ def one_char_change(value: Any) -> Any:
     if not value:
         return "x"
     i = len(value) // 2
-    return value[:i] + ("A" if value[i] != "A" else "B") + value[i + 1:]
+    return value[:i] + ("A" if value[i] != "A" else "B") + value[i + 1 :]
 
 
 def test_reference_verifies_unchanged_with_pinned_key(reference_bundle: dict[str, Any]) -> None:
@@ -77,21 +77,23 @@ def test_every_single_character_change_is_rejected(reference_bundle: dict[str, A
     assert verify_bundle(mutated, pinned_fingerprint=PIN).ok
 
 
-@pytest.mark.parametrize(("path", "check"), [
-    (("canonical_record", "metadata", "primary_cat"), "canonical_hash"),
-    (("canonical_sha256",), "canonical_hash"),
-    (("pith_number",), "pith_number"),
-    (("events", 0, "payload", "receipt", "signature_b64"), "receipt"),
-    (("events", 1, "payload", "graph_snapshot", "paper", "title"), "event_hashes"),
-    (("events", 1, "event_id"), "event_ids"),
-    (("events", 1, "signature", "signature_b64"), "event_signatures"),
-    (("built_at",), "bundle_hash"),
-    (("bundle_signature", "signature_b64"), "bundle_signature"),
-    (("state", "state_sha256"), "state"),
-    (("source_aliases", 0, "alias_value"), "state"),
-])
-def test_failures_name_the_check(reference_bundle: dict[str, Any], path: tuple[Any, ...],
-                                 check: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "check"),
+    [
+        (("canonical_record", "metadata", "primary_cat"), "canonical_hash"),
+        (("canonical_sha256",), "canonical_hash"),
+        (("pith_number",), "pith_number"),
+        (("events", 0, "payload", "receipt", "signature_b64"), "receipt"),
+        (("events", 1, "payload", "graph_snapshot", "paper", "title"), "event_hashes"),
+        (("events", 1, "event_id"), "event_ids"),
+        (("events", 1, "signature", "signature_b64"), "event_signatures"),
+        (("built_at",), "bundle_hash"),
+        (("bundle_signature", "signature_b64"), "bundle_signature"),
+        (("state", "state_sha256"), "state"),
+        (("source_aliases", 0, "alias_value"), "state"),
+    ],
+)
+def test_failures_name_the_check(reference_bundle: dict[str, Any], path: tuple[Any, ...], check: str) -> None:
     value = reference_bundle
     for p in path:
         value = value[p]
@@ -108,17 +110,30 @@ def test_garbage_is_reported_not_raised() -> None:
 
 def _our_bundle(extra: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], Any]:
     signer = Ed25519Signer.generate("ours-2026")
-    rec = ArxivRecord.from_json({"id": "2101.00001", "title": "T", "abstract": "A",
-                                 "categories": "cs.LG", "versions": [
-                                     {"version": "v1", "created": "Fri, 1 Jan 2021 00:00:00 GMT"}]})
+    rec = ArxivRecord.from_json(
+        {
+            "id": "2101.00001",
+            "title": "T",
+            "abstract": "A",
+            "categories": "cs.LG",
+            "versions": [{"version": "v1", "created": "Fri, 1 Jan 2021 00:00:00 GMT"}],
+        }
+    )
     now = datetime(2026, 5, 1, tzinfo=UTC)
     built = build_record_events(Identity.of(rec), signer, "ours", now)
     events = built.events + (extra or [])
     ident = built.identity
-    bundle = sign_bundle(subject=ident.subject, canonical=ident.canonical,
-                         canonical_hex=ident.canonical_sha256, events=events,
-                         aliases=built.aliases, public_keys=[signer.public_key_doc()],
-                         site=Site(base_url="https://pith.example.org"), signer=signer, now=now)
+    bundle = sign_bundle(
+        subject=ident.subject,
+        canonical=ident.canonical,
+        canonical_hex=ident.canonical_sha256,
+        events=events,
+        aliases=built.aliases,
+        public_keys=[signer.public_key_doc()],
+        site=Site(base_url="https://pith.example.org"),
+        signer=signer,
+        now=now,
+    )
     return bundle, signer
 
 
@@ -131,9 +146,13 @@ def test_our_bundles_verify() -> None:
 def test_third_party_invalid_event_accounted_in_state_is_a_warning() -> None:
     bundle, signer = _our_bundle()
     stranger = Ed25519Signer.generate("stranger")
-    ev = make_event(event_type="author_attestation", subject=bundle["pith_number"],
-                    payload={"claim": "mine"}, signer_info=SignerInfo.for_signer(
-                        stranger, "someone", "author"), created_at="2026-05-02T00:00:00Z")
+    ev = make_event(
+        event_type="author_attestation",
+        subject=bundle["pith_number"],
+        payload={"claim": "mine"},
+        signer_info=SignerInfo.for_signer(stranger, "someone", "author"),
+        created_at="2026-05-02T00:00:00Z",
+    )
     sign_event(ev, stranger, "2026-05-02T00:00:00.000000Z")
     bundle2, _ = _rebundle(bundle, signer, [*bundle["events"], ev])
     report = verify_bundle(bundle2)
@@ -146,15 +165,22 @@ def test_third_party_invalid_event_accounted_in_state_is_a_warning() -> None:
     assert not verify_bundle(bundle3).ok
 
 
-def _rebundle(bundle: dict[str, Any], signer: Ed25519Signer,
-              events: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _rebundle(
+    bundle: dict[str, Any], signer: Ed25519Signer, events: list[dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     keys = [signer.public_key_doc()]
     state = merge(events, bundle["source_aliases"], keys, bundle["pith_number"])
-    out = sign_bundle(subject=bundle["pith_number"], canonical=bundle["canonical_record"],
-                      canonical_hex=bundle["canonical_sha256"], events=events,
-                      aliases=bundle["source_aliases"], public_keys=keys,
-                      site=Site(base_url="https://pith.example.org"), signer=signer,
-                      now=datetime(2026, 5, 3, tzinfo=UTC))
+    out = sign_bundle(
+        subject=bundle["pith_number"],
+        canonical=bundle["canonical_record"],
+        canonical_hex=bundle["canonical_sha256"],
+        events=events,
+        aliases=bundle["source_aliases"],
+        public_keys=keys,
+        site=Site(base_url="https://pith.example.org"),
+        signer=signer,
+        now=datetime(2026, 5, 3, tzinfo=UTC),
+    )
     return out, state
 
 

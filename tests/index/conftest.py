@@ -16,6 +16,8 @@ from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.base import Store, open_store
 
 DATA = Path(__file__).parent.parent / "data"
+
+
 @pytest.fixture(scope="session")
 def signer() -> Ed25519Signer:
     return Ed25519Signer.generate("test-key")
@@ -43,15 +45,15 @@ def run(tmp_path: Path, signer: Ed25519Signer) -> Iterator[Runner]:
     """`run(store, lines, window=...)`: publish the lines, then finish the run."""
     counter = iter(range(1_000_000))
 
-    def _run(store: Store, lines: list[str], window: dict[str, Any] | None = None, *,
-             finish: bool = True) -> tuple[RunSummary, str]:
+    def _run(
+        store: Store, lines: list[str], window: dict[str, Any] | None = None, *, finish: bool = True
+    ) -> tuple[RunSummary, str]:
         n = next(counter)
         path = tmp_path / f"input-{n}.jsonl"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         pub = Publisher(store, signer, clock=fixed_clock, run_id=f"20260304T050607Z-run{n:03d}")
         summary = pub.publish(iter_jsonl(path))
-        key = finish_run(store, summary, window or {"input": path.name},
-                         clock=fixed_clock) if finish else ""
+        key = finish_run(store, summary, window or {"input": path.name}, clock=fixed_clock) if finish else ""
         return summary, key
 
     yield _run

@@ -19,16 +19,14 @@ from pith_pipeline.storage.local import LocalStore
 
 
 def test_rows_from_the_registry_bundle(reference_bundle: dict[str, Any]) -> None:
-    rows = rows_from_bundle(reference_bundle, bundle_key="pith/X/bundle.json",
-                            bundle_sha256="ab" * 32)
+    rows = rows_from_bundle(reference_bundle, bundle_key="pith/X/bundle.json", bundle_sha256="ab" * 32)
     (rec,) = rows.records
     assert rec["pith_number"] == reference_bundle["pith_number"]
     assert rec["arxiv_id"] == "1909.11150" and rec["version"] == 1
     assert rec["submitted_at"] == datetime(2019, 9, 24, 19, 40, 59, tzinfo=UTC)
     assert rec["submitted_month"] == "2019-09"
     assert rec["primary_cat"] == "cs.LG" and rec["primary_archive"] == "cs"
-    assert rec["categories"] == ["cs.LG", "cond-mat.mtrl-sci", "cs.DC", "physics.comp-ph",
-                                 "stat.ML"]
+    assert rec["categories"] == ["cs.LG", "cond-mat.mtrl-sci", "cs.DC", "physics.comp-ph", "stat.ML"]
     assert rec["doi"] == "10.48550/arxiv.1909.11150"
     assert len(rec["authors"]) == 9 and rec["authors"][0] == "Albina Borisevich"
     assert rec["key_id"] == reference_bundle["public_keys"][0]["key_id"]
@@ -41,13 +39,18 @@ def test_rows_from_the_registry_bundle(reference_bundle: dict[str, Any]) -> None
 def test_manifest_commit_survives_a_lost_race(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     stale = mf.load(store)
-    entry = {"path": "index/records/submitted_month=2019-09/a.parquet", "partition": "2019-09",
-             "rows": 1, "bytes": 1}
+    entry = {
+        "path": "index/records/submitted_month=2019-09/a.parquet",
+        "partition": "2019-09",
+        "rows": 1,
+        "bytes": 1,
+    }
     mf.commit(store, mf.Change(added={"records": [entry]}, removed=set(), retired_at="t"))
     other = {**entry, "path": "index/records/submitted_month=2019-09/b.parquet"}
     # a writer that read the manifest before the first commit: re-applies, loses nothing
-    new, _ = mf.commit(store, mf.Change(added={"records": [other]}, removed=set(),
-                                        retired_at="t"), base=stale)
+    new, _ = mf.commit(
+        store, mf.Change(added={"records": [other]}, removed=set(), retired_at="t"), base=stale
+    )
     assert new.generation == 2
     assert {f["path"] for f in mf.load(store).files["records"]} == {entry["path"], other["path"]}
 
@@ -57,13 +60,11 @@ def _partition_file_counts(store: Store) -> list[int]:
     return [len(v) for name in m.files for v in m.partitions(name).values()]
 
 
-def test_compaction_is_invisible_to_readers(any_store: Store, sample: list[str],
-                                            run: Runner) -> None:
+def test_compaction_is_invisible_to_readers(any_store: Store, sample: list[str], run: Runner) -> None:
     run(any_store, sample[:8])
     run(any_store, sample[4:14])
     run(any_store, sample[:14])
-    sql = ("SELECT primary_cat, count(*), count(DISTINCT pith_number) FROM records "
-           "GROUP BY ALL ORDER BY ALL")
+    sql = "SELECT primary_cat, count(*), count(DISTINCT pith_number) FROM records GROUP BY ALL ORDER BY ALL"
     before = run_query(any_store, sql).rows
     assert max(_partition_file_counts(any_store)) > 1
     reader = connect(any_store)  # a reader that loaded the previous manifest
@@ -81,33 +82,35 @@ def test_compaction_is_invisible_to_readers(any_store: Store, sample: list[str],
     assert run_query(any_store, sql).rows == before
 
 
-def test_crowded_partitions_are_compacted_on_update(tmp_path: Path, sample: list[str],
-                                                    run: Runner) -> None:
+def test_crowded_partitions_are_compacted_on_update(tmp_path: Path, sample: list[str], run: Runner) -> None:
     store = LocalStore(tmp_path / "s")
     run(store, sample[:3])
     subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
     # force re-indexing by making the index think rows changed: drop records and re-add
     for _ in range(3):
         m = mf.load(store)
-        mf.commit(store, mf.Change(added={}, removed={f["path"] for f in m.files["records"]},
-                                   retired_at="2026-03-04T05:06:07Z"))
+        mf.commit(
+            store,
+            mf.Change(
+                added={}, removed={f["path"] for f in m.files["records"]}, retired_at="2026-03-04T05:06:07Z"
+            ),
+        )
         update_indexes(store, subjects, clock=fixed_clock, max_parts=2)
     counts = _partition_file_counts(store)
     assert max(counts) <= 2
     assert run_query(store, "SELECT count(*) FROM records").rows[0][0] == 3
 
 
-def test_cli_query_status_compact(tmp_path: Path, any_store: Store, sample: list[str],
-                                  run: Runner) -> None:
+def test_cli_query_status_compact(tmp_path: Path, any_store: Store, sample: list[str], run: Runner) -> None:
     run(any_store, sample[:6])
     runner = CliRunner()
     url = any_store.url
-    res = runner.invoke(cli, ["query", "--store", url,
-                              "SELECT count(*) AS n FROM records"])
+    res = runner.invoke(cli, ["query", "--store", url, "SELECT count(*) AS n FROM records"])
     assert res.exit_code == 0, res.output
     assert res.output.splitlines()[2].strip() == "6"
-    res = runner.invoke(cli, ["query", "--store", url, "--format", "csv",
-                              "SELECT arxiv_id FROM records ORDER BY 1 LIMIT 2"])
+    res = runner.invoke(
+        cli, ["query", "--store", url, "--format", "csv", "SELECT arxiv_id FROM records ORDER BY 1 LIMIT 2"]
+    )
     assert res.exit_code == 0 and res.output.splitlines()[0] == "arxiv_id"
     res = runner.invoke(cli, ["status", "--store", url])
     assert res.exit_code == 0 and "records: 6" in res.output
@@ -135,12 +138,15 @@ def test_cli_build_indexes_and_rebuild_reindexes(tmp_path: Path, sample: list[st
     assert run_query(store, "SELECT count(*) FROM records").rows[0][0] == 4
     shas = {r[0] for r in run_query(store, "SELECT bundle_sha256 FROM records").rows}
     import hashlib
-    assert shas == {hashlib.sha256(store.get(k) or b"").hexdigest()
-                    for k in store.list("pith/") if k.endswith("/bundle.json")}
+
+    assert shas == {
+        hashlib.sha256(store.get(k) or b"").hexdigest()
+        for k in store.list("pith/")
+        if k.endswith("/bundle.json")
+    }
 
 
-def test_update_writes_batches_and_commits_them_once(tmp_path: Path, sample: list[str],
-                                                     run: Runner) -> None:
+def test_update_writes_batches_and_commits_them_once(tmp_path: Path, sample: list[str], run: Runner) -> None:
     store = LocalStore(tmp_path / "s")
     run(store, sample, finish=False)
     subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
@@ -150,14 +156,17 @@ def test_update_writes_batches_and_commits_them_once(tmp_path: Path, sample: lis
     m = mf.load(store)
     assert m.generation == before + 1  # every batch listed by one swap
     assert max(_partition_file_counts(store)) > 1  # one part file per batch and partition
-    assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records"
-                     ).rows[0] == (len(subjects), len(subjects))
+    assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records").rows[0] == (
+        len(subjects),
+        len(subjects),
+    )
     again = update_indexes(store, subjects, clock=fixed_clock, batch_size=4)
     assert again.subjects_changed == 0 and mf.load(store).generation == m.generation
 
 
-def test_batched_update_compacts_crowded_partitions_once(tmp_path: Path, sample: list[str],
-                                                         run: Runner) -> None:
+def test_batched_update_compacts_crowded_partitions_once(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
     store = LocalStore(tmp_path / "s")
     run(store, sample, finish=False)
     subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
@@ -168,17 +177,17 @@ def test_batched_update_compacts_crowded_partitions_once(tmp_path: Path, sample:
     on_disk = {k for k in store.list("index/") if k.endswith(".parquet")}
     assert on_disk == mf.load(store).listed()
     assert set(update.written) - {MANIFEST_KEY} <= on_disk
-    assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records"
-                     ).rows[0] == (len(subjects), len(subjects))
+    assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records").rows[0] == (
+        len(subjects),
+        len(subjects),
+    )
 
 
-def test_update_compaction_reads_bounded_groups(tmp_path: Path, sample: list[str],
-                                                run: Runner) -> None:
+def test_update_compaction_reads_bounded_groups(tmp_path: Path, sample: list[str], run: Runner) -> None:
     store = LocalStore(tmp_path / "s")
     run(store, sample, finish=False)
     subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
-    update = update_indexes(store, subjects, clock=fixed_clock, batch_size=3, max_parts=2,
-                            compact_rows=4)
+    update = update_indexes(store, subjects, clock=fixed_clock, batch_size=3, max_parts=2, compact_rows=4)
     assert update.compacted_partitions > 0
     m = mf.load(store)
     # batch files hold at most 3 records each; no fold read more than 4 rows at once
@@ -187,22 +196,25 @@ def test_update_compaction_reads_bounded_groups(tmp_path: Path, sample: list[str
     on_disk = {k for k in store.list("index/") if k.endswith(".parquet")}
     assert on_disk == m.listed()
     for table, key in (("records", "pith_number"), ("events", "event_id")):
-        assert run_query(store, f"SELECT count(*), count(DISTINCT {key}) FROM {table}"
-                         ).rows[0][0] == run_query(
-            store, f"SELECT count(DISTINCT {key}) FROM {table}").rows[0][0]
+        assert (
+            run_query(store, f"SELECT count(*), count(DISTINCT {key}) FROM {table}").rows[0][0]
+            == run_query(store, f"SELECT count(DISTINCT {key}) FROM {table}").rows[0][0]
+        )
     assert run_query(store, "SELECT count(*) FROM records").rows[0][0] == len(subjects)
 
 
-def test_compact_reads_bounded_groups_and_readers_see_the_same(tmp_path: Path,
-                                                                sample: list[str],
-                                                                run: Runner) -> None:
+def test_compact_reads_bounded_groups_and_readers_see_the_same(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
     store = LocalStore(tmp_path / "s")
     run(store, sample, finish=False)
     subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
     update_indexes(store, subjects, clock=fixed_clock, batch_size=2, max_parts=1 << 30)
-    queries = ["SELECT pith_number, title FROM records ORDER BY 1",
-               "SELECT event_id, event_type FROM events ORDER BY 1",
-               "SELECT alias, pith_number FROM aliases ORDER BY 1"]
+    queries = [
+        "SELECT pith_number, title FROM records ORDER BY 1",
+        "SELECT event_id, event_type FROM events ORDER BY 1",
+        "SELECT alias, pith_number FROM aliases ORDER BY 1",
+    ]
     before = [run_query(store, q).rows for q in queries]
     crowded = max(_partition_file_counts(store))
     assert crowded > 2

@@ -36,8 +36,11 @@ def scalar(store: Store, sql: str) -> Any:
 
 
 def bundles(store: Store) -> list[dict[str, Any]]:
-    return [loads(store.get(k) or b"") for k in store.list("pith/")
-            if k.endswith("/bundle.json") and k.count("/") == 2]
+    return [
+        loads(store.get(k) or b"")
+        for k in store.list("pith/")
+        if k.endswith("/bundle.json") and k.count("/") == 2
+    ]
 
 
 def assert_one_row_per_key(store: Store, n_records: int) -> None:
@@ -49,8 +52,9 @@ def assert_one_row_per_key(store: Store, n_records: int) -> None:
     assert scalar(store, "SELECT count(*) - count(DISTINCT alias) FROM aliases") == 0
 
 
-def test_publish_then_rerun_same_window_changes_nothing(s3_store: Store, sample: list[str],
-                                                        run: Runner) -> None:
+def test_publish_then_rerun_same_window_changes_nothing(
+    s3_store: Store, sample: list[str], run: Runner
+) -> None:
     window = sample[:15]  # half the sample keeps the test quick; the full one is used below
     first, key1 = run(s3_store, window, {"from": "2007-03-01", "until": "2007-04-01"})
     assert first.built == 15 and key1 == f"runs/{first.run_id}/manifest.json"
@@ -71,8 +75,9 @@ def test_publish_then_rerun_same_window_changes_nothing(s3_store: Store, sample:
     assert_one_row_per_key(s3_store, 15)
 
 
-def test_run_manifest_lists_every_object_with_its_hash(any_store: Store, sample: list[str],
-                                                       run: Runner) -> None:
+def test_run_manifest_lists_every_object_with_its_hash(
+    any_store: Store, sample: list[str], run: Runner
+) -> None:
     summary, key = run(any_store, sample[:5], {"from": "2019-09-01"})
     doc = loads(any_store.get(key) or b"")
     assert doc["window"] == {"from": "2019-09-01"} and doc["counts"]["built"] == 5
@@ -133,14 +138,14 @@ class FailingStore:
         self._tick(key)
         return self.inner.put_once(key, data, content_type=content_type)
 
-    def put_if_match(self, key: str, data: bytes, tag: str | None, *,
-                     content_type: str = "application/json") -> bool:
+    def put_if_match(
+        self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
+    ) -> bool:
         self._tick(key)
         return self.inner.put_if_match(key, data, tag, content_type=content_type)
 
 
-def test_s3_error_half_way_then_rerun_completes(s3_store: Store, sample: list[str],
-                                                run: Runner) -> None:
+def test_s3_error_half_way_then_rerun_completes(s3_store: Store, sample: list[str], run: Runner) -> None:
     with pytest.raises(StorageError, match="SlowDown"):
         run(FailingStore(s3_store, after=70), sample)
     assert not list(s3_store.list("runs/"))  # no run manifest: the run did not complete
@@ -154,8 +159,7 @@ def test_s3_error_half_way_then_rerun_completes(s3_store: Store, sample: list[st
     assert_one_row_per_key(s3_store, 30)
 
 
-def test_failure_while_indexing_then_rerun(s3_store: Store, sample: list[str],
-                                           run: Runner) -> None:
+def test_failure_while_indexing_then_rerun(s3_store: Store, sample: list[str], run: Runner) -> None:
     store = FailingStore(s3_store, after=3, only="index/")  # parts written, no commit
     with pytest.raises(StorageError):
         run(store, sample)
@@ -174,24 +178,26 @@ def test_failure_while_indexing_then_rerun(s3_store: Store, sample: list[str],
     assert_one_row_per_key(s3_store, 30)
 
 
-def test_conflicting_event_write_is_refused(s3_store: Store, sample: list[str],
-                                            run: Runner, signer: Any) -> None:
+def test_conflicting_event_write_is_refused(
+    s3_store: Store, sample: list[str], run: Runner, signer: Any
+) -> None:
     run(s3_store, sample[:1])
     event_keys = list(s3_store.list("events/"))
-    graph = next(k for k in event_keys
-                 if loads(s3_store.get(k) or b"")["event_type"] == "graph_snapshot")
+    graph = next(k for k in event_keys if loads(s3_store.get(k) or b"")["event_type"] == "graph_snapshot")
     original = s3_store.get(graph) or b""
     with pytest.raises(WriteConflictError, match="never overwritten"):
         s3_store.put_once(graph, original.replace(b'"signed_at":"', b'"signed_at":"X'))
     assert s3_store.get(graph) == original
 
 
-def test_conflicting_event_stops_the_run(s3_store: Store, tmp_path: Any, sample: list[str],
-                                         signer: Any, run: Runner) -> None:
+def test_conflicting_event_stops_the_run(
+    s3_store: Store, tmp_path: Any, sample: list[str], signer: Any, run: Runner
+) -> None:
     scratch = LocalStore(tmp_path / "scratch")
     run(scratch, sample[:1])
-    graph = next(k for k in scratch.list("events/")
-                 if loads(scratch.get(k) or b"")["event_type"] == "graph_snapshot")
+    graph = next(
+        k for k in scratch.list("events/") if loads(scratch.get(k) or b"")["event_type"] == "graph_snapshot"
+    )
     tampered = (scratch.get(graph) or b"").replace(b'"signed_at":"', b'"signed_at":"1')
     s3_store.put_once(graph, tampered)  # someone else's different bytes at that key
     path = tmp_path / "one.jsonl"
@@ -202,27 +208,27 @@ def test_conflicting_event_stops_the_run(s3_store: Store, tmp_path: Any, sample:
     assert not list(s3_store.list("pith/"))  # the run stopped before any bundle
 
 
-def test_query_matches_counting_bundles(s3_store: Store, sample: list[str],
-                                        run: Runner) -> None:
+def test_query_matches_counting_bundles(s3_store: Store, sample: list[str], run: Runner) -> None:
     run(s3_store, sample[:18])
     run(s3_store, sample[12:])
     expected = Counter()
     for b in bundles(s3_store):
         md = b["canonical_record"]["metadata"]
         expected[(md["submitted_at"][:7], md["primary_cat"], md["license"])] += 1
-    got = run_query(s3_store, "SELECT submitted_month, primary_cat, license, count(*) "
-                              "FROM records GROUP BY ALL")
+    got = run_query(
+        s3_store, "SELECT submitted_month, primary_cat, license, count(*) FROM records GROUP BY ALL"
+    )
     assert {r[:3]: r[3] for r in got.rows} == dict(expected)
     assert sum(expected.values()) == 30
     # the same answer after compaction
     compact(s3_store, clock=fixed_clock, grace_seconds=0)
-    again = run_query(s3_store, "SELECT submitted_month, primary_cat, license, count(*) "
-                                "FROM records GROUP BY ALL")
+    again = run_query(
+        s3_store, "SELECT submitted_month, primary_cat, license, count(*) FROM records GROUP BY ALL"
+    )
     assert sorted(again.rows) == sorted(got.rows)
 
 
-def test_arxiv_alias_resolves_to_newest_version(any_store: Store, sample: list[str],
-                                                run: Runner) -> None:
+def test_arxiv_alias_resolves_to_newest_version(any_store: Store, sample: list[str], run: Runner) -> None:
     line = next(ln for ln in sample if json.loads(ln)["id"] == "hep-th/9901001")
     run(any_store, [record_with_versions(line, 1)])
     old = scalar(any_store, "SELECT pith_number FROM aliases WHERE alias = 'arxiv:hep-th/9901001'")
@@ -230,17 +236,20 @@ def test_arxiv_alias_resolves_to_newest_version(any_store: Store, sample: list[s
     assert summary.superseded == 1
     new = summary.pith_numbers[0]
     assert new != old
-    assert scalar(any_store, "SELECT pith_number FROM aliases "
-                             "WHERE alias = 'arxiv:hep-th/9901001'") == new
-    assert scalar(any_store, "SELECT pith_number FROM aliases "
-                             "WHERE alias = 'arxiv_version:hep-th/9901001v1'") == old
+    assert scalar(any_store, "SELECT pith_number FROM aliases WHERE alias = 'arxiv:hep-th/9901001'") == new
+    assert (
+        scalar(any_store, "SELECT pith_number FROM aliases WHERE alias = 'arxiv_version:hep-th/9901001v1'")
+        == old
+    )
     pointer = loads(any_store.get("arxiv/hep-th/9901001.json") or b"")
     assert pointer["latest"] == new
-    rows = run_query(any_store, "SELECT pith_number, version, superseded_by FROM records "
-                                "ORDER BY version").rows
+    rows = run_query(
+        any_store, "SELECT pith_number, version, superseded_by FROM records ORDER BY version"
+    ).rows
     assert rows == [(old, 1, new), (new, 3, None)]
-    corrections = scalar(any_store, "SELECT count(*) FROM events WHERE subject = "
-                                    f"'{old}' AND correction_kind = 'superseded'")
+    corrections = scalar(
+        any_store, f"SELECT count(*) FROM events WHERE subject = '{old}' AND correction_kind = 'superseded'"
+    )
     assert corrections == 1
 
 
@@ -278,8 +287,10 @@ def test_run_manifest_streamed_equals_plain_json(tmp_path: Any, n: int) -> None:
 
     numbers = SpillList([f"pith:{n - i}" for i in range(n)] + ["pith:b", "pith:a"], limit=1)
     summary = RunSummary(run_id="r1", written=written, pith_numbers=numbers)
-    index = IndexUpdate(generation=3, written={"index/_manifest.json": "cd" * 32,
-                                               "arxiv/\u00e9\u4e2d\U0001f600.json": "ef" * 32})
+    index = IndexUpdate(
+        generation=3,
+        written={"index/_manifest.json": "cd" * 32, "arxiv/\u00e9\u4e2d\U0001f600.json": "ef" * 32},
+    )
     store = LocalStore(tmp_path / "s")
     key = write_manifest(store, summary, window={"from": "x"}, index=index, clock=fixed_clock)
     data = store.get(key)

@@ -93,28 +93,45 @@ def use_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for mod, name, value in [
         (record_mod, "dumps_trusted", rfc8785.dumps),
-        (events_mod, "H", _ref_h), (events_mod, "dumps_trusted", rfc8785.dumps),
+        (events_mod, "H", _ref_h),
+        (events_mod, "dumps_trusted", rfc8785.dumps),
         (merge_mod, "H", _ref_h),
-        (merge_mod, "dumps_trusted", rfc8785.dumps), (merge_mod, "fast_safe", lambda v: False),
-        (bundle_mod, "dumps", rfc8785.dumps), (bundle_mod, "dumps_trusted", rfc8785.dumps),
-        (bundle_mod, "fast_safe", lambda v: False), (bundle_mod, "merge", ref_merge),
-        (pipeline_mod, "dumps_compact",
-         lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode()),
-        (pipeline_mod, "dumps_pretty",
-         lambda v: json.dumps(v, ensure_ascii=False, indent=2).encode()),
+        (merge_mod, "dumps_trusted", rfc8785.dumps),
+        (merge_mod, "fast_safe", lambda v: False),
+        (bundle_mod, "dumps", rfc8785.dumps),
+        (bundle_mod, "dumps_trusted", rfc8785.dumps),
+        (bundle_mod, "fast_safe", lambda v: False),
+        (bundle_mod, "merge", ref_merge),
+        (
+            pipeline_mod,
+            "dumps_compact",
+            lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode(),
+        ),
+        (pipeline_mod, "dumps_pretty", lambda v: json.dumps(v, ensure_ascii=False, indent=2).encode()),
         (Publisher, "fresh_path", False),
     ]:
         monkeypatch.setattr(mod, name, value)
-    monkeypatch.setattr(events_mod, "_EMPTY_SECTIONS", {
-        k: events_mod._section({kk: vv for kk, vv in v.items() if kk != "snapshot_sha256"})
-        for k, v in events_mod._EMPTY_SECTIONS.items()})
+    monkeypatch.setattr(
+        events_mod,
+        "_EMPTY_SECTIONS",
+        {
+            k: events_mod._section({kk: vv for kk, vv in v.items() if kk != "snapshot_sha256"})
+            for k, v in events_mod._EMPTY_SECTIONS.items()
+        },
+    )
 
 
 def hostile_records(sample_lines: list[str]) -> list[str]:
     """Real records with the text the spec worries about put into every free field."""
     out = []
-    nasty = ["\u2028 line\u2029sep", "ctl \x01\x1f\x7f", "astral \U0001d11e \U0001f600",
-             "priv \ue000\uffff", "quote \" back \\ slash /", "Ångström é\u0301 NFC"]
+    nasty = [
+        "\u2028 line\u2029sep",
+        "ctl \x01\x1f\x7f",
+        "astral \U0001d11e \U0001f600",
+        "priv \ue000\uffff",
+        'quote " back \\ slash /',
+        "Ångström é\u0301 NFC",
+    ]
     for i, line in enumerate(sample_lines[:12]):
         obj = json.loads(line)
         n = nasty[i % len(nasty)]
@@ -129,8 +146,9 @@ def hostile_records(sample_lines: list[str]) -> list[str]:
 def publish_lines(lines: list[str], path: Path) -> dict[str, bytes]:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     store = MemoryStore()
-    pub = Publisher(store, SIGNER, BuildConfig(registry_name="Test \u2028 Registry"),
-                    clock=Clock(), run_id="run-1")
+    pub = Publisher(
+        store, SIGNER, BuildConfig(registry_name="Test \u2028 Registry"), clock=Clock(), run_id="run-1"
+    )
     summary = pub.publish(iter_jsonl(path))
     assert summary.quarantined == 0
     return store.objects
@@ -141,8 +159,9 @@ def fast_output(tmp_path: Path, sample_lines: list[str]) -> dict[str, bytes]:
     return publish_lines(sample_lines + hostile_records(sample_lines), tmp_path / "in.jsonl")
 
 
-def test_fast_path_writes_the_reference_bytes(tmp_path: Path, sample_lines: list[str],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fast_path_writes_the_reference_bytes(
+    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     lines = sample_lines + hostile_records(sample_lines)
     assert bundle_mod.dumps_trusted is canonical_json.dumps_trusted  # the fast path, first
     fast_output = publish_lines(lines, tmp_path / "in.jsonl")
@@ -157,16 +176,23 @@ def test_fast_path_writes_the_reference_bytes(tmp_path: Path, sample_lines: list
 
 def test_published_pith_numbers_are_unchanged(fast_output: dict[str, bytes]) -> None:
     bodies = {k.split("/")[1] for k in fast_output if k.startswith("pith/")}
-    assert {"SG6QNWFIOVZEMA3A2RIEOEVPD6", "FB7EI2ZX4R67OX2UW4ZBVAEDPX",
-            "QFNLYXY3A3MFRS4IYJABHRTBHK"} <= bodies
+    assert {
+        "SG6QNWFIOVZEMA3A2RIEOEVPD6",
+        "FB7EI2ZX4R67OX2UW4ZBVAEDPX",
+        "QFNLYXY3A3MFRS4IYJABHRTBHK",
+    } <= bodies
 
 
-def test_superseding_run_writes_the_reference_bytes(tmp_path: Path, sample_lines: list[str],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_superseding_run_writes_the_reference_bytes(
+    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A second version supersedes the first: stored (untrusted) events meet fresh ones."""
     obj = json.loads(sample_lines[-1])
-    v2 = dict(obj, title=obj["title"] + " \U0001f600 revised",
-              versions=[*obj["versions"], {"version": "v2", "created": obj["versions"][0]["created"]}])
+    v2 = dict(
+        obj,
+        title=obj["title"] + " \U0001f600 revised",
+        versions=[*obj["versions"], {"version": "v2", "created": obj["versions"][0]["created"]}],
+    )
 
     def two_runs() -> dict[str, bytes]:
         store = MemoryStore()
@@ -174,8 +200,7 @@ def test_superseding_run_writes_the_reference_bytes(tmp_path: Path, sample_lines
         for i, rec in enumerate((obj, v2)):
             p = tmp_path / f"run{i}.jsonl"
             p.write_text(json.dumps(rec) + "\n", encoding="utf-8")
-            Publisher(store, SIGNER, BuildConfig(), clock=clock, run_id=f"r{i}").publish(
-                iter_jsonl(p))
+            Publisher(store, SIGNER, BuildConfig(), clock=clock, run_id=f"r{i}").publish(iter_jsonl(p))
         return store.objects
 
     fast = two_runs()
@@ -202,14 +227,29 @@ def test_trusted_merge_equals_verifying_merge(sample_lines: list[str]) -> None:
         fast = merge(built.events, built.aliases, keys, ident.subject, trusted=built.events)
         slow = merge(built.events, built.aliases, keys, ident.subject)
         assert fast == slow
-        b1 = sign_bundle(subject=ident.subject, canonical=ident.canonical,
-                         canonical_hex=ident.canonical_sha256, events=built.events,
-                         aliases=built.aliases, public_keys=keys, site=site, signer=SIGNER,
-                         now=START, trusted=built.events)
-        b2 = sign_bundle(subject=ident.subject, canonical=ident.canonical,
-                         canonical_hex=ident.canonical_sha256, events=built.events,
-                         aliases=built.aliases, public_keys=keys, site=site, signer=SIGNER,
-                         now=START)
+        b1 = sign_bundle(
+            subject=ident.subject,
+            canonical=ident.canonical,
+            canonical_hex=ident.canonical_sha256,
+            events=built.events,
+            aliases=built.aliases,
+            public_keys=keys,
+            site=site,
+            signer=SIGNER,
+            now=START,
+            trusted=built.events,
+        )
+        b2 = sign_bundle(
+            subject=ident.subject,
+            canonical=ident.canonical,
+            canonical_hex=ident.canonical_sha256,
+            events=built.events,
+            aliases=built.aliases,
+            public_keys=keys,
+            site=site,
+            signer=SIGNER,
+            now=START,
+        )
         assert b1 == b2
 
 
@@ -220,14 +260,12 @@ def test_trust_is_by_object_not_by_event_id(sample_lines: list[str]) -> None:
     ident, built, keys, _site = _built(rec)
     forged = json.loads(json.dumps(built.events[1]))
     forged["payload"]["graph_snapshot"]["paper"]["title"] = "forged"
-    state = merge([forged, *built.events], built.aliases, keys, ident.subject,
-                  trusted=built.events)
+    state = merge([forged, *built.events], built.aliases, keys, ident.subject, trusted=built.events)
     assert state == merge([forged, *built.events], built.aliases, keys, ident.subject)
     assert state["current"]["graph_snapshots"][0]["payload"] == built.events[1]["payload"]
 
 
-def test_a_signer_whose_signatures_do_not_verify_is_refused(sample_lines: list[str],
-                                                            tmp_path: Path) -> None:
+def test_a_signer_whose_signatures_do_not_verify_is_refused(sample_lines: list[str], tmp_path: Path) -> None:
     class Broken(Ed25519Signer):
         __slots__ = ()
 
@@ -267,19 +305,28 @@ def test_unsynced_local_store_writes_the_same_files(tmp_path: Path) -> None:
         s.put("pith/X/bundle.json", b'{"x":1}')
         assert s.put_once("events/X/e.json", b"{}")
     assert (tmp_path / "a/pith/X/bundle.json").read_bytes() == (
-        tmp_path / "b/pith/X/bundle.json").read_bytes()
+        tmp_path / "b/pith/X/bundle.json"
+    ).read_bytes()
     assert not b.fsync and a.fsync
 
 
-def _general(ident: Identity, keys: list[Any], site: Site, supersedes: list[str],
-             bundle_now: datetime) -> tuple[list[bytes], bytes, bytes]:
+def _general(
+    ident: Identity, keys: list[Any], site: Site, supersedes: list[str], bundle_now: datetime
+) -> tuple[list[bytes], bytes, bytes]:
     from pith_pipeline.core.canonical_json import dumps_compact
 
     built = build_record_events(ident, SIGNER, "s", START, supersedes=supersedes)
-    b = sign_bundle(subject=ident.subject, canonical=ident.canonical,
-                    canonical_hex=ident.canonical_sha256, events=built.events,
-                    aliases=built.aliases, public_keys=keys, site=site, signer=SIGNER,
-                    now=bundle_now)  # nothing trusted: every event re-hashed and verified
+    b = sign_bundle(
+        subject=ident.subject,
+        canonical=ident.canonical,
+        canonical_hex=ident.canonical_sha256,
+        events=built.events,
+        aliases=built.aliases,
+        public_keys=keys,
+        site=site,
+        signer=SIGNER,
+        now=bundle_now,
+    )  # nothing trusted: every event re-hashed and verified
     return [dumps_compact(e) for e in built.events], dumps_compact(b), dumps_compact(b["state"])
 
 
@@ -291,8 +338,7 @@ def test_fresh_builder_equals_the_general_path(case: str, sample_lines: list[str
     keys = [SIGNER.public_key_doc(url=site.key_url)]
     if case == "foreign-key-list":  # the events' key is not listed: the merge says unknown_key
         keys = [Ed25519Signer(bytes(32), "other").public_key_doc()]
-    supersedes: list[Any] = {"supersedes": ["sha256:" + "ab" * 32],
-                             "odd-supersedes": [7]}.get(case, [])
+    supersedes: list[Any] = {"supersedes": ["sha256:" + "ab" * 32], "odd-supersedes": [7]}.get(case, [])
     fb = FreshBuilder(SIGNER, "s", site, keys)
     for line in sample_lines + hostile_records(sample_lines):
         rec = parse_line(line.encode(), "t")

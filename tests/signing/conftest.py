@@ -15,8 +15,15 @@ KMS_ALIAS = "alias/pith-signing"
 
 
 def _clean_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_KMS",
-                 "AWS_ENDPOINT_URL_S3", "PITH_SIGNER", "PITH_KEY"):
+    for name in (
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_KMS",
+        "AWS_ENDPOINT_URL_S3",
+        "PITH_SIGNER",
+        "PITH_KEY",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing-access-key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret-key")
@@ -64,8 +71,7 @@ def wrap_key(kms_env: str) -> str:
     import boto3
 
     kms = boto3.client("kms")
-    key_id = kms.create_key(KeySpec="SYMMETRIC_DEFAULT", KeyUsage="ENCRYPT_DECRYPT")[
-        "KeyMetadata"]["KeyId"]
+    key_id = kms.create_key(KeySpec="SYMMETRIC_DEFAULT", KeyUsage="ENCRYPT_DECRYPT")["KeyMetadata"]["KeyId"]
     alias = f"alias/pith-wrap-{uuid.uuid4().hex[:8]}"
     kms.create_alias(AliasName=alias, TargetKeyId=key_id)
     return alias

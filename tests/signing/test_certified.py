@@ -28,12 +28,9 @@ OTHER = Ed25519Signer(hashlib.sha256(b"other").digest(), "pith-other")
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
-
-
 @pytest.fixture(scope="module")
 def certified_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CertifiedSigner]:
-    signer = CertifiedSigner(ROOT, run_id="backfill-test", now=T0,
-                             validity=timedelta(hours=12))
+    signer = CertifiedSigner(ROOT, run_id="backfill-test", now=T0, validity=timedelta(hours=12))
     store = LocalStore(tmp_path_factory.mktemp("cert") / "store")
     Publisher(store, signer, BuildConfig(), clock=StepClock(T0)).publish(iter_jsonl(SAMPLE))
     return store.root, signer
@@ -65,8 +62,7 @@ def test_certified_bundles_verify_through_the_root(certified_store) -> None:  # 
     roots_only = [k for k in trusted if k.certificate is None]
     for p in root.glob("pith/*/bundle.json"):
         b = json.loads(p.read_bytes())
-        for kwargs in ({}, {"pinned_fingerprint": ROOT.fingerprint},
-                       {"trusted_keys": roots_only}):
+        for kwargs in ({}, {"pinned_fingerprint": ROOT.fingerprint}, {"trusted_keys": roots_only}):
             report = verify_bundle(b, **kwargs)  # type: ignore[arg-type]
             assert report.ok, (kwargs, report.failed)
     report = verify_bundle(one_bundle(root), pinned_fingerprint=OTHER.fingerprint)
@@ -85,20 +81,25 @@ def test_uncertified_short_lived_key_is_rejected(certified_store) -> None:  # ty
     # the bundle hash changed too, so look only at trust: the uncertified key is refused
     report = verify_bundle(b, trusted_keys=roots)
     assert "key_trust" in [c.name for c in report.failed]
-    assert f"key {signer.key_id} is neither" in next(
-        c.detail for c in report.failed if c.name == "key_trust")
-    assert "pinned_key" in [c.name for c in
-                            verify_bundle(b, pinned_fingerprint=ROOT.fingerprint).failed]
+    assert f"key {signer.key_id} is neither" in next(c.detail for c in report.failed if c.name == "key_trust")
+    assert "pinned_key" in [c.name for c in verify_bundle(b, pinned_fingerprint=ROOT.fingerprint).failed]
 
 
-@pytest.mark.parametrize(("mutate", "why"), [
-    (lambda c: c.update(not_after="2027-01-01T00:00:00.000000Z"), "does not recompute"),
-    (lambda c: c.update(issuer_key_id="pith-other", issuer_fingerprint=OTHER.fingerprint),
-     "not a trusted root"),
-    (lambda c: c["signature"].update(signature_b64=c["signature"]["signature_b64"][::-1]),
-     "does not verify"),
-    (lambda c: c.update(public_key_hex="00" * 32), "for another key"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "why"),
+    [
+        (lambda c: c.update(not_after="2027-01-01T00:00:00.000000Z"), "does not recompute"),
+        (
+            lambda c: c.update(issuer_key_id="pith-other", issuer_fingerprint=OTHER.fingerprint),
+            "not a trusted root",
+        ),
+        (
+            lambda c: c["signature"].update(signature_b64=c["signature"]["signature_b64"][::-1]),
+            "does not verify",
+        ),
+        (lambda c: c.update(public_key_hex="00" * 32), "for another key"),
+    ],
+)
 def test_tampered_certificates_are_rejected(certified_store, mutate, why: str) -> None:  # type: ignore[no-untyped-def]
     root, signer = certified_store
     b = one_bundle(root)
@@ -115,21 +116,34 @@ def test_signature_outside_the_certificate_window_is_rejected(certified_store) -
     root, signer = certified_store
     b = one_bundle(root)
     keys = [PublicKey.from_json(k) for k in b["public_keys"]]
-    late = build_bundle(subject=b["pith_number"], canonical=b["canonical_record"],
-                        canonical_hex=b["canonical_sha256"], events=b["events"],
-                        aliases=b["source_aliases"], public_keys=keys,
-                        site=Site(base_url="https://pith.example.org"), built_at=b["built_at"],
-                        signer=signer, signed_at="2026-03-02T00:00:00.000000Z")
+    late = build_bundle(
+        subject=b["pith_number"],
+        canonical=b["canonical_record"],
+        canonical_hex=b["canonical_sha256"],
+        events=b["events"],
+        aliases=b["source_aliases"],
+        public_keys=keys,
+        site=Site(base_url="https://pith.example.org"),
+        built_at=b["built_at"],
+        signer=signer,
+        signed_at="2026-03-02T00:00:00.000000Z",
+    )
     report = verify_bundle(late)
     assert [c.name for c in report.failed] == ["key_trust"]
-    assert "bundle_signature: signed at 2026-03-02T00:00:00.000000Z, outside" in \
-        report.failed[0].detail
+    assert "bundle_signature: signed at 2026-03-02T00:00:00.000000Z, outside" in report.failed[0].detail
 
 
 def test_certified_by_a_kms_root_via_cli(local_kms: LocalKmsServer, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
-    r = cli("build", "--input", str(SAMPLE), "--store", str(out),
-            "--signer", f"certified:kms:{KMS_ALIAS}?key_id=pith-kms-root")
+    r = cli(
+        "build",
+        "--input",
+        str(SAMPLE),
+        "--store",
+        str(out),
+        "--signer",
+        f"certified:kms:{KMS_ALIAS}?key_id=pith-kms-root",
+    )
     assert r.code == 0, r.err
     signs = [q for q in local_kms.state.requests if q["target"] == "TrentService.Sign"]
     assert len(signs) == 2  # the open-time self-test and the one certificate: 120 digests signed locally

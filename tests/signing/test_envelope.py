@@ -17,19 +17,28 @@ from pith_pipeline.signing.envelope import create_envelope, open_envelope_signer
 
 def test_envelope_create_build_verify(wrap_key: str, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
     env_file = tmp_path / "keys" / "pith.envelope.json"
-    r = cli("keys", "envelope-create", "--kms-key", wrap_key, "--out", str(env_file),
-            "--key-id", "pith-env-2026-06")
+    r = cli(
+        "keys",
+        "envelope-create",
+        "--kms-key",
+        wrap_key,
+        "--out",
+        str(env_file),
+        "--key-id",
+        "pith-env-2026-06",
+    )
     assert r.code == 0, r.err
     env = json.loads(env_file.read_text())
     assert env["kind"] == "pith_kms_envelope" and env["key_id"] == "pith-env-2026-06"
-    assert env["encryption_context"] == {"pith_purpose": "pith-ed25519-signing-seed",
-                                         "pith_key_id": "pith-env-2026-06"}
+    assert env["encryption_context"] == {
+        "pith_purpose": "pith-ed25519-signing-seed",
+        "pith_key_id": "pith-env-2026-06",
+    }
     # refuses to replace an envelope
     assert cli("keys", "envelope-create", "--kms-key", wrap_key, "--out", str(env_file)).code != 0
 
     out = tmp_path / "out"
-    r = cli("build", "--input", str(SAMPLE), "--store", str(out),
-            "--signer", f"kms-envelope:{env_file}")
+    r = cli("build", "--input", str(SAMPLE), "--store", str(out), "--signer", f"kms-envelope:{env_file}")
     assert r.code == 0, r.err
     r = cli("verify", str(out), "--pin", env["public_key_fingerprint"], "-q")
     assert r.code == 0 and "30 verified" in r.out, r.out
@@ -81,8 +90,9 @@ def test_public_key_mismatch_and_malformed_envelopes(wrap_key: str, tmp_path: Pa
 
 def test_envelope_stored_in_s3(wrap_key: str, s3_bucket: str, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
     env = create_envelope(wrap_key, key_id="pith-env-s3")
-    boto3.client("s3").put_object(Bucket=s3_bucket, Key="keys/pith.envelope.json",
-                                  Body=json.dumps(env).encode())
+    boto3.client("s3").put_object(
+        Bucket=s3_bucket, Key="keys/pith.envelope.json", Body=json.dumps(env).encode()
+    )
     spec = f"kms-envelope:s3://{s3_bucket}/keys/pith.envelope.json"
     out = tmp_path / "out"
     r = cli("build", "--input", str(SAMPLE), "--store", str(out), "--signer", spec)

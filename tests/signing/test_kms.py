@@ -27,21 +27,22 @@ DIGEST = hashlib.sha256(b"a record").digest()
 
 def no_wait(attempts: int = 5) -> tuple[Backoff, list[float]]:
     slept: list[float] = []
-    return Backoff(attempts=attempts, base=0.1, cap=1.0, rng=lambda: 1.0,
-                   sleep=slept.append), slept
+    return Backoff(attempts=attempts, base=0.1, cap=1.0, rng=lambda: 1.0, sleep=slept.append), slept
 
 
-def test_sign_sends_raw_digest_with_ed25519_sha_512(local_kms: LocalKmsServer,
-                                                     kms_key: LocalKey) -> None:
+def test_sign_sends_raw_digest_with_ed25519_sha_512(local_kms: LocalKmsServer, kms_key: LocalKey) -> None:
     signer = KmsSigner(KMS_ALIAS, key_id="pith-kms-test")
     sig = signer.sign_digest(DIGEST)
     reqs = local_kms.state.requests
     assert [r["target"] for r in reqs] == ["TrentService.GetPublicKey", "TrentService.Sign"]
     assert reqs[0]["body"] == {"KeyId": KMS_ALIAS}
-    assert reqs[1]["body"] == {"KeyId": KMS_ALIAS, "Message": base64.b64encode(DIGEST).decode(),
-                               "MessageType": "RAW", "SigningAlgorithm": "ED25519_SHA_512"}
-    assert all(r["content_type"] == "application/x-amz-json-1.1" and r["authorized"]
-               for r in reqs)
+    assert reqs[1]["body"] == {
+        "KeyId": KMS_ALIAS,
+        "Message": base64.b64encode(DIGEST).decode(),
+        "MessageType": "RAW",
+        "SigningAlgorithm": "ED25519_SHA_512",
+    }
+    assert all(r["content_type"] == "application/x-amz-json-1.1" and r["authorized"] for r in reqs)
     # the public key came out of the DER SubjectPublicKeyInfo intact
     assert signer.public_key == bytes(kms_key.signing_key.verify_key)
     nacl.signing.VerifyKey(signer.public_key).verify(DIGEST, sig)
@@ -51,8 +52,7 @@ def test_sign_sends_raw_digest_with_ed25519_sha_512(local_kms: LocalKmsServer,
 def test_throttling_is_retried_with_growing_jittered_backoff(local_kms: LocalKmsServer) -> None:
     backoff, slept = no_wait()
     signer = KmsSigner(KMS_ALIAS, backoff=backoff)
-    local_kms.state.faults.extend([("ThrottlingException", 400)] * 2
-                                  + [("KMSInternalException", 500)])
+    local_kms.state.faults.extend([("ThrottlingException", 400)] * 2 + [("KMSInternalException", 500)])
     sig = signer.sign_digest(DIGEST)
     nacl.signing.VerifyKey(signer.public_key).verify(DIGEST, sig)
     assert [r["target"] for r in local_kms.state.requests].count("TrentService.Sign") == 4
@@ -70,12 +70,15 @@ def test_throttling_that_persists_is_a_transient_error(local_kms: LocalKmsServer
     assert len(slept) == 2
 
 
-@pytest.mark.parametrize(("code", "hint"), [
-    ("AccessDeniedException", "policy"),
-    ("DisabledException", "disabled"),
-    ("NotFoundException", "no such KMS key"),
-    ("InvalidKeyUsageException", "SIGN_VERIFY"),
-])
+@pytest.mark.parametrize(
+    ("code", "hint"),
+    [
+        ("AccessDeniedException", "policy"),
+        ("DisabledException", "disabled"),
+        ("NotFoundException", "no such KMS key"),
+        ("InvalidKeyUsageException", "SIGN_VERIFY"),
+    ],
+)
 def test_terminal_errors_are_not_retried(local_kms: LocalKmsServer, code: str, hint: str) -> None:
     backoff, slept = no_wait()
     signer = KmsSigner(KMS_ALIAS, backoff=backoff)
@@ -88,8 +91,7 @@ def test_terminal_errors_are_not_retried(local_kms: LocalKmsServer, code: str, h
     assert [r["target"] for r in local_kms.state.requests].count("TrentService.Sign") == 1
 
 
-def test_disabled_or_denied_key_fails_when_opened(local_kms: LocalKmsServer,
-                                                  kms_key: LocalKey) -> None:
+def test_disabled_or_denied_key_fails_when_opened(local_kms: LocalKmsServer, kms_key: LocalKey) -> None:
     kms_key.enabled = False
     with pytest.raises(SigningError, match="DisabledException") as info:
         open_signer(f"kms:{KMS_ALIAS}")
@@ -101,18 +103,19 @@ def test_disabled_or_denied_key_fails_when_opened(local_kms: LocalKmsServer,
 
 
 def test_wrong_key_fails_on_the_first_signature_before_anything_is_published(
-        local_kms: LocalKmsServer, kms_key: LocalKey, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    local_kms: LocalKmsServer, kms_key: LocalKey, tmp_path: Path, cli
+) -> None:  # type: ignore[no-untyped-def]
     kms_key.sign_with = nacl.signing.SigningKey.generate()
     with pytest.raises(SigningError, match="does not verify with its own public key"):
         open_signer(f"kms:{KMS_ALIAS}")
-    r = cli("build", "--input", str(SAMPLE), "--store", str(tmp_path / "out"),
-            "--signer", f"kms:{KMS_ALIAS}")
+    r = cli("build", "--input", str(SAMPLE), "--store", str(tmp_path / "out"), "--signer", f"kms:{KMS_ALIAS}")
     assert r.code == 1 and "does not verify with its own public key" in r.err
     assert not (tmp_path / "out" / "pith").exists()
 
 
-def test_unreachable_endpoint_is_transient(monkeypatch: pytest.MonkeyPatch,
-                                           local_kms: LocalKmsServer) -> None:
+def test_unreachable_endpoint_is_transient(
+    monkeypatch: pytest.MonkeyPatch, local_kms: LocalKmsServer
+) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -145,14 +148,29 @@ def test_public_key_must_be_an_ed25519_spki() -> None:
 
 
 def test_build_with_kms_signer_verifies_with_the_kms_key_pinned(
-        local_kms: LocalKmsServer, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    local_kms: LocalKmsServer, tmp_path: Path, cli
+) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
-    r = cli("build", "--input", str(SAMPLE), "--store", str(out),
-            "--signer", f"kms:{KMS_ALIAS}?key_id=pith-kms-2026-06&concurrency=8")
+    r = cli(
+        "build",
+        "--input",
+        str(SAMPLE),
+        "--store",
+        str(out),
+        "--signer",
+        f"kms:{KMS_ALIAS}?key_id=pith-kms-2026-06&concurrency=8",
+    )
     assert r.code == 0, r.err
     doc = json.loads((out / "pith-signing-key.json").read_text())
     assert doc["key_id"] == "pith-kms-2026-06"
-    r = cli("verify", str(out), "--pin", doc["fingerprint_sha256_hex"], "--keys",
-            str(out / "pith-signing-key.json"), "-q")
+    r = cli(
+        "verify",
+        str(out),
+        "--pin",
+        doc["fingerprint_sha256_hex"],
+        "--keys",
+        str(out / "pith-signing-key.json"),
+        "-q",
+    )
     assert r.code == 0, r.out
     assert "30 verified" in r.out

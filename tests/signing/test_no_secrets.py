@@ -24,14 +24,24 @@ from pith_pipeline.signing.quiet import sensitive_call
 
 def encodings(seed: bytes) -> list[str]:
     b64 = base64.b64encode(seed).decode()
-    return [seed.hex(), seed.hex().upper(), b64, b64.rstrip("="),
-            base64.urlsafe_b64encode(seed).decode().rstrip("="),
-            base64.b32encode(seed).decode().rstrip("="), repr(seed)[2:-1]]
+    return [
+        seed.hex(),
+        seed.hex().upper(),
+        b64,
+        b64.rstrip("="),
+        base64.urlsafe_b64encode(seed).decode().rstrip("="),
+        base64.b32encode(seed).decode().rstrip("="),
+        repr(seed)[2:-1],
+    ]
 
 
 def leaks(seed: bytes, texts: dict[str, str]) -> list[str]:
-    return [f"{where} contains {enc[:6]}..." for where, text in texts.items()
-            for enc in encodings(seed) if enc in text]
+    return [
+        f"{where} contains {enc[:6]}..."
+        for where, text in texts.items()
+        for enc in encodings(seed)
+        if enc in text
+    ]
 
 
 def written(*roots: Path) -> dict[str, str]:
@@ -43,8 +53,9 @@ def written(*roots: Path) -> dict[str, str]:
     return out
 
 
-def scan(seed: bytes, store: Path, outputs: list[str], caplog: pytest.LogCaptureFixture,
-         *, aws: bool = True) -> None:
+def scan(
+    seed: bytes, store: Path, outputs: list[str], caplog: pytest.LogCaptureFixture, *, aws: bool = True
+) -> None:
     texts = written(store)
     texts["stdout/stderr"] = "\n".join(outputs)
     texts["logs"] = "\n".join(f"{r.name} {r.getMessage()}" for r in caplog.records)
@@ -74,8 +85,7 @@ def test_kms_envelope_signer(wrap_key: str, tmp_path: Path, cli, caplog) -> None
     r1 = cli("keys", "envelope-create", "--kms-key", wrap_key, "--out", str(env_file))
     assert r1.code == 0, r1.err
     store = tmp_path / "out"
-    r2 = cli("build", "--input", str(SAMPLE), "--store", str(store),
-             "--signer", f"kms-envelope:{env_file}")
+    r2 = cli("build", "--input", str(SAMPLE), "--store", str(store), "--signer", f"kms-envelope:{env_file}")
     assert r2.code == 0, r2.err
     # a broken envelope's error must not carry anything either
     env = json.loads(env_file.read_text())
@@ -84,29 +94,33 @@ def test_kms_envelope_signer(wrap_key: str, tmp_path: Path, cli, caplog) -> None
     from pith_pipeline.signing import envelope
 
     envelope.clear_cache()
-    r3 = cli("build", "--input", str(SAMPLE), "--store", str(tmp_path / "out2"),
-             "--signer", f"kms-envelope:{bad}")
+    r3 = cli(
+        "build", "--input", str(SAMPLE), "--store", str(tmp_path / "out2"), "--signer", f"kms-envelope:{bad}"
+    )
     assert r3.code == 1 and "does not match its public_key_hex" in r3.err
     botocore_debug = [r for r in caplog.records if r.name.startswith("botocore")]
     assert botocore_debug  # botocore did log at DEBUG during the run
     with sensitive_call():  # the test's own look at the seed stays out of the captured logs
         seed = boto3.client("kms").decrypt(
-            CiphertextBlob=base64.b64decode(env["ciphertext_b64"]), KeyId=env["kms_key_id"],
-            EncryptionContext=env["encryption_context"])["Plaintext"]
+            CiphertextBlob=base64.b64decode(env["ciphertext_b64"]),
+            KeyId=env["kms_key_id"],
+            EncryptionContext=env["encryption_context"],
+        )["Plaintext"]
     assert bytes(nacl.signing.SigningKey(seed).verify_key).hex() == env["public_key_hex"]
     scan(seed, tmp_path, [r1.out, r1.err, r2.out, r2.err, r3.out, r3.err], caplog)
 
 
-def test_botocore_would_log_the_seed_without_the_guard(wrap_key: str, tmp_path: Path,
-                                                       caplog) -> None:  # type: ignore[no-untyped-def]
+def test_botocore_would_log_the_seed_without_the_guard(wrap_key: str, tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
     """Why `sensitive_call` exists: a plain Decrypt puts the seed in DEBUG logs."""
     from pith_pipeline.signing.envelope import create_envelope
 
     env = create_envelope(wrap_key)
     caplog.set_level(logging.DEBUG)
     seed = boto3.client("kms").decrypt(
-        CiphertextBlob=base64.b64decode(env["ciphertext_b64"]), KeyId=env["kms_key_id"],
-        EncryptionContext=env["encryption_context"])["Plaintext"]
+        CiphertextBlob=base64.b64decode(env["ciphertext_b64"]),
+        KeyId=env["kms_key_id"],
+        EncryptionContext=env["encryption_context"],
+    )["Plaintext"]
     texts = {"logs": "\n".join(r.getMessage() for r in caplog.records)}
     found = bool(leaks(seed, texts))
     caplog.clear()  # keep the test seed out of any failure report
@@ -122,8 +136,9 @@ def test_kms_signer(local_kms: LocalKmsServer, tmp_path: Path, cli, caplog) -> N
     scan(bytes(key.signing_key), store, [r.out, r.err], caplog)
 
 
-def test_certified_signer(file_key: Path, tmp_path: Path, cli, caplog,
-                          monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_certified_signer(
+    file_key: Path, tmp_path: Path, cli, caplog, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.DEBUG)
     made: list[bytes] = []
 
@@ -134,8 +149,7 @@ def test_certified_signer(file_key: Path, tmp_path: Path, cli, caplog,
 
     monkeypatch.setattr(certified, "_new_key", record)
     store = tmp_path / "out"
-    r = cli("build", "--input", str(SAMPLE), "--store", str(store),
-            "--signer", f"certified:file:{file_key}")
+    r = cli("build", "--input", str(SAMPLE), "--store", str(store), "--signer", f"certified:file:{file_key}")
     assert r.code == 0, r.err
     assert len(made) == 1
     root_seed = base64.b64decode(json.loads(file_key.read_text())["seed_b64"])

@@ -27,11 +27,8 @@ NEW = Ed25519Signer(hashlib.sha256(b"new").digest(), "pith-v2-2026-06")
 ROGUE = Ed25519Signer(hashlib.sha256(b"rogue").digest(), "pith-v3-rogue")
 
 
-
-
 def files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def bundles(root: Path) -> dict[str, dict[str, Any]]:
@@ -43,16 +40,17 @@ def trusted(root: Path) -> list[PublicKey]:
 
 
 @pytest.fixture(scope="module")
-def rotated(tmp_path_factory: pytest.TempPathFactory
-            ) -> tuple[Path, dict[str, dict[str, Any]], dict[str, bytes]]:
+def rotated(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, dict[str, Any]], dict[str, bytes]]:
     """A store built with OLD, then re-issued with NEW (tests only read it, or re-run reissue)."""
     store = LocalStore(tmp_path_factory.mktemp("rotated") / "store")
     Publisher(store, OLD, BuildConfig(), clock=StepClock(datetime(2026, 1, 5, tzinfo=UTC))).publish(
-        iter_jsonl(SAMPLE))
+        iter_jsonl(SAMPLE)
+    )
     before = bundles(store.root)
     before_files = files(store.root)
-    summary = reissue(store, NEW, BuildConfig(), clock=StepClock(datetime(2026, 6, 1, tzinfo=UTC)),
-                      workers=4)
+    summary = reissue(store, NEW, BuildConfig(), clock=StepClock(datetime(2026, 6, 1, tzinfo=UTC)), workers=4)
     assert summary.rotated == [OLD.key_id]
     assert summary.subjects == 30 and summary.receipts_reissued == 30
     return store.root, before, before_files
@@ -96,15 +94,13 @@ def test_bundles_before_and_after_rotation_verify(rotated) -> None:  # type: ign
     for b in bundles(root).values():
         report = verify_bundle(b, pinned_fingerprint=NEW.fingerprint, trusted_keys=keys)
         assert report.ok, report.failed
-        assert "re-issued by pith-v2-2026-06" in next(
-            c.detail for c in report.checks if c.name == "receipt")
+        assert "re-issued by pith-v2-2026-06" in next(c.detail for c in report.checks if c.name == "receipt")
 
 
 def test_reissue_twice_changes_nothing(rotated) -> None:  # type: ignore[no-untyped-def]
     root, _, _ = rotated
     snap = files(root)
-    summary = reissue(LocalStore(root), NEW, BuildConfig(),
-                      clock=StepClock(datetime(2026, 6, 2, tzinfo=UTC)))
+    summary = reissue(LocalStore(root), NEW, BuildConfig(), clock=StepClock(datetime(2026, 6, 2, tzinfo=UTC)))
     assert (summary.events_resigned, summary.receipts_reissued, summary.bundles_signed) == (0, 0, 0)
     assert files(root) == snap
 
@@ -115,17 +111,25 @@ def test_rotated_key_cannot_sign_again(rotated) -> None:  # type: ignore[no-unty
         Publisher(LocalStore(root), OLD, clock=StepClock(datetime(2026, 7, 1, tzinfo=UTC)))
 
 
-def _resign(bundle: dict[str, Any], signer: Ed25519Signer, keys: list[PublicKey],
-            signed_at: datetime) -> dict[str, Any]:
+def _resign(
+    bundle: dict[str, Any], signer: Ed25519Signer, keys: list[PublicKey], signed_at: datetime
+) -> dict[str, Any]:
     b = copy.deepcopy(bundle)
     from pith_pipeline.core.bundle import Site
 
     site = Site(base_url="https://pith.example.org")
-    return build_bundle(subject=b["pith_number"], canonical=b["canonical_record"],
-                        canonical_hex=b["canonical_sha256"], events=b["events"],
-                        aliases=b["source_aliases"], public_keys=keys, site=site,
-                        built_at=b["built_at"], signer=signer,
-                        signed_at=signed_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    return build_bundle(
+        subject=b["pith_number"],
+        canonical=b["canonical_record"],
+        canonical_hex=b["canonical_sha256"],
+        events=b["events"],
+        aliases=b["source_aliases"],
+        public_keys=keys,
+        site=site,
+        built_at=b["built_at"],
+        signer=signer,
+        signed_at=signed_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+    )
 
 
 def test_unlisted_or_late_keys_are_rejected(rotated) -> None:  # type: ignore[no-untyped-def]
@@ -135,8 +139,7 @@ def test_unlisted_or_late_keys_are_rejected(rotated) -> None:  # type: ignore[no
     listed = [PublicKey.from_json(k) for k in b["public_keys"]]
     # a bundle signed by a key the bundle does not list
     unlisted = _resign(b, ROGUE, listed, datetime(2026, 6, 3, tzinfo=UTC))
-    assert [c.name for c in verify_bundle(unlisted).failed] == ["bundle_signature",
-                                                                 "keys_listed"]
+    assert [c.name for c in verify_bundle(unlisted).failed] == ["bundle_signature", "keys_listed"]
     # listed in the bundle, but not in the registry's key document: rejected when trusted
     rogue = _resign(b, ROGUE, [*listed, ROGUE.public_key_doc()], datetime(2026, 6, 3, tzinfo=UTC))
     assert verify_bundle(rogue).ok  # self-consistent ...
@@ -145,8 +148,9 @@ def test_unlisted_or_late_keys_are_rejected(rotated) -> None:  # type: ignore[no
     assert "pith-v3-rogue is neither in the trusted key document" in report.failed[0].detail
     # the old key signing after its rotates_at
     old_b = next(iter(before.values()))
-    late = _resign(old_b, OLD, [PublicKey.from_json(k) for k in old_b["public_keys"]],
-                   datetime(2026, 6, 5, tzinfo=UTC))
+    late = _resign(
+        old_b, OLD, [PublicKey.from_json(k) for k in old_b["public_keys"]], datetime(2026, 6, 5, tzinfo=UTC)
+    )
     assert verify_bundle(late).ok  # the bundle alone cannot know about the rotation
     report = verify_bundle(late, trusted_keys=keys)
     assert [c.name for c in report.failed] == ["key_trust"]
@@ -163,16 +167,17 @@ def test_reissued_receipt_must_keep_first_computed_at(rotated) -> None:  # type:
     finalize_event(ev)
     sign_event(ev, NEW, ev["signature"]["signed_at"])
     b["state"] = None
-    fixed = _resign(b, NEW, [PublicKey.from_json(k) for k in b["public_keys"]],
-                    datetime(2026, 6, 3, tzinfo=UTC))
+    fixed = _resign(
+        b, NEW, [PublicKey.from_json(k) for k in b["public_keys"]], datetime(2026, 6, 3, tzinfo=UTC)
+    )
     report = verify_bundle(fixed)
     assert "receipt" in [c.name for c in report.failed]
-    assert "changes first_computed_at" in next(c.detail for c in report.failed
-                                               if c.name == "receipt")
+    assert "changes first_computed_at" in next(c.detail for c in report.failed if c.name == "receipt")
 
 
-def test_cli_reissue_and_verify_with_key_document(tmp_path: Path, file_key: Path,
-                                                  file_key2: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_cli_reissue_and_verify_with_key_document(
+    tmp_path: Path, file_key: Path, file_key2: Path, cli
+) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
     assert cli("build", "--input", str(SAMPLE), "--store", str(out), "--key", str(file_key)).code == 0
     r = cli("receipts", "reissue", "--store", str(out), "--signer", f"file:{file_key2}")

@@ -68,8 +68,7 @@ def truncated(body: bytes, n: int = 700) -> Fault:
 
 
 def refused_token() -> Fault:
-    return Fault(200, (("Content-Type", "text/xml; charset=utf-8"),),
-                 data("error-badResumptionToken.xml"))
+    return Fault(200, (("Content-Type", "text/xml; charset=utf-8"),), data("error-badResumptionToken.xml"))
 
 
 DROP = Fault(drop=True)
@@ -104,16 +103,20 @@ class Repository:
 
 def _feed(entries: list[bytes]) -> bytes:
     ET.register_namespace("", ATOM[1:-1])
-    head = (b'<?xml version="1.0" encoding="UTF-8"?>\n'
-            b'<feed xmlns="http://www.w3.org/2005/Atom">'
-            b'<title type="html">ArXiv Query</title><id>http://arxiv.org/api/local</id>'
-            b"<updated>2026-06-30T00:00:00-04:00</updated>"
-            b'<opensearch:totalResults xmlns:opensearch="http://a9.com/-/spec/opensearch/1.1/">'
-            + str(len(entries)).encode() + b"</opensearch:totalResults>"
-            b'<opensearch:startIndex xmlns:opensearch="http://a9.com/-/spec/opensearch/1.1/">0'
-            b"</opensearch:startIndex>"
-            b'<opensearch:itemsPerPage xmlns:opensearch="http://a9.com/-/spec/opensearch/1.1/">'
-            + str(len(entries)).encode() + b"</opensearch:itemsPerPage>")
+    head = (
+        b'<?xml version="1.0" encoding="UTF-8"?>\n'
+        b'<feed xmlns="http://www.w3.org/2005/Atom">'
+        b'<title type="html">ArXiv Query</title><id>http://arxiv.org/api/local</id>'
+        b"<updated>2026-06-30T00:00:00-04:00</updated>"
+        b'<opensearch:totalResults xmlns:opensearch="http://a9.com/-/spec/opensearch/1.1/">'
+        + str(len(entries)).encode()
+        + b"</opensearch:totalResults>"
+        b'<opensearch:startIndex xmlns:opensearch="http://a9.com/-/spec/opensearch/1.1/">0'
+        b"</opensearch:startIndex>"
+        b'<opensearch:itemsPerPage xmlns:opensearch="http://a9.com/-/spec/opensearch/1.1/">'
+        + str(len(entries)).encode()
+        + b"</opensearch:itemsPerPage>"
+    )
     return head + b"".join(entries) + b"</feed>\n"
 
 
@@ -136,8 +139,9 @@ class FakeArxiv:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -172,8 +176,7 @@ class FakeArxiv:
         parts = urlsplit(h.path)
         params = dict(parse_qsl(parts.query, keep_blank_values=True))
         with self._lock:
-            self.log.append(Logged(time.monotonic(), parts.path, params,
-                                   h.headers.get("User-Agent", "")))
+            self.log.append(Logged(time.monotonic(), parts.path, params, h.headers.get("User-Agent", "")))
             key = _key(parts.path, params)
             queued = self.faults.get(key)
             fault = queued.pop(0) if queued else None
@@ -190,8 +193,7 @@ class FakeArxiv:
         self._send(h, status, body, {"Content-Type": ctype})
 
     @staticmethod
-    def _send(h: BaseHTTPRequestHandler, status: int, body: bytes,
-              headers: dict[str, str]) -> None:
+    def _send(h: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str]) -> None:
         h.send_response(status)
         for k, v in headers.items():
             h.send_header(k, v)
@@ -207,11 +209,9 @@ class FakeArxiv:
                 token = params.get("resumptionToken")
                 if token is not None:
                     page = self.repo.pages.get(token)
-                    return (200, page, xml) if page else (200, data(
-                        "error-badResumptionToken.xml"), xml)
+                    return (200, page, xml) if page else (200, data("error-badResumptionToken.xml"), xml)
                 first = self.repo.first_by_window.get((params.get("from"), params.get("until")))
-                return (200, first, xml) if first else (200, data("error-noRecordsMatch.xml"),
-                                                        xml)
+                return (200, first, xml) if first else (200, data("error-noRecordsMatch.xml"), xml)
             if verb == "GetRecord":
                 doc = self.repo.getrecord.get(params.get("identifier", ""))
                 return (200, doc, xml) if doc else (200, data("error-idDoesNotExist.xml"), xml)
@@ -220,8 +220,11 @@ class FakeArxiv:
             atom = "application/atom+xml; charset=utf-8"
             ids = [i for i in params.get("id_list", "").split(",") if i]
             if ids:
-                return 200, _feed([self.repo.atom_entries[i] for i in ids
-                                   if i in self.repo.atom_entries]), atom
+                return (
+                    200,
+                    _feed([self.repo.atom_entries[i] for i in ids if i in self.repo.atom_entries]),
+                    atom,
+                )
             feed = self.repo.atom_query.get(params.get("search_query", ""))
             return 200, feed if feed is not None else _feed([]), atom
         return 404, b"not found", "text/plain"
@@ -238,8 +241,13 @@ def _key(path: str, params: dict[str, str]) -> str:
 def standard_repository() -> Repository:
     """The recorded window 2024-01-01..03 (three pages), 2024-01-10, two GetRecords, Atom."""
     repo = Repository()
-    repo.add_window("2024-01-01", "2024-01-03", "listrecords-2024-01-01-p1.xml",
-                    "listrecords-2024-01-01-p2.xml", "listrecords-2024-01-01-p3.xml")
+    repo.add_window(
+        "2024-01-01",
+        "2024-01-03",
+        "listrecords-2024-01-01-p1.xml",
+        "listrecords-2024-01-01-p2.xml",
+        "listrecords-2024-01-01-p3.xml",
+    )
     repo.add_window("2024-01-10", "2024-01-10", "listrecords-2024-01-10-p1.xml")
     repo.getrecord["oai:arXiv.org:1909.11150"] = data("getrecord-1909.11150.xml")
     repo.getrecord["oai:arXiv.org:hep-th/9901001"] = data("getrecord-hep-th_9901001.xml")
@@ -247,5 +255,6 @@ def standard_repository() -> Repository:
     repo.add_feed_entries("atom-entry-1909.11150.xml")
     repo.add_feed_entries("atom-query-hep-th.xml")
     repo.atom_query["cat:hep-th AND submittedDate:[199901010000 TO 202612312359]"] = data(
-        "atom-query-hep-th.xml")
+        "atom-query-hep-th.xml"
+    )
     return repo

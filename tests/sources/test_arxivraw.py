@@ -40,10 +40,11 @@ def test_first_page_fields_exactly_as_served() -> None:
     assert v4.version == 4
     assert [v.version for v in v4.versions] == ["v1", "v2", "v3", "v4"]
     assert v4.submitted_at.isoformat() == "2007-04-02T17:42:00+00:00"
-    assert v4.title == ("A Rigorous Time-Domain Analysis of Full--Wave Electromagnetic "
-                        "Cloaking\n  (Invisibility)")
+    assert v4.title == (
+        "A Rigorous Time-Domain Analysis of Full--Wave Electromagnetic Cloaking\n  (Invisibility)"
+    )
     assert v4.abstract.startswith("  There is currently")  # leading spaces kept
-    assert "Schr\\\"odinger form" in v4.abstract  # TeX kept, not converted
+    assert 'Schr\\"odinger form' in v4.abstract  # TeX kept, not converted
     assert v4.primary_cat == "physics.optics"
     assert v4.cross_cats_sorted == ["math-ph", "math.MP"]
 
@@ -56,14 +57,15 @@ def test_non_ascii_tex_entities_and_affiliations() -> None:
     p = page("listrecords-2024-01-01-p2.xml")
     recs = by_id(p)
     q = recs["2401.00001"]
-    assert q.title == ("Quantenverschränkung für Anfänger: Schrödinger's $\\psi$ and\n"
-                       "  {\\it Zürich} lectures")
+    assert q.title == (
+        "Quantenverschränkung für Anfänger: Schrödinger's $\\psi$ and\n  {\\it Zürich} lectures"
+    )
     assert "Zürich & Oslo" in q.abstract  # &amp; decoded once, nothing else touched
     assert "“inequality”" in q.abstract
     assert q.author_names == ["Zoë Müller", "José Núñez", "Øystein Ås"]
     assert q.cross_cats_sorted == ["physics.hist-ph"]  # primary repeated -> dropped
     k = recs["0704.0199"]
-    assert k.author_names == ['Christian Krattenthaler', 'Thomas M\\"uller']
+    assert k.author_names == ["Christian Krattenthaler", 'Thomas M\\"uller']
     assert "Queen Mary & Westfield College" in k.authors
 
 
@@ -86,9 +88,14 @@ def test_last_page_has_no_token() -> None:
     assert [r.id for r in p.records] == ["2606.18380", "math-ph/0509021"]
 
 
-@pytest.mark.parametrize("name,code", [("error-badResumptionToken.xml", "badResumptionToken"),
-                                       ("error-noRecordsMatch.xml", "noRecordsMatch"),
-                                       ("error-idDoesNotExist.xml", "idDoesNotExist")])
+@pytest.mark.parametrize(
+    "name,code",
+    [
+        ("error-badResumptionToken.xml", "badResumptionToken"),
+        ("error-noRecordsMatch.xml", "noRecordsMatch"),
+        ("error-idDoesNotExist.xml", "idDoesNotExist"),
+    ],
+)
 def test_oai_errors_are_reported_not_raised(name: str, code: str) -> None:
     p = page(name)
     assert p.error_code == code and p.error_message and not p.items
@@ -99,12 +106,15 @@ def test_getrecord_document() -> None:
     assert [r.id for r in p.records] == ["hep-th/9901001"] and p.resumption_token is None
 
 
-@pytest.mark.parametrize("body,words", [
-    (b"<html><body><h1>502 Bad Gateway</h1>", "not an XML document"),
-    ((OAI / "listrecords-2024-01-01-p2.xml").read_bytes()[:900], "not an XML document"),
-    (b"<?xml version='1.0'?><feed xmlns='http://www.w3.org/2005/Atom'/>", "not an OAI-PMH"),
-    (b"", "not an XML document"),
-])
+@pytest.mark.parametrize(
+    "body,words",
+    [
+        (b"<html><body><h1>502 Bad Gateway</h1>", "not an XML document"),
+        ((OAI / "listrecords-2024-01-01-p2.xml").read_bytes()[:900], "not an XML document"),
+        (b"<?xml version='1.0'?><feed xmlns='http://www.w3.org/2005/Atom'/>", "not an OAI-PMH"),
+        (b"", "not an XML document"),
+    ],
+)
 def test_malformed_page_raises_naming_where(body: bytes, words: str) -> None:
     with pytest.raises(MalformedPageError) as e:
         parse_page(body, "raw/x/page-00002.xml.gz")
@@ -112,23 +122,29 @@ def test_malformed_page_raises_naming_where(body: bytes, words: str) -> None:
 
 
 def _one(record_xml: str):  # type: ignore[no-untyped-def]
-    doc = ('<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/"><ListRecords>'
-           + record_xml + "</ListRecords></OAI-PMH>").encode()
+    doc = (
+        '<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/"><ListRecords>'
+        + record_xml
+        + "</ListRecords></OAI-PMH>"
+    ).encode()
     return parse_page(doc, "t")
 
 
 def test_record_level_problems_are_rejects() -> None:
-    mismatch = _one('<record><header><identifier>oai:arXiv.org:2401.00005</identifier>'
-                    '</header><metadata><arXivRaw xmlns="http://arxiv.org/OAI/arXivRaw/">'
-                    '<id>2401.00006</id></arXivRaw></metadata></record>')
+    mismatch = _one(
+        "<record><header><identifier>oai:arXiv.org:2401.00005</identifier>"
+        '</header><metadata><arXivRaw xmlns="http://arxiv.org/OAI/arXivRaw/">'
+        "<id>2401.00006</id></arXivRaw></metadata></record>"
+    )
     assert "does not match" in mismatch.rejected[0].reason
-    no_meta = _one('<record><header><identifier>oai:arXiv.org:2401.00005</identifier>'
-                   '</header></record>')
+    no_meta = _one("<record><header><identifier>oai:arXiv.org:2401.00005</identifier></header></record>")
     assert no_meta.rejected[0].reason == "record has no arXivRaw metadata"
     assert no_meta.rejected[0].record_id == "2401.00005"
-    no_title = _one('<record><header><identifier>oai:arXiv.org:2401.00005</identifier>'
-                    '</header><metadata><arXivRaw xmlns="http://arxiv.org/OAI/arXivRaw/">'
-                    '<id>2401.00005</id><version version="v1"><date>Mon, 1 Jan 2024 '
-                    '00:00:00 GMT</date></version><categories>cs.LG</categories>'
-                    '<abstract>a</abstract></arXivRaw></metadata></record>')
+    no_title = _one(
+        "<record><header><identifier>oai:arXiv.org:2401.00005</identifier>"
+        '</header><metadata><arXivRaw xmlns="http://arxiv.org/OAI/arXivRaw/">'
+        '<id>2401.00005</id><version version="v1"><date>Mon, 1 Jan 2024 '
+        "00:00:00 GMT</date></version><categories>cs.LG</categories>"
+        "<abstract>a</abstract></arXivRaw></metadata></record>"
+    )
     assert no_title.rejected[0].field == "title"

@@ -35,9 +35,18 @@ def key(tmp_path: Path) -> Path:
 
 def invoke(server: FakeArxiv, *args: str) -> tuple[int, str, str]:
     runner = CliRunner()
-    result = runner.invoke(cli, ["ingest", *args], env={
-        "PITH_ARXIV_API_URL": server.api_url, "PITH_OAI_URL": server.oai_url,
-        "PITH_STORE": None, "PITH_KEY": None, "PITH_SIGNER": None}, catch_exceptions=False)
+    result = runner.invoke(
+        cli,
+        ["ingest", *args],
+        env={
+            "PITH_ARXIV_API_URL": server.api_url,
+            "PITH_OAI_URL": server.oai_url,
+            "PITH_STORE": None,
+            "PITH_KEY": None,
+            "PITH_SIGNER": None,
+        },
+        catch_exceptions=False,
+    )
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -45,18 +54,24 @@ def pointer(store: Path, arxiv_id: str) -> dict:  # type: ignore[type-arg]
     return json.loads((store / "arxiv" / f"{arxiv_id}.json").read_bytes())
 
 
-def test_ids_checked_by_the_api_then_getrecord(tmp_path: Path, server: FakeArxiv,
-                                               key: Path) -> None:
+def test_ids_checked_by_the_api_then_getrecord(tmp_path: Path, server: FakeArxiv, key: Path) -> None:
     store = tmp_path / "store"
-    code, out, err = invoke(server, "--ids", "1909.11150v1, hep-th/9901001,2401.99999",
-                            "--store", str(store), "--key", str(key),
-                            "--min-interval", str(INTERVAL))
+    code, out, err = invoke(
+        server,
+        "--ids",
+        "1909.11150v1, hep-th/9901001,2401.99999",
+        "--store",
+        str(store),
+        "--key",
+        str(key),
+        "--min-interval",
+        str(INTERVAL),
+    )
     assert code == 0, err
     assert "fetched 3, built 2, unchanged 0, superseded 0, quarantined 1" in out
     assert pointer(store, "1909.11150")["latest"] == "pith:2019:CDU3BX5RMZUBC43H42ZNV4JXNI"
     assert pointer(store, "hep-th/9901001")["records"][0]["version"] == 3
-    [q] = [json.loads(x) for f in (store / "quarantine").iterdir()
-           for x in f.read_text().splitlines()]
+    [q] = [json.loads(x) for f in (store / "quarantine").iterdir() for x in f.read_text().splitlines()]
     assert q["record_id"] == "2401.99999" and "no entry" in q["reason"]
     # one API request (the id list), then one GetRecord per known id, all spaced
     assert [r.path for r in server.log] == ["/api/query", "/oai", "/oai"]
@@ -65,7 +80,9 @@ def test_ids_checked_by_the_api_then_getrecord(tmp_path: Path, server: FakeArxiv
     assert all(r.user_agent.startswith("pith-pipeline/") for r in server.log)
     assert min(b.at - a.at for a, b in pairwise(server.log)) >= INTERVAL
     assert [r.params["identifier"] for r in server.log[1:]] == [
-        "oai:arXiv.org:1909.11150", "oai:arXiv.org:hep-th/9901001"]
+        "oai:arXiv.org:1909.11150",
+        "oai:arXiv.org:hep-th/9901001",
+    ]
     raw = sorted(p.name for p in (store / "raw/oai/arXivRaw/getrecord").rglob("*.gz"))
     assert raw == ["00001-1909.11150.xml.gz", "00002-hep-th_9901001.xml.gz"]
 
@@ -77,35 +94,44 @@ def test_ids_checked_by_the_api_then_getrecord(tmp_path: Path, server: FakeArxiv
     assert len(server.log) == n
 
 
-def test_query_discovers_ids_then_getrecord(tmp_path: Path, server: FakeArxiv,
-                                            key: Path) -> None:
+def test_query_discovers_ids_then_getrecord(tmp_path: Path, server: FakeArxiv, key: Path) -> None:
     store = tmp_path / "store"
-    code, out, err = invoke(server, "--query", QUERY, "--store", str(store),
-                            "--key", str(key), "--min-interval", str(INTERVAL))
+    code, out, err = invoke(
+        server, "--query", QUERY, "--store", str(store), "--key", str(key), "--min-interval", str(INTERVAL)
+    )
     assert code == 0, err
     assert "fetched 2, built 2" in out
     assert server.log[0].params["search_query"] == QUERY
     assert pointer(store, "2606.18380")["latest"] == "pith:2026:SG6QNWFIOVZEMA3A2RIEOEVPD6"
 
 
-def test_getrecord_for_an_unknown_id_is_quarantined(tmp_path: Path, server: FakeArxiv,
-                                                    key: Path) -> None:
+def test_getrecord_for_an_unknown_id_is_quarantined(tmp_path: Path, server: FakeArxiv, key: Path) -> None:
     store = LocalStore(tmp_path / "s")
     run = Ingest(store, load_signer(key))
     from pith_pipeline.sources.politeness import Gate, Politeness
 
-    run.records(["2401.99999", "hep-th/9901001"], oai_url=server.oai_url,
-                gate=Gate(Politeness(min_interval=0.05)))
+    run.records(
+        ["2401.99999", "hep-th/9901001"], oai_url=server.oai_url, gate=Gate(Politeness(min_interval=0.05))
+    )
     assert run.report.counts()["built"] == 1 and run.report.counts()["quarantined"] == 1
-    [q] = [json.loads(x) for x in (store.get(f"quarantine/{run.run_id}.jsonl") or b"")
-           .splitlines()]
+    [q] = [json.loads(x) for x in (store.get(f"quarantine/{run.run_id}.jsonl") or b"").splitlines()]
     assert "idDoesNotExist" in q["raw"] and "oai:arXiv.org:2401.99999" in q["reason"]
 
 
 def test_window_from_the_command_line(tmp_path: Path, server: FakeArxiv, key: Path) -> None:
     store = tmp_path / "store"
-    args = ("--from", "2024-01-01", "--until", "2024-01-03", "--store", str(store),
-            "--key", str(key), "--min-interval", "0.05")
+    args = (
+        "--from",
+        "2024-01-01",
+        "--until",
+        "2024-01-03",
+        "--store",
+        str(store),
+        "--key",
+        str(key),
+        "--min-interval",
+        "0.05",
+    )
     code, out, err = invoke(server, *args)
     assert code == 0, err
     assert "fetched 8, built 7, unchanged 0, superseded 0, quarantined 1, deleted 1" in out
@@ -116,30 +142,59 @@ def test_window_from_the_command_line(tmp_path: Path, server: FakeArxiv, key: Pa
 
 def test_window_days_split_a_backfill(tmp_path: Path, server: FakeArxiv, key: Path) -> None:
     store = tmp_path / "store"
-    code, out, err = invoke(server, "--from", "2024-01-08", "--until", "2024-01-11",
-                            "--window-days", "2", "--store", str(store), "--key", str(key),
-                            "--min-interval", "0.05")
+    code, out, err = invoke(
+        server,
+        "--from",
+        "2024-01-08",
+        "--until",
+        "2024-01-11",
+        "--window-days",
+        "2",
+        "--store",
+        str(store),
+        "--key",
+        str(key),
+        "--min-interval",
+        "0.05",
+    )
     assert code == 0, err
     assert "fetched 0" in out and "2 pages" in out  # both windows answer noRecordsMatch
     windows = sorted(p.name for p in (store / "raw/oai/arXivRaw").iterdir())
     assert windows == ["2024-01-08_2024-01-09", "2024-01-10_2024-01-11"]
     assert [(r.params.get("from"), r.params.get("until")) for r in server.log] == [
-        ("2024-01-08", "2024-01-09"), ("2024-01-10", "2024-01-11")]
+        ("2024-01-08", "2024-01-09"),
+        ("2024-01-10", "2024-01-11"),
+    ]
 
 
-@pytest.mark.parametrize("args,words", [
-    (("--from", "2024-01-01", "--oai-url", "https://oaipmh.arxiv.org/oai",
-      "--min-interval", "1"), "every 3 s"),
-    (("--ids", "1909.11150", "--api-url", "https://export.arxiv.org/api/query",
-      "--min-interval", "0.5"), "every 3 s"),
-    (("--sample", "--ids", "1909.11150"), "choose one source"),
-    (("--snapshot", __file__, "--query", "x"), "choose one source"),
-    ((), "nothing to ingest"),
-    (("--from", "2024-01-01", "--category", "cs"), "--category filters --snapshot"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (
+            ("--from", "2024-01-01", "--oai-url", "https://oaipmh.arxiv.org/oai", "--min-interval", "1"),
+            "every 3 s",
+        ),
+        (
+            (
+                "--ids",
+                "1909.11150",
+                "--api-url",
+                "https://export.arxiv.org/api/query",
+                "--min-interval",
+                "0.5",
+            ),
+            "every 3 s",
+        ),
+        (("--sample", "--ids", "1909.11150"), "choose one source"),
+        (("--snapshot", __file__, "--query", "x"), "choose one source"),
+        ((), "nothing to ingest"),
+        (("--from", "2024-01-01", "--category", "cs"), "--category filters --snapshot"),
+    ],
+)
 def test_usage_errors(tmp_path: Path, args: tuple[str, ...], words: str) -> None:
-    result = CliRunner().invoke(cli, ["ingest", *args, "--store", str(tmp_path / "s"),
-                                      "--key", str(tmp_path / "k.json")])
+    result = CliRunner().invoke(
+        cli, ["ingest", *args, "--store", str(tmp_path / "s"), "--key", str(tmp_path / "k.json")]
+    )
     assert result.exit_code == 2 and words in result.output
     assert not (tmp_path / "s").exists()
 
@@ -147,25 +202,50 @@ def test_usage_errors(tmp_path: Path, args: tuple[str, ...], words: str) -> None
 def test_bad_dates_are_clear_errors(tmp_path: Path, key: Path) -> None:
     from pith_pipeline.errors import InputError
 
-    result = CliRunner().invoke(cli, ["ingest", "--from", "2024-02-30", "--store",
-                                      str(tmp_path / "s"), "--key", str(key),
-                                      "--oai-url", "http://127.0.0.1:9/oai"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "ingest",
+            "--from",
+            "2024-02-30",
+            "--store",
+            str(tmp_path / "s"),
+            "--key",
+            str(key),
+            "--oai-url",
+            "http://127.0.0.1:9/oai",
+        ],
+    )
     assert isinstance(result.exception, InputError)
     assert "--from must be a date YYYY-MM-DD, not '2024-02-30'" in str(result.exception)
 
 
 def test_help_teaches() -> None:
     out = CliRunner().invoke(cli, ["ingest", "--help"]).output
-    for words in ("--sample", "--from", "--ids", "--query", "--snapshot", "--replay",
-                  "PITH_OAI_URL", "PITH_ARXIV_API_URL", "3 s", "Examples"):
+    for words in (
+        "--sample",
+        "--from",
+        "--ids",
+        "--query",
+        "--snapshot",
+        "--replay",
+        "PITH_OAI_URL",
+        "PITH_ARXIV_API_URL",
+        "3 s",
+        "Examples",
+    ):
         assert words in out
 
 
-@pytest.mark.parametrize("text,bare", [("1909.11150v2", "1909.11150"),
-                                       ("arXiv:2401.00001", "2401.00001"),
-                                       ("https://arxiv.org/abs/hep-lat/0305021v1",
-                                        "hep-lat/0305021"),
-                                       ("hep-lat/0305021", "hep-lat/0305021")])
+@pytest.mark.parametrize(
+    "text,bare",
+    [
+        ("1909.11150v2", "1909.11150"),
+        ("arXiv:2401.00001", "2401.00001"),
+        ("https://arxiv.org/abs/hep-lat/0305021v1", "hep-lat/0305021"),
+        ("hep-lat/0305021", "hep-lat/0305021"),
+    ],
+)
 def test_normalise_id(text: str, bare: str) -> None:
     assert normalise_id(text) == bare
 
@@ -177,21 +257,32 @@ def test_normalise_id_refuses_junk() -> None:
         normalise_id("../../etc/passwd")
 
 
-def test_api_requests_honour_retry_after_through_the_gate(tmp_path: Path, server: FakeArxiv,
-                                                          key: Path) -> None:
+def test_api_requests_honour_retry_after_through_the_gate(
+    tmp_path: Path, server: FakeArxiv, key: Path
+) -> None:
     from oai_server import retry_after_seconds
 
     server.fail("api", retry_after_seconds(1))
-    code, out, err = invoke(server, "--ids", "hep-th/9901001", "--store", str(tmp_path / "s"),
-                            "--key", str(key), "--min-interval", str(INTERVAL))
+    code, out, err = invoke(
+        server,
+        "--ids",
+        "hep-th/9901001",
+        "--store",
+        str(tmp_path / "s"),
+        "--key",
+        str(key),
+        "--min-interval",
+        str(INTERVAL),
+    )
     assert code == 0, err
     assert "built 1" in out
     api = server.requests_for("api")
     assert len(api) == 2 and api[1].at - api[0].at >= 1.0
 
 
-def test_incremental_continues_from_the_last_complete_window(tmp_path: Path, server: FakeArxiv,
-                                                             key: Path) -> None:
+def test_incremental_continues_from_the_last_complete_window(
+    tmp_path: Path, server: FakeArxiv, key: Path
+) -> None:
     from datetime import date
 
     from pith_pipeline.sources.politeness import Politeness
@@ -205,8 +296,8 @@ def test_incremental_continues_from_the_last_complete_window(tmp_path: Path, ser
 
     run.windows([Window("2024-01-01", "2024-01-03")], oai_url=server.oai_url, politeness=fast)
     run.incremental(today=date(2024, 1, 10), oai_url=server.oai_url, politeness=fast)
-    assert (server.log[-1].params["from"], server.log[-1].params["until"]) == (
-        "2024-01-03", "2024-01-10")
-    code, _out, err = invoke(server, "--incremental", "--from", "2024-01-01",
-                             "--store", str(tmp_path / "s"), "--key", str(key))
+    assert (server.log[-1].params["from"], server.log[-1].params["until"]) == ("2024-01-03", "2024-01-10")
+    code, _out, err = invoke(
+        server, "--incremental", "--from", "2024-01-01", "--store", str(tmp_path / "s"), "--key", str(key)
+    )
     assert code == 2 and "chooses --from/--until itself" in err

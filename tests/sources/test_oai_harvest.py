@@ -49,22 +49,30 @@ NONEXCLUSIVE = "http://arxiv.org/licenses/nonexclusive-distrib/1.0/"
 
 # id -> (latest version, licence, categories as served, v1 time) from the recorded pages
 EXPECTED = {
-    "1909.11150": (1, NONEXCLUSIVE, "cs.LG cond-mat.mtrl-sci cs.DC physics.comp-ph stat.ML",
-                   "2019-09-24T19:40:59Z"),
+    "1909.11150": (
+        1,
+        NONEXCLUSIVE,
+        "cs.LG cond-mat.mtrl-sci cs.DC physics.comp-ph stat.ML",
+        "2019-09-24T19:40:59Z",
+    ),
     "hep-th/9901001": (3, "", "hep-th", "1999-01-01T01:01:10Z"),
     "0704.0248": (4, "", "physics.optics math-ph math.MP", "2007-04-02T17:42:00Z"),
-    "2401.00001": (1, "http://creativecommons.org/licenses/by/4.0/",
-                   "quant-ph physics.hist-ph quant-ph", "2024-01-01T09:00:00Z"),
+    "2401.00001": (
+        1,
+        "http://creativecommons.org/licenses/by/4.0/",
+        "quant-ph physics.hist-ph quant-ph",
+        "2024-01-01T09:00:00Z",
+    ),
     "0704.0199": (3, NONEXCLUSIVE, "math.CO math.GR", "2007-04-02T14:10:05Z"),
-    "2606.18380": (1, "http://creativecommons.org/publicdomain/zero/1.0/", "hep-th",
-                   "2026-06-16T18:27:57Z"),
+    "2606.18380": (1, "http://creativecommons.org/publicdomain/zero/1.0/", "hep-th", "2026-06-16T18:27:57Z"),
     "math-ph/0509021": (2, "", "math-ph math.MP", "2005-09-12T04:33:25Z"),
 }
 # published by the public Pith registry
-REGISTRY = {"1909.11150": "pith:2019:CDU3BX5RMZUBC43H42ZNV4JXNI",
-            "2606.18380": "pith:2026:SG6QNWFIOVZEMA3A2RIEOEVPD6"}
-PAGES = ("listrecords-2024-01-01-p1.xml", "listrecords-2024-01-01-p2.xml",
-         "listrecords-2024-01-01-p3.xml")
+REGISTRY = {
+    "1909.11150": "pith:2019:CDU3BX5RMZUBC43H42ZNV4JXNI",
+    "2606.18380": "pith:2026:SG6QNWFIOVZEMA3A2RIEOEVPD6",
+}
+PAGES = ("listrecords-2024-01-01-p1.xml", "listrecords-2024-01-01-p2.xml", "listrecords-2024-01-01-p3.xml")
 
 
 # -- the spec, by hand ---------------------------------------------------------------
@@ -74,8 +82,10 @@ def served_text(arxiv_id: str) -> tuple[str, str]:
     for name in PAGES:
         for rec in ET.fromstring(data(name)).iterfind(".//o:record", ns):
             if rec.findtext("o:metadata/a:arXivRaw/a:id", namespaces=ns) == arxiv_id:
-                return (rec.findtext("o:metadata/a:arXivRaw/a:title", namespaces=ns) or "",
-                        rec.findtext("o:metadata/a:arXivRaw/a:abstract", namespaces=ns) or "")
+                return (
+                    rec.findtext("o:metadata/a:arXivRaw/a:title", namespaces=ns) or "",
+                    rec.findtext("o:metadata/a:arXivRaw/a:abstract", namespaces=ns) or "",
+                )
     raise KeyError(arxiv_id)
 
 
@@ -84,16 +94,23 @@ def by_hand(arxiv_id: str) -> tuple[str, dict[str, Any]]:
     title, abstract = served_text(arxiv_id)
 
     def canon_sha(t: str) -> str:
-        return hashlib.sha256(" ".join(unicodedata.normalize("NFC", t).lower().split())
-                              .encode("utf-8")).hexdigest()
+        return hashlib.sha256(
+            " ".join(unicodedata.normalize("NFC", t).lower().split()).encode("utf-8")
+        ).hexdigest()
 
     c = cats.split()
-    record = {"source": {"id": arxiv_id, "kind": "arxiv", "version": version},
-              "metadata": {"license": lic, "primary_cat": c[0], "submitted_at": v1,
-                           "cross_cats_sorted": sorted(set(c[1:]) - {c[0]}),
-                           "title_canon_sha256": canon_sha(title),
-                           "abstract_canon_sha256": canon_sha(abstract)},
-              "schema_version": "1.0"}
+    record = {
+        "source": {"id": arxiv_id, "kind": "arxiv", "version": version},
+        "metadata": {
+            "license": lic,
+            "primary_cat": c[0],
+            "submitted_at": v1,
+            "cross_cats_sorted": sorted(set(c[1:]) - {c[0]}),
+            "title_canon_sha256": canon_sha(title),
+            "abstract_canon_sha256": canon_sha(abstract),
+        },
+        "schema_version": "1.0",
+    }
     jcs = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     digest = hashlib.sha256(jcs.encode("utf-8")).digest()
     body = base64.b32encode(digest).decode("ascii").rstrip("=")[:26]
@@ -119,8 +136,14 @@ def latest(store: LocalStore, arxiv_id: str) -> dict[str, Any]:
     return json.loads(store.get(f"pith/{body}/bundle.json") or b"null")
 
 
-def harvest(store: LocalStore, signer: Signer, server: FakeArxiv, *windows: Window,
-            policy: Politeness = FAST, **kw: Any) -> Ingest:
+def harvest(
+    store: LocalStore,
+    signer: Signer,
+    server: FakeArxiv,
+    *windows: Window,
+    policy: Politeness = FAST,
+    **kw: Any,
+) -> Ingest:
     run = Ingest(store, signer)
     run.windows(list(windows) or [W1], oai_url=server.oai_url, politeness=policy, **kw)
     return run
@@ -132,16 +155,24 @@ def raw_keys(store: LocalStore) -> list[str]:
 
 # -- tests -------------------------------------------------------------------------------
 def test_window_with_faults_builds_hand_computed_pith_numbers_politely(
-        tmp_path: Path, signer: Signer, server: FakeArxiv) -> None:
-    server.fail(T2, retry_after_seconds(1), retry_after_date(2),
-                truncated(data("listrecords-2024-01-01-p2.xml")))
+    tmp_path: Path, signer: Signer, server: FakeArxiv
+) -> None:
+    server.fail(
+        T2, retry_after_seconds(1), retry_after_date(2), truncated(data("listrecords-2024-01-01-p2.xml"))
+    )
     store = LocalStore(tmp_path / "store")
     policy = Politeness(min_interval=INTERVAL, backoff_initial=0.05, max_retries=4, timeout=5)
     run = harvest(store, signer, server, policy=policy)
     r = run.report
 
-    assert r.counts() == {"fetched": 8, "built": 7, "unchanged": 0, "superseded": 0,
-                          "quarantined": 1, "deleted": 1}
+    assert r.counts() == {
+        "fetched": 8,
+        "built": 7,
+        "unchanged": 0,
+        "superseded": 0,
+        "quarantined": 1,
+        "deleted": 1,
+    }
     assert r.deleted_ids == ["0704.0999"]
     assert r.harvest.malformed_pages == 1 and r.harvest.requests == 6
 
@@ -168,8 +199,12 @@ def test_window_with_faults_builds_hand_computed_pith_numbers_politely(
     # raw pages stored gzip, before parsing; the truncated response kept as evidence
     keys = raw_keys(store)
     prefix = "raw/oai/arXivRaw/2024-01-01_2024-01-03/attempt-001/"
-    assert keys == [prefix + "page-00001.xml.gz", prefix + "page-00002.malformed-01.xml.gz",
-                    prefix + "page-00002.xml.gz", prefix + "page-00003.xml.gz"]
+    assert keys == [
+        prefix + "page-00001.xml.gz",
+        prefix + "page-00002.malformed-01.xml.gz",
+        prefix + "page-00002.xml.gz",
+        prefix + "page-00003.xml.gz",
+    ]
     for n, name in enumerate(PAGES, start=1):
         assert gzip.decompress(store.get(f"{prefix}page-{n:05d}.xml.gz") or b"") == data(name)
     cp = json.loads(store.get("raw/oai/arXivRaw/2024-01-01_2024-01-03/checkpoint.json") or b"")
@@ -177,21 +212,23 @@ def test_window_with_faults_builds_hand_computed_pith_numbers_politely(
     assert cp["deleted"] == 1 and cp["resumption_token"] is None
 
     # the malformed record: quarantined with its raw XML and reason
-    [q] = [json.loads(line) for line in
-           (store.get(f"quarantine/{run.run_id}.jsonl") or b"").splitlines()]
+    [q] = [json.loads(line) for line in (store.get(f"quarantine/{run.run_id}.jsonl") or b"").splitlines()]
     assert q["record_id"] == "2401.00002" and q["field"] == "versions[v1].created"
     assert "31 Feb 2024" in q["reason"] and "<id>2401.00002</id>" in q["raw"]
     assert q["where"] == prefix + "page-00002.xml.gz record 2"
 
 
 def _published(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and not str(p.relative_to(root)).startswith(("raw", "quarantine"))}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and not str(p.relative_to(root)).startswith(("raw", "quarantine"))
+    }
 
 
-def test_replay_is_byte_identical_and_offline(tmp_path: Path, signer: Signer,
-                                              server: FakeArxiv,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replay_is_byte_identical_and_offline(
+    tmp_path: Path, signer: Signer, server: FakeArxiv, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")
     a = LocalStore(tmp_path / "a")
     harvest(a, signer, server, W1, W2)
@@ -212,7 +249,8 @@ def test_replay_is_byte_identical_and_offline(tmp_path: Path, signer: Signer,
 
 
 def test_refused_token_restarts_the_window_without_loss_or_duplicates(
-        tmp_path: Path, signer: Signer, server: FakeArxiv) -> None:
+    tmp_path: Path, signer: Signer, server: FakeArxiv
+) -> None:
     server.fail(T3, refused_token())
     store = LocalStore(tmp_path / "s")
     r = harvest(store, signer, server).report
@@ -223,7 +261,8 @@ def test_refused_token_restarts_the_window_without_loss_or_duplicates(
     base = "raw/oai/arXivRaw/2024-01-01_2024-01-03/"
     assert base + "attempt-001/page-00003.refused.xml.gz" in keys
     assert [k for k in keys if "/attempt-002/" in k] == [
-        base + f"attempt-002/page-0000{n}.xml.gz" for n in (1, 2, 3)]
+        base + f"attempt-002/page-0000{n}.xml.gz" for n in (1, 2, 3)
+    ]
     for arxiv_id in EXPECTED:
         body = latest(store, arxiv_id)["pith_number"].split(":")[2]
         created = [k for k in store.list(f"events/{body}/")]
@@ -232,8 +271,7 @@ def test_refused_token_restarts_the_window_without_loss_or_duplicates(
     assert cp["attempt"] == 2 and cp["restarts"] == 1 and cp["complete"]
 
 
-def test_killed_mid_window_resumes_from_checkpoint(tmp_path: Path, signer: Signer,
-                                                  server: FakeArxiv) -> None:
+def test_killed_mid_window_resumes_from_checkpoint(tmp_path: Path, signer: Signer, server: FakeArxiv) -> None:
     server.fail(T3, DROP, DROP)  # the connection dies on page 3, past the retry budget
     store = LocalStore(tmp_path / "s")
     policy = Politeness(min_interval=0.05, backoff_initial=0.05, max_retries=1, timeout=5)
@@ -267,8 +305,7 @@ class DiesAfter(LocalStore):
         return super().put_once(key, data, content_type=content_type)
 
 
-def test_killed_mid_page_reuses_the_stored_page(tmp_path: Path, signer: Signer,
-                                               server: FakeArxiv) -> None:
+def test_killed_mid_page_reuses_the_stored_page(tmp_path: Path, signer: Signer, server: FakeArxiv) -> None:
     dying = DiesAfter(tmp_path / "s", n=2 * 3 + 2)  # page 1 (3 records), then one more
     with pytest.raises(KeyboardInterrupt):
         harvest(dying, signer, server)
@@ -281,14 +318,21 @@ def test_killed_mid_page_reuses_the_stored_page(tmp_path: Path, signer: Signer,
     assert sum(1 for k in store.list("events/")) == 2 * len(EXPECTED)
 
 
-def test_new_version_supersedes_and_unchanged_is_not_rebuilt(tmp_path: Path, signer: Signer,
-                                                            server: FakeArxiv) -> None:
+def test_new_version_supersedes_and_unchanged_is_not_rebuilt(
+    tmp_path: Path, signer: Signer, server: FakeArxiv
+) -> None:
     store = LocalStore(tmp_path / "s")
     harvest(store, signer, server, W1)
     old = latest(store, "2401.00001")["pith_number"]
     r = harvest(store, signer, server, W2).report
-    assert r.counts() == {"fetched": 2, "built": 1, "unchanged": 1, "superseded": 1,
-                          "quarantined": 0, "deleted": 0}
+    assert r.counts() == {
+        "fetched": 2,
+        "built": 1,
+        "unchanged": 1,
+        "superseded": 1,
+        "quarantined": 0,
+        "deleted": 0,
+    }
     new = latest(store, "2401.00001")
     assert new["pith_number"] != old and new["source"]["version"] == 2
     assert new["canonical_record"]["metadata"]["submitted_at"] == "2024-01-01T09:00:00Z"
@@ -298,8 +342,9 @@ def test_new_version_supersedes_and_unchanged_is_not_rebuilt(tmp_path: Path, sig
     assert corr["payload"]["arxiv_version"] == "2401.00001v2"
 
 
-def test_complete_window_costs_no_request_unless_refreshed(tmp_path: Path, signer: Signer,
-                                                          server: FakeArxiv) -> None:
+def test_complete_window_costs_no_request_unless_refreshed(
+    tmp_path: Path, signer: Signer, server: FakeArxiv
+) -> None:
     store = LocalStore(tmp_path / "s")
     harvest(store, signer, server)
     n = len(server.log)
@@ -332,31 +377,40 @@ def test_harvester_api_and_write_once_raw(tmp_path: Path, server: FakeArxiv) -> 
     assert [len(p.page.items) for p in replayed] == [len(p.page.items) for p in pages]
 
 
-def test_politeness_limit_holds_at_the_server_across_windows(tmp_path: Path, signer: Signer,
-                                                            server: FakeArxiv) -> None:
+def test_politeness_limit_holds_at_the_server_across_windows(
+    tmp_path: Path, signer: Signer, server: FakeArxiv
+) -> None:
     store = LocalStore(tmp_path / "s")
-    harvest(store, signer, server, W1, W2,
-            policy=Politeness(min_interval=INTERVAL, backoff_initial=0.05, timeout=5))
+    harvest(
+        store,
+        signer,
+        server,
+        W1,
+        W2,
+        policy=Politeness(min_interval=INTERVAL, backoff_initial=0.05, timeout=5),
+    )
     times = [x.at for x in server.log]
     assert len(times) == 4
     assert min(b - a for a, b in pairwise(times)) >= INTERVAL
 
 
-def test_redirects_are_not_followed_silently(tmp_path: Path, signer: Signer,
-                                             server: FakeArxiv) -> None:
+def test_redirects_are_not_followed_silently(tmp_path: Path, signer: Signer, server: FakeArxiv) -> None:
     server.fail(FIRST, Fault(301, (("Location", "https://oaipmh.example/oai"),)))
     with pytest.raises(TerminalError, match=r"redirected to https://oaipmh\.example/oai"):
         harvest(LocalStore(tmp_path / "s"), signer, server)
     assert len(server.log) == 1
 
 
-def test_other_oai_errors_stop_the_window_and_are_kept(tmp_path: Path, signer: Signer,
-                                                       server: FakeArxiv) -> None:
+def test_other_oai_errors_stop_the_window_and_are_kept(
+    tmp_path: Path, signer: Signer, server: FakeArxiv
+) -> None:
     body = data("error-badResumptionToken.xml").replace(
-        b'code="badResumptionToken"', b'code="noSetHierarchy"')
+        b'code="badResumptionToken"', b'code="noSetHierarchy"'
+    )
     server.fail(FIRST, Fault(200, (), body))
     store = LocalStore(tmp_path / "s")
     with pytest.raises(TerminalError, match="noSetHierarchy"):
         harvest(store, signer, server)
     assert raw_keys(store) == [
-        "raw/oai/arXivRaw/2024-01-01_2024-01-03/attempt-001/page-00001.error-01.xml.gz"]
+        "raw/oai/arXivRaw/2024-01-01_2024-01-03/attempt-001/page-00001.error-01.xml.gz"
+    ]

@@ -40,8 +40,7 @@ def test_parse_retry_after_both_forms() -> None:
     assert later.endswith("GMT")
     assert parse_retry_after(later, now=NOW) == 90.0
     assert parse_retry_after("Tue, 30 Jun 2026 12:01:30 GMT", now=NOW) == 90.0
-    assert parse_retry_after(format_datetime(NOW - timedelta(hours=1), usegmt=True),
-                             now=NOW) == 0.0
+    assert parse_retry_after(format_datetime(NOW - timedelta(hours=1), usegmt=True), now=NOW) == 0.0
     assert parse_retry_after(None) is None
     assert parse_retry_after("soon") is None
     assert parse_retry_after("  ") is None
@@ -71,8 +70,13 @@ class FakeTime:
 
 
 def make_gate(ft: FakeTime, **kw: float) -> Gate:
-    return Gate(Politeness(**kw), sleep=ft.sleep, monotonic=ft.monotonic,  # type: ignore[arg-type]
-                wallclock=ft.wall, rng=random.Random(7))
+    return Gate(
+        Politeness(**kw),
+        sleep=ft.sleep,
+        monotonic=ft.monotonic,  # type: ignore[arg-type]
+        wallclock=ft.wall,
+        rng=random.Random(7),
+    )
 
 
 def test_requests_are_spaced_by_the_interval() -> None:
@@ -93,10 +97,11 @@ def test_requests_are_spaced_by_the_interval() -> None:
 def test_retry_after_seconds_and_http_date_are_honoured() -> None:
     ft = FakeTime()
     gate = make_gate(ft, min_interval=3.0)
-    script = [Resp(503, {"Retry-After": "20"}),
-              Resp(429, {"Retry-After": format_datetime(NOW + timedelta(seconds=100),
-                                                        usegmt=True)}),
-              Resp(200)]
+    script = [
+        Resp(503, {"Retry-After": "20"}),
+        Resp(429, {"Retry-After": format_datetime(NOW + timedelta(seconds=100), usegmt=True)}),
+        Resp(200),
+    ]
 
     def req() -> Resp:
         ft.sent.append(ft.t)
@@ -122,7 +127,7 @@ def test_jittered_exponential_backoff_without_retry_after_then_give_up() -> None
     assert "HTTP 502" in str(e.value) and "4 tries" in str(e.value)
     waits = [b - a for a, b in pairwise(ft.sent)]
     for attempt, w in enumerate(waits):
-        top = 2.0 * 2 ** attempt
+        top = 2.0 * 2**attempt
         assert top / 2 <= w <= top
     assert len(set(waits)) == len(waits)
 

@@ -57,23 +57,36 @@ def test_static_repository_answers_like_oai_pmh() -> None:
     assert repo.respond({"verb": "ListRecords", "resumptionToken": token})[1] == sample_pages()[1]
     bad = parse_page(repo.respond({"verb": "ListRecords", "resumptionToken": "nope"})[1], "x")
     assert bad.error_code == "badResumptionToken"
-    got = parse_page(repo.respond({"verb": "GetRecord", "identifier": "oai:arXiv.org:0704.0248",
-                                   "metadataPrefix": "arXivRaw"})[1], "g")
+    got = parse_page(
+        repo.respond(
+            {"verb": "GetRecord", "identifier": "oai:arXiv.org:0704.0248", "metadataPrefix": "arXivRaw"}
+        )[1],
+        "g",
+    )
     assert [r.id for r in got.records] == ["0704.0248"] and got.records[0].version == 4
-    missing = parse_page(repo.respond({"verb": "GetRecord", "identifier": "oai:arXiv.org:x",
-                                       "metadataPrefix": "arXivRaw"})[1], "g")
+    missing = parse_page(
+        repo.respond({"verb": "GetRecord", "identifier": "oai:arXiv.org:x", "metadataPrefix": "arXivRaw"})[1],
+        "g",
+    )
     assert missing.error_code == "idDoesNotExist"
     assert repo.respond({"verb": "Nonsense"})[0] == 400
 
 
 def test_writer_escapes_and_keeps_text() -> None:
-    rec = ArxivRecord.from_json({
-        "id": "2401.00009", "title": "A & B < C\n  $x$", "abstract": "  caf\u00e9 \\'e\n",
-        "categories": "cs.LG", "versions": [{"version": "v1",
-                                             "created": "Mon, 1 Jan 2024 00:00:00 GMT"}],
-        "authors": "A (X & Y) and B", "license": None})
-    page = list_records_page([rec], token=None, cursor=0, complete_list_size=1,
-                             request_attrs={"verb": "ListRecords"})
+    rec = ArxivRecord.from_json(
+        {
+            "id": "2401.00009",
+            "title": "A & B < C\n  $x$",
+            "abstract": "  caf\u00e9 \\'e\n",
+            "categories": "cs.LG",
+            "versions": [{"version": "v1", "created": "Mon, 1 Jan 2024 00:00:00 GMT"}],
+            "authors": "A (X & Y) and B",
+            "license": None,
+        }
+    )
+    page = list_records_page(
+        [rec], token=None, cursor=0, complete_list_size=1, request_attrs={"verb": "ListRecords"}
+    )
     etree.fromstring(page)  # well-formed
     [back] = parse_page(page, "w").records
     assert back.title == rec.title and back.abstract == rec.abstract

@@ -57,11 +57,14 @@ def test_filters_by_v1_date_and_category(tmp_path: Path) -> None:
     raw = SNAPSHOT.read_bytes() + b'{"id": "2401.00007", "title": ""}\nnot json\n'
     path.write_bytes(gzip.compress(raw))
     since, until = datetime(2005, 1, 1, tzinfo=UTC), datetime(2007, 4, 3, tzinfo=UTC)
-    got = list(iter_jsonl(path, categories={"math", "cs.IT"}, submitted_from=since,
-                          submitted_until=until))
+    got = list(iter_jsonl(path, categories={"math", "cs.IT"}, submitted_from=since, submitted_until=until))
     lines = [json.loads(x) for x in SNAPSHOT.read_text().splitlines()]
-    want = [x["id"] for x in lines if since <= v1(x) < until and any(
-        c in {"cs.IT"} or c.split(".")[0] == "math" for c in x["categories"].split())]
+    want = [
+        x["id"]
+        for x in lines
+        if since <= v1(x) < until
+        and any(c in {"cs.IT"} or c.split(".")[0] == "math" for c in x["categories"].split())
+    ]
     assert [r.id for r in got if isinstance(r, ArxivRecord)] == want and len(want) >= 3
     rejects = [r for r in got if isinstance(r, Rejected)]
     assert [r.where for r in rejects] == ["snap.json.gz:31", "snap.json.gz:32"]
@@ -72,16 +75,34 @@ def test_cli_snapshot_mode(tmp_path: Path) -> None:
     key = generate_key(tmp_path / "keys")[0]
     path = tmp_path / "snap.json"
     path.write_bytes(SNAPSHOT.read_bytes())
-    result = CliRunner().invoke(cli, [
-        "ingest", "--snapshot", str(path), "--category", "hep-th", "--from", "1999-01-01",
-        "--until", "2007-12-31", "--store", str(tmp_path / "s"), "--key", str(key)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "ingest",
+            "--snapshot",
+            str(path),
+            "--category",
+            "hep-th",
+            "--from",
+            "1999-01-01",
+            "--until",
+            "2007-12-31",
+            "--store",
+            str(tmp_path / "s"),
+            "--key",
+            str(key),
+        ],
+    )
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in SNAPSHOT.read_text().splitlines()]
-    want = {x["id"] for x in lines if "hep-th" in x["categories"].split()
-            and datetime(1999, 1, 1, tzinfo=UTC) <= v1(x) < datetime(2008, 1, 1, tzinfo=UTC)}
+    want = {
+        x["id"]
+        for x in lines
+        if "hep-th" in x["categories"].split()
+        and datetime(1999, 1, 1, tzinfo=UTC) <= v1(x) < datetime(2008, 1, 1, tzinfo=UTC)
+    }
     assert f"fetched {len(want)}, built {len(want)}" in result.output and len(want) >= 3
-    assert {p.stem for p in (tmp_path / "s/arxiv").rglob("*.json")} == {
-        i.split("/")[-1] for i in want}
+    assert {p.stem for p in (tmp_path / "s/arxiv").rglob("*.json")} == {i.split("/")[-1] for i in want}
 
 
 def test_bad_snapshot_date_is_a_clear_error(tmp_path: Path) -> None:

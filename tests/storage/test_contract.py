@@ -67,12 +67,21 @@ def test_put_once_file_streams_a_file_write_once(store: Store, tmp_path: Path) -
 
 
 def test_list_is_sorted_and_scoped(store: Store) -> None:
-    for key in ("events/B/2.json", "events/A/1.json", "events/AB/3.json", "pith/A/bundle.json",
-                "events/A/0.json"):
+    for key in (
+        "events/B/2.json",
+        "events/A/1.json",
+        "events/AB/3.json",
+        "pith/A/bundle.json",
+        "events/A/0.json",
+    ):
         store.put(key, b"x")
     assert list(store.list("events/A/")) == ["events/A/0.json", "events/A/1.json"]
-    assert list(store.list("events/")) == ["events/A/0.json", "events/A/1.json",
-                                           "events/AB/3.json", "events/B/2.json"]
+    assert list(store.list("events/")) == [
+        "events/A/0.json",
+        "events/A/1.json",
+        "events/AB/3.json",
+        "events/B/2.json",
+    ]
     assert list(store.list("nothing/")) == []
 
 

@@ -27,11 +27,14 @@ def test_open_store_s3_url(s3_store_url: str, s3_env: str) -> None:
     assert raw["Body"].read() == b"{}"
 
 
-@pytest.mark.parametrize(("key", "expected"), [
-    ("pith/A/bundle.json", "application/json"),
-    ("quarantine/r.jsonl", "application/x-ndjson"),
-    ("index/records/x.parquet", "application/vnd.apache.parquet"),
-])
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("pith/A/bundle.json", "application/json"),
+        ("quarantine/r.jsonl", "application/x-ndjson"),
+        ("index/records/x.parquet", "application/vnd.apache.parquet"),
+    ],
+)
 def test_content_type(s3_store_url: str, key: str, expected: str) -> None:
     store = S3Store.from_url(s3_store_url)
     store.put_once(key, b"x")
@@ -53,13 +56,16 @@ def _stubbed(s3_bucket: str) -> tuple[S3Store, Stubber]:
     return S3Store(s3_bucket, "p", client=client), Stubber(client)
 
 
-@pytest.mark.parametrize(("code", "status", "transient"), [
-    ("SlowDown", 503, True),
-    ("InternalError", 500, True),
-    ("RequestTimeout", 400, True),
-    ("AccessDenied", 403, False),
-    ("NoSuchBucket", 404, False),
-])
+@pytest.mark.parametrize(
+    ("code", "status", "transient"),
+    [
+        ("SlowDown", 503, True),
+        ("InternalError", 500, True),
+        ("RequestTimeout", 400, True),
+        ("AccessDenied", 403, False),
+        ("NoSuchBucket", 404, False),
+    ],
+)
 def test_error_mapping(s3_bucket: str, code: str, status: int, transient: bool) -> None:
     store, stub = _stubbed(s3_bucket)
     stub.add_client_error("put_object", service_error_code=code, http_status_code=status)
@@ -72,8 +78,7 @@ def test_error_mapping(s3_bucket: str, code: str, status: int, transient: bool) 
 
 def test_conditional_conflict_409_is_retried(s3_bucket: str) -> None:
     store, stub = _stubbed(s3_bucket)
-    stub.add_client_error("put_object", service_error_code="ConditionalRequestConflict",
-                          http_status_code=409)
+    stub.add_client_error("put_object", service_error_code="ConditionalRequestConflict", http_status_code=409)
     stub.add_response("put_object", {"ETag": '"abc"'})
     with stub:
         assert store.put_once("events/A/1.json", b"x") is True
