@@ -1,0 +1,85 @@
+"""The local directory store: temporaries, stale files of dead writers, OS errors."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pith_pipeline.errors import StorageError
+from pith_pipeline.storage.local import TMP_DIR, LocalStore
+
+
+def test_published_directories_never_hold_temporary_files(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.put("pith/A/bundle.json", b"{}")
+    store.put_once("events/A/1.json", b"{}")
+    store.put_if_match("pith-signing-key.json", b"{}", None)
+    stray = [p for p in tmp_path.rglob("*") if p.is_file() and TMP_DIR not in p.relative_to(tmp_path).parts]
+    assert sorted(str(p.relative_to(tmp_path)) for p in stray) == [
+        "events/A/1.json",
+        "pith-signing-key.json",
+        "pith/A/bundle.json",
+    ]
+    assert list(store.list("")) == ["events/A/1.json", "pith-signing-key.json", "pith/A/bundle.json"]
+    with pytest.raises(StorageError, match="invalid storage key"):
+        store.put(f"{TMP_DIR}/x", b"")
+
+
+KILLED = """
+import os, sys
+from pith_pipeline.storage import local
+store = local.LocalStore(sys.argv[1])
+real = os.replace
+def die(*a, **k):
+    os.kill(os.getpid(), 9)  # SIGKILL between writing the temporary file and renaming it
+local.os.replace = die
+store.put("pith/A/bundle.json", b"half")
+"""
+
+
+def test_a_killed_writers_temporary_file_is_swept_by_the_next_writer(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", KILLED, str(tmp_path)], check=False)
+    assert proc.returncode == -9
+    left = list((tmp_path / TMP_DIR).iterdir())
+    assert len(left) == 1 and not (tmp_path / "pith/A/bundle.json").exists()
+    store = LocalStore(tmp_path)
+    live = store._write_tmp(b"in flight")  # a live writer's file (this process) is kept
+    assert store.sweep_temporary() == (left[0].name,)
+    assert [p.name for p in (tmp_path / TMP_DIR).iterdir()] == [os.path.basename(live)]
+    os.utime(live, (0, 0))  # anything older than an hour is stale, whoever wrote it
+    assert store.sweep_temporary() == (os.path.basename(live),)
+
+
+@pytest.mark.parametrize(
+    ("err", "hint"),
+    [
+        (errno.EROFS, "read-only"),
+        (errno.ENOSPC, "disk is full"),
+        (errno.EACCES, "permission denied"),
+    ],
+)
+def test_operating_system_failures_are_one_line_naming_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int, hint: str
+) -> None:
+    store = LocalStore(tmp_path)
+
+    def fail(*_a: object, **_k: object) -> None:
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr("pith_pipeline.storage.local.os.replace", fail)
+    monkeypatch.setattr("pith_pipeline.storage.local.os.link", fail)
+    for write in (
+        lambda: store.put("pith/A/bundle.json", b"{}"),
+        lambda: store.put_once("events/A/1.json", b"{}"),
+    ):
+        with pytest.raises(StorageError) as info:
+            write()
+        message = str(info.value)
+        assert hint in message.lower() and str(tmp_path) in message and "\n" not in message
+        assert not info.value.transient
+    assert list((tmp_path / TMP_DIR).iterdir()) == []  # nothing left behind
