@@ -105,6 +105,15 @@ class DigestStore:
     def delete(self, key: str) -> None:
         pass
 
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        return None
+
+    def put_if_match(
+        self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
+    ) -> bool:
+        self._take(key, data)
+        return True
+
 
 # -- the reference path: same code, reference serialisation everywhere ------------
 def _ref_h(value: Any) -> str:

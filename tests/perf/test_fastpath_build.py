@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,41 +33,10 @@ from pith_pipeline.errors import CanonicalJSONError, InputError, SigningError
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl, parse_line
 from pith_pipeline.storage.local import LocalStore
+from pith_pipeline.storage.memory import MemoryStore
 
 SIGNER = Ed25519Signer(bytes(range(32)), "fastpath-test")
 START = datetime(2026, 7, 1, tzinfo=UTC)
-
-
-class MemoryStore:
-    """A dict-backed `Store` (enough of one for the publisher)."""
-
-    url = "memory://"
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    def get(self, key: str) -> bytes | None:
-        return self.objects.get(key)
-
-    def exists(self, key: str) -> bool:
-        return key in self.objects
-
-    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
-        self.objects[key] = data
-
-    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
-        if key in self.objects:
-            if self.objects[key] != data:
-                raise AssertionError(f"write-once {key} rewritten")
-            return False
-        self.objects[key] = data
-        return True
-
-    def list(self, prefix: str) -> Iterator[str]:
-        return iter(sorted(k for k in self.objects if k.startswith(prefix)))
-
-    def delete(self, key: str) -> None:
-        self.objects.pop(key, None)
 
 
 class Clock:

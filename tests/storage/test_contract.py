@@ -10,10 +10,14 @@ from pith_pipeline.errors import StorageError, WriteConflictError
 from pith_pipeline.storage.base import Store, open_store
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "memory"])
 def store(request: pytest.FixtureRequest, tmp_path: object) -> Store:
     if request.param == "local":
         return open_store(str(tmp_path))
+    if request.param == "memory":
+        from pith_pipeline.storage.memory import MemoryStore
+
+        return MemoryStore()
     url = request.getfixturevalue("s3_store_url")
     return open_store(url)
 
