@@ -1,0 +1,342 @@
+"""Writer leases: which process may publish which papers of a store, right now.
+
+Why: two runs that publish the same papers at once corrupt a store. Each reads a
+paper's events and pointer, decides, and writes; interleaved, they give a paper two
+`record_created` events or lose the `correction` that links an old version to its
+successor. `airflow backfill create` runs windows concurrently, and the daily and
+backfill DAGs can reach the same day, so this is the normal case, not a corner.
+
+A lease is a small JSON object under `leases/`, created with the store's write-once
+primitive (S3 `If-None-Match: *`, locally an atomic hard link). It names its owner
+(host, process, run, command) and an expiry that a background thread renews with a
+compare-and-swap (`If-Match` on S3); an expired lease may be taken over the same way,
+so a writer killed with SIGKILL blocks the store for at most one TTL.
+
+Why shards rather than one lease for the store: one lease would cap an archive
+backfill at one publishing machine. Papers are split into `SHARDS` by a stable hash
+of the arXiv id (every object a paper touches — its events, bundles, its versions'
+corrections and its `arxiv/<id>.json` pointer — lives in one shard), and a writer
+holds the leases of the shards it publishes. A command over the whole store takes
+all of them, always in the same order, so two writers can never deadlock. Index
+maintenance (`compact`, `reindex`, a run's index update) also holds `index`.
+
+What a lease cannot do: fence a writer that stops for longer than the TTL (a
+suspended VM) and then resumes writing. Writers check their lease before every paper
+and stop once it is lost; worker processes exit when their parent dies; and every
+write is either write-once or re-derivable, and supersession repairs itself, so even
+then nothing published is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+from pith_pipeline.errors import PithError, StorageError, TransientError, WriteConflictError
+from pith_pipeline.storage.base import Store
+
+log = logging.getLogger(__name__)
+
+#: Papers are split into this many shards by a stable hash of the arXiv id. Fixed for
+#: every store: two writers must agree on which papers a shard holds.
+SHARDS = 16
+LEASE_PREFIX = "leases/"
+INDEX_LEASE = "index"
+#: Seconds a lease lasts without renewal; renewed every quarter of it.
+DEFAULT_TTL = 120.0
+
+
+def shard_of(arxiv_id: str) -> int:
+    """The shard of a paper: all its versions, corrections and its pointer live there."""
+    return zlib.crc32(arxiv_id.encode("utf-8")) % SHARDS
+
+
+def shard_lease(shard: int) -> str:
+    return f"shard-{shard:02d}"
+
+
+ALL_SHARDS: frozenset[int] = frozenset(range(SHARDS))
+
+
+def shard_leases(shards: Iterable[int] | None = None) -> list[str]:
+    """Lease names for `shards` (all when None), in the one global order."""
+    return [shard_lease(s) for s in sorted(ALL_SHARDS if shards is None else set(shards))]
+
+
+def parse_shards(text: str) -> frozenset[int]:
+    """`0-7`, `3`, `0,2,5-6` -> shard numbers; errors name the option."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            first = int(lo)
+            last = int(hi) if sep else first
+        except ValueError:
+            raise LeaseConfigError(
+                f"--shards {text!r}: expected shard numbers like 0-7 or 1,3,5 (0 to {SHARDS - 1})"
+            ) from None
+        if not (0 <= first <= last < SHARDS):
+            raise LeaseConfigError(f"--shards {text!r}: shards are 0 to {SHARDS - 1}")
+        out.update(range(first, last + 1))
+    return frozenset(out)
+
+
+class LeaseConfigError(PithError):
+    """A shard selection that names no valid shard."""
+
+
+class LeaseBusyError(TransientError):
+    """Another writer holds a lease this command needs (a later retry can succeed)."""
+
+
+class LeaseLostError(TransientError):
+    """This writer's lease expired or was taken over: it must stop writing."""
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_iso(text: Any) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def default_owner(run_id: str = "", command: str = "") -> dict[str, Any]:
+    """Who holds a lease, for the message another writer sees (never a secret)."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "run_id": run_id, "command": command}
+
+
+def describe_owner(doc: dict[str, Any]) -> str:
+    owner = doc.get("owner") if isinstance(doc.get("owner"), dict) else {}
+    assert isinstance(owner, dict)
+    parts = [f"{owner.get('host', '?')} pid {owner.get('pid', '?')}"]
+    if owner.get("command"):
+        parts.append(str(owner["command"]))
+    if owner.get("run_id"):
+        parts.append(f"run {owner['run_id']}")
+    return ", ".join(parts)
+
+
+@dataclass(slots=True)
+class _Held:
+    name: str
+    key: str
+    token: str
+    tag: str
+    expires_at: float
+
+
+class WriterLease:
+    """Holds named leases in a store for the duration of a `with` block.
+
+    `wait`: seconds to wait for a busy lease (0 fails at once, naming the holder).
+    `check()` raises `LeaseLostError` once any lease is lost or past its expiry.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        names: Sequence[str],
+        *,
+        owner: dict[str, Any] | None = None,
+        ttl: float = DEFAULT_TTL,
+        wait: float = 0.0,
+        poll: float = 1.0,
+        now: Callable[[], float] = time.time,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError("a lease needs a positive TTL")
+        order = {n: i for i, n in enumerate(shard_leases())}
+        # one global order (shards, then anything else) so two writers never deadlock
+        self.names = sorted(set(names), key=lambda n: (order.get(n, len(order)), n))
+        self.store = store
+        self.owner = owner or default_owner()
+        self.ttl = ttl
+        self.wait = wait
+        self.poll = poll
+        self.now = now
+        self.on_wait = on_wait
+        self._held: list[_Held] = []
+        self._lost: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"WriterLease({self.store.url!r}, {len(self.names)} leases, held={len(self._held)})"
+
+    # -- documents ---------------------------------------------------------------
+    def _doc(self, name: str, token: str, acquired: float, expires: float) -> bytes:
+        from pith_pipeline.core.canonical_json import dumps_pretty
+
+        doc = {
+            "lease": name,
+            "owner": self.owner,
+            "token": token,
+            "acquired_at": _iso(acquired),
+            "expires_at": _iso(expires),
+        }
+        return dumps_pretty(doc) + b"\n"
+
+    def _read(self, key: str) -> tuple[dict[str, Any] | None, str] | None:
+        """The lease object and its tag; a document that does not parse is `None`."""
+        got = self.store.get_tagged(key)
+        if got is None:
+            return None
+        data, tag = got
+        try:
+            import orjson
+
+            doc = orjson.loads(data)
+        except ValueError:
+            return None, tag
+        return (doc if isinstance(doc, dict) else None), tag
+
+    # -- acquire / release ---------------------------------------------------------
+    def acquire(self) -> WriterLease:
+        deadline = self.now() + max(0.0, self.wait)
+        try:
+            for name in self.names:
+                self._held.append(self._acquire_one(name, deadline))
+        except BaseException:
+            self.release()
+            raise
+        self._thread = threading.Thread(target=self._renew_loop, name="pith-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def _acquire_one(self, name: str, deadline: float) -> _Held:
+        key = f"{LEASE_PREFIX}{name}.json"
+        token = secrets.token_hex(16)
+        announced = False
+        while True:
+            start = self.now()
+            data = self._doc(name, token, start, start + self.ttl)
+            try:
+                if self.store.put_once(key, data):
+                    got = self.store.get_tagged(key)
+                    if got is not None and got[0] == data:
+                        return _Held(name, key, token, got[1], start + self.ttl)
+            except WriteConflictError:
+                pass  # someone holds it, or held it: look at the object
+            current = self._read(key)
+            if current is None:
+                continue  # released in between: try again at once
+            doc, tag = current
+            expires = _parse_iso(doc.get("expires_at")) if doc else None
+            if doc is None or expires is None or expires < self.now():
+                if doc is not None:
+                    log.warning("taking over expired lease %s of %s", key, describe_owner(doc))
+                if self.store.put_if_match(key, data, tag):
+                    got = self.store.get_tagged(key)
+                    if got is not None and got[0] == data:
+                        return _Held(name, key, token, got[1], start + self.ttl)
+                continue  # another writer took it over first: look again
+            holder = describe_owner(doc)
+            if self.now() >= deadline:
+                raise LeaseBusyError(
+                    f"{self.store.url} is being written by {holder} (lease {key}, held until "
+                    f"{doc.get('expires_at')}); wait for it with --wait SECONDS, or try again later"
+                )
+            if not announced and self.on_wait is not None:
+                self.on_wait(f"waiting for lease {key}, held by {holder}")
+                announced = True
+            time.sleep(min(self.poll, max(0.01, deadline - self.now())))
+
+    def release(self) -> None:
+        """Stop renewing and delete our leases (only those still ours)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        with self._lock:
+            held, self._held = self._held, []
+        for h in reversed(held):
+            try:
+                current = self.store.get_tagged(h.key)
+                if current is not None and current[1] == h.tag:
+                    self.store.delete(h.key)
+            except StorageError as exc:  # it expires on its own
+                log.warning("could not release lease %s: %s", h.key, exc)
+
+    def __enter__(self) -> WriterLease:
+        return self.acquire()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    # -- keeping it -------------------------------------------------------------
+    def _renew_loop(self) -> None:
+        interval = self.ttl / 4
+        while not self._stop.wait(interval):
+            self.renew()
+
+    def renew(self) -> None:
+        """Extend every lease by one TTL; a lease someone else took is lost for good."""
+        with self._lock:
+            for h in self._held:
+                if self._lost is not None:
+                    return
+                start = self.now()
+                data = self._doc(h.name, h.token, start, start + self.ttl)
+                try:
+                    if not self.store.put_if_match(h.key, data, h.tag):
+                        self._lost = f"lease {h.key} was taken over by another writer"
+                        return
+                    got = self.store.get_tagged(h.key)
+                    if got is None or got[0] != data:
+                        self._lost = f"lease {h.key} was taken over by another writer"
+                        return
+                    h.tag, h.expires_at = got[1], start + self.ttl
+                except StorageError as exc:  # keep trying until it expires
+                    log.warning("could not renew lease %s: %s", h.key, exc)
+
+    def check(self) -> None:
+        """Raise `LeaseLostError` when this writer may no longer write."""
+        if self._lost is None and self._held:
+            margin = min(10.0, self.ttl / 10)
+            soonest = min(h.expires_at for h in self._held)
+            if self.now() > soonest - margin:
+                self._lost = f"lease expired at {_iso(soonest)} without renewal"
+        if self._lost is not None:
+            raise LeaseLostError(f"{self.store.url}: {self._lost}; stopped writing (run again to finish)")
+
+    @property
+    def held(self) -> list[str]:
+        return [h.name for h in self._held]
+
+
+def held_leases(store: Store) -> list[dict[str, Any]]:
+    """Every lease object in the store, as written (for `status`)."""
+    import orjson
+
+    out = []
+    for key in store.list(LEASE_PREFIX):
+        data = store.get(key)
+        if data is None:
+            continue
+        try:
+            doc = orjson.loads(data)
+        except ValueError:
+            doc = {"lease": key, "unreadable": True}
+        if isinstance(doc, dict):
+            out.append(doc)
+    return out
