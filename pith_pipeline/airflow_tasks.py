@@ -509,25 +509,17 @@ def build_chunk(
     """
     from pith_pipeline.core.canonical_json import dumps_compact
     from pith_pipeline.pipeline import Publisher
-    from pith_pipeline.sources.jsonl import Rejected
 
     base = store or _store(settings)
     staging = StagingStore(base)
     signer = signer or _signer(settings)
     pub = Publisher(staging, signer, settings.build_config, run_id=run_id)
     pub.publish_key_document()
-    identities: list[list[Any]] = []
     for item in iter_chunk_items(base, chunk):
-        pub.summary.fetched += 1
-        if isinstance(item, Rejected):
-            pub.reject(item)
-            continue
-        try:
-            ident = pub.publish_record(item)
-        except InputError as exc:
-            pub.reject(Rejected.of_error(exc, item.id))
-            continue
-        identities.append([item.id, item.version, ident.subject])
+        entry = pub.publish_item(item)
+        if entry is not None:
+            pub.quarantine.append(entry)
+    identities = sorted(pub.summary.seen)
     counts = {"records": len(identities), **pub.summary.counts()}
     header = {
         "chunk": int(chunk["index"]),
@@ -618,7 +610,7 @@ def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any
         summary.superseded += c["superseded"]
         summary.quarantined += c["quarantined"]
         summary.pith_numbers.extend(header["built"])
-        summary.seen.extend(pn for _id, _v, pn in header["identities"])
+        summary.seen.extend(header["identities"])
         for obj in staged:
             summary.written[obj["key"]] = sha256_hex(obj["data"].encode("utf-8"))
         if header.get("quarantine"):

@@ -112,3 +112,39 @@ class WriteConflictError(TerminalError):
 
 class VerificationError(TerminalError):
     """A bundle or event failed verification."""
+
+
+class IntegrityError(TerminalError):
+    """A stored object (an event, a pointer) failed its checks: it is named, and the
+    subject it belongs to is not published from it. The run goes on with the other
+    papers and ends non-zero."""
+
+    def __init__(self, message: str, *, key: str = "") -> None:
+        super().__init__(message, key)
+        self.message = message
+        self.key = key
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_integrity_error, (self.message, self.key))
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}" if self.key else self.message
+
+
+def _rebuild_integrity_error(message: str, key: str) -> IntegrityError:
+    return IntegrityError(message, key=key)
+
+
+def is_record_problem(exc: BaseException) -> bool:
+    """Whether `exc` is something one input record can cause (so: quarantine it and go
+    on) rather than a store, signer, lease or configuration failure (stop the run).
+
+    Why a rule rather than a list of record errors: a hostile record can reach any
+    ValueError, KeyError or OverflowError deep in canonicalisation; none of them may
+    stop a run. What stops a run is what no other record could avoid either.
+    """
+    if isinstance(exc, PithError):
+        return isinstance(exc, InputError | CanonicalJSONError | VerificationError)
+    if isinstance(exc, OSError | MemoryError):
+        return False
+    return isinstance(exc, Exception)

@@ -127,6 +127,8 @@ class WorkerSpec:
     run_id: str
     # a certified run's key, handed to the workers so that the whole run signs with it
     certified: CertifiedHandoff | None = None
+    # the shards the run publishes (None: all); the parent holds their leases
+    shards: frozenset[int] | None = None
 
 
 @dataclass(slots=True)
@@ -138,6 +140,9 @@ class ChunkResult:
     built: int = 0
     unchanged: int = 0
     superseded: int = 0
+    failed: int = 0
+    skipped: int = 0
+    problems: list[str] = field(default_factory=list)
     written: list[tuple[str, str]] = field(default_factory=list)
     seen: list[str] = field(default_factory=list)
     pith_numbers: list[str] = field(default_factory=list)
@@ -163,7 +168,9 @@ def _init_worker(spec: WorkerSpec) -> None:
 
         store = _open_store(spec.store)
         signer = spec.certified.signer() if spec.certified is not None else open_signer(spec.signer_spec)
-        _STATE["pub"] = Publisher(store, signer, spec.config, clock=spec.clock, run_id=spec.run_id)
+        _STATE["pub"] = Publisher(
+            store, signer, spec.config, clock=spec.clock, run_id=spec.run_id, shards=spec.shards
+        )
     except BaseException as exc:  # re-raised by the first chunk
         _STATE["error"] = exc
 
@@ -180,7 +187,7 @@ def _picklable(exc: BaseException) -> BaseException:
 
 
 def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
-    """Publish records in order as `Publisher.publish` does, quarantining InputErrors."""
+    """Publish records in order through `Publisher.publish_item`, as one process does."""
     try:
         if "error" in _STATE:
             raise _STATE["error"]
@@ -189,13 +196,12 @@ def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
         pub.summary = RunSummary(run_id)  # per chunk: the worker's memory stays flat
         out = ChunkResult(os.getpid(), records=len(chunk))
         for seq, rec in chunk:
-            try:
-                pub.publish_record(rec)
-            except InputError as exc:
-                rej = Rejected.of_error(exc, rec.id)
-                out.rejects.append((seq, {"run_id": run_id, **rej.to_json()}))
+            entry = pub.publish_item(rec)
+            if entry is not None:
+                out.rejects.append((seq, entry))
         s = pub.summary
         out.built, out.unchanged, out.superseded = s.built, s.unchanged, s.superseded
+        out.failed, out.skipped, out.problems = s.failed, s.skipped, list(s.problems)
         out.written = list(s.written.items())
         out.seen = list(s.seen)
         out.pith_numbers = list(s.pith_numbers)
@@ -270,6 +276,7 @@ class ParallelPublisher:
             publisher.clock,
             publisher.summary.run_id,
             handoff,
+            publisher.shards,
         )
         self._pools: list[ProcessPoolExecutor] | None = None
         self._queues: list[deque[Future[ChunkResult]]] = []
@@ -327,12 +334,8 @@ class ParallelPublisher:
             for item in items:
                 seq = self._seq
                 self._seq += 1
-                pub.summary.fetched += 1
                 if isinstance(item, Rejected):
-                    pub.summary.quarantined += 1
-                    rejects.append((seq, {"run_id": pub.summary.run_id, **item.to_json()}))
-                    if progress:
-                        progress(1)
+                    self._publish_here(seq, item, rejects)
                 elif self._pools is not None:
                     self._route(seq, item)
                 else:
@@ -355,18 +358,18 @@ class ParallelPublisher:
         pub.flush_quarantine()
         return pub.summary
 
-    def _publish_here(self, seq: int, rec: ArxivRecord, rejects: list[tuple[int, dict[str, Any]]]) -> None:
-        pub = self.publisher
-        try:
-            pub.publish_record(rec)
-        except InputError as exc:
-            pub.summary.quarantined += 1
-            rej = Rejected.of_error(exc, rec.id)
-            rejects.append((seq, {"run_id": pub.summary.run_id, **rej.to_json()}))
+    def _publish_here(self, seq: int, item: Item, rejects: list[tuple[int, dict[str, Any]]]) -> None:
+        entry = self.publisher.publish_item(item)
+        if entry is not None:
+            rejects.append((seq, entry))
         if self._progress:
             self._progress(1)
 
     def _route(self, seq: int, rec: ArxivRecord) -> None:
+        pub = self.publisher
+        pub.summary.fetched += 1
+        if pub.lease is not None:  # the workers write under the parent's lease
+            pub.lease.check()
         w = worker_for(rec.id, self.workers)
         buf = self._buffers[w]
         buf.append((seq, rec))
@@ -410,6 +413,10 @@ class ParallelPublisher:
         s.unchanged += res.unchanged
         s.superseded += res.superseded
         s.quarantined += len(res.rejects)
+        s.skipped += res.skipped
+        for problem in res.problems:
+            s.fail(problem)
+        s.failed += res.failed - len(res.problems)
         for key, sha in res.written:
             s.written[key] = sha
         s.seen.extend(res.seen)

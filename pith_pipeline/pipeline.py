@@ -8,11 +8,12 @@ events first, then bundle and state, then the arXiv pointer.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pith_pipeline.core.builder import (
     FreshBuilder,
@@ -29,12 +30,28 @@ from pith_pipeline.core.keys import PublicKey, Signer, verify_signature
 from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.core.record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros, system_clock
-from pith_pipeline.errors import InputError, SigningError
+from pith_pipeline.errors import (
+    InputError,
+    IntegrityError,
+    SigningError,
+    WriteConflictError,
+    is_record_problem,
+)
 from pith_pipeline.sources.jsonl import Item, Rejected
 from pith_pipeline.spill import Ledger, SpillList
 from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.lease import shard_of
+
+
+class LeaseCheck(Protocol):
+    """What a publisher needs of a writer lease: to stop once it is lost."""
+
+    def check(self) -> None: ...
+
 
 DEFAULT_BASE_URL = "https://pith.example.org"
+#: Failed papers named in a run's summary and manifest (the count is always exact).
+MAX_PROBLEMS = 1000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +78,12 @@ class RunSummary:
     unchanged: int = 0
     superseded: int = 0
     quarantined: int = 0
+    #: papers not published because a stored object of theirs failed its checks
+    failed: int = 0
+    #: records of shards this run does not own (`--shards`), left to their writer
+    skipped: int = 0
+    #: one line per failed paper, naming the object (the first MAX_PROBLEMS of them)
+    problems: list[str] = field(default_factory=list)
     written: MutableMapping[str, str] = field(default_factory=lambda: Ledger())
     # one entry per paper each: past 100,000 they move to disk (`spill`), so a run's
     # memory does not grow with the number of papers
@@ -70,16 +93,27 @@ class RunSummary:
     seen: SpillList | list[str] = field(default_factory=SpillList)
 
     def counts(self) -> dict[str, int]:
-        return {
+        out = {
             "fetched": self.fetched,
             "built": self.built,
             "unchanged": self.unchanged,
             "superseded": self.superseded,
             "quarantined": self.quarantined,
         }
+        if self.failed:
+            out["failed"] = self.failed
+        if self.skipped:
+            out["skipped"] = self.skipped
+        return out
 
     def line(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in self.counts().items())
+
+    def fail(self, problem: str) -> None:
+        """A paper that was not published because a stored object failed its checks."""
+        self.failed += 1
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(problem)
 
 
 def event_key(body: str, content_sha256: str) -> str:
@@ -95,7 +129,12 @@ def new_run_id(now: datetime) -> str:
 
 
 class Publisher:
-    """Publishes records into a store with one signer; one instance per run."""
+    """Publishes records into a store with one signer; one instance per run.
+
+    `lease`: the run's writer lease, checked before every paper, so a writer whose
+    lease was lost stops before it writes again. `shards`: publish only papers of
+    these shards (others are counted as skipped and left to their writer).
+    """
 
     def __init__(
         self,
@@ -105,12 +144,16 @@ class Publisher:
         *,
         clock: Clock = system_clock,
         run_id: str | None = None,
+        lease: LeaseCheck | None = None,
+        shards: frozenset[int] | None = None,
     ) -> None:
         self.store = store
         self.signer = signer
         self.config = config or BuildConfig()
         self.site = self.config.site
         self.clock = clock
+        self.lease = lease
+        self.shards = shards
         self.summary = RunSummary(run_id or new_run_id(clock()))
         self.quarantine: list[dict[str, Any]] = []
         self.keys = self._load_keys()
@@ -119,17 +162,23 @@ class Publisher:
         self._last_written: tuple[bytes | None, str] = (None, "")
 
     # -- keys ---------------------------------------------------------------
-    def _load_keys(self) -> dict[str, PublicKey]:
+    def _stored_keys(self, raw: bytes | None) -> dict[str, PublicKey]:
+        """The keys the store's key document lists; a damaged document stops the run
+        (it decides whose signatures count, so guessing would be unsafe)."""
         keys: dict[str, PublicKey] = {}
-        raw = self.store.get(PUBLIC_KEY_FILE)
         if raw:
-            doc = loads(raw)
-            for k in doc.get("keys", [doc]) if isinstance(doc, dict) else []:
-                try:
-                    pk = PublicKey.from_json(k)
-                    keys[pk.key_id] = pk
-                except (ValueError, KeyError, TypeError):
-                    continue
+            from pith_pipeline.signing.rotation import read_key_document
+
+            try:
+                listed = read_key_document(raw, f"{self.store.url}/{PUBLIC_KEY_FILE}")
+            except InputError as exc:
+                raise IntegrityError(str(exc), key=PUBLIC_KEY_FILE) from None
+            for pk in listed:
+                keys[pk.key_id] = pk
+        return keys
+
+    def _load_keys(self) -> dict[str, PublicKey]:
+        keys = self._stored_keys(self.store.get(PUBLIC_KEY_FILE))
         published = self.signer.published_keys(url=self.site.key_url)
         self.primary_key_id = published[0].key_id  # a certified key's root heads the document
         for current in published:
@@ -153,10 +202,27 @@ class Publisher:
         return {**current, "keys": [k.to_json() for k in self.keys.values()]}
 
     def publish_key_document(self) -> None:
+        """Publish the key document, merged with what another writer published meanwhile.
+
+        Writers of disjoint shards share this one object, so it is a compare-and-swap
+        loop: keys another writer added are kept, never overwritten.
+        """
         for k in self.keys.values():  # certificates of short-lived keys, beside the document
             if k.certificate is not None:
                 self._put_once(f"keys/certs/{k.key_id}.json", dumps_pretty(k.certificate) + b"\n")
-        self._put(PUBLIC_KEY_FILE, dumps_pretty(self.key_document()) + b"\n")
+        for _attempt in range(50):
+            got = self.store.get_tagged(PUBLIC_KEY_FILE)
+            for kid, pk in self._stored_keys(got[0] if got else None).items():
+                mine = self.keys.get(kid)
+                if mine is None or (pk.rotates_at and not mine.rotates_at):
+                    self.keys[kid] = pk  # added or rotated by another writer
+            data = dumps_pretty(self.key_document()) + b"\n"
+            if got is not None and got[0] == data:
+                return
+            if self.store.put_if_match(PUBLIC_KEY_FILE, data, got[1] if got else None):
+                self._record_write(PUBLIC_KEY_FILE, data)
+                return
+        raise IntegrityError("kept changing under concurrent writers; run again", key=PUBLIC_KEY_FILE)
 
     # -- writes ----------------------------------------------------------
     def _put(self, key: str, data: bytes) -> None:
@@ -180,34 +246,105 @@ class Publisher:
 
     # -- reads -----------------------------------------------------------
     def subject_events(self, body: str) -> list[dict[str, Any]]:
+        """Every stored event of a subject, each checked before it is used.
+
+        A stored event is the source of truth for bundles: one that does not parse
+        or fails its checks stops this subject (`IntegrityError` naming the object)
+        instead of being merged, re-signed and spread by a rebuild.
+        """
         out = []
         for key in self.store.list(f"events/{body}/"):
             data = self.store.get(key)
-            if data is not None:
-                out.append(loads(data))
+            if data is None:
+                continue  # deleted between listing and reading
+            out.append(self._checked_event(key, data))
         return out
 
+    def _checked_event(self, key: str, data: bytes) -> dict[str, Any]:
+        try:
+            event = loads(data)
+        except ValueError as exc:
+            raise IntegrityError(f"stored event is not valid JSON ({exc})", key=key) from None
+        if not isinstance(event, dict):
+            raise IntegrityError("stored event is not a JSON object", key=key)
+        for name in ("event_id", "event_type", "content_sha256", "created_at"):
+            if not isinstance(event.get(name), str):
+                raise IntegrityError(f"stored event has no {name}", key=key)
+        for name in ("signer", "signature"):
+            if not isinstance(event.get(name), dict) or not isinstance(event[name].get("key_id"), str):
+                raise IntegrityError(f"stored event has no {name} block", key=key)
+        name = key.rsplit("/", 1)[-1].split(".", 1)[0]
+        if name != event["content_sha256"]:
+            raise IntegrityError(
+                f"stored event is named {name} but its content_sha256 is {event['content_sha256']}",
+                key=key,
+            )
+        return event
+
     def _pointer(self, arxiv_id: str) -> dict[str, Any]:
-        raw = self.store.get(pointer_key(arxiv_id))
-        return loads(raw) if raw else {"arxiv_id": arxiv_id, "records": []}
+        key = pointer_key(arxiv_id)
+        raw = self.store.get(key)
+        if not raw:
+            return {"arxiv_id": arxiv_id, "records": []}
+        try:
+            pointer = loads(raw)
+            records = pointer["records"]
+            if not isinstance(records, list) or not all(
+                isinstance(r, dict)
+                and isinstance(r.get("version"), int)
+                and isinstance(r.get("pith_number"), str)
+                and isinstance(r.get("record_created"), str)
+                and isinstance(r.get("created_at"), str)
+                for r in records
+            ):
+                raise ValueError("records must be a list of version entries")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise IntegrityError(f"unreadable arXiv pointer ({exc}); run `rebuild`", key=key) from None
+        result: dict[str, Any] = pointer
+        return result
 
     # -- the run -----------------------------------------------------------
     def reject(self, item: Rejected) -> None:
+        self.quarantine.append(self.rejection(item))
+
+    def rejection(self, item: Rejected) -> dict[str, Any]:
+        """Count a reject and return its quarantine entry."""
         self.summary.quarantined += 1
-        self.quarantine.append({"run_id": self.summary.run_id, **item.to_json()})
+        return {"run_id": self.summary.run_id, **item.to_json()}
+
+    def publish_item(self, item: Item) -> dict[str, Any] | None:
+        """Publish one input item: the one place every loop (one process, worker
+        processes, Airflow tasks) decides what happens to a record.
+
+        Returns the quarantine entry of a record that could not be built (the caller
+        keeps entries in input order); a paper whose stored objects fail their checks
+        is counted as failed and named; store, signer and lease errors stop the run.
+        """
+        self.summary.fetched += 1
+        if isinstance(item, Rejected):
+            return self.rejection(item)
+        if self.shards is not None and shard_of(item.id) not in self.shards:
+            self.summary.skipped += 1
+            return None
+        if self.lease is not None:
+            self.lease.check()
+        try:
+            self.publish_record(item)
+        except IntegrityError as exc:
+            self.summary.fail(f"{item.id}v{item.version}: {exc}")
+        except Exception as exc:
+            if not is_record_problem(exc):
+                raise
+            return self.rejection(_build_failure(item, exc))
+        return None
 
     def publish(self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None) -> RunSummary:
         """Build, sign and publish every record; quarantine every reject."""
         self.publish_key_document()
         for item in items:
-            self.summary.fetched += 1
-            if isinstance(item, Rejected):
-                self.reject(item)
-            else:
-                try:
-                    self.publish_record(item)
-                except InputError as exc:
-                    self.reject(Rejected.of_error(exc, item.id))
+            entry = self.publish_item(item)
+            if entry is not None:
+                self.quarantine.append(entry)
             if progress:
                 progress(1)
         self.flush_quarantine()
@@ -227,8 +364,8 @@ class Publisher:
             bundle_key = bundle_paths(ident.body)[0]
             if not self.store.exists(bundle_key):  # a run died between events and bundle
                 self.write_bundle(ident.subject, existing)
-            self._repair_correction(ident, existing)
             self._update_pointer(ident, existing)
+            self.summary.superseded += self.reconcile(rec.id)
             return ident
         now = self.clock()
         pointer = self._pointer(rec.id)
@@ -238,7 +375,7 @@ class Publisher:
             fresh = self._fresh_builder().build(ident, now, self.clock(), supersedes=supersedes)
             self._check_signer(fresh.events[0])
             for ev, data in zip(fresh.events, fresh.event_bytes, strict=True):
-                self._put_once(event_key(ident.body, ev["content_sha256"]), data)
+                self._put_event(event_key(ident.body, ev["content_sha256"]), data)
             bkey, skey, wkey = bundle_paths(ident.body)
             self._put(bkey, fresh.bundle_bytes)
             self._put(skey, fresh.state_bytes)
@@ -255,17 +392,25 @@ class Publisher:
             )
             self._check_signer(built.events[0])
             for ev in built.events:
-                self._put_once(event_key(ident.body, ev["content_sha256"]), dumps_compact(ev))
+                self._put_event(event_key(ident.body, ev["content_sha256"]), dumps_compact(ev))
             self.write_bundle(ident.subject, existing + built.events, built.aliases, trusted=built.events)
             built_events = built.events
-        if previous:
-            self._write_correction(PithNumber.parse(previous["pith_number"]), ident, now)
-            self.summary.superseded += 1
         self.summary.built += 1
         self.summary.pith_numbers.append(ident.subject)
         self.summary.seen.append(ident.subject)
         self._update_pointer(ident, existing + built_events)
+        self.summary.superseded += self.reconcile(rec.id)
         return ident
+
+    def _put_event(self, key: str, data: bytes) -> None:
+        """Write-once; a different object already at an event's content-hash name
+        can only be a damaged or forged one: name it, never overwrite it."""
+        try:
+            self._put_once(key, data)
+        except WriteConflictError:
+            raise IntegrityError(
+                "a different object is stored under this event's content hash", key=key
+            ) from None
 
     # False sends fresh records through the general path too (for equivalence tests)
     fresh_path: ClassVar[bool] = True
@@ -294,43 +439,52 @@ class Publisher:
                 key_ids.add(str(cert.get("issuer_key_id")))
         return [self.keys[k] for k in sorted(key_ids) if k in self.keys]
 
-    def _write_correction(self, old: PithNumber, ident: Identity, now: datetime) -> None:
+    def _write_correction(self, old: PithNumber, new_subject: str, arxiv_version: str, now: datetime) -> None:
         """Tell the superseded record's readers where the newer version lives."""
-        rec = ident.record
         corr = correction_event(
             old_subject=str(old),
-            new_subject=ident.subject,
-            arxiv_version=f"{rec.id}v{rec.version}",
+            new_subject=new_subject,
+            arxiv_version=arxiv_version,
             signer=self.signer,
             signer_id=self.config.signer_id,
             now=now,
         )
-        self._put_once(event_key(old.body, corr["content_sha256"]), dumps_compact(corr))
+        self._put_event(event_key(old.body, corr["content_sha256"]), dumps_compact(corr))
         self.write_bundle(str(old), self.subject_events(old.body))
 
-    def _repair_correction(self, ident: Identity, events: list[dict[str, Any]]) -> None:
-        """Finish a supersede that a dead run left half done.
+    def reconcile(self, arxiv_id: str) -> int:
+        """Make every published version of a paper point to its successor.
 
-        A run that died after a new version's events but before the old record's
-        `correction` would otherwise leave the old bundle without its pointer forward.
+        Order: the pointer's (version, created_at, pith_number). Each record but the
+        newest must carry a `correction` naming the record after it. Checked on every
+        touch of the paper, new or unchanged, so supersession repairs itself whatever
+        order versions were built in (v2 before v1) and wherever a run died. Returns
+        the number of corrections written.
         """
-        superseded = {
-            s for e in events if e.get("event_type") == "record_created" for s in e.get("supersedes", [])
-        }
-        if not superseded:
-            return
-        for r in self._pointer(ident.record.id)["records"]:
-            if r["record_created"] not in superseded:
-                continue
-            old = PithNumber.parse(r["pith_number"])
-            if not any(
+        records = sorted(
+            self._pointer(arxiv_id)["records"],
+            key=lambda r: (r["version"], r["created_at"], r["pith_number"]),
+        )
+        written = 0
+        for older, newer in itertools.pairwise(records):
+            old = PithNumber.parse(older["pith_number"])
+            events = self.subject_events(old.body)
+            if not any(e.get("event_type") == "record_created" for e in events):
+                raise IntegrityError(
+                    f"{pointer_key(arxiv_id)} lists {older['pith_number']}, whose events are missing; "
+                    "run `verify` on the store",
+                    key=f"events/{old.body}/",
+                )
+            if any(
                 e.get("event_type") == "correction"
                 and isinstance(e.get("payload"), dict)
-                and e["payload"].get("pith_number") == ident.subject
-                for e in self.subject_events(old.body)
+                and e["payload"].get("pith_number") == newer["pith_number"]
+                for e in events
             ):
-                self._write_correction(old, ident, self.clock())
-                self.summary.superseded += 1
+                continue
+            self._write_correction(old, newer["pith_number"], f"{arxiv_id}v{newer['version']}", self.clock())
+            written += 1
+        return written
 
     def _previous(self, pointer: dict[str, Any], ident: Identity) -> dict[str, Any] | None:
         """The newest known record of this paper at or below the incoming version."""
@@ -394,7 +548,7 @@ class Publisher:
         events = _dedupe_sorted(events)
         creations = [e for e in events if e.get("event_type") == "record_created"]
         if not creations:
-            raise InputError(f"no record_created event stored for {subject}")
+            raise IntegrityError(f"no record_created event stored for {subject}", key=f"events/{pn.body}/")
         first = min(creations, key=lambda e: (e["created_at"], e["event_id"]))
         if aliases is None:
             aliases = aliases_from_events(events, pn.body)
@@ -424,6 +578,21 @@ class Publisher:
         return bundle
 
 
+def _build_failure(rec: ArxivRecord, exc: BaseException) -> Rejected:
+    """The quarantine entry of a record that parsed but could not be built."""
+    import json
+
+    if isinstance(exc, InputError):
+        reason, fld, where = exc.message, exc.field, exc.where or ""
+    else:
+        reason, fld, where = f"could not build the record: {type(exc).__name__}: {exc}", None, ""
+    try:
+        raw = json.dumps(rec.to_json(), ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        raw = repr(rec)
+    return Rejected(where, reason, raw, rec.id, fld)
+
+
 def _dedupe_sorted(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One copy per event id, in merge order, so bundles list events deterministically.
 
@@ -444,14 +613,31 @@ def _dedupe_sorted(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def rebuild(
-    store: Store, signer: Signer, config: BuildConfig | None = None, *, clock: Clock = system_clock
+    store: Store,
+    signer: Signer,
+    config: BuildConfig | None = None,
+    *,
+    clock: Clock = system_clock,
+    lease: LeaseCheck | None = None,
+    failures: list[str] | None = None,
 ) -> Iterator[str]:
-    """Re-derive every bundle and state from the event store; yields subjects."""
-    pub = Publisher(store, signer, config, clock=clock)
+    """Re-derive every bundle and state from the event store; yields subjects.
+
+    A subject whose stored events fail their checks is not rebuilt (its published
+    bundle stays as it was) and is named in `failures`; the caller ends non-zero.
+    """
+    pub = Publisher(store, signer, config, clock=clock, lease=lease)
     bodies = sorted({k.split("/")[1] for k in store.list("events/")})
     for body in bodies:
-        events = pub.subject_events(body)
-        subjects = {e.get("subject_pith_number") for e in events}
-        for subject in sorted(s for s in subjects if isinstance(s, str)):
-            pub.write_bundle(subject, [e for e in events if e.get("subject_pith_number") == subject])
-            yield subject
+        if lease is not None:
+            lease.check()
+        try:
+            events = pub.subject_events(body)
+            subjects = {e.get("subject_pith_number") for e in events}
+            for subject in sorted(s for s in subjects if isinstance(s, str)):
+                pub.write_bundle(subject, [e for e in events if e.get("subject_pith_number") == subject])
+                yield subject
+        except IntegrityError as exc:
+            if failures is None:
+                raise
+            failures.append(str(exc))

@@ -16,7 +16,7 @@ from testclock import StepClock
 
 from pith_pipeline.cli import cli
 from pith_pipeline.core.timeutil import system_clock
-from pith_pipeline.errors import KeyFileError, WriteConflictError
+from pith_pipeline.errors import KeyFileError, StorageError
 from pith_pipeline.ingest import Ingest
 from pith_pipeline.parallel import ParallelPublisher, sequential_reason, worker_for
 from pith_pipeline.pipeline import Publisher
@@ -70,8 +70,8 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 
 def _dangling_pointer(store: Path, arxiv_id: str) -> None:
-    """A pointer to an earlier version whose events are gone: superseding it is an
-    InputError inside `publish_record`, so that record is quarantined by a worker."""
+    """A pointer to an earlier version whose events are gone: linking to it fails inside
+    `publish_record`, so a worker reports that paper as failed, naming the object."""
     (store / "arxiv" / arxiv_id).parent.mkdir(parents=True, exist_ok=True)
     (store / "arxiv" / f"{arxiv_id}.json").write_text(
         json.dumps(
@@ -139,7 +139,8 @@ def test_two_workers_write_the_same_bytes_as_one_process(
 
     a, b = one.report.summary, two.report.summary
     assert a.counts() == b.counts()
-    assert (a.fetched, a.built, a.unchanged, a.superseded, a.quarantined) == (34, 30, 1, 1, 3)
+    assert (a.fetched, a.built, a.unchanged, a.superseded, a.quarantined) == (34, 31, 1, 1, 2)
+    assert a.failed == 1 and "whose events are missing" in a.problems[0]
     assert sorted(a.written.items()) == sorted(b.written.items())
     assert sorted(a.pith_numbers) == sorted(b.pith_numbers)
     assert sorted(a.seen) == sorted(b.seen)
@@ -151,8 +152,8 @@ def test_two_workers_write_the_same_bytes_as_one_process(
     assert "pith-signing-key.json" in tree_one  # published once, by the parent
     assert tree_one == tree_two
     quarantine = [json.loads(x) for x in tree_two["quarantine/run-1.jsonl"].splitlines()]
-    assert [q["where"] for q in quarantine] == ["", f"{snapshot.name}:12", f"{snapshot.name}:32"]
-    assert quarantine[0]["record_id"] == early and "no record_created" in quarantine[0]["reason"]
+    assert [q["where"] for q in quarantine] == [f"{snapshot.name}:12", f"{snapshot.name}:32"]
+    assert early in b.problems[0] and b.problems == a.problems  # named alike by a worker
 
 
 def test_a_new_version_in_the_next_chunk_supersedes_under_workers(
@@ -190,33 +191,27 @@ def test_a_new_version_in_the_next_chunk_supersedes_under_workers(
 def test_a_worker_error_stops_the_run_with_its_type_and_message(
     tmp_path: Path, key: Path, snapshot: Path
 ) -> None:
-    # an event a worker must write already exists with other bytes: a write conflict
+    # a store failure (a bundle path a worker must write is a directory): only store,
+    # signer and lease errors stop a run, and one in a worker surfaces as itself
     _ingest(tmp_path / "ref", key, snapshot, 1)
     first = json.loads(snapshot.read_text().splitlines()[0])["id"]
     pointer = json.loads((tmp_path / f"ref/arxiv/{first}.json").read_bytes())
     body = pointer["records"][0]["pith_number"].split(":")[2]
-    event = next(
-        p
-        for p in sorted((tmp_path / "ref/events" / body).iterdir())
-        if json.loads(p.read_bytes())["event_type"] != "correction"
-    )
     for name in ("seq", "par"):
-        target = tmp_path / name / "events" / body / event.name
-        target.parent.mkdir(parents=True)
-        target.write_bytes(b'{"not": "the same event"}')
+        (tmp_path / name / "pith" / body / "bundle.json").mkdir(parents=True)
 
-    def run(name: str, workers: int) -> tuple[WriteConflictError, Publisher, Any]:
+    def run(name: str, workers: int) -> tuple[StorageError, Publisher, Any]:
         pub = Publisher(LocalStore(tmp_path / name), load_signer(key), run_id="run-1")
         par = ParallelPublisher(pub, workers=workers, signer_spec=f"file:{key}", chunk_size=2, in_flight=1)
         items = list(iter_jsonl(snapshot)) * 3  # more than the parent reads before it fails
-        with pytest.raises(WriteConflictError) as info:
+        with pytest.raises(StorageError) as info:
             par.publish(items)
         return info.value, pub, par
 
     seq_err, _, _ = run("seq", 1)
     par_err, pub, par = run("par", 2)
     assert str(par_err) == str(seq_err).replace(str(tmp_path / "seq"), str(tmp_path / "par"))
-    assert event.name in str(par_err)
+    assert f"pith/{body}/bundle.json" in str(par_err) and "\n" not in str(par_err)
     # it stopped early, and the workers are shut down
     assert par.chunks_dispatched > 0 and not par.started and pub.summary.fetched < 99
     assert not (tmp_path / "par/quarantine").exists()

@@ -185,3 +185,83 @@ def test_supersede_interrupted_before_the_correction_is_finished_on_rerun(
     assert [c["payload"]["pith_number"] for c in fixed["state"]["current"]["corrections"]] == [new]
     assert verify_bundle(fixed).ok
     assert publish(store, v2, datetime(2026, 9, 3, tzinfo=UTC)).superseded == 0
+
+
+def _corrections(store: Path, pith_number: str) -> list[str]:
+    body = pith_number.split(":")[2]
+    bundle = json.loads((store / "pith" / body / "bundle.json").read_bytes())
+    return [c["payload"]["pith_number"] for c in bundle["state"]["current"]["corrections"]]
+
+
+def test_a_newer_version_built_first_is_still_linked_when_the_older_arrives(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    obj = json.loads(sample_lines[-1])
+    v1, v2, v3 = (tmp_path / f"v{n}.jsonl" for n in (1, 2, 3))
+    v1.write_text(json.dumps(obj) + "\n")
+    v2.write_text(json.dumps(_version(obj, 2, obj["title"] + " (revised)")) + "\n")
+    v3.write_text(json.dumps(_version(obj, 3, obj["title"] + " (again)")) + "\n")
+    store = tmp_path / "store"
+    new = publish(store, v3).pith_numbers[0]  # v3 first, then v1, then v2: any order
+    old = publish(store, v1, datetime(2026, 8, 1, tzinfo=UTC)).pith_numbers[0]
+    mid = publish(store, v2, datetime(2026, 9, 1, tzinfo=UTC)).pith_numbers[0]
+    assert new in _corrections(store, old) and mid in _corrections(store, old)
+    assert _corrections(store, mid) == [new] and _corrections(store, new) == []
+    pointer = json.loads((store / "arxiv/2606.00972.json").read_bytes())
+    assert pointer["latest"] == new
+    again = publish(store, v1, datetime(2026, 10, 1, tzinfo=UTC))
+    assert (again.unchanged, again.superseded, again.written) == (1, 0, {})  # nothing left to repair
+    for b in store.glob("pith/*/bundle.json"):
+        assert verify_bundle(json.loads(b.read_bytes())).ok, b
+
+
+def test_an_unexpected_error_in_one_record_quarantines_it_and_builds_the_rest(
+    tmp_path: Path, sample_lines: list[str], monkeypatch: Any
+) -> None:
+    from pith_pipeline import pipeline
+    from pith_pipeline.core.builder import Identity
+
+    victim = json.loads(sample_lines[1])["id"]
+    real = Identity.of
+
+    def hostile(rec: Any) -> Any:
+        if rec.id == victim:
+            raise OverflowError("integer beyond what the canonical form allows")
+        return real(rec)
+
+    monkeypatch.setattr(pipeline.Identity, "of", staticmethod(hostile))
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    summary = publish(tmp_path / "store", path)
+    assert (summary.fetched, summary.built, summary.quarantined) == (3, 2, 1)
+    (entry,) = [json.loads(x) for x in (tmp_path / "store/quarantine/run-1.jsonl").read_text().splitlines()]
+    assert entry["record_id"] == victim and "OverflowError" in entry["reason"]
+    assert json.loads(entry["raw"])["id"] == victim  # the record as parsed, kept whole
+
+
+def test_a_damaged_stored_event_stops_that_paper_only_and_names_the_object(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    first = publish(store, path)
+    body = first.pith_numbers[0].split(":")[2]
+    damaged = sorted((store / "events" / body).iterdir())[0]
+    damaged.write_bytes(b"\x00 not json")
+    bundle_before = (store / "pith" / body / "bundle.json").read_bytes()
+    again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
+    assert (again.failed, again.unchanged) == (1, 2)
+    assert f"events/{body}/{damaged.name}" in again.problems[0] and "not valid JSON" in again.problems[0]
+    assert (store / "pith" / body / "bundle.json").read_bytes() == bundle_before  # not re-derived
+
+
+def test_concurrent_writers_keep_each_others_keys_in_the_key_document(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    other = Ed25519Signer(bytes(range(1, 33)), "pipeline-test-2")
+    a = Publisher(store, SIGNER, run_id="a")
+    b = Publisher(store, other, run_id="b")  # both read the (empty) document first
+    a.publish_key_document()
+    b.publish_key_document()
+    doc = json.loads((tmp_path / "pith-signing-key.json").read_bytes())
+    assert sorted(k["key_id"] for k in doc["keys"]) == ["pipeline-test", "pipeline-test-2"]

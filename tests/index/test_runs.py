@@ -190,7 +190,7 @@ def test_conflicting_event_write_is_refused(
     assert s3_store.get(graph) == original
 
 
-def test_conflicting_event_stops_the_run(
+def test_conflicting_event_stops_that_paper_and_is_named(
     s3_store: Store, tmp_path: Any, sample: list[str], signer: Any, run: Runner
 ) -> None:
     scratch = LocalStore(tmp_path / "scratch")
@@ -200,12 +200,14 @@ def test_conflicting_event_stops_the_run(
     )
     tampered = (scratch.get(graph) or b"").replace(b'"signed_at":"', b'"signed_at":"1')
     s3_store.put_once(graph, tampered)  # someone else's different bytes at that key
-    path = tmp_path / "one.jsonl"
-    path.write_text(sample[0] + "\n", encoding="utf-8")
-    with pytest.raises(WriteConflictError):
-        Publisher(s3_store, signer, clock=fixed_clock).publish(iter_jsonl(path))
-    assert s3_store.get(graph) == tampered
-    assert not list(s3_store.list("pith/"))  # the run stopped before any bundle
+    path = tmp_path / "two.jsonl"
+    path.write_text(sample[0] + "\n" + sample[1] + "\n", encoding="utf-8")
+    summary = Publisher(s3_store, signer, clock=fixed_clock).publish(iter_jsonl(path))
+    assert s3_store.get(graph) == tampered  # never overwritten
+    assert summary.failed == 1 and summary.built == 1  # the other paper is published
+    assert graph in summary.problems[0]
+    body = graph.split("/")[1]
+    assert not list(s3_store.list(f"pith/{body}/"))  # no bundle made from it
 
 
 def test_query_matches_counting_bundles(s3_store: Store, sample: list[str], run: Runner) -> None:
