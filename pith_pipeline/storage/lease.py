@@ -97,7 +97,10 @@ class LeaseConfigError(PithError):
 
 
 class LeaseBusyError(TransientError):
-    """Another writer holds a lease this command needs (a later retry can succeed)."""
+    """Another writer holds a lease this command needs (a later retry can succeed).
+    Exit status 75 (EX_TEMPFAIL): try again later, or with --wait."""
+
+    exit_code = 75
 
 
 class LeaseLostError(TransientError):
@@ -340,3 +343,27 @@ def held_leases(store: Store) -> list[dict[str, Any]]:
         if isinstance(doc, dict):
             out.append(doc)
     return out
+
+
+def writer_lease(
+    store: Store,
+    *,
+    command: str,
+    run_id: str = "",
+    shards: Iterable[int] | None = None,
+    papers: bool = True,
+    index: bool = False,
+    wait: float = 0.0,
+    ttl: float = DEFAULT_TTL,
+    on_wait: Callable[[str], None] | None = None,
+) -> WriterLease:
+    """The lease a command takes before it writes: the shards it publishes (`papers`;
+    all of them unless `shards` narrows it) and, for index maintenance, `index`.
+
+    One function so every command and task names its leases the same way, in the same
+    order, with an owner that says which command and run holds them.
+    """
+    names = (shard_leases(shards) if papers else []) + ([INDEX_LEASE] if index else [])
+    return WriterLease(
+        store, names, owner=default_owner(run_id, command), ttl=ttl, wait=wait, on_wait=on_wait
+    )
