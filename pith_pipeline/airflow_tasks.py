@@ -308,7 +308,7 @@ def window_for_run(
         window = Window(day, day + timedelta(days=1))
     else:
         if data_interval_start is None or data_interval_end is None:
-            raise InputError("this run has no data interval; trigger it with conf {\"day\": \"YYYY-MM-DD\"}")
+            raise InputError('this run has no data interval; trigger it with conf {"day": "YYYY-MM-DD"}')
         window = window_from_interval(data_interval_start, data_interval_end)
     return check_window_dates(window, today=today)
 
