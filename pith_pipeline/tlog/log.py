@@ -225,11 +225,14 @@ def append_entries(
     *,
     prefix: str = LOG_PREFIX,
     on_write: Callable[[str, bytes], None] | None = None,
+    before_checkpoint: Callable[[int, int], None] | None = None,
 ) -> AppendResult:
     """Append `entries` in the order given; the caller holds the log's writer lease.
 
     Streams: full tiles and bundles are written as they fill, so memory stays at one
-    tile per level whatever the number of entries. Raises IntegrityError when the
+    tile per level whatever the number of entries. `before_checkpoint(old_size, size)`
+    runs once every tile is written and before the checkpoint moves (the pipeline
+    writes its event-id lookup there). Raises IntegrityError when the
     stored tree does not match its checkpoint, or the checkpoint moved meanwhile.
     """
     started = time.perf_counter()
@@ -296,6 +299,8 @@ def append_entries(
                 put(tile_path(level, index, len(hashes)), b"".join(hashes))
             new.preload(level, index, hashes)
     cp = Checkpoint(log.origin, size, new.root())
+    if before_checkpoint is not None:
+        before_checkpoint(old.size, size)
     signed = log.sign_checkpoint(cp)
     if not store.put_if_match(
         prefix + CHECKPOINT, signed, tagged[1] if tagged else None, content_type="text/plain; charset=utf-8"
