@@ -41,20 +41,21 @@ def logged_store(tmp_path: Path, asset) -> Path:  # type: ignore[no-untyped-def]
         "out",
         "--key",
         "keys/pith-private-key.json",
+        "--log-signer",
+        "logkey/pith-private-key.json",
         "--workers",
         "1",
         cwd=tmp_path,
     )
-    assert r.returncode == 0, r.stderr
-    r = run("log", "rebuild", "--store", "out", "--log-signer", "logkey/pith-private-key.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     return tmp_path
 
 
 def test_build_logs_its_events_and_the_commands_prove_them(logged_store: Path) -> None:
     cwd = logged_store
-    size = sum(1 for _ in (cwd / "out/events").glob("*/*.json"))
-    logged = {"size": size, "root_hash_b64": (cwd / "out/log/checkpoint").read_text().split("\n")[2]}
+    manifest = next((cwd / "out/runs").glob("*/manifest.json"))
+    logged = json.loads(manifest.read_text())["log"]
+    assert logged["origin"] == "pith.example.org/log" and logged["size"] == logged["appended"] > 30
     status = run("log", "status", "out", cwd=cwd)
     assert status.returncode == 0, status.stderr
     assert f"size:       {logged['size']}" in status.stdout and logged["root_hash_b64"] in status.stdout
@@ -82,6 +83,9 @@ def test_build_logs_its_events_and_the_commands_prove_them(logged_store: Path) -
     # log rebuild refuses to rewrite an existing log
     r = run("log", "rebuild", "--store", "out", "--log-signer", "logkey/pith-private-key.json", cwd=cwd)
     assert r.returncode == 1 and "never rewritten" in r.stderr
+    # a later build without the log key refuses to finish unlogged
+    r = run("build", "--input", str(bundle), "--store", "out", "--key", "keys/pith-private-key.json", cwd=cwd)
+    assert r.returncode != 0
 
 
 def test_consistency_with_an_old_checkpoint_and_a_forked_one(logged_store: Path, asset) -> None:  # type: ignore[no-untyped-def]
@@ -97,11 +101,9 @@ def test_consistency_with_an_old_checkpoint_and_a_forked_one(logged_store: Path,
     (cwd / "new.jsonl").write_text(json.dumps(line) + "\n")
     r = run(
         "build", "--input", "new.jsonl", "--store", "out", "--key", "keys/pith-private-key.json",
-        "--workers", "1", cwd=cwd,
+        "--log-signer", "logkey/pith-private-key.json", "--workers", "1", cwd=cwd,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    r = run("log", "sync", "--store", "out", "--log-signer", "logkey/pith-private-key.json", cwd=cwd)
-    assert r.returncode == 0 and "entries appended" in r.stdout, r.stderr
     r = run("log", "consistency", str(old), "--log", "out", cwd=cwd)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -136,3 +138,17 @@ def test_monitor_over_http_trusts_then_checks_growth(logged_store: Path, http_se
     # nothing new: still fine, nothing re-checked
     r = run("log", "monitor", http_server, "--state", "state.json", cwd=cwd)
     assert r.returncode == 0 and "0 new entries verified" in r.stdout
+
+
+def test_receipts_reissue_logs_its_correction_events(logged_store: Path) -> None:
+    cwd = logged_store
+    assert run("keys", "generate", "--out", "keys2", "--key-id", "pith-v2", cwd=cwd).returncode == 0
+    before = int((cwd / "out/log/checkpoint").read_text().split("\n")[1])
+    r = run(
+        "receipts", "reissue", "--store", "out", "--signer", "keys2/pith-private-key.json",
+        "--log-signer", "logkey/pith-private-key.json", cwd=cwd,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert int((cwd / "out/log/checkpoint").read_text().split("\n")[1]) > before
+    r = run("log", "verify", "out", cwd=cwd)
+    assert r.returncode == 0, r.stdout

@@ -159,3 +159,22 @@ def test_a_damaged_stored_event_is_named_and_not_logged(tmp_path: Path, sample_l
     run = sync_log(store, log_signer(), summary.written)
     assert [p for p in run.problems if bad in p and "not the hash of its content" in p]
     assert run.result is not None and run.result.size == sum(1 for _ in event_store_keys(store)) - 1
+
+
+def test_finish_run_appends_and_records_the_checkpoint_in_the_run_manifest(
+    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pith_pipeline.index import finish_run
+    from pith_pipeline.signing.local import generate_key
+
+    priv, _pub, _doc = generate_key(tmp_path / "logkey")
+    monkeypatch.setenv("PITH_LOG_SIGNER", str(priv))
+    monkeypatch.setenv("PITH_LOG_ORIGIN", "registry.test/log")
+    store = MemoryStore()
+    summary = publish(store, sample_lines[:3], tmp_path)
+    key = finish_run(store, summary, {"input": "in.jsonl"})
+    logged = loads(store.objects[key])["log"]
+    checkpoint = store.objects["log/checkpoint"].decode().split("\n")
+    assert checkpoint[:3] == ["registry.test/log", str(logged["size"]), logged["root_hash_b64"]]
+    assert logged["size"] == logged["appended"] == sum(1 for _ in event_store_keys(store))
+    assert check_log_matches_event_store(store) == []
