@@ -13,6 +13,7 @@ import click
 
 from pith_pipeline import __version__
 from pith_pipeline.cli import backfill, core, ingest, signing, storage
+from pith_pipeline.cli import log as log_cli
 from pith_pipeline.errors import PithError
 
 
@@ -33,7 +34,7 @@ def cli() -> None:
     """
 
 
-for module in (core, ingest, storage, signing, backfill):
+for module in (core, ingest, storage, signing, backfill, log_cli):
     module.register(cli)
 
 

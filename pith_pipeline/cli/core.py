@@ -205,8 +205,21 @@ def _load_bundle(path: Path) -> Any:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures and the summary.")
+@click.option(
+    "--log",
+    "log_location",
+    default=None,
+    metavar="URL|STORE",
+    help="Also check every event of the bundles is in this transparency log. A store "
+    "directory that keeps a log is always checked to hold exactly its events.",
+)
 def verify(
-    paths: tuple[str, ...], pin: str | None, keys_doc: Path | None, as_json: bool, quiet: bool
+    paths: tuple[str, ...],
+    pin: str | None,
+    keys_doc: Path | None,
+    as_json: bool,
+    quiet: bool,
+    log_location: str | None,
 ) -> None:
     """Verify bundles: every check of the spec by name, one line each.
 
@@ -230,13 +243,17 @@ def verify(
             unreadable.append(f"{f}: unreadable ({type(exc).__name__}: {exc})")
             continue
         reports.append(verify_bundle(bundle, pinned_fingerprint=pin, source=str(f), trusted_keys=trusted))
+    from pith_pipeline.tlog.client import verify_with_log
+
+    log_problems = verify_with_log(paths, files, log_location)  # the transparency log (tlog)
     if as_json:
         click.echo(
             dumps_pretty(
                 {
-                    "ok": all(r.ok for r in reports) and not unreadable,
+                    "ok": all(r.ok for r in reports) and not unreadable and not log_problems,
                     "bundles": [r.to_json() for r in reports],
                     "unreadable": unreadable,
+                    "log_problems": log_problems,
                 }
             ).decode()
         )
@@ -250,6 +267,8 @@ def verify(
                 click.echo(f"  {c.status.upper():4} {c.name}: {c.detail}")
         for u in unreadable:
             click.echo(f"ERROR {u}", err=True)
+        for p in log_problems:
+            click.echo(f"FAIL {p}")
         bad = sum(not r.ok for r in reports)
         click.echo(
             f"{len(reports)} bundles, {len(reports) - bad} verified, {bad} failed"
@@ -257,7 +276,7 @@ def verify(
         )
     if unreadable:
         sys.exit(2)
-    sys.exit(0 if all(r.ok for r in reports) else 1)
+    sys.exit(0 if all(r.ok for r in reports) and not log_problems else 1)
 
 
 @click.command()

@@ -13,8 +13,25 @@ from pith_pipeline.pipeline import DEFAULT_BASE_URL, BuildConfig, RunSummary
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _set_log_signer(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """The log key reaches the end of the run (`tlog.pipeline.log_run`) as PITH_LOG_SIGNER."""
+    if value:
+        import os
+
+        os.environ["PITH_LOG_SIGNER"] = value
+
+
 def site_options(fn: F) -> F:
-    """--base-url, --registry-name, --signer-id."""
+    """--base-url, --registry-name, --signer-id, --log-signer."""
+    fn = click.option(
+        "--log-signer",
+        envvar="PITH_LOG_SIGNER",
+        metavar="SPEC",
+        expose_value=False,
+        callback=_set_log_signer,
+        help="Key of the store's transparency log (as --signer; env PITH_LOG_SIGNER): every "
+        "event a run publishes is appended to log/. Required once a store has a log.",
+    )(fn)
     fn = click.option(
         "--signer-id",
         envvar="PITH_SIGNER_ID",

@@ -167,6 +167,9 @@ def reissue(
         total = len(r.subjects())
         with tqdm(total=total, desc="reissue", unit="rec", disable=None) as bar:
             summary = r.run(workers=workers, progress=bar.update)
+    from pith_pipeline.tlog.pipeline import log_run
+
+    log_run(st, ())  # the new correction events into the transparency log, if the store has one
     click.echo(summary.line())
     if summary.rotated:
         click.echo(
