@@ -23,6 +23,7 @@ from pith_pipeline.core.events import (
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.core.merge import merge, validate_event
 from pith_pipeline.core.record import PithNumber, arxiv_doi
+from pith_pipeline.errors import CanonicalJSONError
 
 OK, FAIL, WARN, SKIP = "ok", "fail", "warn", "skip"
 CHECKS = (
@@ -42,6 +43,66 @@ CHECKS = (
     "key_trust",
 )
 RECEIPT_REISSUED = "receipt_reissued"
+
+# Signature blocks carry exactly these fields, every one a string. A block is not
+# open for extension: a field no check reads is a place for a forger to put claims
+# that some other reader may believe.
+EVENT_SIGNATURE_FIELDS = frozenset(
+    {
+        "signature_status",
+        "algorithm",
+        "key_id",
+        "public_key_fingerprint",
+        "signature_b64",
+        "signed_message",
+        "signed_at",
+    }
+)
+BUNDLE_SIGNATURE_FIELDS = EVENT_SIGNATURE_FIELDS | {"bundle_sha256"}
+RECEIPT_FIELDS = EVENT_SIGNATURE_FIELDS | {
+    "kind",
+    "builder_version",
+    "receipt_version",
+    "canonical_sha256",
+    "last_reissued_at",
+    "first_computed_at",
+}
+#: What a malformed hostile value may raise inside a check; each becomes a FAIL.
+_MALFORMED = (
+    ValueError,
+    TypeError,
+    KeyError,
+    AttributeError,
+    IndexError,
+    OverflowError,
+    RecursionError,
+    CanonicalJSONError,
+)
+
+
+def block_problem(block: Any, fields: frozenset[str], what: str) -> str | None:
+    """Why a signature block is not exactly `fields` with string values, or None."""
+    if not isinstance(block, dict):
+        return f"{what} is not an object"
+    extra = sorted(str(k) for k in block if k not in fields)
+    missing = sorted(fields - set(block))
+    parts = []
+    if extra:
+        parts.append("unknown fields " + ", ".join(extra))
+    if missing:
+        parts.append("missing fields " + ", ".join(missing))
+    not_str = sorted(k for k in fields if k in block and not isinstance(block[k], str))
+    if not_str:
+        parts.append("non-string " + ", ".join(not_str))
+    return f"{what}: " + "; ".join(parts) if parts else None
+
+
+def _exact(block: Any, fields: frozenset[str], what: str) -> dict[str, Any]:
+    why = block_problem(block, fields, what)
+    if why:
+        raise _Bad(why)
+    result: dict[str, Any] = block
+    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +168,15 @@ class _Verifier:
         self.pinned = pinned.lower() if pinned else None
         self.keys: dict[str, PublicKey] = {}
         self.key_errors: list[str] = []
-        for i, doc in enumerate(bundle.get("public_keys") or []):
+        listed = bundle.get("public_keys") or []
+        if not isinstance(listed, list):
+            self.key_errors.append("public_keys is not a list")
+            listed = []
+        for i, doc in enumerate(listed):
             try:
                 k = PublicKey.from_json(doc)
                 self.keys.setdefault(k.key_id, k)
-            except (ValueError, KeyError, TypeError) as exc:
+            except _MALFORMED as exc:
                 self.key_errors.append(f"public_keys[{i}]: {exc}")
         subject = bundle.get("pith_number")
         self.subject: str = subject if isinstance(subject, str) else ""
@@ -201,7 +266,7 @@ class _Verifier:
         rec = _obj(payload.get("canonical_record"), "payload.canonical_record")
         if dumps(rec) != dumps(_obj(self.b.get("canonical_record"), "canonical_record")):
             raise _Bad("record_created carries a different canonical record than the bundle")
-        r = _obj(payload.get("receipt"), "receipt")
+        r = _exact(payload.get("receipt"), RECEIPT_FIELDS, "receipt")
         digest = _str(r.get("canonical_sha256"), "receipt.canonical_sha256")
         if digest != self.b.get("canonical_sha256") or payload.get("canonical_sha256") != digest:
             raise _Bad("receipt is for a different canonical_sha256")
@@ -244,7 +309,7 @@ class _Verifier:
                 continue
             if payload.get("record_created") != creation.get("event_id"):
                 raise _Bad(f"re-issued receipt {entry.get('event_id')} names another record_created event")
-            r = _obj(payload.get("receipt"), "re-issued receipt")
+            r = _exact(payload.get("receipt"), RECEIPT_FIELDS, "re-issued receipt")
             if (
                 r.get("kind") != "pith_receipt"
                 or r.get("algorithm") != "ed25519"
@@ -302,6 +367,18 @@ class _Verifier:
             return WARN, "invalid events accounted for in the state: " + "; ".join(warns)
         return OK, f"{len(events)} events: {label}"
 
+    def event_signatures(self) -> tuple[str, str]:
+        status, detail = self._event_check(("bad_signature", "unknown_key"), "signatures verify")
+        blocks = []
+        for i, ev in enumerate(_list(self.b.get("events"), "events")):
+            if isinstance(ev, dict) and isinstance(ev.get("signature"), dict):
+                why = block_problem(ev["signature"], EVENT_SIGNATURE_FIELDS, f"events[{i}].signature")
+                if why:
+                    blocks.append(why)
+        if blocks:
+            return FAIL, "; ".join(blocks + ([detail] if status == FAIL else []))
+        return status, detail
+
     def bundle_hash(self) -> str:
         sig = _obj(self.b.get("bundle_signature"), "bundle_signature")
         got = bundle_sha256(self.b)
@@ -313,7 +390,7 @@ class _Verifier:
         return got
 
     def bundle_signature(self) -> str:
-        sig = _obj(self.b.get("bundle_signature"), "bundle_signature")
+        sig = _exact(self.b.get("bundle_signature"), BUNDLE_SIGNATURE_FIELDS, "bundle_signature")
         if (
             sig.get("algorithm") != "ed25519"
             or sig.get("signed_message") != BUNDLE_SIGNED_MESSAGE
@@ -377,7 +454,13 @@ class _Verifier:
     trusted: dict[str, PublicKey] | None
 
     def _signatures(self) -> list[tuple[str, Any, Any]]:
-        """(where, key_id, signed_at) of every registry signature the bundle relies on."""
+        """(where, key_id, when) of every registry signature the bundle relies on.
+
+        `when` comes from signed data only: a receipt's `signed_at` is inside its
+        event's hashed payload, an event's `signed_at` inside the bundle's hash, and
+        the bundle signature's own `signed_at`, which nothing covers, is replaced by
+        the bundle's `built_at`.
+        """
         out: list[tuple[str, Any, Any]] = []
         merged = self._merged()
         valid_ids = set(merged["applied_event_ids"]) | {
@@ -406,7 +489,8 @@ class _Verifier:
                     r = payload["receipt"]
                     out.append((f"events[{i}] re-issued receipt", r.get("key_id"), r.get("signed_at")))
         sig = _obj(self.b.get("bundle_signature"), "bundle_signature")
-        out.append(("bundle_signature", sig.get("key_id"), sig.get("signed_at")))
+        # the bundle's own signed_at is outside every hash: the signed built_at decides
+        out.append(("bundle_signature", sig.get("key_id"), self.b.get("built_at")))
         return out
 
     def key_trust(self) -> str:
@@ -506,8 +590,8 @@ def verify_bundle(
             status, detail = out if isinstance(out, tuple) else (OK, out)
         except _Bad as exc:
             status, detail = FAIL, str(exc)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            status, detail = FAIL, f"malformed bundle ({type(exc).__name__}: {exc})"
+        except _MALFORMED as exc:  # a hostile value fails this bundle, never the run
+            status, detail = FAIL, f"malformed bundle ({type(exc).__name__}: {str(exc)[:200]})"
         report.checks.append(Check(name, status, detail))
 
     run("canonical_hash", v.canonical_hash)
@@ -520,7 +604,7 @@ def verify_bundle(
         lambda: v._event_check(("malformed", "bad_content_hash", "unknown_event_type"), "hashes recompute"),
     )
     run("event_ids", lambda: v._event_check(("bad_event_id", "subject_mismatch"), "ids match content hashes"))
-    run("event_signatures", lambda: v._event_check(("bad_signature", "unknown_key"), "signatures verify"))
+    run("event_signatures", v.event_signatures)
     run("bundle_hash", v.bundle_hash)
     run("bundle_signature", v.bundle_signature)
     run("state", v.state_check)
