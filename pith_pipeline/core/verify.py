@@ -8,12 +8,13 @@ warning when the state accounts for it with the same reason, a failure otherwise
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pith_pipeline.core.bundle import bundle_sha256
-from pith_pipeline.core.canonical_json import dumps
+from pith_pipeline.core.canonical_json import dumps, loads
 from pith_pipeline.core.certificate import certificate_problem, within_window
 from pith_pipeline.core.events import (
     BUNDLE_SIGNED_MESSAGE,
@@ -612,3 +613,116 @@ def verify_bundle(
     run("pinned_key", v.pinned_key)
     run("key_trust", v.key_trust)
     return report
+
+
+# -- the event store (objects at events/<ID>/<content_sha256>[.sig-<key>].json) --------
+
+EVENT_OBJECT = re.compile(r"events/([A-Z2-7]{26})/([0-9a-f]{64})(?:\.sig-([A-Za-z0-9._-]+))?\.json")
+
+
+def resigned_suffix(key_id: str) -> str:
+    """How a re-signed copy's name carries its key id (`signing.rotation.resigned_key`)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", key_id)
+
+
+class KeyRing:
+    """The keys whose signatures count on stored events: those the store's key
+    document lists (or a trusted document). A certified key counts only through a
+    valid certificate from an uncertified key of the ring; checked once per key."""
+
+    def __init__(self, keys: Iterable[PublicKey]) -> None:
+        self.keys: dict[str, PublicKey] = {}
+        for k in keys:
+            self.keys.setdefault(k.key_id, k)
+        self._roots = {kid: k for kid, k in self.keys.items() if k.certificate is None}
+        self._cert_problems: dict[str, str | None] = {}
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __repr__(self) -> str:
+        return f"KeyRing({sorted(self.keys)})"
+
+    def certificate_problem(self, key: PublicKey) -> str | None:
+        if key.certificate is None:
+            return None
+        if key.key_id not in self._cert_problems:
+            self._cert_problems[key.key_id] = certificate_problem(key, self._roots)
+        return self._cert_problems[key.key_id]
+
+
+def check_stored_event(key: str, data: bytes, keyring: KeyRing) -> tuple[dict[str, Any] | None, str | None]:
+    """Check one object of the event store; `(event, None)` when it is sound.
+
+    Otherwise `(event or None, reason)`, the reason one line. Sound means: the name
+    is `events/<ID>/<content_sha256>.json` (or `.sig-<key id>.json` for a copy
+    re-signed after a rotation), the bytes are JSON without duplicate keys, the
+    content hash and event id recompute, the subject is this directory's, the
+    signature block holds exactly its fields and verifies with a key of the ring,
+    and the key was not retired (rotated, or outside its certificate) before the
+    event's signed `created_at`. Pure: the caller reads the bytes.
+    """
+    m = EVENT_OBJECT.fullmatch(key)
+    if m is None:
+        return None, "not an event object name (events/<ID>/<content sha256>.json)"
+    body, name_hash, suffix = m.groups()
+    try:
+        event = loads(data)
+    except ValueError as exc:
+        return None, f"not valid JSON ({str(exc)[:160]})"
+    except RecursionError:
+        return None, "not valid JSON (nested too deeply)"
+    if not isinstance(event, dict):
+        return None, "not a JSON object"
+    subject = event.get("subject_pith_number")
+    if not isinstance(subject, str):
+        return event, "malformed event (no subject_pith_number)"
+    try:
+        reason = validate_event(event, subject, keyring.keys)
+    except _MALFORMED as exc:
+        reason = f"malformed ({type(exc).__name__})"
+    if reason is not None:
+        return event, _EVENT_REASONS.get(reason, reason)
+    try:
+        if PithNumber.parse(subject).body != body:
+            return event, f"event of {subject} stored under events/{body}/"
+    except ValueError:
+        return event, f"subject {subject[:80]!r} is not a Pith number"
+    if event["content_sha256"] != name_hash:
+        return event, f"named {name_hash[:16]}... but its content hashes to {event['content_sha256'][:16]}..."
+    sig = event["signature"]
+    why = block_problem(sig, EVENT_SIGNATURE_FIELDS, "signature")
+    if why:
+        return event, why
+    if suffix is not None and suffix != resigned_suffix(sig["key_id"]):
+        return event, f"named as re-signed by {suffix} but signed by {sig['key_id']}"
+    pk = keyring.keys[sig["key_id"]]
+    cert_why = keyring.certificate_problem(pk)
+    if cert_why:
+        return event, cert_why
+    created = event["created_at"]
+    # created_at is hashed and signed; signed_at is not. A re-signed copy is signed
+    # after its content was made, so only the end of its key's validity applies.
+    bound = pk if suffix is None else PublicKey(pk.key_id, pk.public_key, rotates_at=_retired_at(pk))
+    if not within_window(bound, created):
+        return event, f"created at {created}, outside the validity of key {pk.key_id}"
+    return event, None
+
+
+_EVENT_REASONS = {
+    "malformed": "malformed event (a field missing or of the wrong type)",
+    "unknown_event_type": "unknown event type",
+    "bad_content_hash": "content_sha256 does not recompute (the content was changed)",
+    "bad_event_id": "event_id does not match the content hash",
+    "unknown_key": "signed by a key the key document does not list (or with a wrong fingerprint)",
+    "bad_signature": "signature does not verify with the listed key",
+}
+
+
+def _retired_at(key: PublicKey) -> str | None:
+    """When a key stopped counting: its rotation, or its certificate's end."""
+    if key.rotates_at:
+        return key.rotates_at
+    cert = key.certificate
+    end = cert.get("not_after") if isinstance(cert, dict) else None
+    return end if isinstance(end, str) else None
