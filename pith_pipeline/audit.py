@@ -221,7 +221,7 @@ class _Auditor:
         self.on_report = on_report
         #: arXiv id -> pith numbers the bundles say are versions of it
         self.by_arxiv: dict[str, set[str]] = {}
-        #: body -> ids of its verified stored record_created events
+        #: body -> ids of its verified record_created events and of its damaged objects
         self.created: dict[str, set[str]] = {}
 
     def read(self, key: str, limit: int) -> tuple[bytes | None, Finding | None]:
@@ -234,7 +234,10 @@ class _Auditor:
         evs = _read_events(self.store, body, event_keys, self.keyring, MAX_EVENT_BYTES)
         for key, reason in evs.problems:
             yield Finding(key, reason)
-        self.created[body] = {e["event_id"] for e in evs.events if e["event_type"] == "record_created"}
+        # ids a pointer may name: verified creations, and damaged objects (already reported)
+        self.created[body] = {e["event_id"] for e in evs.events if e["event_type"] == "record_created"} | (
+            evs.ids - {e["event_id"] for e in evs.events}
+        )
         bkey, skey, wkey = bundle_paths(body)
         raw, bad = self.read(bkey, MAX_BUNDLE_BYTES)
         if bad:

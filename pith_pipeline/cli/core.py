@@ -247,7 +247,7 @@ def verify(
         )
     else:
         for r in reports:
-            if not quiet:
+            if not quiet or not r.ok:  # a failure always names its bundle
                 click.echo(f"{r.source}: {r.pith_number}")
             for c in r.checks:
                 if quiet and c.status != FAIL:
