@@ -171,6 +171,16 @@ def build(
     fail_if_incomplete(summary, st.url)
 
 
+def _is_store(location: str) -> bool:
+    """An S3 URL, or a directory laid out as a store (events/, pith/ or a key document)."""
+    if location.startswith("s3://"):
+        return True
+    path = Path(location.removeprefix("file://"))
+    return path.is_dir() and (
+        (path / "events").is_dir() or (path / "pith").is_dir() or (path / "pith-signing-key.json").is_file()
+    )
+
+
 def _bundle_files(paths: tuple[str, ...]) -> Iterator[Path]:
     for p in paths:
         path = Path(p)
@@ -182,7 +192,14 @@ def _bundle_files(paths: tuple[str, ...]) -> Iterator[Path]:
 
 
 def _load_bundle(path: Path) -> Any:
-    return loads(path.read_bytes())
+    """A bundle file, read up to the size limit of stored bundles."""
+    from pith_pipeline.audit import MAX_BUNDLE_BYTES
+
+    with path.open("rb") as fh:
+        data = fh.read(MAX_BUNDLE_BYTES + 1)
+    if len(data) > MAX_BUNDLE_BYTES:
+        raise ValueError(f"over the {MAX_BUNDLE_BYTES}-byte limit for a bundle")
+    return loads(data)
 
 
 @click.command()
@@ -223,18 +240,43 @@ def verify(
 ) -> None:
     """Verify bundles: every check of the spec by name, one line each.
 
-    PATHS are bundle files or store directories (every pith/*/bundle.json in them).
-    Exit status: 0 when every check holds, 1 when any fails, 2 when input is unreadable.
+    PATHS are bundle files, directories of them, or stores (a store directory or
+    s3://bucket/prefix). A store is audited whole: every bundle, every event object
+    (its name is its content hash, the hash recomputes, the signature verifies with
+    a key of the store's key document, or of --keys), that each bundle lists
+    exactly its stored events, the state.json and .well-known copies and the arXiv
+    pointers; each damaged object is one line naming its path, and the rest is
+    still checked. Exit status: 0 when everything holds, 1 when any check fails or
+    any stored object is damaged, 2 when input is unreadable (a bundle file that is
+    not JSON, a path with no bundles).
     """
+    from pith_pipeline.audit import Finding, audit_store
+
     reports: list[Report] = []
     unreadable: list[str] = []
+    findings: list[Finding] = []
+    urls: list[str] = []
     trusted = None
     if keys_doc is not None:
         from pith_pipeline.signing.rotation import read_key_document
 
         trusted = read_key_document(keys_doc.read_bytes(), str(keys_doc))
-    files = list(_bundle_files(paths))
-    if not files:
+    stores = [p for p in paths if _is_store(p)]
+    files = list(_bundle_files(tuple(p for p in paths if p not in stores)))
+    for location in stores:
+        st = open_store(location)
+        before = len(reports) + len(findings)
+
+        def add(report: Report, url: str = st.url) -> None:
+            report.source = f"{url}/{report.source}"
+            reports.append(report)
+
+        for finding in audit_store(st, pinned=pin, trusted=trusted, on_report=add):
+            findings.append(finding)
+            urls.append(st.url)
+        if len(reports) + len(findings) == before:
+            unreadable.append(f"no bundles found in {st.url}")
+    if not files and not stores:
         unreadable.append(f"no bundles found in {', '.join(paths)}")
     for f in files:
         try:
@@ -246,12 +288,14 @@ def verify(
     from pith_pipeline.tlog.client import verify_with_log
 
     log_problems = verify_with_log(paths, files, log_location)  # the transparency log (tlog)
+    damaged = [(fd, url) for fd, url in zip(findings, urls, strict=True) if fd.check is None]
     if as_json:
         click.echo(
             dumps_pretty(
                 {
-                    "ok": all(r.ok for r in reports) and not unreadable and not log_problems,
+                    "ok": all(r.ok for r in reports) and not unreadable and not log_problems and not damaged,
                     "bundles": [r.to_json() for r in reports],
+                    "findings": [{**fd.to_json(), "store": url} for fd, url in damaged],
                     "unreadable": unreadable,
                     "log_problems": log_problems,
                 }
@@ -259,12 +303,14 @@ def verify(
         )
     else:
         for r in reports:
-            if not quiet:
+            if not quiet or not r.ok:  # a failure always names its bundle
                 click.echo(f"{r.source}: {r.pith_number}")
             for c in r.checks:
                 if quiet and c.status != FAIL:
                     continue
                 click.echo(f"  {c.status.upper():4} {c.name}: {c.detail}")
+        for fd, url in damaged:
+            click.echo(f"FAIL {fd.line(url)}")
         for u in unreadable:
             click.echo(f"ERROR {u}", err=True)
         for p in log_problems:
@@ -272,11 +318,12 @@ def verify(
         bad = sum(not r.ok for r in reports)
         click.echo(
             f"{len(reports)} bundles, {len(reports) - bad} verified, {bad} failed"
+            + (f", {len(damaged)} damaged stored objects" if stores else "")
             + (f", {len(unreadable)} unreadable" if unreadable else "")
         )
     if unreadable:
         sys.exit(2)
-    sys.exit(0 if all(r.ok for r in reports) and not log_problems else 1)
+    sys.exit(0 if all(r.ok for r in reports) and not log_problems and not damaged else 1)
 
 
 @click.command()

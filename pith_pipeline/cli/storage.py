@@ -79,21 +79,51 @@ def query(sql: str, store: str, fmt: str) -> None:
 @click.command()
 @_store_option
 @click.option(
-    "--deep", is_flag=True, help="Also list every bundle and event object and report bundles not indexed."
+    "--deep",
+    is_flag=True,
+    help="Also list every bundle and event object, report bundles not indexed, and "
+    "audit every stored object as `verify` does (exit 1 when any is damaged).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def status(store: str, deep: bool, as_json: bool) -> None:
     """Summarise what a store has published: records, events, runs, quarantine, index.
 
+    With --deep, every event object, bundle, state, .well-known copy and arXiv
+    pointer is checked too; each damaged object is one line naming its path, and
+    the exit status is 1 when there is any.
+
     \b
     Example:
       pith-pipeline status --store out/ --deep
     """
+    import sys
+
     from pith_pipeline.index import format_status
     from pith_pipeline.index import status as get_status
 
-    st = get_status(open_store(store), deep=deep)
-    click.echo(json.dumps(st, indent=1, default=str) if as_json else format_status(st))
+    opened = open_store(store)
+    st = get_status(opened, deep=deep)
+    damaged: list[str] = []
+    if deep:
+        from pith_pipeline.audit import audit_store
+
+        damaged = [f.line(opened.url) for f in audit_store(opened)]
+        st["damaged_objects"] = len(damaged)
+        st["damaged"] = damaged[:MAX_LISTED]
+    if as_json:
+        click.echo(json.dumps(st, indent=1, default=str))
+    else:
+        click.echo(format_status(st))
+        if deep:
+            click.echo(f"integrity: {len(damaged)} damaged stored objects (`verify` lists them all)")
+            for line in damaged[:MAX_LISTED]:
+                click.echo(f"  FAIL {line}")
+    if damaged:
+        sys.exit(1)
+
+
+#: Damaged objects `status --deep` lists (the count is always exact).
+MAX_LISTED = 50
 
 
 @click.command()

@@ -12,6 +12,7 @@ none, and guessing their canonical form is how hashes silently diverge.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import orjson
@@ -118,9 +119,51 @@ def H(value: Any) -> str:
     return hashlib.sha256(dumps(value)).hexdigest()
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object repeats a key: readers disagree on which value counts."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise DuplicateKeyError(f"duplicate key {k!r} in a JSON object")
+            seen.add(k)
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def loads(data: bytes | str) -> Any:
-    """Parse JSON; integers stay exact, floats come back as floats (and are refused later)."""
-    return orjson.loads(data)
+    """Parse JSON strictly; a repeated key in any object raises `DuplicateKeyError`.
+
+    orjson (like Python's json) keeps the last of two equal keys and other parsers
+    keep the first, so a file with duplicates says two things at once: refused.
+    Fast path: when serialising the parsed value gives back the input bytes (our
+    own compact and pretty files), the input cannot have held a duplicate, since
+    the same bytes cannot hold more members than the output has. Anything else is
+    re-read by the standard library with a hook that sees every member. Integers
+    beyond 64 bits come back as floats (orjson) and are refused by `dumps`.
+    """
+    value = orjson.loads(data)  # strict UTF-8, no NaN/Infinity, no trailing commas
+    if type(value) is not dict and type(value) is not list:
+        return value  # a scalar has no object to repeat a key in
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    text = raw.strip(b" \t\r\n")
+    try:
+        if orjson.dumps(value) == text or orjson.dumps(value, option=orjson.OPT_INDENT_2) == text:
+            return value
+    except orjson.JSONEncodeError:
+        pass
+    try:
+        json.loads(raw, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    return value
 
 
 def dumps_pretty(value: Any) -> bytes:

@@ -26,6 +26,10 @@ CERTIFICATE_KIND = "pith_key_certificate"
 CERTIFICATE_VERSION = "1.0"
 CERTIFICATE_SIGNED_MESSAGE = "key_certificate_sha256_bytes"
 _UNHASHED = ("certificate_sha256", "signature")
+#: The certificate's signature block, exactly (it is outside the certificate's hash).
+SIGNATURE_FIELDS = frozenset(
+    ("algorithm", "key_id", "public_key_fingerprint", "signed_message", "signature_b64", "signed_at")
+)
 
 
 def certificate_sha256(cert: Mapping[str, Any]) -> str:
@@ -100,6 +104,11 @@ def certificate_problem(key: PublicKey, issuers: Mapping[str, PublicKey]) -> str
             or sig.get("signed_message") != CERTIFICATE_SIGNED_MESSAGE
         ):
             return f"key {key.key_id}: certificate signature block malformed"
+        if set(sig) != SIGNATURE_FIELDS:
+            unknown = ", ".join(sorted(str(k) for k in set(sig) - SIGNATURE_FIELDS)) or "none"
+            return (
+                f"key {key.key_id}: certificate signature block has unknown fields ({unknown}) or lacks some"
+            )
         if not verify_signature(issuer.public_key, digest, str(sig.get("signature_b64"))):
             return f"key {key.key_id}: certificate signature does not verify with {issuer.key_id}"
     except (TypeError, ValueError, AttributeError) as exc:

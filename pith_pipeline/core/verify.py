@@ -8,12 +8,13 @@ warning when the state accounts for it with the same reason, a failure otherwise
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pith_pipeline.core.bundle import bundle_sha256
-from pith_pipeline.core.canonical_json import dumps
+from pith_pipeline.core.canonical_json import dumps, loads
 from pith_pipeline.core.certificate import certificate_problem, within_window
 from pith_pipeline.core.events import (
     BUNDLE_SIGNED_MESSAGE,
@@ -23,6 +24,7 @@ from pith_pipeline.core.events import (
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.core.merge import merge, validate_event
 from pith_pipeline.core.record import PithNumber, arxiv_doi
+from pith_pipeline.errors import CanonicalJSONError
 
 OK, FAIL, WARN, SKIP = "ok", "fail", "warn", "skip"
 CHECKS = (
@@ -42,6 +44,66 @@ CHECKS = (
     "key_trust",
 )
 RECEIPT_REISSUED = "receipt_reissued"
+
+# Signature blocks carry exactly these fields, every one a string. A block is not
+# open for extension: a field no check reads is a place for a forger to put claims
+# that some other reader may believe.
+EVENT_SIGNATURE_FIELDS = frozenset(
+    {
+        "signature_status",
+        "algorithm",
+        "key_id",
+        "public_key_fingerprint",
+        "signature_b64",
+        "signed_message",
+        "signed_at",
+    }
+)
+BUNDLE_SIGNATURE_FIELDS = EVENT_SIGNATURE_FIELDS | {"bundle_sha256"}
+RECEIPT_FIELDS = EVENT_SIGNATURE_FIELDS | {
+    "kind",
+    "builder_version",
+    "receipt_version",
+    "canonical_sha256",
+    "last_reissued_at",
+    "first_computed_at",
+}
+#: What a malformed hostile value may raise inside a check; each becomes a FAIL.
+_MALFORMED = (
+    ValueError,
+    TypeError,
+    KeyError,
+    AttributeError,
+    IndexError,
+    OverflowError,
+    RecursionError,
+    CanonicalJSONError,
+)
+
+
+def block_problem(block: Any, fields: frozenset[str], what: str) -> str | None:
+    """Why a signature block is not exactly `fields` with string values, or None."""
+    if not isinstance(block, dict):
+        return f"{what} is not an object"
+    extra = sorted(str(k) for k in block if k not in fields)
+    missing = sorted(fields - set(block))
+    parts = []
+    if extra:
+        parts.append("unknown fields " + ", ".join(extra))
+    if missing:
+        parts.append("missing fields " + ", ".join(missing))
+    not_str = sorted(k for k in fields if k in block and not isinstance(block[k], str))
+    if not_str:
+        parts.append("non-string " + ", ".join(not_str))
+    return f"{what}: " + "; ".join(parts) if parts else None
+
+
+def _exact(block: Any, fields: frozenset[str], what: str) -> dict[str, Any]:
+    why = block_problem(block, fields, what)
+    if why:
+        raise _Bad(why)
+    result: dict[str, Any] = block
+    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +169,15 @@ class _Verifier:
         self.pinned = pinned.lower() if pinned else None
         self.keys: dict[str, PublicKey] = {}
         self.key_errors: list[str] = []
-        for i, doc in enumerate(bundle.get("public_keys") or []):
+        listed = bundle.get("public_keys") or []
+        if not isinstance(listed, list):
+            self.key_errors.append("public_keys is not a list")
+            listed = []
+        for i, doc in enumerate(listed):
             try:
                 k = PublicKey.from_json(doc)
                 self.keys.setdefault(k.key_id, k)
-            except (ValueError, KeyError, TypeError) as exc:
+            except _MALFORMED as exc:
                 self.key_errors.append(f"public_keys[{i}]: {exc}")
         subject = bundle.get("pith_number")
         self.subject: str = subject if isinstance(subject, str) else ""
@@ -201,7 +267,7 @@ class _Verifier:
         rec = _obj(payload.get("canonical_record"), "payload.canonical_record")
         if dumps(rec) != dumps(_obj(self.b.get("canonical_record"), "canonical_record")):
             raise _Bad("record_created carries a different canonical record than the bundle")
-        r = _obj(payload.get("receipt"), "receipt")
+        r = _exact(payload.get("receipt"), RECEIPT_FIELDS, "receipt")
         digest = _str(r.get("canonical_sha256"), "receipt.canonical_sha256")
         if digest != self.b.get("canonical_sha256") or payload.get("canonical_sha256") != digest:
             raise _Bad("receipt is for a different canonical_sha256")
@@ -244,7 +310,7 @@ class _Verifier:
                 continue
             if payload.get("record_created") != creation.get("event_id"):
                 raise _Bad(f"re-issued receipt {entry.get('event_id')} names another record_created event")
-            r = _obj(payload.get("receipt"), "re-issued receipt")
+            r = _exact(payload.get("receipt"), RECEIPT_FIELDS, "re-issued receipt")
             if (
                 r.get("kind") != "pith_receipt"
                 or r.get("algorithm") != "ed25519"
@@ -302,6 +368,18 @@ class _Verifier:
             return WARN, "invalid events accounted for in the state: " + "; ".join(warns)
         return OK, f"{len(events)} events: {label}"
 
+    def event_signatures(self) -> tuple[str, str]:
+        status, detail = self._event_check(("bad_signature", "unknown_key"), "signatures verify")
+        blocks = []
+        for i, ev in enumerate(_list(self.b.get("events"), "events")):
+            if isinstance(ev, dict) and isinstance(ev.get("signature"), dict):
+                why = block_problem(ev["signature"], EVENT_SIGNATURE_FIELDS, f"events[{i}].signature")
+                if why:
+                    blocks.append(why)
+        if blocks:
+            return FAIL, "; ".join(blocks + ([detail] if status == FAIL else []))
+        return status, detail
+
     def bundle_hash(self) -> str:
         sig = _obj(self.b.get("bundle_signature"), "bundle_signature")
         got = bundle_sha256(self.b)
@@ -313,7 +391,7 @@ class _Verifier:
         return got
 
     def bundle_signature(self) -> str:
-        sig = _obj(self.b.get("bundle_signature"), "bundle_signature")
+        sig = _exact(self.b.get("bundle_signature"), BUNDLE_SIGNATURE_FIELDS, "bundle_signature")
         if (
             sig.get("algorithm") != "ed25519"
             or sig.get("signed_message") != BUNDLE_SIGNED_MESSAGE
@@ -377,7 +455,13 @@ class _Verifier:
     trusted: dict[str, PublicKey] | None
 
     def _signatures(self) -> list[tuple[str, Any, Any]]:
-        """(where, key_id, signed_at) of every registry signature the bundle relies on."""
+        """(where, key_id, when) of every registry signature the bundle relies on.
+
+        `when` comes from signed data only: a receipt's `signed_at` is inside its
+        event's hashed payload, an event's `signed_at` inside the bundle's hash, and
+        the bundle signature's own `signed_at`, which nothing covers, is replaced by
+        the bundle's `built_at`.
+        """
         out: list[tuple[str, Any, Any]] = []
         merged = self._merged()
         valid_ids = set(merged["applied_event_ids"]) | {
@@ -406,7 +490,8 @@ class _Verifier:
                     r = payload["receipt"]
                     out.append((f"events[{i}] re-issued receipt", r.get("key_id"), r.get("signed_at")))
         sig = _obj(self.b.get("bundle_signature"), "bundle_signature")
-        out.append(("bundle_signature", sig.get("key_id"), sig.get("signed_at")))
+        # the bundle's own signed_at is outside every hash: the signed built_at decides
+        out.append(("bundle_signature", sig.get("key_id"), self.b.get("built_at")))
         return out
 
     def key_trust(self) -> str:
@@ -506,8 +591,8 @@ def verify_bundle(
             status, detail = out if isinstance(out, tuple) else (OK, out)
         except _Bad as exc:
             status, detail = FAIL, str(exc)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            status, detail = FAIL, f"malformed bundle ({type(exc).__name__}: {exc})"
+        except _MALFORMED as exc:  # a hostile value fails this bundle, never the run
+            status, detail = FAIL, f"malformed bundle ({type(exc).__name__}: {str(exc)[:200]})"
         report.checks.append(Check(name, status, detail))
 
     run("canonical_hash", v.canonical_hash)
@@ -520,7 +605,7 @@ def verify_bundle(
         lambda: v._event_check(("malformed", "bad_content_hash", "unknown_event_type"), "hashes recompute"),
     )
     run("event_ids", lambda: v._event_check(("bad_event_id", "subject_mismatch"), "ids match content hashes"))
-    run("event_signatures", lambda: v._event_check(("bad_signature", "unknown_key"), "signatures verify"))
+    run("event_signatures", v.event_signatures)
     run("bundle_hash", v.bundle_hash)
     run("bundle_signature", v.bundle_signature)
     run("state", v.state_check)
@@ -528,3 +613,116 @@ def verify_bundle(
     run("pinned_key", v.pinned_key)
     run("key_trust", v.key_trust)
     return report
+
+
+# -- the event store (objects at events/<ID>/<content_sha256>[.sig-<key>].json) --------
+
+EVENT_OBJECT = re.compile(r"events/([A-Z2-7]{26})/([0-9a-f]{64})(?:\.sig-([A-Za-z0-9._-]+))?\.json")
+
+
+def resigned_suffix(key_id: str) -> str:
+    """How a re-signed copy's name carries its key id (`signing.rotation.resigned_key`)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", key_id)
+
+
+class KeyRing:
+    """The keys whose signatures count on stored events: those the store's key
+    document lists (or a trusted document). A certified key counts only through a
+    valid certificate from an uncertified key of the ring; checked once per key."""
+
+    def __init__(self, keys: Iterable[PublicKey]) -> None:
+        self.keys: dict[str, PublicKey] = {}
+        for k in keys:
+            self.keys.setdefault(k.key_id, k)
+        self._roots = {kid: k for kid, k in self.keys.items() if k.certificate is None}
+        self._cert_problems: dict[str, str | None] = {}
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __repr__(self) -> str:
+        return f"KeyRing({sorted(self.keys)})"
+
+    def certificate_problem(self, key: PublicKey) -> str | None:
+        if key.certificate is None:
+            return None
+        if key.key_id not in self._cert_problems:
+            self._cert_problems[key.key_id] = certificate_problem(key, self._roots)
+        return self._cert_problems[key.key_id]
+
+
+def check_stored_event(key: str, data: bytes, keyring: KeyRing) -> tuple[dict[str, Any] | None, str | None]:
+    """Check one object of the event store; `(event, None)` when it is sound.
+
+    Otherwise `(event or None, reason)`, the reason one line. Sound means: the name
+    is `events/<ID>/<content_sha256>.json` (or `.sig-<key id>.json` for a copy
+    re-signed after a rotation), the bytes are JSON without duplicate keys, the
+    content hash and event id recompute, the subject is this directory's, the
+    signature block holds exactly its fields and verifies with a key of the ring,
+    and the key was not retired (rotated, or outside its certificate) before the
+    event's signed `created_at`. Pure: the caller reads the bytes.
+    """
+    m = EVENT_OBJECT.fullmatch(key)
+    if m is None:
+        return None, "not an event object name (events/<ID>/<content sha256>.json)"
+    body, name_hash, suffix = m.groups()
+    try:
+        event = loads(data)
+    except ValueError as exc:
+        return None, f"not valid JSON ({str(exc)[:160]})"
+    except RecursionError:
+        return None, "not valid JSON (nested too deeply)"
+    if not isinstance(event, dict):
+        return None, "not a JSON object"
+    subject = event.get("subject_pith_number")
+    if not isinstance(subject, str):
+        return event, "malformed event (no subject_pith_number)"
+    try:
+        reason = validate_event(event, subject, keyring.keys)
+    except _MALFORMED as exc:
+        reason = f"malformed ({type(exc).__name__})"
+    if reason is not None:
+        return event, _EVENT_REASONS.get(reason, reason)
+    try:
+        if PithNumber.parse(subject).body != body:
+            return event, f"event of {subject} stored under events/{body}/"
+    except ValueError:
+        return event, f"subject {subject[:80]!r} is not a Pith number"
+    if event["content_sha256"] != name_hash:
+        return event, f"named {name_hash[:16]}... but its content hashes to {event['content_sha256'][:16]}..."
+    sig = event["signature"]
+    why = block_problem(sig, EVENT_SIGNATURE_FIELDS, "signature")
+    if why:
+        return event, why
+    if suffix is not None and suffix != resigned_suffix(sig["key_id"]):
+        return event, f"named as re-signed by {suffix} but signed by {sig['key_id']}"
+    pk = keyring.keys[sig["key_id"]]
+    cert_why = keyring.certificate_problem(pk)
+    if cert_why:
+        return event, cert_why
+    created = event["created_at"]
+    # created_at is hashed and signed; signed_at is not. A re-signed copy is signed
+    # after its content was made, so only the end of its key's validity applies.
+    bound = pk if suffix is None else PublicKey(pk.key_id, pk.public_key, rotates_at=_retired_at(pk))
+    if not within_window(bound, created):
+        return event, f"created at {created}, outside the validity of key {pk.key_id}"
+    return event, None
+
+
+_EVENT_REASONS = {
+    "malformed": "malformed event (a field missing or of the wrong type)",
+    "unknown_event_type": "unknown event type",
+    "bad_content_hash": "content_sha256 does not recompute (the content was changed)",
+    "bad_event_id": "event_id does not match the content hash",
+    "unknown_key": "signed by a key the key document does not list (or with a wrong fingerprint)",
+    "bad_signature": "signature does not verify with the listed key",
+}
+
+
+def _retired_at(key: PublicKey) -> str | None:
+    """When a key stopped counting: its rotation, or its certificate's end."""
+    if key.rotates_at:
+        return key.rotates_at
+    cert = key.certificate
+    end = cert.get("not_after") if isinstance(cert, dict) else None
+    return end if isinstance(end, str) else None

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from pith_pipeline.errors import IntegrityError
+
 
 @runtime_checkable
 class Store(Protocol):
@@ -84,6 +86,26 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
         while chunk := fh.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
+
+
+def too_large(key: str, size: int | None, limit: int) -> IntegrityError:
+    what = f"is {size} bytes" if size is not None else "is larger"
+    return IntegrityError(f"object {what}, over the {limit}-byte limit for it; not read", key=key)
+
+
+def get_capped(store: Store, key: str, limit: int) -> bytes | None:
+    """The object's bytes (None when absent), refused when over `limit` bytes.
+
+    For reading stored objects a hostile writer may have made huge (an event, a
+    bundle, a pointer): over the limit is an `IntegrityError` naming the object,
+    and a back end with a `get_capped(key, limit)` method (local, S3) never reads
+    more than `limit + 1` bytes of it, so one such object cannot exhaust memory.
+    """
+    method = getattr(store, "get_capped", None)
+    data = method(key, limit) if method is not None else store.get(key)
+    if data is not None and len(data) > limit:
+        raise too_large(key, len(data), limit)
+    return data if data is None else bytes(data)
 
 
 def open_store(location: str) -> Store:

@@ -87,6 +87,25 @@ class LocalStore:
         except OSError as exc:
             raise _os_error("cannot read", path, exc) from None
 
+    def get_capped(self, key: str, limit: int) -> bytes | None:
+        """Like `get`, but an object over `limit` bytes is refused unread (`base.get_capped`)."""
+        from pith_pipeline.storage.base import too_large
+
+        path = self._path(key)
+        try:
+            with path.open("rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size > limit:
+                    raise too_large(key, size, limit)
+                data = fh.read(limit + 1)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise _os_error("cannot read", path, exc) from None
+        if len(data) > limit:  # grew while being read
+            raise too_large(key, None, limit)
+        return data
+
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 

@@ -146,6 +146,36 @@ class S3Store:
         got = self.get_tagged(key)
         return None if got is None else got[0]
 
+    def get_capped(self, key: str, limit: int) -> bytes | None:
+        """Like `get`, but an object over `limit` bytes is refused by its
+        Content-Length, its body never read (`base.get_capped`)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from pith_pipeline.storage.base import too_large
+
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        except ClientError as exc:
+            code, status = _error_code(exc)
+            if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
+                return None
+            raise self._fail("GET", key, exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("GET", key, exc) from None
+        body = resp["Body"]
+        try:
+            size = int(resp.get("ContentLength") or 0)
+            if size > limit:
+                raise too_large(key, size, limit)
+            data: bytes = body.read(limit + 1)
+        except BotoCoreError as exc:
+            raise self._fail("GET", key, exc) from None
+        finally:
+            body.close()
+        if len(data) > limit:
+            raise too_large(key, None, limit)
+        return data
+
     def exists(self, key: str) -> bool:
         from botocore.exceptions import BotoCoreError, ClientError
 

@@ -126,7 +126,7 @@ def _resign(
         aliases=b["source_aliases"],
         public_keys=keys,
         site=site,
-        built_at=b["built_at"],
+        built_at=signed_at.strftime("%Y-%m-%dT%H:%M:%SZ"),  # signed, so it dates the signature
         signer=signer,
         signed_at=signed_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
     )

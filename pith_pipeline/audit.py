@@ -1,0 +1,421 @@
+"""Audit a store: every event object, bundle, state, well-known copy and pointer.
+
+The event store (`events/<ID>/<content_sha256>.json`) is the source of truth:
+bundles, states and arXiv pointers are derived from it. A tampered or deleted event
+must therefore be found before anything derived is trusted or re-derived, so this
+module serves two callers:
+
+- the publisher (`build`, `ingest`, `rebuild`), through `subject_events`: a
+  subject's stored events, each checked (`core.verify.check_stored_event`), and
+  the problems by object; a subject with problems is not published from;
+- `verify STORE` and `status --deep`, through `audit_store`: one `Finding` per
+  damaged object, named by its path, the walk going on through the rest.
+
+Every read is capped (`storage.base.get_capped`): a huge hostile object is a
+finding, not an out-of-memory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, bundle_paths
+from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.core.keys import PublicKey
+from pith_pipeline.core.record import PithNumber
+from pith_pipeline.core.verify import (
+    EVENT_OBJECT,
+    FAIL,
+    KeyRing,
+    Report,
+    check_stored_event,
+    verify_bundle,
+)
+from pith_pipeline.errors import IntegrityError
+from pith_pipeline.storage.base import Store, get_capped
+
+__all__ = [
+    "MAX_BUNDLE_BYTES",
+    "MAX_EVENT_BYTES",
+    "MAX_SMALL_BYTES",
+    "Finding",
+    "KeyRing",
+    "SubjectEvents",
+    "audit_store",
+    "keyring_of_store",
+    "subject_events",
+]
+
+#: Largest event object read (a record_created carries the whole canonical record).
+MAX_EVENT_BYTES = 8 << 20
+#: Largest bundle or state read (a record, its events and the merged state).
+MAX_BUNDLE_BYTES = 64 << 20
+#: Largest key document or arXiv pointer read.
+MAX_SMALL_BYTES = 4 << 20
+
+_BODY = re.compile(r"[A-Z2-7]{26}")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One damaged or inconsistent object: its store key and why, one line.
+
+    `check`: set when the finding is a failed check of `verify_bundle` (the
+    bundle's report, given to `on_report`, says the same at more length).
+    """
+
+    key: str
+    reason: str
+    check: str | None = None
+
+    def line(self, store_url: str = "") -> str:
+        where = f"{store_url.rstrip('/')}/{self.key}" if store_url else self.key
+        return f"{where}: {self.reason}"
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"key": self.key, "reason": self.reason, "check": self.check}
+
+
+@dataclass(slots=True)
+class SubjectEvents:
+    """A subject's stored events after their checks.
+
+    `events`: the objects that passed (in store order; several copies of one id
+    when an event was re-signed). `problems`: `(object key, reason)` of every
+    object that did not. `ids`: the event ids any stored object claims, passed or
+    not, so a caller can tell a damaged event from a missing one.
+    """
+
+    body: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    #: every object key read, and the key of each of `events`
+    keys: list[str] = field(default_factory=list)
+    event_keys: list[str] = field(default_factory=list)
+    ids: set[str] = field(default_factory=set)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def describe(self) -> str:
+        """One line: the count, or the first damaged object and how many more."""
+        if self.ok:
+            return f"events/{self.body}/: {len(self.events)} stored events verified"
+        key, reason = self.problems[0]
+        more = len(self.problems) - 1
+        return f"{key}: {reason}" + (f" (and {more} more damaged event objects)" if more else "")
+
+    def error(self) -> IntegrityError:
+        """The IntegrityError a publisher raises to stop this subject (first object named)."""
+        key, reason = self.problems[0]
+        more = len(self.problems) - 1
+        tail = f" (and {more} more damaged event objects)" if more else ""
+        return IntegrityError(f"stored event {reason}{tail}; run `verify` on the store", key=key)
+
+    def raise_for_problems(self) -> None:
+        if self.problems:
+            raise self.error()
+
+
+def _read_events(
+    store: Store, body: str, keys: Iterable[str], keyring: KeyRing, max_bytes: int
+) -> SubjectEvents:
+    out = SubjectEvents(body)
+    for key in keys:
+        out.keys.append(key)
+        # the id its name claims, and below the one its content claims: a damaged
+        # object is reported once, as itself, not again as a missing event
+        named = EVENT_OBJECT.fullmatch(key)
+        if named is not None:
+            out.ids.add("sha256:" + named.group(2))
+        try:
+            data = get_capped(store, key, max_bytes)
+        except IntegrityError as exc:
+            out.problems.append((key, exc.message))
+            continue
+        if data is None:
+            continue  # deleted between listing and reading
+        event, problem = check_stored_event(key, data, keyring)
+        if event is not None and isinstance(event.get("event_id"), str):
+            out.ids.add(event["event_id"])
+        if problem is not None:
+            out.problems.append((key, problem))
+        elif event is not None:
+            out.events.append(event)
+            out.event_keys.append(key)
+    return out
+
+
+def subject_events(
+    store: Store, body: str, keyring: KeyRing, *, max_bytes: int = MAX_EVENT_BYTES
+) -> SubjectEvents:
+    """Every stored event of the subject `body`, each checked against `keyring`.
+
+    Store errors propagate (they stop a run); damaged objects are `problems`.
+    """
+    return _read_events(store, body, store.list(f"events/{body}/"), keyring, max_bytes)
+
+
+def keyring_of_store(store: Store) -> tuple[KeyRing, list[Finding]]:
+    """The keys the store's key document lists, and findings about that document."""
+    from pith_pipeline.signing.rotation import read_key_document
+
+    try:
+        raw = get_capped(store, PUBLIC_KEY_FILE, MAX_SMALL_BYTES)
+    except IntegrityError as exc:
+        return KeyRing([]), [Finding(PUBLIC_KEY_FILE, exc.message)]
+    if raw is None:
+        return KeyRing([]), [Finding(PUBLIC_KEY_FILE, "missing: no event signature can be checked")]
+    try:
+        return KeyRing(read_key_document(raw, PUBLIC_KEY_FILE)), []
+    except Exception as exc:  # InputError with the parse reason; a finding, not a stop
+        reason = str(exc).removeprefix(f"{PUBLIC_KEY_FILE}: ")
+        return KeyRing([]), [Finding(PUBLIC_KEY_FILE, reason)]
+
+
+def _body_of(key: str, prefix: str) -> str | None:
+    rest = key[len(prefix) :]
+    body = rest.split("/", 1)[0]
+    return body if _BODY.fullmatch(body) else None
+
+
+def _grouped(keys: Iterable[str], prefix: str) -> Iterator[tuple[str | None, str]]:
+    for key in keys:
+        yield _body_of(key, prefix), key
+
+
+def _bodies(store: Store) -> tuple[dict[str, list[str]], list[Finding]]:
+    """Body -> its event object keys, for every body with events, a bundle or a state."""
+    found: dict[str, list[str]] = {}
+    stray: list[Finding] = []
+    for body, key in _grouped(store.list("events/"), "events/"):
+        if body is None:
+            stray.append(Finding(key, "not an event object name (events/<ID>/<content sha256>.json)"))
+            continue
+        found.setdefault(body, []).append(key)
+    for prefix in ("pith/", ".well-known/pith/"):
+        for body, _key in _grouped(store.list(prefix), prefix):
+            if body is not None:
+                found.setdefault(body, [])
+    return found, stray
+
+
+class _Auditor:
+    def __init__(
+        self,
+        store: Store,
+        keyring: KeyRing,
+        *,
+        pinned: str | None,
+        trusted: list[PublicKey] | None,
+        on_report: Callable[[Report], None] | None,
+    ) -> None:
+        self.store = store
+        self.keyring = keyring
+        self.pinned = pinned
+        self.trusted = trusted
+        self.on_report = on_report
+        #: arXiv id -> pith numbers the bundles say are versions of it
+        self.by_arxiv: dict[str, set[str]] = {}
+        #: body -> ids of its verified record_created events and of its damaged objects
+        self.created: dict[str, set[str]] = {}
+
+    def read(self, key: str, limit: int) -> tuple[bytes | None, Finding | None]:
+        try:
+            return get_capped(self.store, key, limit), None
+        except IntegrityError as exc:
+            return None, Finding(key, exc.message)
+
+    def body(self, body: str, event_keys: list[str]) -> Iterator[Finding]:
+        evs = _read_events(self.store, body, event_keys, self.keyring, MAX_EVENT_BYTES)
+        for key, reason in evs.problems:
+            yield Finding(key, reason)
+        # ids a pointer may name: verified creations, and damaged objects (already reported)
+        self.created[body] = {e["event_id"] for e in evs.events if e["event_type"] == "record_created"} | (
+            evs.ids - {e["event_id"] for e in evs.events}
+        )
+        bkey, skey, wkey = bundle_paths(body)
+        raw, bad = self.read(bkey, MAX_BUNDLE_BYTES)
+        if bad:
+            yield bad
+            return
+        if raw is None:
+            if evs.keys:
+                yield Finding(bkey, f"missing, but events/{body}/ holds {len(evs.keys)} event objects")
+            for other in (skey, wkey):
+                if self.store.exists(other):
+                    yield Finding(other, f"present without {bkey}")
+            return
+        try:
+            bundle = loads(raw)
+        except ValueError as exc:
+            yield Finding(bkey, f"unreadable bundle ({str(exc)[:160]})")
+            return
+        report = verify_bundle(bundle, pinned_fingerprint=self.pinned, source=bkey, trusted_keys=self.trusted)
+        if self.on_report is not None:
+            self.on_report(report)
+        for c in report.checks:
+            if c.status == FAIL:
+                yield Finding(bkey, f"FAIL {c.name}: {c.detail}", check=c.name)
+        if not isinstance(bundle, dict):
+            return
+        subject = bundle.get("pith_number")
+        if not isinstance(subject, str) or not subject.endswith(f":{body}"):
+            yield Finding(bkey, f"is the bundle of {str(subject)[:80]!r}, not of {body}")
+        yield from self._events_listed(body, bkey, bundle, evs)
+        yield from self._copies(bkey, raw, skey, wkey, bundle)
+        self._note_source(bundle)
+
+    def _events_listed(
+        self, body: str, bkey: str, bundle: dict[str, Any], evs: SubjectEvents
+    ) -> Iterator[Finding]:
+        """The bundle lists exactly the events stored for its subject."""
+        listed = bundle.get("events")
+        if not isinstance(listed, list):
+            return  # verify_bundle failed it already
+        in_bundle: dict[str, list[dict[str, Any]]] = {}
+        for ev in listed:
+            if isinstance(ev, dict) and isinstance(ev.get("event_id"), str):
+                in_bundle.setdefault(ev["event_id"], []).append(ev)
+        stored: dict[str, list[dict[str, Any]]] = {}
+        where: dict[str, str] = {}
+        for key, ev in zip(evs.event_keys, evs.events, strict=True):
+            stored.setdefault(ev["event_id"], []).append(ev)
+            where.setdefault(ev["event_id"], key)
+        for eid in sorted(set(in_bundle) - evs.ids):
+            yield Finding(bkey, f"lists event {eid}, which is not in events/{body}/ (deleted?)")
+        for eid in sorted(set(stored) - set(in_bundle)):
+            yield Finding(where[eid], f"stored, but {bkey} does not list it")
+        for eid in sorted(set(stored) & set(in_bundle)):
+            for ev in in_bundle[eid]:
+                if not any(ev == s for s in stored[eid]):
+                    yield Finding(bkey, f"its copy of event {eid} differs from every stored copy")
+
+    def _copies(
+        self, bkey: str, raw: bytes, skey: str, wkey: str, bundle: dict[str, Any]
+    ) -> Iterator[Finding]:
+        """state.json is the bundle's state; the well-known bundle is the same bytes."""
+        well, bad = self.read(wkey, MAX_BUNDLE_BYTES)
+        if bad:
+            yield bad
+        elif well is None:
+            yield Finding(wkey, f"missing (the copy of {bkey})")
+        elif well != raw:
+            yield Finding(wkey, f"differs from {bkey}")
+        state_raw, bad = self.read(skey, MAX_BUNDLE_BYTES)
+        if bad:
+            yield bad
+            return
+        if state_raw is None:
+            yield Finding(skey, f"missing (the state of {bkey})")
+            return
+        try:
+            state = loads(state_raw)
+        except ValueError as exc:
+            yield Finding(skey, f"unreadable state ({str(exc)[:160]})")
+            return
+        if state != bundle.get("state"):
+            yield Finding(skey, f"differs from the state in {bkey}")
+
+    def _note_source(self, bundle: dict[str, Any]) -> None:
+        src = bundle.get("source")
+        subject = bundle.get("pith_number")
+        if isinstance(src, dict) and src.get("kind") == "arxiv" and isinstance(subject, str):
+            arxiv_id = src.get("id")
+            if isinstance(arxiv_id, str):
+                self.by_arxiv.setdefault(arxiv_id, set()).add(subject)
+
+    def pointers(self) -> Iterator[Finding]:
+        """Each arXiv pointer is well formed, names bundles that exist with their
+        stored record_created, and every bundled arXiv version is in its pointer."""
+        seen: set[str] = set()
+        for key in self.store.list("arxiv/"):
+            if not key.endswith(".json"):
+                continue
+            arxiv_id = key[len("arxiv/") : -len(".json")]
+            seen.add(arxiv_id)
+            raw, bad = self.read(key, MAX_SMALL_BYTES)
+            if bad:
+                yield bad
+                continue
+            if raw is None:
+                continue
+            yield from self._pointer(key, arxiv_id, raw)
+        for arxiv_id, subjects in sorted(self.by_arxiv.items()):
+            if arxiv_id not in seen:
+                yield Finding(f"arxiv/{arxiv_id}.json", f"missing, but bundles exist for {min(subjects)}")
+
+    def _pointer(self, key: str, arxiv_id: str, raw: bytes) -> Iterator[Finding]:
+        try:
+            pointer = loads(raw)
+            records = pointer["records"]
+            if pointer.get("arxiv_id") != arxiv_id:
+                raise ValueError(f"arxiv_id is {pointer.get('arxiv_id')!r}")
+            if not isinstance(records, list) or not records:
+                raise ValueError("records must be a non-empty list")
+            for r in records:
+                if not (
+                    isinstance(r, dict)
+                    and type(r.get("version")) is int
+                    and isinstance(r.get("pith_number"), str)
+                    and isinstance(r.get("record_created"), str)
+                    and isinstance(r.get("created_at"), str)
+                ):
+                    raise ValueError("records must be version entries")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            yield Finding(key, f"unreadable arXiv pointer ({str(exc)[:160]})")
+            return
+        order = sorted(records, key=lambda r: (r["version"], r["created_at"], r["pith_number"]))
+        if pointer.get("latest") != order[-1]["pith_number"]:
+            yield Finding(key, f"latest is {pointer.get('latest')!r}, not the newest record")
+        listed = {r["pith_number"] for r in records}
+        for subject in sorted(self.by_arxiv.get(arxiv_id, set()) - listed):
+            yield Finding(key, f"does not list {subject}, whose bundle is a version of {arxiv_id}")
+        for r in records:
+            try:
+                body = PithNumber.parse(r["pith_number"]).body
+            except ValueError:
+                yield Finding(key, f"lists {r['pith_number'][:80]!r}, not a Pith number")
+                continue
+            if r["record_created"] not in self.created.get(body, set()):
+                yield Finding(
+                    key,
+                    f"lists {r['pith_number']} with record_created {r['record_created']}, "
+                    f"not a verified event in events/{body}/",
+                )
+
+
+def audit_store(
+    store: Store,
+    *,
+    keyring: KeyRing | None = None,
+    pinned: str | None = None,
+    trusted: list[PublicKey] | None = None,
+    on_report: Callable[[Report], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[Finding]:
+    """Every problem in `store`, one `Finding` per object, in key order.
+
+    Checks: the key document; every event object (`check_stored_event`); every
+    bundle (`verify_bundle`, reported to `on_report`) and that it lists exactly
+    its subject's stored events; its state.json and .well-known copy; every arXiv
+    pointer. `keyring`: whose event signatures count (default: the store's key
+    document, or `trusted` when given). Nothing here stops at a bad object.
+    """
+    doc_ring, doc_findings = keyring_of_store(store)
+    if keyring is None:
+        keyring = KeyRing(trusted) if trusted is not None else doc_ring
+    bodies, stray = _bodies(store)
+    if bodies:
+        yield from doc_findings
+    yield from stray
+    auditor = _Auditor(store, keyring, pinned=pinned, trusted=trusted, on_report=on_report)
+    for body in sorted(bodies):
+        yield from auditor.body(body, bodies[body])
+        if progress is not None:
+            progress(1)
+    yield from auditor.pointers()
