@@ -30,6 +30,7 @@ from pith_pipeline.core.keys import PublicKey, Signer, verify_signature
 from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.core.record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros, system_clock
+from pith_pipeline.core.verify import KeyRing
 from pith_pipeline.errors import (
     InputError,
     IntegrityError,
@@ -157,6 +158,8 @@ class Publisher:
         self.summary = RunSummary(run_id or new_run_id(clock()))
         self.quarantine: list[dict[str, Any]] = []
         self.keys = self._load_keys()
+        self._ring: KeyRing | None = None
+        self._ring_marker: tuple[tuple[str, str | None], ...] = ()
         self._signer_checked = False
         self._fresh: dict[tuple[str, ...], FreshBuilder] = {}
         self._last_written: tuple[bytes | None, str] = (None, "")
@@ -252,38 +255,26 @@ class Publisher:
     def subject_events(self, body: str) -> list[dict[str, Any]]:
         """Every stored event of a subject, each checked before it is used.
 
-        A stored event is the source of truth for bundles: one that does not parse
-        or fails its checks stops this subject (`IntegrityError` naming the object)
-        instead of being merged, re-signed and spread by a rebuild.
+        A stored event is the source of truth for bundles: one that does not parse,
+        is not named by its content hash, does not recompute, or is not signed by a
+        key of the store's key document stops this subject (`IntegrityError` naming
+        the object) instead of being merged, re-signed and spread by a rebuild. The
+        checks are the store audit's (`pith_pipeline.audit`), so `verify STORE` and
+        the publisher agree on what is damaged.
         """
-        out = []
-        for key in self.store.list(f"events/{body}/"):
-            data = self.store.get(key)
-            if data is None:
-                continue  # deleted between listing and reading
-            out.append(self._checked_event(key, data))
-        return out
+        from pith_pipeline.audit import subject_events
 
-    def _checked_event(self, key: str, data: bytes) -> dict[str, Any]:
-        try:
-            event = loads(data)
-        except ValueError as exc:
-            raise IntegrityError(f"stored event is not valid JSON ({exc})", key=key) from None
-        if not isinstance(event, dict):
-            raise IntegrityError("stored event is not a JSON object", key=key)
-        for name in ("event_id", "event_type", "content_sha256", "created_at"):
-            if not isinstance(event.get(name), str):
-                raise IntegrityError(f"stored event has no {name}", key=key)
-        for name in ("signer", "signature"):
-            if not isinstance(event.get(name), dict) or not isinstance(event[name].get("key_id"), str):
-                raise IntegrityError(f"stored event has no {name} block", key=key)
-        name = key.rsplit("/", 1)[-1].split(".", 1)[0]
-        if name != event["content_sha256"]:
-            raise IntegrityError(
-                f"stored event is named {name} but its content_sha256 is {event['content_sha256']}",
-                key=key,
-            )
-        return event
+        got = subject_events(self.store, body, self._keyring())
+        got.raise_for_problems()
+        return list(got.events)
+
+    def _keyring(self) -> KeyRing:
+        """The ring of the keys we know, rebuilt only when they change (it caches the
+        certificate checks of short-lived keys)."""
+        marker = tuple((k.key_id, k.rotates_at) for k in self.keys.values())
+        if self._ring is None or self._ring_marker != marker:
+            self._ring, self._ring_marker = KeyRing(self.keys.values()), marker
+        return self._ring
 
     def _pointer(self, arxiv_id: str) -> dict[str, Any]:
         key = pointer_key(arxiv_id)
