@@ -87,7 +87,10 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
     from pith_pipeline.signing.rotation import rotate_keys
 
     pub = Publisher(
-        open_store(store), open_signer(signer_spec), build_config(base_url, registry_name, signer_id)
+        open_store(store),
+        open_signer(signer_spec),
+        build_config(base_url, registry_name, signer_id),
+        rotating=True,  # the one command that may bring a key the store does not list yet
     )
     rotated = rotate_keys(pub, iso_micros(system_clock()))
     click.echo(f"current key: {pub.primary_key_id}")

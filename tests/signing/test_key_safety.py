@@ -18,7 +18,77 @@ import pytest
 from conftest import SAMPLE
 
 from pith_pipeline.errors import KeyFileError
+from pith_pipeline.pipeline import Publisher
 from pith_pipeline.signing.local import PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, generate_key, load_signer
+from pith_pipeline.storage.local import LocalStore
+
+# -- a private key inside the store --------------------------------------------------
+
+
+def _assert_refused_naming(result: object, path: Path) -> None:
+    code, err = result.code, result.err  # type: ignore[attr-defined]
+    assert code == 1, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert str(path) in lines[0] and "inside the store" in lines[0]
+    assert "Traceback" not in err
+
+
+def test_build_refuses_a_key_file_inside_the_store(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    store = tmp_path / "store"
+    priv, _pub, _doc = generate_key(store / "keys")
+    result = cli("build", "--input", str(SAMPLE), "--store", str(store), "--key", str(priv), "--workers", "1")
+    _assert_refused_naming(result, priv.resolve())
+    # nothing was published, so the key cannot have been listed or served as a store object
+    assert not (store / "pith").exists()
+    assert not (store / PUBLIC_KEY_FILE).exists()
+
+
+def test_a_symlink_does_not_hide_a_key_inside_the_store(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    store = tmp_path / "store"
+    priv, _pub, _doc = generate_key(store / ".secret")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    link = outside / "key.json"
+    link.symlink_to(priv)
+    result = cli("build", "--input", str(SAMPLE), "--store", str(store), "--key", f"file:{link}")
+    _assert_refused_naming(result, priv.resolve())
+
+
+def test_a_store_reached_through_a_symlink_still_counts(tmp_path: Path) -> None:
+    real = tmp_path / "real-store"
+    priv, _pub, _doc = generate_key(real / "k")
+    alias = tmp_path / "alias-store"
+    alias.symlink_to(real, target_is_directory=True)
+    with pytest.raises(KeyFileError, match="inside the store"):
+        Publisher(LocalStore(alias), load_signer(priv))
+
+
+def test_ingest_default_key_dir_inside_the_store_is_refused(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,  # type: ignore[no-untyped-def]
+) -> None:
+    """`ingest --sample --store .` would put ./pith-keys inside the served directory."""
+    monkeypatch.chdir(tmp_path)
+    for var in ("PITH_STORE", "PITH_KEY", "PITH_SIGNER"):
+        monkeypatch.delenv(var, raising=False)
+    result = cli("ingest", "--sample", "--store", ".", "--workers", "1")
+    assert result.code == 1, result.err
+    assert "inside the store" in result.err and "pith-keys" in result.err
+    assert "Traceback" not in result.err
+    assert not (tmp_path / "pith").exists()
+
+
+def test_a_key_beside_the_store_is_fine(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    priv, _pub, _doc = generate_key(tmp_path / "keys")
+    store = tmp_path / "store"
+    result = cli("build", "--input", str(SAMPLE), "--store", str(store), "--key", str(priv), "--workers", "1")
+    assert result.code == 0, result.err
+    # a store whose name merely starts like the key directory's is not "inside" it
+    priv2, _pub2, _doc2 = generate_key(tmp_path / "store-keys")
+    Publisher(LocalStore(tmp_path / "store-k"), load_signer(priv2))
+
 
 # -- keys generate under umask 000 --------------------------------------------------
 
@@ -116,3 +186,70 @@ def test_keys_generate_refuses_a_key_id_it_could_not_load(tmp_path: Path, cli) -
     result = cli("keys", "generate", "--out", str(tmp_path / "k"), "--key-id", "a/b")
     assert result.code == 1 and "key id" in result.err and "Traceback" not in result.err
     assert not (tmp_path / "k" / PRIVATE_KEY_FILE).exists()
+
+
+# -- a lost key is not silently replaced ----------------------------------------------
+
+
+def _listed(store: Path) -> list[str]:
+    doc = json.loads((store / PUBLIC_KEY_FILE).read_text())
+    return [k["key_id"] for k in doc["keys"]]
+
+
+def test_ingest_after_the_key_is_lost_refuses_instead_of_making_a_new_head_key(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,  # type: ignore[no-untyped-def]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for var in ("PITH_STORE", "PITH_KEY", "PITH_SIGNER"):
+        monkeypatch.delenv(var, raising=False)
+    first = cli("ingest", "--sample", "--workers", "1")
+    assert first.code == 0, first.err  # an empty store: the first run may make a key
+    store = tmp_path / "pith-store"
+    before = (store / PUBLIC_KEY_FILE).read_bytes()
+    (old,) = _listed(store)
+    (tmp_path / "pith-keys" / PRIVATE_KEY_FILE).unlink()  # the key is lost
+
+    again = cli("ingest", "--sample", "--workers", "1")
+    assert again.code == 1
+    lines = [line for line in again.err.splitlines() if line.strip()]
+    assert len(lines) == 1, again.err
+    assert old in lines[0] and "keys rotate" in lines[0] and "restore" in lines[0]
+    assert (store / PUBLIC_KEY_FILE).read_bytes() == before
+    assert not (tmp_path / "pith-keys" / PRIVATE_KEY_FILE).exists()  # no new key made either
+
+
+def test_build_with_an_unlisted_key_refuses_until_keys_rotate(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    old, _pub, old_doc = generate_key(tmp_path / "old", key_id="pith-old")
+    new, _pub2, new_doc = generate_key(tmp_path / "new", key_id="pith-new")
+    store = tmp_path / "store"
+    args = ("build", "--input", str(SAMPLE), "--store", str(store), "--workers", "1")
+    assert cli(*args, "--key", str(old)).code == 0
+    before = (store / PUBLIC_KEY_FILE).read_bytes()
+
+    refused = cli(*args, "--key", str(new))
+    assert refused.code == 1
+    assert "pith-old" in refused.err and "pith-new" in refused.err and "keys rotate" in refused.err
+    assert (store / PUBLIC_KEY_FILE).read_bytes() == before
+    rebuild = cli("rebuild", "--store", str(store), "--key", str(new))
+    assert rebuild.code == 1 and "keys rotate" in rebuild.err
+
+    rotated = cli("keys", "rotate", "--store", str(store), "--signer", str(new))
+    assert rotated.code == 0, rotated.err
+    assert _listed(store) == ["pith-old", "pith-new"]
+    assert cli(*args, "--key", str(new)).code == 0
+    # and the old key, now rotated, is refused by the existing rotation check
+    assert cli(*args, "--key", str(old)).code == 1
+    assert old_doc.key_id != new_doc.key_id
+
+
+def test_the_guard_is_in_the_publisher_for_every_command(tmp_path: Path) -> None:
+    """Airflow tasks, backfills and workers all construct a Publisher: it refuses there."""
+    old, _, _ = generate_key(tmp_path / "old", key_id="pith-old")
+    new, _, _ = generate_key(tmp_path / "new", key_id="pith-new")
+    store = LocalStore(tmp_path / "store")
+    Publisher(store, load_signer(old)).publish_key_document()
+    with pytest.raises(KeyFileError, match="keys rotate"):
+        Publisher(store, load_signer(new))
+    Publisher(store, load_signer(new), rotating=True)  # what `keys rotate` and `receipts reissue` use
