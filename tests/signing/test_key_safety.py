@@ -253,3 +253,54 @@ def test_the_guard_is_in_the_publisher_for_every_command(tmp_path: Path) -> None
     with pytest.raises(KeyFileError, match="keys rotate"):
         Publisher(store, load_signer(new))
     Publisher(store, load_signer(new), rotating=True)  # what `keys rotate` and `receipts reissue` use
+
+
+ENVELOPE = {
+    "kind": "pith_kms_envelope",
+    "algorithm": "ed25519",
+    "key_id": "pith-env",
+    "public_key_hex": "00" * 32,
+    "ciphertext_b64": "AAAA",
+    "kms_key_id": "alias/wrap",
+}
+MALFORMED_ENVELOPES: dict[str, bytes] = {
+    "deeply nested": b"[" * 100_000,
+    "a list": b"[]",
+    "not UTF-8": b"\xff\xfe",
+    "key_id with a newline": json.dumps(dict(ENVELOPE, key_id="a\nb")).encode(),
+}
+
+
+@pytest.mark.parametrize("content", MALFORMED_ENVELOPES.values(), ids=MALFORMED_ENVELOPES.keys())
+def test_a_malformed_envelope_file_is_one_line_naming_it(content: bytes, tmp_path: Path) -> None:
+    """The KMS envelope is a key file too: the same rule, before KMS is ever asked."""
+    from pith_pipeline.signing.factory import open_signer
+
+    path = tmp_path / "bad.envelope.json"
+    path.write_bytes(content)
+    with pytest.raises(KeyFileError) as info:
+        open_signer(f"kms-envelope:{path}")
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_envelope_path_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
+    from pith_pipeline.signing.factory import open_signer
+
+    d = tmp_path / "dir.envelope.json"
+    d.mkdir()
+    with pytest.raises(KeyFileError) as info:
+        open_signer(f"kms-envelope:{d}")
+    assert str(d) in str(info.value)
+
+
+def test_every_way_to_name_a_key_checks_the_key_id_first(local_kms: object) -> None:
+    """A key id with a separator or a newline would be published in every signature and
+    name files; it is refused where it is given, before any KMS call (the local KMS
+    endpoint is there so that a regression asks it, never AWS)."""
+    from pith_pipeline.signing.envelope import create_envelope
+    from pith_pipeline.signing.factory import open_signer
+
+    with pytest.raises(KeyFileError, match="key id"):
+        create_envelope("alias/wrap", key_id="a/b", client=object())
+    with pytest.raises(KeyFileError, match="key id"):
+        open_signer("kms:alias/pith?key_id=a%0Ab", self_test=False)
