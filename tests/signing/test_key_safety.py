@@ -304,3 +304,17 @@ def test_every_way_to_name_a_key_checks_the_key_id_first(local_kms: object) -> N
         create_envelope("alias/wrap", key_id="a/b", client=object())
     with pytest.raises(KeyFileError, match="key id"):
         open_signer("kms:alias/pith?key_id=a%0Ab", self_test=False)
+
+
+def test_a_certified_runs_root_key_and_a_staged_airflow_build_are_checked_too(tmp_path: Path) -> None:
+    """The root key behind `certified:file:...` is the secret one; an Airflow build
+    publishes through a staging wrapper that reads through to the local store."""
+    from pith_pipeline.airflow_tasks import StagingStore
+    from pith_pipeline.signing.factory import open_signer
+
+    store = tmp_path / "store"
+    priv, _pub, _doc = generate_key(store / "keys")
+    with pytest.raises(KeyFileError, match="inside the store"):
+        Publisher(LocalStore(store), open_signer(f"certified:file:{priv}"))
+    with pytest.raises(KeyFileError, match="inside the store"):
+        Publisher(StagingStore(LocalStore(store)), load_signer(priv))
