@@ -154,7 +154,7 @@ class ChunkResult:
 _STATE: dict[str, Any] = {}
 
 PARENT_CHECK_SECONDS = 0.25  # how often a worker looks for its parent; far below a lease's expiry
-ORPHANED_EXIT = 75  # a worker's exit status when its parent is gone (nobody is left to read it)
+ORPHANED_EXIT = 70  # a worker's exit status when its parent is gone (nobody is left to read it)
 
 
 def _exit_if_orphaned(parent_pid: int) -> None:
