@@ -15,12 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE
 
 from pith_pipeline.errors import KeyFileError
 from pith_pipeline.pipeline import Publisher
 from pith_pipeline.signing.local import PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, generate_key, load_signer
 from pith_pipeline.storage.local import LocalStore
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "arxiv-sample.jsonl"
 
 # -- a private key inside the store --------------------------------------------------
 
