@@ -153,8 +153,43 @@ class ChunkResult:
 # -- the worker side ---------------------------------------------------------------
 _STATE: dict[str, Any] = {}
 
+PARENT_CHECK_SECONDS = 0.25  # how often a worker looks for its parent; far below a lease's expiry
+ORPHANED_EXIT = 70  # a worker's exit status when its parent is gone (nobody is left to read it)
 
-def _init_worker(spec: WorkerSpec) -> None:
+
+def _exit_if_orphaned(parent_pid: int) -> None:
+    """End this worker at once when the process that started it is gone.
+
+    Why: a killed parent (`kill -9`, OOM killer) cannot stop its workers, and the pool's
+    pipes never report it (each worker holds both ends of its queues), so workers would
+    publish what was queued, without the parent's lease, then block forever. Exiting
+    mid-record is safe: every object is written whole or not at all, as when the parent
+    itself is killed. A dead parent's children are re-parented, so `getppid()` changes.
+    """
+    if os.getppid() != parent_pid:
+        os._exit(ORPHANED_EXIT)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """A daemon thread that ends the worker within `PARENT_CHECK_SECONDS` of its parent's
+    death, whatever the main thread is blocked on (a queue get, a pipe write, a store).
+
+    Why polling rather than Linux's PR_SET_PDEATHSIG: that signal fires when the *thread*
+    that started the worker ends, not the process, and the pool may be started from a
+    thread that ends before the pool does (workers live across `publish` calls).
+    """
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            _exit_if_orphaned(parent_pid)
+            time.sleep(PARENT_CHECK_SECONDS)
+
+    threading.Thread(target=watch, name="pith-parent-watch", daemon=True).start()
+
+
+def _init_worker(spec: WorkerSpec, parent_pid: int | None = None) -> None:
     """Open the worker's store, signer and publisher once, for all its chunks.
 
     An error here is kept and raised by the first chunk: an initializer's own
@@ -163,6 +198,10 @@ def _init_worker(spec: WorkerSpec) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if parent_pid is not None:
+        _STATE["parent_pid"] = parent_pid
+        _exit_if_orphaned(parent_pid)  # the parent may have died before this ran
+        _watch_parent(parent_pid)
     try:
         from pith_pipeline.signing.factory import open_signer
 
@@ -195,7 +234,10 @@ def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
         run_id = pub.summary.run_id
         pub.summary = RunSummary(run_id)  # per chunk: the worker's memory stays flat
         out = ChunkResult(os.getpid(), records=len(chunk))
+        parent_pid = _STATE.get("parent_pid")
         for seq, rec in chunk:
+            if parent_pid is not None:  # no new paper once the run's owner is gone
+                _exit_if_orphaned(parent_pid)
             entry = pub.publish_item(rec)
             if entry is not None:
                 out.rejects.append((seq, entry))
@@ -298,7 +340,10 @@ class ParallelPublisher:
         ctx = multiprocessing.get_context("spawn")  # no fork: threads, clients, sockets
         self._pools = [
             ProcessPoolExecutor(
-                max_workers=1, mp_context=ctx, initializer=_init_worker, initargs=(self._spec,)
+                max_workers=1,
+                mp_context=ctx,
+                initializer=_init_worker,
+                initargs=(self._spec, os.getpid()),  # workers end when this process is gone
             )
             for _ in range(self.workers)
         ]

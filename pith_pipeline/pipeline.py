@@ -135,6 +135,8 @@ class Publisher:
     `lease`: the run's writer lease, checked before every paper, so a writer whose
     lease was lost stops before it writes again. `shards`: publish only papers of
     these shards (others are counted as skipped and left to their writer).
+    `rotating`: the signer may be a key the store does not list yet (`keys rotate`,
+    `receipts reissue`); otherwise such a signer is refused (`signing.guard`).
     """
 
     def __init__(
@@ -147,6 +149,7 @@ class Publisher:
         run_id: str | None = None,
         lease: LeaseCheck | None = None,
         shards: frozenset[int] | None = None,
+        rotating: bool = False,
     ) -> None:
         self.store = store
         self.signer = signer
@@ -157,6 +160,7 @@ class Publisher:
         self.shards = shards
         self.summary = RunSummary(run_id or new_run_id(clock()))
         self.quarantine: list[dict[str, Any]] = []
+        self.rotating = rotating
         self.keys = self._load_keys()
         self._ring: KeyRing | None = None
         self._ring_marker: tuple[tuple[str, str | None], ...] = ()
@@ -181,8 +185,13 @@ class Publisher:
         return keys
 
     def _load_keys(self) -> dict[str, PublicKey]:
+        from pith_pipeline.signing import guard
+
+        guard.refuse_key_inside_store(self.signer, self.store)
         keys = self._stored_keys(self.store.get(PUBLIC_KEY_FILE))
         published = self.signer.published_keys(url=self.site.key_url)
+        if not self.rotating:
+            guard.refuse_unlisted_key(keys.values(), published, self.store.url)
         self.primary_key_id = published[0].key_id  # a certified key's root heads the document
         for current in published:
             if current.key_id in keys and keys[current.key_id].public_key != current.public_key:

@@ -7,9 +7,11 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from click.testing import CliRunner
 from testclock import StepClock
@@ -385,3 +387,61 @@ def test_cli_build_with_workers_writes_the_same_store_as_one_process(
     assert any(k.startswith("quarantine/") for k in one)
     assert one == two
     assert set() in pids and any(len(p) == 2 for p in pids)  # two worker processes ran
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """Running, as opposed to gone or a zombie waiting for a reaper that may never come
+    (a container's PID 1 need not reap orphans)."""
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_workers_exit_when_the_parent_is_killed(tmp_path: Path, key: Path, sample_lines: list[str]) -> None:
+    """Issue 16 item 10: after `kill -9` of the parent, its workers used to publish what
+    they had queued and then block forever on the pool's pipe. They must exit soon: no
+    writer may outlive the run that holds the lease. The bound below is generous (it
+    is a liveness check, not a speed test)."""
+    template = json.loads(sample_lines[0])
+    records = [
+        dict(
+            template,
+            id=f"2601.{n:05d}",
+            title=f"Paper number {n}",
+            versions=[{"version": "v1", "created": "Thu, 1 Jan 2026 00:00:00 GMT"}],
+        )
+        for n in range(1, 3001)
+    ]
+    snap = tmp_path / "many.jsonl"
+    snap.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "pith_pipeline", "build", "--input", str(snap), "--store", str(store)]
+    cmd += ["--key", str(key), "--workers", "2", "--worker-chunk", "1"]
+    with (tmp_path / "out.txt").open("wb") as out:
+        parent = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    workers: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 300
+        # with one record per chunk, every bundle is a worker's: once one exists, the
+        # workers are up and publishing
+        while not any((store / "pith").glob("*/bundle.json")):
+            assert parent.poll() is None, (tmp_path / "out.txt").read_text()
+            assert time.monotonic() < deadline, "no worker published anything"
+            time.sleep(0.1)
+        workers = psutil.Process(parent.pid).children(recursive=True)
+        assert workers  # the workers (and multiprocessing's resource tracker)
+        parent.kill()
+        parent.wait()
+        gone_by = time.monotonic() + 60
+        while any(_alive(w) for w in workers) and time.monotonic() < gone_by:
+            time.sleep(0.2)
+        left = [(w.pid, w.cmdline()) for w in workers if _alive(w)]
+        assert not left, f"processes outlived their killed parent: {left}"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for w in workers:  # only the processes this test started, by pid
+            if _alive(w):
+                w.kill()

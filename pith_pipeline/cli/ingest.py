@@ -44,7 +44,8 @@ def _is_arxiv(url: str) -> bool:
 
 
 def _default_signer(store: str, base_url: str) -> Signer:
-    """The embedded default: a local key in ./pith-keys, made on first use (local stores only)."""
+    """The embedded default: a local key in ./pith-keys, made on first use (local stores
+    only), never inside the store and never for a store that already lists a key."""
     from pith_pipeline.signing.local import PRIVATE_KEY_FILE, generate_key, load_signer
 
     if store.startswith("s3://"):
@@ -52,8 +53,15 @@ def _default_signer(store: str, base_url: str) -> Signer:
             "a store in S3 needs an explicit key: --signer kms:ALIAS or "
             "--key PATH (or PITH_SIGNER / PITH_KEY)"
         )
+    from pith_pipeline.signing import guard
+
     path = DEFAULT_KEY_DIR / PRIVATE_KEY_FILE
+    st = open_store(store)
+    root = guard.local_store_root(st)
+    if root is not None:  # checked before a key is made there: `--store .` would serve it
+        guard.refuse_key_file_inside(path.absolute(), root)
     if not path.exists():
+        guard.refuse_lost_default_key(st, path)  # a store with keys: never a silent new key
         priv, pub, doc = generate_key(DEFAULT_KEY_DIR, base_url=base_url)
         click.echo(
             f"no key given (--key/--signer, PITH_KEY/PITH_SIGNER): generated a local "

@@ -80,7 +80,9 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
 
     Signatures by a rotated key still count when made before its rotates_at. To
     move receipts, events and bundles to the new key as well, run
-    `pith-pipeline receipts reissue` instead (it rotates too).
+    `pith-pipeline receipts reissue` instead (it rotates too). This (or reissue) is
+    the only way to bring a key the store does not list: other commands refuse
+    one, so that a lost key is never silently replaced (see docs/keys.md).
     """
     from pith_pipeline.core.timeutil import iso_micros, system_clock
     from pith_pipeline.pipeline import Publisher
@@ -88,7 +90,10 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
     from pith_pipeline.signing.rotation import rotate_keys
 
     pub = Publisher(
-        open_store(store), open_signer(signer_spec), build_config(base_url, registry_name, signer_id)
+        open_store(store),
+        open_signer(signer_spec),
+        build_config(base_url, registry_name, signer_id),
+        rotating=True,  # the one command that may bring a key the store does not list yet
     )
     rotated = rotate_keys(pub, iso_micros(system_clock()))
     click.echo(f"current key: {pub.primary_key_id}")

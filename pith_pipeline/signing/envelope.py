@@ -29,6 +29,7 @@ from pith_pipeline.core.canonical_json import dumps_pretty
 from pith_pipeline.core.keys import Ed25519Signer, fingerprint_b32
 from pith_pipeline.errors import KeyFileError, SigningError
 from pith_pipeline.signing.kms import Backoff, make_kms_client
+from pith_pipeline.signing.local import check_key_id
 from pith_pipeline.signing.quiet import sensitive_call
 
 ENVELOPE_KIND = "pith_kms_envelope"
@@ -64,6 +65,8 @@ def read_location(location: str) -> bytes:
             f"envelope {path} does not exist (create one with: pith-pipeline "
             "keys envelope-create --kms-key alias/... --out FILE)"
         ) from None
+    except OSError as exc:  # a directory, no permission, an I/O error: one line, no traceback
+        raise KeyFileError(f"envelope {path} cannot be read ({exc.strerror or type(exc).__name__})") from None
 
 
 def parse_envelope(data: bytes, where: str) -> dict[str, Any]:
@@ -79,6 +82,9 @@ def parse_envelope(data: bytes, where: str) -> dict[str, Any]:
             raise ValueError("public_key_hex is not 32 bytes")
     except (ValueError, AttributeError, json.JSONDecodeError) as exc:
         raise KeyFileError(f"envelope {where} is malformed ({exc})") from None
+    except RecursionError:  # absurdly deep nesting
+        raise KeyFileError(f"envelope {where} is malformed (nested too deeply)") from None
+    check_key_id(env["key_id"], f"envelope {where}")  # it is published in every signature
     return dict(env)
 
 
@@ -97,6 +103,7 @@ def create_envelope(
     public = bytes(sk.verify_key)
     now = now or datetime.now(tz=UTC)
     kid = key_id or f"pith-env-{now:%Y-%m}-{fingerprint_b32(public)[:8].lower()}"
+    check_key_id(kid, "--key-id")  # before KMS is asked: an envelope nobody could load is useless
     ctx = encryption_context(kid)
 
     def encrypt() -> Any:

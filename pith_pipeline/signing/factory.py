@@ -25,6 +25,10 @@ def _kms_params(rest: str) -> tuple[str, dict[str, str]]:
             f"unknown kms signer option(s) {', '.join(sorted(unknown))} "
             "(known: key_id, region, concurrency, max_rps)"
         )
+    if "key_id" in params:
+        from pith_pipeline.signing.local import check_key_id
+
+        check_key_id(params["key_id"], "kms signer option key_id")
     return key, params
 
 

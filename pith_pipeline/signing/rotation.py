@@ -110,7 +110,7 @@ class Reissuer:
     def __init__(
         self, store: Store, signer: Signer, config: BuildConfig | None = None, *, clock: Clock = system_clock
     ) -> None:
-        self.pub = Publisher(store, signer, config, clock=clock)
+        self.pub = Publisher(store, signer, config, clock=clock, rotating=True)
         self.store = store
         self.signer = signer
         self.clock = clock
