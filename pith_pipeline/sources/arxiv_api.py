@@ -24,7 +24,7 @@ from pith_pipeline.sources.politeness import Gate
 
 DEFAULT_API_URL = "https://export.arxiv.org/api/query"
 API_URL_ENV = "PITH_ARXIV_API_URL"
-_VERSIONED = re.compile(r"^(.+?)(v\d+)?$")
+_VERSIONED = re.compile(r"(.+?)(v[0-9]+)?", re.ASCII | re.DOTALL)  # fullmatch; the id is checked after
 _ABS_URL = re.compile(r"^https?://[^/]+/abs/")
 
 
@@ -68,7 +68,7 @@ def normalise_id(text: str) -> str:
     t = _ABS_URL.sub("", t)
     if t.lower().startswith("arxiv:"):
         t = t[6:]
-    m = _VERSIONED.match(t)
+    m = _VERSIONED.fullmatch(t)
     bare = m.group(1) if m else t
     if not is_arxiv_id(bare):
         raise InputError(f"not an arXiv identifier: {text!r} (expected e.g. 1909.11150 or hep-lat/0305021)")
