@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pith_pipeline.core.keys import Signer
+from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.timeutil import Clock, system_clock
 from pith_pipeline.errors import InputError
 from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
@@ -106,10 +107,13 @@ class Ingest:
         workers: int = 1,
         signer_spec: str | None = None,
         chunk_size: int = DEFAULT_CHUNK,
+        limits: InputLimits = DEFAULT_LIMITS,
     ) -> None:
         """`workers` > 1 publishes in that many processes, each opening `signer_spec`
-        (the spec `signer` came from); without a spec the run stays in one process."""
+        (the spec `signer` came from); without a spec the run stays in one process.
+        `limits`: HTTP response cap and deadline, snapshot line cap (docs/input-limits.md)."""
         self.store = store
+        self.limits = limits
         self.publisher = Publisher(store, signer, config, clock=clock, run_id=run_id)
         self.parallel = (
             ParallelPublisher(self.publisher, workers=workers, signer_spec=signer_spec, chunk_size=chunk_size)
@@ -175,7 +179,7 @@ class Ingest:
     ) -> IngestReport:
         """Harvest `ListRecords` windows (resuming each from its checkpoint)."""
         gate = gate or Gate(politeness)
-        with OAIClient(oai_url, gate=gate, transport=transport) as client:
+        with OAIClient(oai_url, gate=gate, transport=transport, limits=self.limits) as client:
             h = self._harvester(client, raw_root)
             for w in windows:
                 self._consume(h.harvest(w, refresh=refresh))
@@ -205,7 +209,7 @@ class Ingest:
     ) -> IngestReport:
         """Fetch the full `arXivRaw` record of each id (`GetRecord`) and publish it."""
         gate = gate or Gate()
-        with OAIClient(oai_url, gate=gate, transport=transport) as client:
+        with OAIClient(oai_url, gate=gate, transport=transport, limits=self.limits) as client:
             h = self._harvester(client)
             return self._consume(h.get_records(ids, self.run_id))
 
@@ -224,7 +228,7 @@ class Ingest:
         from pith_pipeline.sources.arxiv_api import ArxivAPI
 
         gate = Gate(politeness)  # one gate: the API and OAI are both arXiv
-        api = ArxivAPI(gate, api_url)
+        api = ArxivAPI(gate, api_url, limits=self.limits)
         if query is not None:
             found = api.ids_for_query(query, max_results=max_results)
             missing: list[str] = []

@@ -12,14 +12,23 @@ switched off so they do not stack on ours.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import arxiv
 import requests
 
+from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.model import is_arxiv_id
-from pith_pipeline.errors import InputError, TerminalError, TransientError
+from pith_pipeline.errors import (
+    InputError,
+    RequestDeadlineError,
+    ResponseTooLargeError,
+    TerminalError,
+    TransientError,
+)
+from pith_pipeline.sources.capped import read_capped
 from pith_pipeline.sources.politeness import Gate
 
 DEFAULT_API_URL = "https://export.arxiv.org/api/query"
@@ -29,11 +38,13 @@ _ABS_URL = re.compile(r"^https?://[^/]+/abs/")
 
 
 class _GatedSession(requests.Session):
-    """A requests session that asks the gate before every request and sets a timeout."""
+    """A requests session that asks the gate before every request, sets a timeout, and
+    reads each body with a size cap and a total deadline (`InputLimits`)."""
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: Gate, limits: InputLimits = DEFAULT_LIMITS) -> None:
         super().__init__()
         self.gate = gate
+        self.limits = limits
         self.headers["User-Agent"] = gate.policy.user_agent
 
     def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
@@ -44,15 +55,40 @@ class _GatedSession(requests.Session):
         headers = dict(kwargs.pop("headers", None) or {})
         headers["User-Agent"] = self.gate.policy.user_agent  # ours, not the package's
         kwargs["headers"] = headers
+        kwargs["stream"] = True  # the body is read here, capped and under the deadline
         send = super().request
+        what = f"arXiv API {target}"
+        too_large = [False]
+
+        def fetch() -> requests.Response:
+            started = time.monotonic()
+            response = send(verb, target, *args, **kwargs)
+            try:
+                body = read_capped(
+                    _chunks(response),
+                    cap=self.limits.response_bytes,
+                    started=started,
+                    deadline=self.limits.request_deadline,
+                    what=what,
+                )
+            finally:
+                response.close()
+            response._content = body.data  # what reading `.content` would have set
+            response._content_consumed = True
+            too_large[:] = [body.too_large]
+            return response
+
         try:
             response = self.gate.send(
-                lambda: send(verb, target, *args, **kwargs),
-                what=f"arXiv API {target}",
-                retry_on=(requests.Timeout, requests.ConnectionError),
+                fetch, what=what, retry_on=(requests.Timeout, requests.ConnectionError, RequestDeadlineError)
             )
         except requests.RequestException as exc:
             raise TransientError(f"arXiv API: {type(exc).__name__}: {exc}") from None
+        if too_large[0]:
+            raise ResponseTooLargeError(
+                f"{what}: response larger than the limit of {self.limits.response_bytes} bytes; "
+                "stopped reading it (see docs/input-limits.md)"
+            )
         if response.is_redirect:
             raise TerminalError(
                 f"arXiv API {target}: redirected to "
@@ -60,6 +96,22 @@ class _GatedSession(requests.Session):
                 f"{API_URL_ENV}) to that address"
             )
         return response
+
+
+def _chunks(response: requests.Response) -> Iterator[bytes]:
+    """The body as the socket delivers it (`read1`), so the deadline is checked between
+    pieces however slowly they come; `iter_content` would wait for whole chunks."""
+    raw = response.raw
+    try:
+        while True:
+            chunk = raw.read1(64 * 1024, decode_content=True)
+            if not chunk:
+                return
+            yield chunk
+    except Exception as exc:  # urllib3's errors, as requests would have raised them
+        if isinstance(exc, RequestDeadlineError):
+            raise
+        raise requests.ConnectionError(f"reading the response: {exc}") from None
 
 
 def normalise_id(text: str) -> str:
@@ -78,13 +130,20 @@ def normalise_id(text: str) -> str:
 class ArxivAPI:
     """Id discovery through `arxiv.Client`, politely."""
 
-    def __init__(self, gate: Gate, api_url: str = DEFAULT_API_URL, *, page_size: int = 100) -> None:
+    def __init__(
+        self,
+        gate: Gate,
+        api_url: str = DEFAULT_API_URL,
+        *,
+        page_size: int = 100,
+        limits: InputLimits = DEFAULT_LIMITS,
+    ) -> None:
         self.gate = gate
         self.api_url = api_url
         client = arxiv.Client(page_size=page_size, delay_seconds=0.0, num_retries=0)
         # instance attributes shadow the class defaults: this client only
         client.query_url_format = api_url + "?{}"
-        client._session = _GatedSession(gate)
+        client._session = _GatedSession(gate, limits)
         self.client = client
 
     def _results(self, search: arxiv.Search) -> Iterator[arxiv.Result]:
