@@ -19,7 +19,7 @@ from typing import Any
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.timeutil import Clock, system_clock
-from pith_pipeline.errors import InputError
+from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
 from pith_pipeline.sources.jsonl import Rejected, iter_jsonl
@@ -264,14 +264,19 @@ class Ingest:
         """
         since = _day(from_, "--from")
         before = _day(until, "--until")
-        self._publish_items(
-            iter_jsonl(
-                path,
-                categories=categories,
-                submitted_from=since,
-                submitted_until=before + timedelta(days=1) if before else None,
+        try:
+            self._publish_items(
+                iter_jsonl(
+                    path,
+                    categories=categories,
+                    submitted_from=since,
+                    submitted_until=before + timedelta(days=1) if before else None,
+                    limits=self.limits,
+                )
             )
-        )
+        except DamagedInputError:
+            self.publisher.flush_quarantine()  # the rejects before the damage are kept
+            raise
         return self.report
 
     def replay(self, window: Window | None = None, *, raw_root: str = RAW_ROOT) -> IngestReport:

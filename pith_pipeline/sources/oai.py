@@ -602,4 +602,4 @@ def _explain_getrecord_error(page: Page, arxiv_id: str, body: bytes) -> None:
     )
     if page.error_message:
         reason += f" ({page.error_message})"
-    page.items.append(Rejected(page.where, reason, body.decode("utf-8", errors="replace"), arxiv_id, "id"))
+    page.items.append(Rejected.of_bytes(page.where, reason, body, arxiv_id, "id"))
