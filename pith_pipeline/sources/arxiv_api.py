@@ -11,13 +11,19 @@ switched off so they do not stack on ours.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import arxiv
 import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
 
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.model import is_arxiv_id
@@ -37,6 +43,56 @@ _VERSIONED = re.compile(r"(.+?)(v[0-9]+)?", re.ASCII | re.DOTALL)  # fullmatch; 
 _ABS_URL = re.compile(r"^https?://[^/]+/abs/")
 
 
+# -- a total deadline below HTTP ----------------------------------------------------------
+# The read timeout restarts with every byte received, so a server that drips its status
+# line or headers is never stopped by it. Connections register themselves with the
+# request in progress (per thread); a watchdog shuts their sockets down at the deadline,
+# which ends any blocked read at once.
+_TRACK = threading.local()
+
+
+def _track(conn: HTTPConnection) -> None:
+    conns: list[HTTPConnection] | None = getattr(_TRACK, "conns", None)
+    if conns is not None:
+        conns.append(conn)
+
+
+class _TrackedHTTPConnection(HTTPConnection):
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _track(self)
+        super().request(*args, **kwargs)
+
+
+class _TrackedHTTPSConnection(HTTPSConnection):
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _track(self)
+        super().request(*args, **kwargs)
+
+
+class _TrackedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _TrackedHTTPConnection
+
+
+class _TrackedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _TrackedHTTPSConnection
+
+
+class _DeadlineAdapter(HTTPAdapter):
+    """requests' adapter with connections a deadline watchdog can find."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _TrackedHTTPPool, "https": _TrackedHTTPSPool}
+
+
+def _shutdown(conns: list[HTTPConnection]) -> None:
+    for conn in conns:
+        sock = getattr(conn, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed: nothing to stop
+                sock.shutdown(socket.SHUT_RDWR)
+
+
 class _GatedSession(requests.Session):
     """A requests session that asks the gate before every request, sets a timeout, and
     reads each body with a size cap and a total deadline (`InputLimits`)."""
@@ -45,6 +101,8 @@ class _GatedSession(requests.Session):
         super().__init__()
         self.gate = gate
         self.limits = limits
+        self.mount("http://", _DeadlineAdapter())
+        self.mount("https://", _DeadlineAdapter())
         self.headers["User-Agent"] = gate.policy.user_agent
 
     def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
@@ -60,19 +118,36 @@ class _GatedSession(requests.Session):
         what = f"arXiv API {target}"
         too_large = [False]
 
+        deadline = self.limits.request_deadline
+
         def fetch() -> requests.Response:
             started = time.monotonic()
-            response = send(verb, target, *args, **kwargs)
+            conns: list[HTTPConnection] = []
+            _TRACK.conns = conns
+            watchdog = threading.Timer(deadline, _shutdown, args=(conns,))
+            watchdog.daemon = True
+            watchdog.start()
             try:
-                body = read_capped(
-                    _chunks(response),
-                    cap=self.limits.response_bytes,
-                    started=started,
-                    deadline=self.limits.request_deadline,
-                    what=what,
-                )
+                response = send(verb, target, *args, **kwargs)
+                try:
+                    body = read_capped(
+                        _chunks(response),
+                        cap=self.limits.response_bytes,
+                        started=started,
+                        deadline=deadline,
+                        what=what,
+                    )
+                finally:
+                    response.close()
+            except requests.RequestException:
+                if time.monotonic() - started < deadline:
+                    raise
+                raise RequestDeadlineError(
+                    f"{what}: no complete response within the deadline of {deadline:g} s"
+                ) from None
             finally:
-                response.close()
+                watchdog.cancel()
+                _TRACK.conns = None
             response._content = body.data  # what reading `.content` would have set
             response._content_consumed = True
             too_large[:] = [body.too_large]

@@ -57,7 +57,7 @@ from pith_pipeline.errors import (
     TransientError,
 )
 from pith_pipeline.sources.arxivraw import MalformedPageError, Page, oai_identifier, parse_page
-from pith_pipeline.sources.capped import read_capped
+from pith_pipeline.sources.capped import deadline_scope, deadline_transport, read_capped
 from pith_pipeline.sources.jsonl import Rejected
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.base import Store
@@ -221,12 +221,14 @@ class _OneConnectionScythe(Scythe):
     @property
     def client(self) -> httpx2.Client:
         if self._client is None or self._client.is_closed:
+            limits = httpx2.Limits(max_connections=1, max_keepalive_connections=1)
             self._client = httpx2.Client(
                 headers={"Accept": "text/xml, application/xml", "User-Agent": self.http_config.user_agent},
                 timeout=self.http_config.timeout,
-                limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1),
+                limits=limits,
                 follow_redirects=False,  # see OAIClient.request
-                transport=self._transport,
+                # sockets that honour the request's total deadline (see capped.py)
+                transport=self._transport or deadline_transport(limits),
             )
         return self._client
 
@@ -265,19 +267,27 @@ class OAIClient:
     ) -> httpx2.Response:
         """One GET, its body read with the cap and the deadline (`too_large` records
         whether it was cut, so the gate still sees a response and keeps its spacing)."""
-        started = time.monotonic()
-        request = client.build_request("GET", self.base_url, params=params)
-        response = client.send(request, stream=True)
-        try:
-            body = read_capped(
-                response.iter_bytes(),
-                cap=self.limits.response_bytes,
-                started=started,
-                deadline=self.limits.request_deadline,
-                what=what,
-            )
-        finally:
-            response.close()
+        deadline = self.limits.request_deadline
+        with deadline_scope(deadline) as started:
+            try:
+                request = client.build_request("GET", self.base_url, params=params)
+                response = client.send(request, stream=True)
+                try:
+                    body = read_capped(
+                        response.iter_bytes(),
+                        cap=self.limits.response_bytes,
+                        started=started,
+                        deadline=deadline,
+                        what=what,
+                    )
+                finally:
+                    response.close()
+            except httpx2.TimeoutException:
+                if time.monotonic() - started < deadline:
+                    raise
+                raise RequestDeadlineError(
+                    f"{what}: no complete response within the deadline of {deadline:g} s"
+                ) from None
         response._content = body.data  # what `read()` would have set
         too_large[:] = [body.too_large]
         return response
