@@ -18,7 +18,7 @@ from typing import Any
 
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.core.timeutil import Clock, system_clock
+from pith_pipeline.core.timeutil import Clock, parse_iso_day, system_clock
 from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
@@ -82,7 +82,9 @@ def split_window(from_: str, until: str, days: int | None, set_spec: str | None 
         return [Window(from_, until, set_spec)]
     if days < 1:
         raise InputError(f"--window-days must be at least 1, not {days}")
-    start, end = date.fromisoformat(from_), date.fromisoformat(until)
+    first, last = _day(from_, "--from"), _day(until, "--until")
+    assert first is not None and last is not None
+    start, end = first.date(), last.date()
     out = []
     while start <= end:
         stop = min(end, start + timedelta(days=days - 1))
@@ -319,7 +321,7 @@ def _day(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None
     try:
-        d = date.fromisoformat(value)
+        d = parse_iso_day(value)
     except ValueError:
         raise InputError(f"{name} must be a date YYYY-MM-DD, not {value!r}") from None
     return datetime(d.year, d.month, d.day, tzinfo=UTC)

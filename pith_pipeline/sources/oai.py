@@ -38,7 +38,6 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import date
 from typing import Any
 
 import httpx2
@@ -47,7 +46,7 @@ from oaipmh_scythe.config import HTTPConfig
 
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.core.timeutil import Clock, iso_seconds, system_clock
+from pith_pipeline.core.timeutil import Clock, iso_seconds, parse_iso_day, system_clock
 from pith_pipeline.errors import (
     InputError,
     RequestDeadlineError,
@@ -68,8 +67,9 @@ DEFAULT_OAI_URL = "https://oaipmh.arxiv.org/oai"
 OAI_URL_ENV = "PITH_OAI_URL"
 METADATA_PREFIX = "arXivRaw"
 RAW_ROOT = "raw/oai"
-_PAGE = re.compile(r"/attempt-(\d+)/page-(\d+)\.xml\.gz$")
-_GETRECORD = re.compile(r"/getrecord/[^/]+/\d+-[^/]+\.xml\.gz$")
+# store keys can be planted by anyone who can write the store: ASCII digits, no `$`
+_PAGE = re.compile(r"/attempt-([0-9]+)/page-([0-9]+)\.xml\.gz\Z")
+_GETRECORD = re.compile(r"/getrecord/[^/]+/[0-9]+-[^/]+\.xml\.gz\Z")
 MAX_RESTARTS = 3
 
 
@@ -86,7 +86,7 @@ def _check_date(value: str | None, name: str) -> str | None:
     if value is None:
         return None
     try:
-        date.fromisoformat(value)
+        parse_iso_day(value)
     except ValueError:
         raise InputError(f"{name} must be a date YYYY-MM-DD, not {value!r}") from None
     return value

@@ -189,3 +189,13 @@ def test_a_title_over_its_limit_is_one_quarantined_record(tmp_path: Path, signer
         run.windows([W], oai_url=server.oai_url, politeness=FAST)
     s = run.report.summary
     assert s.quarantined == 2 and s.built == 4  # the long title and page 2's broken date
+
+
+@pytest.mark.parametrize("value", ["20240101", "2024-01-01\n", "\uff12024-01-01", "2024-W01-1"])
+def test_window_and_snapshot_dates_are_strict(value: str, tmp_path: Path, signer: Signer) -> None:
+    from pith_pipeline.errors import InputError
+
+    with pytest.raises(InputError, match="YYYY-MM-DD"):
+        Window(value, "2024-01-03")
+    with pytest.raises(InputError, match="YYYY-MM-DD"):
+        Ingest(LocalStore(tmp_path / "s"), signer).snapshot(tmp_path / "none.jsonl", from_=value)
