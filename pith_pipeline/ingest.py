@@ -21,7 +21,7 @@ from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.timeutil import Clock, parse_iso_day, system_clock
 from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
-from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
+from pith_pipeline.pipeline import BuildConfig, LeaseCheck, Publisher, RunSummary
 from pith_pipeline.sources.jsonl import Rejected, iter_jsonl
 from pith_pipeline.sources.oai import (
     DEFAULT_OAI_URL,
@@ -109,14 +109,19 @@ class Ingest:
         workers: int = 1,
         signer_spec: str | None = None,
         chunk_size: int = DEFAULT_CHUNK,
+        lease: LeaseCheck | None = None,
+        shards: frozenset[int] | None = None,
         limits: InputLimits = DEFAULT_LIMITS,
     ) -> None:
         """`workers` > 1 publishes in that many processes, each opening `signer_spec`
         (the spec `signer` came from); without a spec the run stays in one process.
+        `lease`/`shards`: as for `Publisher` (the caller holds the lease).
         `limits`: HTTP response cap and deadline, snapshot line cap (docs/input-limits.md)."""
         self.store = store
         self.limits = limits
-        self.publisher = Publisher(store, signer, config, clock=clock, run_id=run_id)
+        self.publisher = Publisher(
+            store, signer, config, clock=clock, run_id=run_id, lease=lease, shards=shards
+        )
         self.parallel = (
             ParallelPublisher(self.publisher, workers=workers, signer_spec=signer_spec, chunk_size=chunk_size)
             if workers != 1

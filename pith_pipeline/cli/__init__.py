@@ -48,4 +48,4 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except PithError as exc:
         click.echo(f"error: {exc.diagnostics()}", err=True)
-        sys.exit(getattr(exc, "exit_code", 1))  # 65: a damaged input file (DamagedInputError)
+        sys.exit(exc.exit_code)

@@ -155,7 +155,10 @@ class _GatedSession(requests.Session):
 
         try:
             response = self.gate.send(
-                fetch, what=what, retry_on=(requests.Timeout, requests.ConnectionError, RequestDeadlineError)
+                fetch,
+                what=what,
+                retry_on=(requests.Timeout, requests.ConnectionError, RequestDeadlineError),
+                endpoint=target,
             )
         except requests.RequestException as exc:
             raise TransientError(f"arXiv API: {type(exc).__name__}: {exc}") from None

@@ -306,6 +306,7 @@ class OAIClient:
                     httpx2.RemoteProtocolError,
                     RequestDeadlineError,
                 ),
+                endpoint=self.base_url,
             )
         except httpx2.HTTPError as exc:
             raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from None
