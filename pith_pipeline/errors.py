@@ -152,6 +152,31 @@ def is_record_problem(exc: BaseException) -> bool:
     return isinstance(exc, Exception)
 
 
+class RequestDeadlineError(TransientError):
+    """An HTTP request that did not complete within its total deadline.
+
+    Why a deadline besides the read timeout: a server that sends one byte just before
+    each read timeout would otherwise hold a run forever.
+    """
+
+
+class ResponseTooLargeError(TerminalError):
+    """An HTTP response body over its size limit; reading stopped at the limit."""
+
+
+class ResumptionLoopError(TerminalError):
+    """An OAI-PMH list that does not end: a resumption token seen before in the window,
+    or more records than the server's own `completeListSize`."""
+
+
+class DamagedInputError(TerminalError):
+    """An input file that cannot be read to its end (a truncated or corrupt .gz):
+    names the file and how far it was read. Not a record problem: the rest of the file
+    is unreadable, so the run stops (exit code `exit_code`)."""
+
+    exit_code = 65  # EX_DATAERR (sysexits.h): the input data was incorrect
+
+
 class IncompleteRunError(TerminalError):
     """A run that finished, but left papers unpublished because a stored object of
     theirs failed its checks: everything else was published and the run manifest

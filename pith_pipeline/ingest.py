@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from pith_pipeline.core.keys import Signer
-from pith_pipeline.core.timeutil import Clock, system_clock
-from pith_pipeline.errors import InputError
+from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
+from pith_pipeline.core.timeutil import Clock, parse_iso_day, system_clock
+from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
 from pith_pipeline.pipeline import BuildConfig, LeaseCheck, Publisher, RunSummary
 from pith_pipeline.sources.jsonl import Rejected, iter_jsonl
@@ -81,7 +82,9 @@ def split_window(from_: str, until: str, days: int | None, set_spec: str | None 
         return [Window(from_, until, set_spec)]
     if days < 1:
         raise InputError(f"--window-days must be at least 1, not {days}")
-    start, end = date.fromisoformat(from_), date.fromisoformat(until)
+    first, last = _day(from_, "--from"), _day(until, "--until")
+    assert first is not None and last is not None
+    start, end = first.date(), last.date()
     out = []
     while start <= end:
         stop = min(end, start + timedelta(days=days - 1))
@@ -108,11 +111,14 @@ class Ingest:
         chunk_size: int = DEFAULT_CHUNK,
         lease: LeaseCheck | None = None,
         shards: frozenset[int] | None = None,
+        limits: InputLimits = DEFAULT_LIMITS,
     ) -> None:
         """`workers` > 1 publishes in that many processes, each opening `signer_spec`
         (the spec `signer` came from); without a spec the run stays in one process.
-        `lease`/`shards`: as for `Publisher` (the caller holds the lease)."""
+        `lease`/`shards`: as for `Publisher` (the caller holds the lease).
+        `limits`: HTTP response cap and deadline, snapshot line cap (docs/input-limits.md)."""
         self.store = store
+        self.limits = limits
         self.publisher = Publisher(
             store, signer, config, clock=clock, run_id=run_id, lease=lease, shards=shards
         )
@@ -180,7 +186,7 @@ class Ingest:
     ) -> IngestReport:
         """Harvest `ListRecords` windows (resuming each from its checkpoint)."""
         gate = gate or Gate(politeness)
-        with OAIClient(oai_url, gate=gate, transport=transport) as client:
+        with OAIClient(oai_url, gate=gate, transport=transport, limits=self.limits) as client:
             h = self._harvester(client, raw_root)
             for w in windows:
                 self._consume(h.harvest(w, refresh=refresh))
@@ -210,7 +216,7 @@ class Ingest:
     ) -> IngestReport:
         """Fetch the full `arXivRaw` record of each id (`GetRecord`) and publish it."""
         gate = gate or Gate()
-        with OAIClient(oai_url, gate=gate, transport=transport) as client:
+        with OAIClient(oai_url, gate=gate, transport=transport, limits=self.limits) as client:
             h = self._harvester(client)
             return self._consume(h.get_records(ids, self.run_id))
 
@@ -229,7 +235,7 @@ class Ingest:
         from pith_pipeline.sources.arxiv_api import ArxivAPI
 
         gate = Gate(politeness)  # one gate: the API and OAI are both arXiv
-        api = ArxivAPI(gate, api_url)
+        api = ArxivAPI(gate, api_url, limits=self.limits)
         if query is not None:
             found = api.ids_for_query(query, max_results=max_results)
             missing: list[str] = []
@@ -265,14 +271,19 @@ class Ingest:
         """
         since = _day(from_, "--from")
         before = _day(until, "--until")
-        self._publish_items(
-            iter_jsonl(
-                path,
-                categories=categories,
-                submitted_from=since,
-                submitted_until=before + timedelta(days=1) if before else None,
+        try:
+            self._publish_items(
+                iter_jsonl(
+                    path,
+                    categories=categories,
+                    submitted_from=since,
+                    submitted_until=before + timedelta(days=1) if before else None,
+                    limits=self.limits,
+                )
             )
-        )
+        except DamagedInputError:
+            self.publisher.flush_quarantine()  # the rejects before the damage are kept
+            raise
         return self.report
 
     def replay(self, window: Window | None = None, *, raw_root: str = RAW_ROOT) -> IngestReport:
@@ -315,7 +326,7 @@ def _day(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None
     try:
-        d = date.fromisoformat(value)
+        d = parse_iso_day(value)
     except ValueError:
         raise InputError(f"{name} must be a date YYYY-MM-DD, not {value!r}") from None
     return datetime(d.year, d.month, d.day, tzinfo=UTC)

@@ -12,7 +12,7 @@ import itertools
 import secrets
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Protocol
 
 from pith_pipeline.core.builder import (
@@ -150,7 +150,11 @@ class Publisher:
         lease: LeaseCheck | None = None,
         shards: frozenset[int] | None = None,
         rotating: bool = False,
+        today: Callable[[], date] | None = None,
     ) -> None:
+        """`today`: the real date, for refusing records dated after tomorrow; not the
+        build clock, which SOURCE_DATE_EPOCH pins to what is written, not to when the
+        run happens."""
         self.store = store
         self.signer = signer
         self.config = config or BuildConfig()
@@ -158,6 +162,7 @@ class Publisher:
         self.clock = clock
         self.lease = lease
         self.shards = shards
+        self.today = today or _utc_today
         self.summary = RunSummary(run_id or new_run_id(clock()))
         self.quarantine: list[dict[str, Any]] = []
         self.rotating = rotating
@@ -333,6 +338,7 @@ class Publisher:
         if self.lease is not None:
             self.lease.check()
         try:
+            item.check_dates(today=self.today())
             self.publish_record(item)
         except IntegrityError as exc:
             self.summary.fail(f"{item.id}v{item.version}: {exc}")
@@ -580,6 +586,10 @@ class Publisher:
         self._put(skey, dumps_compact(bundle["state"]))
         self._put(wkey, data)
         return bundle
+
+
+def _utc_today() -> date:
+    return datetime.now(tz=UTC).date()
 
 
 def _build_failure(rec: ArxivRecord, exc: BaseException) -> Rejected:

@@ -10,18 +10,24 @@ checks itself when built: bad input raises `InputError` naming record and field.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
+from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits, utf8_size
 from pith_pipeline.core.text import collapse_ws
-from pith_pipeline.core.timeutil import parse_rfc2822
+from pith_pipeline.core.timeutil import parse_iso_day, parse_rfc2822
 from pith_pipeline.errors import InputError
 
-NEW_STYLE_ID = re.compile(r"^\d{4}\.\d{4,5}$")
-OLD_STYLE_ID = re.compile(r"^[a-z][a-z\-]*(\.[A-Z]{2})?/\d{7}$")
-CATEGORY = re.compile(r"^[a-z][a-z\-]*(\.[A-Za-z][A-Za-z\-]*)?$")
-VERSION = re.compile(r"^v(\d+)$")
+# Identifiers, categories and version labels come from outside: every pattern is used
+# with `fullmatch` and ASCII classes only (`$` admits a trailing newline, `\d` any
+# Unicode digit), so no look-alike value becomes an alias, a key or a file name.
+NEW_STYLE_ID = re.compile(r"[0-9]{4}\.[0-9]{4,5}", re.ASCII)
+OLD_STYLE_ID = re.compile(r"[a-z][a-z\-]*(\.[A-Z]{2})?/[0-9]{7}", re.ASCII)
+CATEGORY = re.compile(r"[a-z][a-z\-]*(\.[A-Za-z][A-Za-z\-]*)?", re.ASCII)
+#: `v1` .. `v9999` (InputLimits.max_version): no leading zero, no sign, ASCII digits
+VERSION = re.compile(r"v([1-9][0-9]{0,3})", re.ASCII)
 _PARENS = re.compile(r"\([^()]*\)")
 _AND_SPLIT = re.compile(r"\s*,\s*and\s+|\s*,\s*|\s+and\s+")
 
@@ -44,7 +50,47 @@ SNAPSHOT_FIELDS = (
 
 
 def is_arxiv_id(value: str) -> bool:
-    return bool(NEW_STYLE_ID.match(value) or OLD_STYLE_ID.match(value))
+    return isinstance(value, str) and bool(NEW_STYLE_ID.fullmatch(value) or OLD_STYLE_ID.fullmatch(value))
+
+
+_TEXT_FIELDS = (
+    # (attribute, snapshot key, required)
+    ("title", "title", True),
+    ("abstract", "abstract", True),
+    ("categories", "categories", True),
+    ("authors", "authors", True),
+    ("submitter", "submitter", False),
+    ("comments", "comments", False),
+    ("journal_ref", "journal-ref", False),
+    ("doi", "doi", False),
+    ("report_no", "report-no", False),
+    ("license", "license", False),
+    ("update_date", "update_date", False),
+)
+
+
+def _size(text: str, name: str, bad: Callable[[str, str], InputError]) -> int:
+    try:
+        return utf8_size(text)
+    except UnicodeEncodeError as exc:
+        raise bad(name, f"not encodable as UTF-8 ({exc.reason} at character {exc.start})") from None
+
+
+def _check_text(rec: ArxivRecord, limits: InputLimits, bad: Callable[[str, str], InputError]) -> int:
+    """Type, encodability and size of every text field; returns their total UTF-8 size."""
+    total = len(rec.id)
+    for attr, key, required in _TEXT_FIELDS:
+        value = getattr(rec, attr)
+        if value is None and not required:
+            continue
+        if not isinstance(value, str):
+            raise bad(key, "missing" if value is None else f"not a string: {type(value).__name__}")
+        size = _size(value, key, bad)
+        limit = limits.field_limit(key)
+        if size > limit:
+            raise bad(key, f"{size} bytes, over the limit of {limit}")
+        total += size
+    return total
 
 
 def split_authors(authors: str) -> list[str]:
@@ -73,7 +119,7 @@ class Version:
 
     @property
     def number(self) -> int:
-        m = VERSION.match(self.version)
+        m = VERSION.fullmatch(self.version) if isinstance(self.version, str) else None
         return int(m.group(1)) if m else 0
 
 
@@ -98,48 +144,106 @@ class ArxivRecord:
     # derived once at construction, so hot paths never re-parse
     _category_list: tuple[str, ...] = field(default=(), repr=False, compare=False)
     _submitted: datetime | None = field(default=None, repr=False, compare=False)
+    _newest: date | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rid = self.id if isinstance(self.id, str) else None
+        limits = DEFAULT_LIMITS
 
         def bad(field_name: str, message: str) -> InputError:
             return InputError(message, record_id=rid, field=field_name)
 
         if not isinstance(self.id, str) or not is_arxiv_id(self.id):
             raise bad("id", f"not an arXiv identifier without version: {self.id!r}")
+        total = _check_text(self, limits, bad)
         for name in ("title", "abstract"):
             value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
+            if not value.strip():
                 raise bad(name, "missing or empty")
-        if not isinstance(self.categories, str) or not self.categories.strip():
+        if not self.categories.strip():
             raise bad("categories", "missing or empty category list")
         cats = tuple(self.categories.split())
         for c in cats:
-            if not CATEGORY.match(c):
+            if not CATEGORY.fullmatch(c):
                 raise bad("categories", f"bad category {c!r} in {self.categories!r}")
-        if not self.versions:
+        if not isinstance(self.versions, tuple) or not self.versions:
             raise bad("versions", "no versions")
         numbers = []
         for v in self.versions:
-            if not isinstance(v, Version) or not VERSION.match(v.version):
-                raise bad("versions", f"bad version entry {v!r}")
+            if (
+                not isinstance(v, Version)
+                or not isinstance(v.version, str)
+                or not isinstance(v.created, str)
+                or not VERSION.fullmatch(v.version)
+            ):
+                label = v.version if isinstance(v, Version) else v
+                raise bad(
+                    "versions",
+                    f"bad version label {label!r} (expected v1 .. v{limits.max_version}, ASCII digits)",
+                )
             numbers.append(v.number)
+            total += len(v.version) + utf8_size(v.created)
         if len(set(numbers)) != len(numbers):
             raise bad("versions", f"duplicate version numbers {numbers}")
-        first = min(self.versions, key=lambda v: v.number)
-        try:
-            submitted = parse_rfc2822(first.created)
-        except ValueError as exc:
-            raise bad(f"versions[{first.version}].created", str(exc)) from None
+        if self.authors_parsed is not None:
+            for entry in self.authors_parsed:
+                for part in entry:
+                    if not isinstance(part, str):
+                        raise bad("authors_parsed", f"not a string: {part!r}")
+                    total += _size(part, "authors_parsed", bad)
+        if total > limits.record_bytes:
+            raise bad("record", f"{total} bytes of text, over the limit of {limits.record_bytes}")
+        dates = {}
         for v in self.versions:
             try:
-                parse_rfc2822(v.created)
+                dates[v.version] = parse_rfc2822(v.created)
             except ValueError as exc:
                 raise bad(f"versions[{v.version}].created", str(exc)) from None
-        if self.license is not None and not isinstance(self.license, str):
-            raise bad("license", f"not a string: {self.license!r}")
+            if dates[v.version].date() < limits.earliest_date:
+                raise bad(
+                    f"versions[{v.version}].created",
+                    f"{v.created!r} is before arXiv existed ({limits.earliest_date.year})",
+                )
+        if self.update_date is not None:
+            try:
+                day = parse_iso_day(self.update_date)
+            except ValueError as exc:
+                raise bad("update_date", str(exc)) from None
+            if day < limits.earliest_date:
+                raise bad(
+                    "update_date",
+                    f"{self.update_date!r} is before arXiv existed ({limits.earliest_date.year})",
+                )
+        first = min(self.versions, key=lambda v: v.number)
+        newest = max(d.date() for d in dates.values())
+        if self.update_date is not None:
+            newest = max(newest, day)
+        object.__setattr__(self, "_newest", newest)
         object.__setattr__(self, "_category_list", cats)
-        object.__setattr__(self, "_submitted", submitted)
+        object.__setattr__(self, "_submitted", dates[first.version])
+
+    def check_dates(self, *, today: date, limits: InputLimits = DEFAULT_LIMITS) -> None:
+        """Refuse dates after `today` plus `limits.future_days` (the run's clock).
+
+        Why not in `__post_init__`: a record is a pure value, and "the future" depends
+        on when the run happens; the publisher calls this with its own today.
+        """
+        horizon = today + timedelta(days=limits.future_days)
+        if self._newest is not None and self._newest <= horizon:
+            return
+        for v in self.versions:
+            if parse_rfc2822(v.created).date() > horizon:
+                raise InputError(
+                    f"{v.created!r} is after tomorrow (the run's today is {today.isoformat()})",
+                    record_id=self.id,
+                    field=f"versions[{v.version}].created",
+                )
+        if self.update_date is not None and parse_iso_day(self.update_date) > horizon:
+            raise InputError(
+                f"{self.update_date!r} is after tomorrow (the run's today is {today.isoformat()})",
+                record_id=self.id,
+                field="update_date",
+            )
 
     # ---- derived views -------------------------------------------------
     @property

@@ -14,7 +14,7 @@ from pith_pipeline.core.text import canon_sha256
 from pith_pipeline.core.timeutil import iso_seconds
 
 SCHEMA_VERSION = "1.0"
-PITH_NUMBER = re.compile(r"^pith:(\d{4}):([A-Z2-7]{26})$")
+PITH_NUMBER = re.compile(r"pith:([0-9]{4}):([A-Z2-7]{26})", re.ASCII)  # used with fullmatch
 ALIAS_KINDS = ("arxiv", "arxiv_version", "doi", "pith_short_12", "pith_short_16", "pith_short_8")
 
 
@@ -57,7 +57,7 @@ class PithNumber:
 
     @classmethod
     def parse(cls, text: str) -> PithNumber:
-        m = PITH_NUMBER.match(text)
+        m = PITH_NUMBER.fullmatch(text) if isinstance(text, str) else None
         if not m:
             raise ValueError(f"not a Pith number: {text!r}")
         return cls(int(m.group(1)), m.group(2))

@@ -10,13 +10,24 @@ import email.utils
 import os
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 
 Clock = Callable[[], datetime]
 
-_ISO_SECONDS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-_ISO_MICROS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
-_DATE_ONLY = re.compile(r"^\s*(?:[A-Za-z]{3},\s*)?(\d{1,2})\s+([A-Za-z]{3})\s+(\d{4})\s*$")
+# Full matches with ASCII classes only: `$` would admit a trailing newline and `\d`
+# non-ASCII digits, both of which turn hostile input into look-alike values.
+_ISO_SECONDS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z", re.ASCII)
+_ISO_MICROS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z", re.ASCII)
+_ISO_DAY = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})", re.ASCII)
+_DAYS = "Mon|Tue|Wed|Thu|Fri|Sat|Sun"
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+# arXiv's version dates: `Tue, 24 Sep 2019 19:40:59 GMT`, a few 1990s ones a bare date.
+# The year has exactly four digits (email.utils reads `0001` and `01` as 2001).
+_RFC2822 = re.compile(
+    rf"(?:(?:{_DAYS}),\s*)?([0-9]{{1,2}})\s+({'|'.join(_MONTHS)})\s+([0-9]{{4}})"
+    r"(?:\s+([0-9]{2}):([0-9]{2})(?::([0-9]{2}))?\s+(GMT|UT|UTC|Z|[+-][0-9]{4}))?",
+    re.ASCII | re.IGNORECASE,
+)
 
 
 def system_clock() -> datetime:
@@ -38,11 +49,18 @@ def iso_micros(dt: datetime) -> str:
 
 
 def is_iso_seconds(text: str) -> bool:
-    return bool(_ISO_SECONDS.match(text))
+    return bool(_ISO_SECONDS.fullmatch(text))
 
 
 def is_iso_micros(text: str) -> bool:
-    return bool(_ISO_MICROS.match(text))
+    return bool(_ISO_MICROS.fullmatch(text))
+
+
+def parse_iso_day(text: str) -> date:
+    """A `YYYY-MM-DD` day, strictly: four ASCII digits of year, nothing around it."""
+    if not isinstance(text, str) or not _ISO_DAY.fullmatch(text):
+        raise ValueError(f"not a date YYYY-MM-DD: {text!r}")
+    return date.fromisoformat(text)
 
 
 def parse_iso(text: str) -> datetime:
@@ -53,24 +71,32 @@ def parse_iso(text: str) -> datetime:
 def parse_rfc2822(text: str) -> datetime:
     """arXiv's version dates (`Tue, 24 Sep 2019 19:40:59 GMT`), as UTC.
 
-    A few 1990s records carry only a date; they get midnight UTC. Raises ValueError
-    on anything else.
+    A few 1990s records carry only a date; they get midnight UTC. Strict: the whole
+    text must match (surrounding blanks aside), digits are ASCII and the year has four
+    of them. Raises ValueError on anything else.
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("empty date")
+    m = _RFC2822.fullmatch(text.strip(" \t"))
+    if not m:
+        raise ValueError(f"not an RFC 2822 date: {text!r}")
+    day, mon, year, hh, mm, ss, zone = m.groups()
     try:
-        dt = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        m = _DATE_ONLY.match(text)
-        if not m:
-            raise ValueError(f"not an RFC 2822 date: {text!r}") from None
-        try:
-            dt = datetime.strptime(" ".join(m.groups()), "%d %b %Y")
-        except ValueError:
-            raise ValueError(f"not an RFC 2822 date: {text!r}") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC)
+        dt = datetime(
+            int(year),
+            _MONTHS.index(mon.capitalize()) + 1,
+            int(day),
+            int(hh or 0),
+            int(mm or 0),
+            int(ss or 0),
+            tzinfo=UTC,
+        )
+    except ValueError:
+        raise ValueError(f"not an RFC 2822 date: {text!r}") from None
+    if zone and zone[0] in "+-":
+        offset = (int(zone[1:3]) * 60 + int(zone[3:5])) * (1 if zone[0] == "+" else -1)
+        dt -= timedelta(minutes=offset)
+    return dt
 
 
 def format_rfc2822(dt: datetime) -> str:

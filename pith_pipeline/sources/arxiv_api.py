@@ -11,29 +11,98 @@ switched off so they do not stack on ours.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import arxiv
 import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
 
+from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.model import is_arxiv_id
-from pith_pipeline.errors import InputError, TerminalError, TransientError
+from pith_pipeline.errors import (
+    InputError,
+    RequestDeadlineError,
+    ResponseTooLargeError,
+    TerminalError,
+    TransientError,
+)
+from pith_pipeline.sources.capped import read_capped
 from pith_pipeline.sources.politeness import Gate
 
 DEFAULT_API_URL = "https://export.arxiv.org/api/query"
 API_URL_ENV = "PITH_ARXIV_API_URL"
-_VERSIONED = re.compile(r"^(.+?)(v\d+)?$")
+_VERSIONED = re.compile(r"(.+?)(v[0-9]+)?", re.ASCII | re.DOTALL)  # fullmatch; the id is checked after
 _ABS_URL = re.compile(r"^https?://[^/]+/abs/")
 
 
-class _GatedSession(requests.Session):
-    """A requests session that asks the gate before every request and sets a timeout."""
+# -- a total deadline below HTTP ----------------------------------------------------------
+# The read timeout restarts with every byte received, so a server that drips its status
+# line or headers is never stopped by it. Connections register themselves with the
+# request in progress (per thread); a watchdog shuts their sockets down at the deadline,
+# which ends any blocked read at once.
+_TRACK = threading.local()
 
-    def __init__(self, gate: Gate) -> None:
+
+def _track(conn: HTTPConnection) -> None:
+    conns: list[HTTPConnection] | None = getattr(_TRACK, "conns", None)
+    if conns is not None:
+        conns.append(conn)
+
+
+class _TrackedHTTPConnection(HTTPConnection):
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _track(self)
+        super().request(*args, **kwargs)
+
+
+class _TrackedHTTPSConnection(HTTPSConnection):
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _track(self)
+        super().request(*args, **kwargs)
+
+
+class _TrackedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _TrackedHTTPConnection
+
+
+class _TrackedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _TrackedHTTPSConnection
+
+
+class _DeadlineAdapter(HTTPAdapter):
+    """requests' adapter with connections a deadline watchdog can find."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _TrackedHTTPPool, "https": _TrackedHTTPSPool}
+
+
+def _shutdown(conns: list[HTTPConnection]) -> None:
+    for conn in conns:
+        sock = getattr(conn, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed: nothing to stop
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class _GatedSession(requests.Session):
+    """A requests session that asks the gate before every request, sets a timeout, and
+    reads each body with a size cap and a total deadline (`InputLimits`)."""
+
+    def __init__(self, gate: Gate, limits: InputLimits = DEFAULT_LIMITS) -> None:
         super().__init__()
         self.gate = gate
+        self.limits = limits
+        self.mount("http://", _DeadlineAdapter())
+        self.mount("https://", _DeadlineAdapter())
         self.headers["User-Agent"] = gate.policy.user_agent
 
     def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
@@ -44,16 +113,60 @@ class _GatedSession(requests.Session):
         headers = dict(kwargs.pop("headers", None) or {})
         headers["User-Agent"] = self.gate.policy.user_agent  # ours, not the package's
         kwargs["headers"] = headers
+        kwargs["stream"] = True  # the body is read here, capped and under the deadline
         send = super().request
+        what = f"arXiv API {target}"
+        too_large = [False]
+
+        deadline = self.limits.request_deadline
+
+        def fetch() -> requests.Response:
+            started = time.monotonic()
+            conns: list[HTTPConnection] = []
+            _TRACK.conns = conns
+            watchdog = threading.Timer(deadline, _shutdown, args=(conns,))
+            watchdog.daemon = True
+            watchdog.start()
+            try:
+                response = send(verb, target, *args, **kwargs)
+                try:
+                    body = read_capped(
+                        _chunks(response),
+                        cap=self.limits.response_bytes,
+                        started=started,
+                        deadline=deadline,
+                        what=what,
+                    )
+                finally:
+                    response.close()
+            except requests.RequestException:
+                if time.monotonic() - started < deadline:
+                    raise
+                raise RequestDeadlineError(
+                    f"{what}: no complete response within the deadline of {deadline:g} s"
+                ) from None
+            finally:
+                watchdog.cancel()
+                _TRACK.conns = None
+            response._content = body.data  # what reading `.content` would have set
+            response._content_consumed = True
+            too_large[:] = [body.too_large]
+            return response
+
         try:
             response = self.gate.send(
-                lambda: send(verb, target, *args, **kwargs),
-                what=f"arXiv API {target}",
-                retry_on=(requests.Timeout, requests.ConnectionError),
+                fetch,
+                what=what,
+                retry_on=(requests.Timeout, requests.ConnectionError, RequestDeadlineError),
                 endpoint=target,
             )
         except requests.RequestException as exc:
             raise TransientError(f"arXiv API: {type(exc).__name__}: {exc}") from None
+        if too_large[0]:
+            raise ResponseTooLargeError(
+                f"{what}: response larger than the limit of {self.limits.response_bytes} bytes; "
+                "stopped reading it (see docs/input-limits.md)"
+            )
         if response.is_redirect:
             raise TerminalError(
                 f"arXiv API {target}: redirected to "
@@ -63,13 +176,29 @@ class _GatedSession(requests.Session):
         return response
 
 
+def _chunks(response: requests.Response) -> Iterator[bytes]:
+    """The body as the socket delivers it (`read1`), so the deadline is checked between
+    pieces however slowly they come; `iter_content` would wait for whole chunks."""
+    raw = response.raw
+    try:
+        while True:
+            chunk = raw.read1(64 * 1024, decode_content=True)
+            if not chunk:
+                return
+            yield chunk
+    except Exception as exc:  # urllib3's errors, as requests would have raised them
+        if isinstance(exc, RequestDeadlineError):
+            raise
+        raise requests.ConnectionError(f"reading the response: {exc}") from None
+
+
 def normalise_id(text: str) -> str:
     """`1909.11150v2`, `arXiv:1909.11150`, `https://arxiv.org/abs/hep-lat/0305021v1` -> bare id."""
     t = text.strip()
     t = _ABS_URL.sub("", t)
     if t.lower().startswith("arxiv:"):
         t = t[6:]
-    m = _VERSIONED.match(t)
+    m = _VERSIONED.fullmatch(t)
     bare = m.group(1) if m else t
     if not is_arxiv_id(bare):
         raise InputError(f"not an arXiv identifier: {text!r} (expected e.g. 1909.11150 or hep-lat/0305021)")
@@ -79,13 +208,20 @@ def normalise_id(text: str) -> str:
 class ArxivAPI:
     """Id discovery through `arxiv.Client`, politely."""
 
-    def __init__(self, gate: Gate, api_url: str = DEFAULT_API_URL, *, page_size: int = 100) -> None:
+    def __init__(
+        self,
+        gate: Gate,
+        api_url: str = DEFAULT_API_URL,
+        *,
+        page_size: int = 100,
+        limits: InputLimits = DEFAULT_LIMITS,
+    ) -> None:
         self.gate = gate
         self.api_url = api_url
         client = arxiv.Client(page_size=page_size, delay_seconds=0.0, num_retries=0)
         # instance attributes shadow the class defaults: this client only
         client.query_url_format = api_url + "?{}"
-        client._session = _GatedSession(gate)
+        client._session = _GatedSession(gate, limits)
         self.client = client
 
     def _results(self, search: arxiv.Search) -> Iterator[arxiv.Result]:

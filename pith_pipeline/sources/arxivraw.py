@@ -37,8 +37,17 @@ OAI_ID_PREFIX = "oai:arXiv.org:"
 _O = f"{{{OAI_NS}}}"
 _A = f"{{{ARXIVRAW_NS}}}"
 
-# No DTDs, no entities, no network: pages come from the outside world.
-_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True, remove_blank_text=False)
+# No DTDs, no entities, no network: pages come from the outside world. A page with a
+# DOCTYPE is refused outright (OAI-PMH never uses one); `resolve_entities=False` and
+# `load_dtd=False` make sure nothing is fetched or expanded before that check.
+_PARSER = etree.XMLParser(
+    resolve_entities=False,
+    no_network=True,
+    load_dtd=False,
+    dtd_validation=False,
+    huge_tree=True,
+    remove_blank_text=False,
+)
 
 
 class MalformedPageError(InputError):
@@ -99,6 +108,9 @@ def parse_page(data: bytes, where: str) -> Page:
     except etree.XMLSyntaxError as exc:
         head = data[:80].decode("utf-8", errors="replace").replace("\n", " ")
         raise MalformedPageError(f"not an XML document ({exc}); starts with {head!r}", where=where) from None
+    docinfo = root.getroottree().docinfo
+    if docinfo.doctype or docinfo.internalDTD is not None or docinfo.externalDTD is not None:
+        raise MalformedPageError("refused: the response declares a DTD (OAI-PMH never does)", where=where)
     if root.tag != f"{_O}OAI-PMH":
         raise MalformedPageError(f"not an OAI-PMH response (root element {root.tag!r})", where=where)
     page = Page(where)
@@ -120,17 +132,54 @@ def parse_page(data: bytes, where: str) -> Page:
             page.items.append(parsed)
     token = body.find(f"{_O}resumptionToken")
     if token is not None:
-        page.resumption_token = (token.text or "").strip() or None
+        try:
+            page.resumption_token = content(token, "resumptionToken").strip() or None
+        except _FieldError as exc:
+            raise MalformedPageError(exc.reason, where=where) from None
         page.complete_list_size = _int_attr(token, "completeListSize")
         page.cursor = _int_attr(token, "cursor")
     return page
 
 
-def _text(parent: etree._Element, name: str) -> str | None:
-    el = parent.find(f"{_A}{name}")
-    if el is None:
+class _FieldError(Exception):
+    """A field whose text cannot be taken whole; becomes the record's reject reason."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(field, reason)
+        self.field = field
+        self.reason = reason
+
+
+def content(el: etree._Element, field: str) -> str:
+    """The whole text of a text-only element.
+
+    Why not `el.text`: that is only the text before the first child node, so a comment
+    or an element inside `<title>` would cut the title short, and a truncated title
+    would be signed. Comments are dropped and the text around them joined; any other
+    child node (element, entity reference, processing instruction) makes the field
+    unreadable, so the record is rejected rather than guessed at.
+    """
+    parts = [el.text or ""]
+    for child in el:
+        if isinstance(child, etree._Comment):
+            pass
+        elif isinstance(child, etree._ProcessingInstruction):
+            raise _FieldError(field, f"a processing instruction <?{child.target}?> inside <{field}>")
+        elif isinstance(child, etree._Entity):
+            raise _FieldError(field, f"an entity reference {child.text} inside <{field}>")
+        else:
+            raise _FieldError(field, f"an element <{etree.QName(child).localname}> inside <{field}>")
+        parts.append(child.tail or "")
+    return "".join(parts)
+
+
+def _text(parent: etree._Element, name: str, field: str | None = None) -> str | None:
+    found = parent.findall(f"{_A}{name}")
+    if not found:
         return None
-    return el.text if el.text is not None else ""
+    if len(found) > 1:
+        raise _FieldError(field or name, f"more than one <{name}>")
+    return content(found[0], field or name)
 
 
 def _token(parent: etree._Element, name: str) -> str | None:
@@ -142,6 +191,17 @@ def _token(parent: etree._Element, name: str) -> str | None:
     return value or None
 
 
+def _header_text(header: etree._Element | None, name: str) -> str | None:
+    if header is None:
+        return None
+    found = header.findall(f"{_O}{name}")
+    if not found:
+        return None
+    if len(found) > 1:
+        raise _FieldError("header", f"more than one <{name}> in the header")
+    return content(found[0], "header").strip() or None
+
+
 def raw_xml(el: etree._Element) -> str:
     return str(etree.tostring(el, encoding="unicode"))
 
@@ -149,48 +209,66 @@ def raw_xml(el: etree._Element) -> str:
 def parse_record(rec: etree._Element, where: str) -> ArxivRecord | Rejected | Deleted:
     """One `<record>` element -> record, reject (with its raw XML) or deletion notice."""
     header = rec.find(f"{_O}header")
-    identifier = header.findtext(f"{_O}identifier") if header is not None else None
-    oai_id = (identifier or "").strip()
-    header_id = oai_id[len(OAI_ID_PREFIX) :] if oai_id.startswith(OAI_ID_PREFIX) else None
-    datestamp = header.findtext(f"{_O}datestamp") if header is not None else None
-    datestamp = datestamp.strip() if datestamp else None
-    if header is not None and header.get("status") == "deleted":
-        return Deleted(header_id or oai_id, datestamp, where)
+    header_id: str | None = None
 
     def reject(reason: str, fld: str | None = None, rid: str | None = None) -> Rejected:
         return Rejected(where, reason, raw_xml(rec), rid or header_id, fld)
 
+    try:
+        oai_id = _header_text(header, "identifier") or ""
+        header_id = oai_id[len(OAI_ID_PREFIX) :] if oai_id.startswith(OAI_ID_PREFIX) else None
+        datestamp = _header_text(header, "datestamp")
+    except _FieldError as exc:
+        return reject(exc.reason, exc.field)
+    if header is not None and header.get("status") == "deleted":
+        return Deleted(header_id or oai_id, datestamp, where)
     if header is None or not oai_id:
         return reject("record without a header identifier", "header")
     meta = rec.find(f"{_O}metadata/{_A}arXivRaw")
     if meta is None:
         return reject("record has no arXivRaw metadata", "metadata")
-    arxiv_id = _token(meta, "id")
-    if arxiv_id is None:
-        return reject("missing <id>", "id")
-    if header_id is not None and header_id != arxiv_id:
-        return reject(f"header identifier {oai_id!r} does not match <id> {arxiv_id!r}", "id", arxiv_id)
-    versions = []
-    for v in meta.iterfind(f"{_A}version"):
-        label = (v.get("version") or "").strip()
-        date = v.findtext(f"{_A}date")
-        if not label or date is None:
-            return reject("a <version> needs a version attribute and a <date>", "versions", arxiv_id)
-        versions.append(Version(version=label, created=date.strip()))
+    arxiv_id: str | None = None
+    try:
+        arxiv_id = _token(meta, "id")
+        if arxiv_id is None:
+            return reject("missing <id>", "id")
+        if header_id is not None and header_id != arxiv_id:
+            return reject(f"header identifier {oai_id!r} does not match <id> {arxiv_id!r}", "id", arxiv_id)
+        versions = []
+        for v in meta.iterfind(f"{_A}version"):
+            label = (v.get("version") or "").strip()
+            date = _text(v, "date", "versions")
+            if not label or date is None:
+                return reject("a <version> needs a version attribute and a <date>", "versions", arxiv_id)
+            versions.append(Version(version=label, created=date.strip()))
+        fields = {
+            "title": _text(meta, "title"),
+            "abstract": _text(meta, "abstract"),
+            "categories": _text(meta, "categories"),
+            "authors": _text(meta, "authors"),
+            "submitter": _text(meta, "submitter"),
+            "comments": _text(meta, "comments"),
+            "journal-ref": _text(meta, "journal-ref"),
+            "doi": _token(meta, "doi"),
+            "report-no": _text(meta, "report-no"),
+            "license": _token(meta, "license"),
+        }
+    except _FieldError as exc:
+        return reject(exc.reason, exc.field, arxiv_id)
     try:
         return ArxivRecord(
             id=arxiv_id,
-            title=_text(meta, "title"),  # type: ignore[arg-type]  # checked by ArxivRecord
-            abstract=_text(meta, "abstract"),  # type: ignore[arg-type]
-            categories=_text(meta, "categories"),  # type: ignore[arg-type]
+            title=fields["title"],  # type: ignore[arg-type]  # checked by ArxivRecord
+            abstract=fields["abstract"],  # type: ignore[arg-type]
+            categories=fields["categories"],  # type: ignore[arg-type]
             versions=tuple(versions),
-            authors=_text(meta, "authors") or "",
-            submitter=_text(meta, "submitter"),
-            comments=_text(meta, "comments"),
-            journal_ref=_text(meta, "journal-ref"),
-            doi=_token(meta, "doi"),
-            report_no=_text(meta, "report-no"),
-            license=_token(meta, "license"),
+            authors=fields["authors"] or "",
+            submitter=fields["submitter"],
+            comments=fields["comments"],
+            journal_ref=fields["journal-ref"],
+            doi=fields["doi"],
+            report_no=fields["report-no"],
+            license=fields["license"],
             update_date=datestamp,
             authors_parsed=None,
         )

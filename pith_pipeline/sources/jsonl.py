@@ -7,9 +7,11 @@ so the caller can quarantine it and go on.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import io
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,8 +19,12 @@ from typing import IO, Any
 
 import orjson
 
+from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.model import ArxivRecord
-from pith_pipeline.errors import InputError
+from pith_pipeline.errors import DamagedInputError, InputError
+
+#: how much of an over-long line is kept in the quarantine (its start names it)
+KEPT_OF_LONG_LINE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +36,19 @@ class Rejected:
     raw: str
     record_id: str | None = None
     field: str | None = None
+    #: "utf-8" when `raw` is the input text, "base64" when the input bytes were not
+    #: UTF-8 (so they are kept exactly rather than with replacement characters)
+    raw_encoding: str = "utf-8"
+
+    @classmethod
+    def of_bytes(
+        cls, where: str, reason: str, raw: bytes, record_id: str | None = None, field: str | None = None
+    ) -> Rejected:
+        """A reject whose raw input is bytes: kept as text when it is UTF-8, else base64."""
+        try:
+            return cls(where, reason, raw.decode("utf-8"), record_id, field)
+        except UnicodeDecodeError:
+            return cls(where, reason, base64.b64encode(raw).decode("ascii"), record_id, field, "base64")
 
     @classmethod
     def of_error(cls, exc: InputError, record_id: str) -> Rejected:
@@ -43,30 +62,24 @@ class Rejected:
             "field": self.field,
             "reason": self.reason,
             "raw": self.raw,
+            "raw_encoding": self.raw_encoding,
         }
 
 
 Item = ArxivRecord | Rejected
 
 
-def _open(path: Path) -> IO[bytes]:
-    raw = path.open("rb")
-    magic = raw.peek(2)[:2] if isinstance(raw, io.BufferedReader) else b""
-    if path.suffix == ".gz" or magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
-    return raw
-
-
 def parse_line(line: bytes, where: str) -> Item:
-    text = line.decode("utf-8", errors="replace").rstrip("\r\n")
+    """One snapshot line -> record, or a reject carrying the line's exact bytes."""
+    raw = line.rstrip(b"\r\n")
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        return Rejected(where, f"invalid JSON: {exc}", text)
+        return Rejected.of_bytes(where, f"invalid JSON: {exc}", raw)
     try:
         return ArxivRecord.from_json(obj, where=where)
     except InputError as exc:
-        return Rejected(where, exc.message, text, exc.record_id, exc.field)
+        return Rejected.of_bytes(where, exc.message, raw, exc.record_id, exc.field)
 
 
 def iter_jsonl(
@@ -76,37 +89,122 @@ def iter_jsonl(
     submitted_from: datetime | None = None,
     submitted_until: datetime | None = None,
     name: str | None = None,
+    limits: InputLimits = DEFAULT_LIMITS,
 ) -> Iterator[Item]:
     """Records (and rejects) from a JSON-lines file, optionally filtered.
 
     `path` may also be an open binary stream (gzip-compressed or not; e.g. a download
     in progress), read line by line. `categories` keeps records with any listed
     category (`cs.LG`) or archive (`cs`); the dates filter on the v1 submission time,
-    `until` exclusive.
+    `until` exclusive. A line over `limits.line_bytes` is a reject (its start kept); a
+    file that cannot be read to its end raises `DamagedInputError` naming it and where.
     """
     if isinstance(path, str | Path):
         p = Path(path)
-        with _open(p) as fh:
-            yield from _iter_lines(fh, name or p.name, categories, submitted_from, submitted_until)
+        with p.open("rb") as raw_file:
+            fh = _open_stream(raw_file, p.suffix == ".gz")
+            yield from _iter_lines(
+                fh, name or p.name, categories, submitted_from, submitted_until, limits, raw_file.tell
+            )
         return
     raw: Any = path
     stream: Any = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)
     lines: Any = gzip.GzipFile(fileobj=stream) if stream.peek(2)[:2] == b"\x1f\x8b" else stream
     yield from _iter_lines(
-        lines, name or str(getattr(path, "name", "<stream>")), categories, submitted_from, submitted_until
+        lines,
+        name or str(getattr(path, "name", "<stream>")),
+        categories,
+        submitted_from,
+        submitted_until,
+        limits,
+        _teller(stream),
     )
 
 
+def _open_stream(raw: IO[bytes], gz_suffix: bool) -> IO[bytes]:
+    magic = raw.peek(2)[:2] if isinstance(raw, io.BufferedReader) else b""
+    if gz_suffix or magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    return raw
+
+
+def _teller(stream: Any) -> Callable[[], int] | None:
+    def tell() -> int:
+        return int(stream.tell())
+
+    try:
+        stream.tell()
+    except (OSError, ValueError, AttributeError):
+        return None
+    return tell
+
+
+def _read_line(fh: IO[bytes], limit: int) -> tuple[bytes, int]:
+    """The next line (at most `limit` + 1 bytes of it) and its full length; the rest of
+    an over-long line is read and dropped in pieces, never held whole."""
+    line = fh.readline(limit + 1)
+    if len(line) <= limit or line.endswith(b"\n"):
+        return line, len(line)
+    size = len(line)
+    while True:
+        more = fh.readline(limit + 1)
+        size += len(more)
+        if not more or more.endswith(b"\n"):
+            return line, size
+
+
 def _iter_lines(
-    fh: IO[bytes], label: str, categories: set[str] | None, since: datetime | None, until: datetime | None
+    fh: IO[bytes],
+    label: str,
+    categories: set[str] | None,
+    since: datetime | None,
+    until: datetime | None,
+    limits: InputLimits = DEFAULT_LIMITS,
+    position: Callable[[], int] | None = None,
 ) -> Iterator[Item]:
-    for n, line in enumerate(fh, start=1):
+    n = 0
+    while True:
+        try:
+            line, size = _read_line(fh, limits.line_bytes)
+        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+            where = ""
+            if position is not None:
+                try:
+                    where = f", at byte {position()} of the file"
+                except (OSError, ValueError):
+                    where = ""
+            raise DamagedInputError(
+                f"{label}: damaged input after line {n}{where}: {exc} "
+                "(records before it were read; repair or download the file again)"
+            ) from None
+        if not line:
+            return
+        n += 1
+        if size > limits.line_bytes:
+            yield Rejected.of_bytes(
+                f"{label}:{n}",
+                f"line of {size} bytes, over the limit of {limits.line_bytes} "
+                f"(the first {KEPT_OF_LONG_LINE} bytes are kept here)",
+                _utf8_prefix(line[:KEPT_OF_LONG_LINE]),
+            )
+            continue
         if not line.strip():
             continue
         item = parse_line(line, f"{label}:{n}")
         if isinstance(item, ArxivRecord) and not _keep(item, categories, since, until):
             continue
         yield item
+
+
+def _utf8_prefix(data: bytes) -> bytes:
+    """`data` without a UTF-8 sequence cut at its end (so a cut line stays text)."""
+    for cut in range(len(data), max(len(data) - 4, 0) - 1, -1):
+        try:
+            data[:cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        return data[:cut]
+    return data
 
 
 def _keep(

@@ -35,9 +35,9 @@ from __future__ import annotations
 import gzip
 import logging
 import re
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import date
 from typing import Any
 
 import httpx2
@@ -45,9 +45,18 @@ from oaipmh_scythe import Scythe
 from oaipmh_scythe.config import HTTPConfig
 
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
-from pith_pipeline.core.timeutil import Clock, iso_seconds, system_clock
-from pith_pipeline.errors import InputError, TerminalError, TransientError
+from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
+from pith_pipeline.core.timeutil import Clock, iso_seconds, parse_iso_day, system_clock
+from pith_pipeline.errors import (
+    InputError,
+    RequestDeadlineError,
+    ResponseTooLargeError,
+    ResumptionLoopError,
+    TerminalError,
+    TransientError,
+)
 from pith_pipeline.sources.arxivraw import MalformedPageError, Page, oai_identifier, parse_page
+from pith_pipeline.sources.capped import deadline_scope, deadline_transport, read_capped
 from pith_pipeline.sources.jsonl import Rejected
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.base import Store
@@ -58,8 +67,9 @@ DEFAULT_OAI_URL = "https://oaipmh.arxiv.org/oai"
 OAI_URL_ENV = "PITH_OAI_URL"
 METADATA_PREFIX = "arXivRaw"
 RAW_ROOT = "raw/oai"
-_PAGE = re.compile(r"/attempt-(\d+)/page-(\d+)\.xml\.gz$")
-_GETRECORD = re.compile(r"/getrecord/[^/]+/\d+-[^/]+\.xml\.gz$")
+# store keys can be planted by anyone who can write the store: ASCII digits, no `$`
+_PAGE = re.compile(r"/attempt-([0-9]+)/page-([0-9]+)\.xml\.gz\Z")
+_GETRECORD = re.compile(r"/getrecord/[^/]+/[0-9]+-[^/]+\.xml\.gz\Z")
 MAX_RESTARTS = 3
 
 
@@ -76,7 +86,7 @@ def _check_date(value: str | None, name: str) -> str | None:
     if value is None:
         return None
     try:
-        date.fromisoformat(value)
+        parse_iso_day(value)
     except ValueError:
         raise InputError(f"{name} must be a date YYYY-MM-DD, not {value!r}") from None
     return value
@@ -211,18 +221,24 @@ class _OneConnectionScythe(Scythe):
     @property
     def client(self) -> httpx2.Client:
         if self._client is None or self._client.is_closed:
+            limits = httpx2.Limits(max_connections=1, max_keepalive_connections=1)
             self._client = httpx2.Client(
                 headers={"Accept": "text/xml, application/xml", "User-Agent": self.http_config.user_agent},
                 timeout=self.http_config.timeout,
-                limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1),
+                limits=limits,
                 follow_redirects=False,  # see OAIClient.request
-                transport=self._transport,
+                # sockets that honour the request's total deadline (see capped.py)
+                transport=self._transport or deadline_transport(limits),
             )
         return self._client
 
 
 class OAIClient:
-    """HTTP for OAI-PMH: scythe's client, every request through the gate."""
+    """HTTP for OAI-PMH: scythe's client, every request through the gate.
+
+    Bodies are streamed with a cap (`limits.response_bytes`) and every request has a
+    total deadline (`limits.request_deadline`) on top of the read timeout.
+    """
 
     def __init__(
         self,
@@ -230,9 +246,11 @@ class OAIClient:
         *,
         gate: Gate | None = None,
         transport: httpx2.BaseTransport | None = None,
+        limits: InputLimits = DEFAULT_LIMITS,
     ) -> None:
         self.base_url = base_url
         self.gate = gate or Gate()
+        self.limits = limits
         self._scythe = _OneConnectionScythe(base_url, self.gate.policy, transport)
 
     def close(self) -> None:
@@ -244,18 +262,59 @@ class OAIClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _get(
+        self, client: httpx2.Client, params: dict[str, str], what: str, too_large: list[bool]
+    ) -> httpx2.Response:
+        """One GET, its body read with the cap and the deadline (`too_large` records
+        whether it was cut, so the gate still sees a response and keeps its spacing)."""
+        deadline = self.limits.request_deadline
+        with deadline_scope(deadline) as started:
+            try:
+                request = client.build_request("GET", self.base_url, params=params)
+                response = client.send(request, stream=True)
+                try:
+                    body = read_capped(
+                        response.iter_bytes(),
+                        cap=self.limits.response_bytes,
+                        started=started,
+                        deadline=deadline,
+                        what=what,
+                    )
+                finally:
+                    response.close()
+            except httpx2.TimeoutException:
+                if time.monotonic() - started < deadline:
+                    raise
+                raise RequestDeadlineError(
+                    f"{what}: no complete response within the deadline of {deadline:g} s"
+                ) from None
+        response._content = body.data  # what `read()` would have set
+        too_large[:] = [body.too_large]
+        return response
+
     def request(self, params: dict[str, str]) -> httpx2.Response:
         what = f"OAI-PMH {params.get('verb')} at {self.base_url}"
         client = self._scythe.client
+        too_large = [False]
         try:
             response = self.gate.send(
-                lambda: client.get(self.base_url, params=params),
+                lambda: self._get(client, params, what, too_large),
                 what=what,
-                retry_on=(httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError),
+                retry_on=(
+                    httpx2.TimeoutException,
+                    httpx2.NetworkError,
+                    httpx2.RemoteProtocolError,
+                    RequestDeadlineError,
+                ),
                 endpoint=self.base_url,
             )
         except httpx2.HTTPError as exc:
             raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from None
+        if too_large[0]:
+            raise ResponseTooLargeError(
+                f"{what}: response larger than the limit of {self.limits.response_bytes} bytes; "
+                "stopped reading it (see docs/input-limits.md)"
+            )
         if response.is_redirect:  # following it would be a second, unspaced request
             raise TerminalError(
                 f"{what}: redirected to {response.headers.get('location')}; "
@@ -377,6 +436,8 @@ class Harvester:
                 return
             cp = Checkpoint(window, attempt=cp.attempt + 1, restarts=cp.restarts)
             self._save(cp)
+        # tokens this attempt has used: one coming back means the list never ends
+        seen: set[str] = {cp.resumption_token} if cp.resumption_token else set()
         while True:
             n = cp.pages_done + 1
             key = self.page_key(window, cp.attempt, n)
@@ -435,7 +496,9 @@ class Harvester:
                 self.stats.restarts += 1
                 cp = Checkpoint(window, attempt=cp.attempt + 1, restarts=cp.restarts + 1)
                 self._save(cp)
+                seen = set()
                 continue
+            self._check_progress(window, cp, page, seen, where)
             self.stats.pages += 1
             if page.complete_list_size is not None:
                 cp.complete_list_size = page.complete_list_size
@@ -448,6 +511,30 @@ class Harvester:
             self._save(cp)
             if cp.complete:
                 return
+
+    def _check_progress(self, window: Window, cp: Checkpoint, page: Page, seen: set[str], where: str) -> None:
+        """Stop a list that does not end, before its page is published.
+
+        Why: a server that hands back a token already used (or pages beyond its own
+        `completeListSize`) would be followed forever, republishing the same records.
+        """
+        total = cp.records + cp.deleted + len(page.items) + len(page.deleted)
+        size = page.complete_list_size if page.complete_list_size is not None else cp.complete_list_size
+        if size is not None and total > size:
+            raise ResumptionLoopError(
+                f"{self.window_prefix(window)}: {total} records by {where}, more than the "
+                f"completeListSize of {size} the server announced; window stopped "
+                "(the server's list does not end; try again later)"
+            )
+        token = page.resumption_token
+        if token is not None:
+            if token in seen:
+                raise ResumptionLoopError(
+                    f"{self.window_prefix(window)}: resumption token {token!r} in {where} was "
+                    "already used in this window; window stopped (the server's list does "
+                    "not end; try again later)"
+                )
+            seen.add(token)
 
     # -- GetRecord -----------------------------------------------------------
     def get_records(self, ids: Iterable[str], run_id: str) -> Iterator[HarvestedPage]:
@@ -526,4 +613,4 @@ def _explain_getrecord_error(page: Page, arxiv_id: str, body: bytes) -> None:
     )
     if page.error_message:
         reason += f" ({page.error_message})"
-    page.items.append(Rejected(page.where, reason, body.decode("utf-8", errors="replace"), arxiv_id, "id"))
+    page.items.append(Rejected.of_bytes(page.where, reason, body, arxiv_id, "id"))

@@ -1,0 +1,170 @@
+"""Hostile arXivRaw pages: no field is ever signed cut short, DTDs are refused.
+
+Why: lxml's `.text` is only the text before an element's first child node, so a
+comment, element, entity reference or processing instruction inside `<title>` used to
+end the title silently (`Quantum<!-- c --> gravity` signed as `Quantum`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pith_pipeline.sources.arxivraw import MalformedPageError, parse_page
+from pith_pipeline.sources.jsonl import Rejected
+
+DATE = "Mon, 1 Jan 2024 00:00:00 GMT"
+FIELDS = {
+    "id": "2401.00005",
+    "submitter": "A. Submitter",
+    "title": "Quantum gravity",
+    "authors": "A. Author and B. Author",
+    "categories": "hep-th gr-qc",
+    "comments": "12 pages",
+    "report-no": "REP-1",
+    "journal-ref": "J. Phys. 1 (2024) 1",
+    "doi": "10.1000/xyz",
+    "license": "http://creativecommons.org/licenses/by/4.0/",
+    "abstract": "An abstract.",
+}
+
+
+def record(
+    override: dict[str, str] | None = None,
+    *,
+    date: str = DATE,
+    label: str = "v1",
+    ident: str = "2401.00005",
+    datestamp: str = "2024-01-02",
+) -> str:
+    fields = {**FIELDS, **(override or {})}
+    body = "".join(f"<{k}>{v}</{k}>" for k, v in fields.items() if k not in ("title", "abstract", "authors"))
+    return (
+        f"<record><header><identifier>oai:arXiv.org:{ident}</identifier>"
+        f"<datestamp>{datestamp}</datestamp></header>"
+        '<metadata><arXivRaw xmlns="http://arxiv.org/OAI/arXivRaw/">'
+        f'{body}<version version="{label}"><date>{date}</date></version>'
+        f"<title>{fields['title']}</title><authors>{fields['authors']}</authors>"
+        f"<abstract>{fields['abstract']}</abstract></arXivRaw></metadata></record>"
+    )
+
+
+def page_of(*records: str, prolog: str = "") -> bytes:
+    return (
+        prolog
+        + '<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/"><ListRecords>'
+        + "".join(records)
+        + "</ListRecords></OAI-PMH>"
+    ).encode()
+
+
+def test_plain_record_builds_every_field() -> None:
+    (rec,) = parse_page(page_of(record()), "t").records
+    assert (rec.title, rec.comments, rec.journal_ref, rec.report_no) == (
+        "Quantum gravity",
+        "12 pages",
+        "J. Phys. 1 (2024) 1",
+        "REP-1",
+    )
+    assert rec.doi == "10.1000/xyz" and rec.update_date == "2024-01-02"
+
+
+@pytest.mark.parametrize("name", ["title", "abstract", "authors", "comments", "journal-ref", "report-no"])
+def test_a_comment_inside_a_field_is_dropped_and_the_text_joined(name: str) -> None:
+    value = FIELDS[name]
+    cut = len(value) // 2
+    (rec,) = parse_page(page_of(record({name: value[:cut] + "<!-- c -->" + value[cut:]})), "t").records
+    assert rec.to_json()[name] == value
+
+
+@pytest.mark.parametrize(
+    "name", ["title", "abstract", "authors", "comments", "journal-ref", "report-no", "submitter", "doi"]
+)
+@pytest.mark.parametrize(
+    ("inner", "what"),
+    [("<b>x</b>", "element"), ("<?pi data?>", "processing instruction")],
+)
+def test_a_child_node_inside_a_field_rejects_the_record(name: str, inner: str, what: str) -> None:
+    value = FIELDS[name]
+    p = parse_page(
+        page_of(
+            record({name: value[:3] + inner + value[3:]}),
+            record(ident="2401.00006", override={"id": "2401.00006"}),
+        ),
+        "t",
+    )
+    assert [r.id for r in p.records] == ["2401.00006"]
+    (bad,) = p.rejected
+    assert isinstance(bad, Rejected) and bad.field == name and what in bad.reason
+    assert bad.record_id == "2401.00005" and inner.split(">")[0] in bad.raw
+
+
+def test_child_nodes_in_id_date_and_datestamp_reject_too() -> None:
+    for xml, field in [
+        (record({"id": "2401.<!-- c -->00005"}), None),  # joined: builds
+        (record({"id": "2401.<x/>00005"}), "id"),
+        (record(date="Mon, 1 Jan <x/>2024 00:00:00 GMT"), "versions"),
+        (record(datestamp="2024-<x/>01-02"), "header"),
+    ]:
+        p = parse_page(page_of(xml), "t")
+        if field is None:
+            assert [r.id for r in p.records] == ["2401.00005"]
+        else:
+            assert not p.records and p.rejected[0].field == field, xml
+
+
+def test_repeated_field_rejects_the_record() -> None:
+    xml = record().replace("<title>", "<title>Other</title><title>", 1)
+    (bad,) = parse_page(page_of(xml), "t").rejected
+    assert bad.field == "title" and "more than one" in bad.reason
+
+
+def test_cdata_and_character_references_are_text() -> None:
+    xml = record({"title": "Quantum <![CDATA[<grav>]]> &#233;&amp; gravity"})
+    (rec,) = parse_page(page_of(xml), "t").records
+    assert rec.title == "Quantum <grav> é& gravity"
+
+
+@pytest.mark.parametrize(
+    "prolog",
+    [
+        '<?xml version="1.0"?><!DOCTYPE OAI-PMH [<!ENTITY e "Quantum">]>',
+        '<!DOCTYPE OAI-PMH SYSTEM "http://127.0.0.1:9/evil.dtd">',
+        '<!DOCTYPE OAI-PMH [<!ENTITY e SYSTEM "file:///etc/passwd">]>',
+    ],
+)
+def test_dtds_are_refused(prolog: str) -> None:
+    body = page_of(record({"title": "&e; gravity"} if "ENTITY" in prolog else None), prolog=prolog)
+    with pytest.raises(MalformedPageError) as err:
+        parse_page(body, "raw/p.xml.gz")
+    assert "DTD" in str(err.value) and "raw/p.xml.gz" in str(err.value)
+    assert "root:" not in str(err.value)
+
+
+def test_undefined_entity_is_not_a_page() -> None:
+    with pytest.raises(MalformedPageError):
+        parse_page(page_of(record({"title": "&e; gravity"})), "t")
+
+
+@pytest.mark.parametrize("ident", ["2401.0000\u0665", "\uff12401.00005"])
+def test_look_alike_ids_are_rejected(ident: str) -> None:
+    (bad,) = parse_page(page_of(record({"id": ident}, ident=ident)), "t").rejected
+    assert bad.field == "id"
+
+
+@pytest.mark.parametrize(
+    "text", ["1909.11150v\u0662", "\uff11909.11150", "1909.11150\nv2", "hep-th/990100\u0661"]
+)
+def test_ids_given_on_the_command_line_are_ascii(text: str) -> None:
+    from pith_pipeline.errors import InputError
+    from pith_pipeline.sources.arxiv_api import normalise_id
+
+    with pytest.raises(InputError):
+        normalise_id(text)
+
+
+def test_token_cut_by_a_comment_is_read_whole() -> None:
+    body = page_of(record()).replace(
+        b"</ListRecords>",
+        b'<resumptionToken completeListSize="9">12<!-- c -->34</resumptionToken></ListRecords>',
+    )
+    assert parse_page(body, "t").resumption_token == "1234"

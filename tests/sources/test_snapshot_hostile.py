@@ -1,0 +1,93 @@
+"""Damaged snapshot files: a truncated .gz is named with where it broke (not "aborted",
+exit 130, as if Ctrl-C); bytes that are not UTF-8 are quarantined unaltered; an
+over-long line is quarantined without being read whole."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from pith_pipeline.cli import main
+from pith_pipeline.core.limits import InputLimits
+from pith_pipeline.errors import DamagedInputError
+from pith_pipeline.signing.local import generate_key
+from pith_pipeline.sources.jsonl import Rejected, iter_jsonl, parse_line
+
+SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "arxiv-sample.jsonl"
+
+
+def truncated_gz(tmp_path: Path) -> Path:
+    full = gzip.compress(SNAPSHOT.read_bytes(), mtime=0)
+    path = tmp_path / "snap.json.gz"
+    path.write_bytes(full[: len(full) // 2])
+    return path
+
+
+def test_truncated_gzip_names_the_file_and_the_place(tmp_path: Path) -> None:
+    path = truncated_gz(tmp_path)
+    items = []
+    with pytest.raises(DamagedInputError) as err:
+        items.extend(iter_jsonl(path))
+    msg = str(err.value)
+    assert "snap.json.gz" in msg and f"after line {len(items)}" in msg and "byte" in msg
+    assert "\n" not in msg and len(items) > 3  # everything before the damage was read
+
+
+def test_cli_reports_damaged_input_with_its_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    key = generate_key(tmp_path / "keys")[0]
+    path = truncated_gz(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["ingest", "--snapshot", str(path), "--store", str(tmp_path / "s"), "--key", str(key)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == DamagedInputError.exit_code == 65
+    assert "aborted" not in err
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert "snap.json.gz" in line and "damaged" in line
+
+
+def test_cli_build_reports_damaged_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    key = generate_key(tmp_path / "keys")[0]
+    path = truncated_gz(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["build", "--input", str(path), "--store", str(tmp_path / "s"), "--key", str(key)])
+    assert exit_.value.code == 65
+    assert "snap.json.gz" in capsys.readouterr().err
+
+
+def test_invalid_utf8_is_quarantined_byte_for_byte() -> None:
+    line = b'{"id": "2101.00001", "title": "caf\xe9 \xff"}\n'
+    item = parse_line(line, "in.jsonl:3")
+    assert isinstance(item, Rejected)
+    entry = item.to_json()
+    assert entry["raw_encoding"] == "base64"
+    assert base64.b64decode(entry["raw"]) == line.rstrip(b"\n")
+
+
+def test_utf8_rejects_keep_their_text() -> None:
+    item = parse_line(b'{"id": "2101.00001", "title": "caf\xc3\xa9"}\r\n', "in.jsonl:3")
+    assert isinstance(item, Rejected)
+    assert item.to_json()["raw"] == '{"id": "2101.00001", "title": "café"}'
+    assert item.to_json()["raw_encoding"] == "utf-8"
+
+
+def test_over_long_line_is_quarantined_and_the_next_line_read(tmp_path: Path) -> None:
+    good = SNAPSHOT.read_bytes().splitlines(keepends=True)
+    path = tmp_path / "in.jsonl"
+    huge = b'{"id": "2101.00001", "title": "' + b"x" * 50_000 + b'"}\n'
+    path.write_bytes(good[0] + huge + good[1])
+    items = list(iter_jsonl(path, limits=InputLimits(line_bytes=10_000)))
+    assert [type(i).__name__ for i in items] == ["ArxivRecord", "Rejected", "ArxivRecord"]
+    bad = items[1]
+    assert isinstance(bad, Rejected) and bad.where == "in.jsonl:2"
+    assert "10000" in bad.reason and len(bad.raw) <= 10_000
+    assert json.dumps(bad.to_json())  # serialisable as it is
