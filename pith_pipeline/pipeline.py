@@ -371,9 +371,7 @@ class Publisher:
         if any(e.get("event_type") == "record_created" for e in existing):
             self.summary.unchanged += 1
             self.summary.seen.append(ident.subject)
-            bundle_key = bundle_paths(ident.body)[0]
-            if not self.store.exists(bundle_key):  # a run died between events and bundle
-                self.write_bundle(ident.subject, existing)
+            self._repair_bundle(ident, existing)
             self._update_pointer(ident, existing)
             self.summary.superseded += self.reconcile(rec.id)
             return ident
@@ -540,6 +538,38 @@ class Publisher:
                 "verify with its own public key; nothing was published"
             )
         self._signer_checked = True
+
+    def _repair_bundle(self, ident: Identity, events: list[dict[str, Any]]) -> None:
+        """Finish what a killed run left out for an already-published paper.
+
+        No bundle (killed between events and bundle): build it from the checked
+        events. A bundle without its `state.json` or `.well-known` copy (killed between
+        them): copy from the bundle, so its published bytes stay as they are, unless
+        the bundle itself does not verify, in which case it is rebuilt from the events.
+        """
+        bkey, skey, wkey = bundle_paths(ident.body)
+        missing = [k for k in (bkey, skey, wkey) if not self.store.exists(k)]
+        if not missing:
+            return
+        data = None if bkey in missing else self.store.get(bkey)
+        bundle: Any = None
+        if data is not None:
+            from pith_pipeline.core.verify import verify_bundle
+
+            try:
+                bundle = loads(data)
+                ok = isinstance(bundle, dict) and verify_bundle(bundle).ok
+            except ValueError:
+                ok = False
+            if not ok:
+                bundle = None
+        if data is None or bundle is None:
+            self.write_bundle(ident.subject, events)
+            return
+        if skey in missing:
+            self._put(skey, dumps_compact(bundle["state"]))
+        if wkey in missing:
+            self._put(wkey, data)
 
     def write_bundle(
         self,

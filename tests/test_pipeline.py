@@ -265,3 +265,20 @@ def test_concurrent_writers_keep_each_others_keys_in_the_key_document(tmp_path: 
     b.publish_key_document()
     doc = json.loads((tmp_path / "pith-signing-key.json").read_bytes())
     assert sorted(k["key_id"] for k in doc["keys"]) == ["pipeline-test", "pipeline-test-2"]
+
+
+def test_a_rerun_restores_a_state_or_well_known_copy_a_killed_run_left_out(
+    tmp_path: Path, asset: Any
+) -> None:
+    """A kill between the bundle and its copies must not leave the paper short for good."""
+    store = tmp_path / "store"
+    publish(store, asset("arxiv-sample.jsonl"))
+    bundles = sorted(store.glob("pith/*/bundle.json"))
+    state = bundles[0].parent / "state.json"
+    well_known = store / ".well-known/pith" / bundles[1].parent.name / "bundle.json"
+    expected = {state: state.read_bytes(), well_known: well_known.read_bytes()}
+    state.unlink()
+    well_known.unlink()
+    second = publish(store, asset("arxiv-sample.jsonl"), datetime(2026, 8, 1, tzinfo=UTC))
+    assert second.unchanged == 30
+    assert {p: p.read_bytes() for p in expected} == expected

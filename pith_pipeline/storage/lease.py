@@ -260,9 +260,9 @@ class WriterLease:
             return None
         data, tag = got
         try:
-            import orjson
+            from pith_pipeline.core.canonical_json import loads
 
-            doc = orjson.loads(data)
+            doc = loads(data)
         except ValueError:
             return None, tag
         return (doc if isinstance(doc, dict) else None), tag
@@ -386,7 +386,7 @@ class WriterLease:
 
 def held_leases(store: Store) -> list[dict[str, Any]]:
     """Every lease object in the store, as written (for `status`)."""
-    import orjson
+    from pith_pipeline.core.canonical_json import loads
 
     out = []
     for key in store.list(LEASE_PREFIX):
@@ -394,7 +394,7 @@ def held_leases(store: Store) -> list[dict[str, Any]]:
         if data is None:
             continue
         try:
-            doc = orjson.loads(data)
+            doc = loads(data)
         except ValueError:
             doc = {"lease": key, "unreadable": True}
         if isinstance(doc, dict):
