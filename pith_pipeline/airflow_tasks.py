@@ -256,6 +256,72 @@ def window_from_interval(start: datetime, end: datetime) -> Window:
     return Window(s.date(), e.date())
 
 
+#: arXiv's first day: no window may start before it.
+ARXIV_FIRST_DAY = date(1991, 8, 14)
+
+
+def check_window_dates(window: Window, *, today: date | None = None) -> Window:
+    """Refuse windows arXiv cannot have data for, loudly, instead of doing nothing.
+
+    Why: a run that harvested nothing because its day was out of range must not be
+    marked success (it would also block that day for `backfill create`).
+    """
+    today = today or datetime.now(tz=UTC).date()
+    if window.start < ARXIV_FIRST_DAY:
+        raise InputError(
+            f"window {window.id} starts before arXiv's first day ({ARXIV_FIRST_DAY}); choose a later day"
+        )
+    if window.start > today:
+        raise InputError(f"window {window.id} starts after today ({today}); nothing to harvest yet")
+    return window
+
+
+def window_for_run(
+    data_interval_start: datetime | None,
+    data_interval_end: datetime | None,
+    *,
+    logical_date: datetime | None = None,
+    run_type: str | None = None,
+    conf: Mapping[str, Any] | None = None,
+    today: date | None = None,
+) -> Window:
+    """The day a `pith_ingest` run owns, for scheduled, backfill and manual runs alike.
+
+    - `conf {"day": "YYYY-MM-DD"}` names it outright (any run type);
+    - a manual run with a logical date owns that date's day: in Airflow 3 a manual
+      run's data interval comes from the trigger time, so
+      `airflow dags trigger pith_ingest --logical-date 2019-09-26` would otherwise
+      harvest yesterday instead;
+    - otherwise the data interval, which must be whole days.
+    Days before arXiv's first or after today fail loudly.
+    """
+    conf = conf or {}
+    if conf.get("day") is not None:
+        text = str(conf["day"])
+        try:
+            day = date.fromisoformat(text)
+        except ValueError:
+            raise InputError(f"conf day {text!r}: expected YYYY-MM-DD") from None
+        window = Window(day, day + timedelta(days=1))
+    elif run_type == "manual" and logical_date is not None:
+        day = logical_date.astimezone(UTC).date()
+        window = Window(day, day + timedelta(days=1))
+    else:
+        if data_interval_start is None or data_interval_end is None:
+            raise InputError('this run has no data interval; trigger it with conf {"day": "YYYY-MM-DD"}')
+        window = window_from_interval(data_interval_start, data_interval_end)
+    return check_window_dates(window, today=today)
+
+
+def mapped_results(results: Any) -> list[Any]:
+    """The results of a mapped task, read by index up to its length.
+
+    Why not `list(results)`: iterating Airflow's lazy XCom sequence fetches one index
+    past the end and logs an `XCom not found` error on every run.
+    """
+    return [results[i] for i in range(len(results))]
+
+
 def split_windows(window: Window, max_windows: int = MAX_CHUNKS) -> list[Window]:
     """Day windows, merged into longer ones when there would be more than `max_windows`."""
     n_days = (window.end - window.start).days
