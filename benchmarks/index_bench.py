@@ -1,22 +1,25 @@
-"""The `records` index on synthetic rows: bytes per row and DuckDB query times.
+"""The `records` index table on synthetic rows: bytes per row, MERGE cost, query times.
 
-Not a test: run it by hand and copy the figures into the README.
+Not a test: run it by hand and copy the figures into docs/analysts.md.
 
-    python benchmarks/index_bench.py --rows 1000000
+    python benchmarks/index_bench.py --rows 1000000 --update 10000 [--z-order]
 
 Rows are made column-wise with realistic shapes (submission months 1991-2025,
 growing over time; ~150 categories with arXiv-like weights; real licence URLs;
 titles and author lists of typical length; random SHA-256 hex hashes, which do not
-compress and dominate the size). They are written by the real writer code
-(deduplicated, sorted, one file per month partition, committed through the index
-manifest) into a local store, then queried through the same DuckDB views as
-`pith-pipeline query`:
+compress and dominate the size). They are written by the real writer code into a
+local store's `records` Delta table (one commit), then:
 
-- pruned:   a month-by-license count for cs.LG in 2019, filtered on the partition
-            column `submitted_month` (12 of ~420 partitions are opened);
-- unpruned: the same question filtered on `submitted_at` instead, which every file
-            must be opened for (row-group statistics still help);
-- full:     count per month and primary category over the whole table.
+- update:   `--update` papers MERGEd into it the way a run does (half new papers in the
+            newest months, half existing papers whose bundle changed), through
+            `writer.merge_rows`, timed per paper;
+- queries through the same DuckDB views as `pith-pipeline query`:
+  - pruned:   a month-by-license count for cs.LG in 2019, filtered on the partition
+              column `submitted_month` (12 of ~420 partitions are opened);
+  - unpruned: the same question filtered on `submitted_at` instead, which every file
+              must be opened for (row-group statistics still help);
+  - full:     count per month and primary category over the whole table;
+- `--z-order`: the queries again after `optimize.z_order(["primary_cat"])`.
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pith_pipeline.index import connect
-from pith_pipeline.index import manifest as mf
-from pith_pipeline.index.schema import RECORDS, SEQ
-from pith_pipeline.index.writer import _split, dedupe_sorted, write_file
+from pith_pipeline.index.delta import location
+from pith_pipeline.index.schema import RECORDS
+from pith_pipeline.index.writer import _overwrite, live_files, merge_rows, open_table, writer_properties
 from pith_pipeline.storage.local import LocalStore
 
 ARCHIVES = {
@@ -169,7 +172,6 @@ def synthetic(n: int, seed: int) -> pa.Table:
             "bundle_sha256": rnd.randbytes(32).hex(),
             "state_sha256": rnd.randbytes(32).hex(),
             "built_at": built,
-            SEQ: 1,
         }
         for k, v in row.items():
             cols[k].append(v)
@@ -185,29 +187,53 @@ def timed(con: object, sql: str, repeat: int) -> tuple[float, int]:
     return statistics.median(times), rows
 
 
+def _size(store: LocalStore) -> tuple[int, int]:
+    files = live_files(open_table(location(store), RECORDS), RECORDS)
+    return len(files), sum(f["bytes"] for f in files)
+
+
+def _queries(store: LocalStore, repeat: int) -> dict[str, list[tuple[object, ...]]]:
+    con = connect(store)
+    queries = {
+        "pruned (submitted_month filter)": "SELECT submitted_month, license, count(*) FROM records"
+        " WHERE primary_cat = 'cs.LG' AND submitted_month BETWEEN '2019-01' AND '2019-12' GROUP BY ALL",
+        "unpruned (submitted_at filter)": "SELECT submitted_month, license, count(*) FROM records"
+        " WHERE primary_cat = 'cs.LG' AND submitted_at >= TIMESTAMPTZ '2019-01-01 00:00:00+00'"
+        " AND submitted_at < TIMESTAMPTZ '2020-01-01 00:00:00+00' GROUP BY ALL",
+        "full month x category count": (
+            "SELECT submitted_month, primary_cat, count(*) FROM records GROUP BY ALL"
+        ),
+    }
+    answers = {}
+    for name, sql in queries.items():
+        secs, n = timed(con, sql, repeat)
+        answers[name] = sorted(con.sql(sql).fetchall())
+        print(f"  {name:34} {secs * 1000:8.1f} ms (median of {repeat}), {n} groups")
+    assert answers["pruned (submitted_month filter)"] == answers["unpruned (submitted_at filter)"]
+    con.close()
+    return answers
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--update", type=int, default=10_000, help="Papers per timed MERGE (0: none)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--z-order", action="store_true", help="Also time the queries after a z-order")
     ap.add_argument("--dir", type=Path, default=None, help="Store directory (default: a temp dir)")
     args = ap.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="pith-index-bench-"))
     store = LocalStore(root)
+    loc = location(store)
     t = time.perf_counter()
     table = synthetic(args.rows, args.seed)
     print(f"generated {table.num_rows:,} rows in {time.perf_counter() - t:.1f}s")
     t = time.perf_counter()
-    table = dedupe_sorted(RECORDS, table)
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    added = [
-        write_file(store, RECORDS, part, sub, generation=1, now=now, run_id=None, compacted=True)
-        for part, sub in _split(RECORDS, table).items()
-    ]
-    mf.commit(store, mf.Change(added={"records": added}, removed=set(), retired_at="2026-01-01T00:00:00Z"))
-    size = sum(e["bytes"] for e in added)
+    _overwrite(loc, RECORDS, table)
+    files, size = _size(store)
     print(
-        f"wrote {len(added)} partition files in {time.perf_counter() - t:.1f}s: "
+        f"wrote the records table in {time.perf_counter() - t:.1f}s: {files} files, "
         f"{size / 1e6:.1f} MB, {size / table.num_rows:.1f} bytes per row"
     )
     hashes = sum(
@@ -225,23 +251,39 @@ def main() -> None:
         f"  (random hex hashes alone are {hashes / table.num_rows:.0f} bytes per row "
         "uncompressed and cannot compress below half that)"
     )
-    con = connect(store)
-    queries = {
-        "pruned (submitted_month filter)": "SELECT submitted_month, license, count(*) FROM records"
-        " WHERE primary_cat = 'cs.LG' AND submitted_month BETWEEN '2019-01' AND '2019-12' GROUP BY ALL",
-        "unpruned (submitted_at filter)": "SELECT submitted_month, license, count(*) FROM records"
-        " WHERE primary_cat = 'cs.LG' AND submitted_at >= TIMESTAMPTZ '2019-01-01 00:00:00+00'"
-        " AND submitted_at < TIMESTAMPTZ '2020-01-01 00:00:00+00' GROUP BY ALL",
-        "full month x category count": (
-            "SELECT submitted_month, primary_cat, count(*) FROM records GROUP BY ALL"
-        ),
-    }
-    answers = {}
-    for name, sql in queries.items():
-        secs, n = timed(con, sql, args.repeat)
-        answers[name] = sorted(con.sql(sql).fetchall())
-        print(f"{name:34} {secs * 1000:8.1f} ms (median of {args.repeat}), {n} groups")
-    assert answers["pruned (submitted_month filter)"] == answers["unpruned (submitted_at filter)"]
+    if args.update:
+        half = args.update // 2
+        fresh = synthetic(args.update - half, args.seed + 1)
+        # new papers land in the newest months, as in a daily run
+        months = pa.array(["2025-12"] * fresh.num_rows)
+        fresh = fresh.set_column(fresh.schema.get_field_index("submitted_month"), "submitted_month", months)
+        changed = table.slice(0, half)
+        changed = changed.set_column(
+            changed.schema.get_field_index("bundle_sha256"),
+            "bundle_sha256",
+            pa.array(["f" * 64] * changed.num_rows),
+        )
+        batch = pa.concat_tables([fresh, changed])
+        t = time.perf_counter()
+        merge_rows(loc, RECORDS, batch)
+        secs = time.perf_counter() - t
+        print(
+            f"MERGE of {batch.num_rows:,} papers ({fresh.num_rows:,} new, {changed.num_rows:,} changed): "
+            f"{secs:.1f}s, {secs * 1000 / batch.num_rows:.3f} ms per paper (records table)"
+        )
+        n = connect(store).sql("SELECT count(*), count(DISTINCT pith_number) FROM records").fetchall()[0]
+        assert n[0] == n[1] == table.num_rows + fresh.num_rows, n
+        files, size = _size(store)
+        print(f"  after: {files} files, {size / n[0]:.1f} bytes per row")
+    print("queries:")
+    before = _queries(store, args.repeat)
+    if args.z_order:
+        t = time.perf_counter()
+        open_table(loc, RECORDS).optimize.z_order(["primary_cat"], writer_properties=writer_properties())
+        files, size = _size(store)
+        print(f"z-order on primary_cat: {time.perf_counter() - t:.1f}s, {files} files, {size / 1e6:.1f} MB")
+        after = _queries(store, args.repeat)
+        assert after == before
     print(f"store: {root}")
 
 

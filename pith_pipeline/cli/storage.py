@@ -40,7 +40,7 @@ def _store_option(fn: Any) -> Any:
     help="Output format.",
 )
 def query(sql: str, store: str, fmt: str) -> None:
-    """Run SQL (DuckDB) over the Parquet indexes: tables records, events, aliases.
+    """Run SQL (DuckDB) over the index's Delta tables: records, events, aliases.
 
     \b
     Examples:
@@ -53,7 +53,7 @@ def query(sql: str, store: str, fmt: str) -> None:
         "SELECT pith_number FROM aliases WHERE alias = 'arxiv:1909.11150'"
     \b
     Filters on submitted_month (records), created_month (events) and alias_kind
-    (aliases) skip whole files. Columns are listed in the README.
+    (aliases) skip whole files. Columns are listed in docs/analysts.md.
     """
     import csv
     import io
@@ -131,18 +131,26 @@ def rebuild(store: str, key_path: str, base_url: str, registry_name: str, signer
     click.echo(update.line())
 
 
+def _retention_option(fn: Any) -> Any:
+    return click.option(
+        "--retention",
+        "retention_hours",
+        type=click.FloatRange(min=0),
+        default=168.0,
+        show_default=True,
+        help="Hours files no current table version uses are kept for readers of older "
+        "versions before vacuum deletes them; 0 deletes them at once.",
+    )(fn)
+
+
 @click.command()
 @_store_option
-@click.option(
-    "--grace",
-    "grace_seconds",
-    type=float,
-    default=3600.0,
-    show_default=True,
-    help="Seconds replaced index files are kept for readers still using them.",
-)
-def reindex(store: str, grace_seconds: float) -> None:
-    """Rebuild the Parquet indexes from every published bundle (bundles untouched).
+@_retention_option
+def reindex(store: str, retention_hours: float) -> None:
+    """Rebuild the index tables from every published bundle (bundles untouched).
+
+    Repairs any state of the index: missing or damaged tables are started anew, an
+    index in the old layout (index/_manifest.json) is migrated and its files removed.
 
     \b
     Example:
@@ -151,33 +159,33 @@ def reindex(store: str, grace_seconds: float) -> None:
     from pith_pipeline.index import reindex as do_reindex
 
     with tqdm(desc="index", unit="bundle", disable=None) as bar:
-        update = do_reindex(open_store(store), progress=bar.update, grace_seconds=grace_seconds)
+        update = do_reindex(open_store(store), progress=bar.update, retention_hours=retention_hours)
     click.echo(update.line())
 
 
 @click.command()
 @_store_option
+@_retention_option
 @click.option(
-    "--grace",
-    "grace_seconds",
-    type=float,
-    default=3600.0,
-    show_default=True,
-    help="Seconds replaced files are kept before deletion (readers of the previous "
-    "manifest may still be reading them); 0 deletes at once.",
+    "--z-order",
+    "z_order",
+    is_flag=True,
+    help="Order records by primary_cat while compacting (see docs/analysts.md: it did not pay).",
 )
-def compact(store: str, grace_seconds: float) -> None:
-    """Fold each index partition's small files into one deduplicated, sorted file.
+def compact(store: str, retention_hours: float, z_order: bool) -> None:
+    """Compact each index table's small files (Delta OPTIMIZE), then VACUUM old files.
 
-    Readers never see a half-done compaction: new files are written first, then the
-    index manifest is swapped in one step; old files are deleted after --grace.
+    Readers never see a half-done compaction: it is one Delta commit per table, and
+    files older versions still use are deleted only after --retention hours.
 
     \b
     Example:
-      pith-pipeline compact --store s3://bucket/pith --grace 900
+      pith-pipeline compact --store s3://bucket/pith --retention 24
     """
     from pith_pipeline.index import compact as do_compact
 
-    with tqdm(desc="compact", unit="partition", disable=None) as bar:
-        update = do_compact(open_store(store), grace_seconds=grace_seconds, progress=bar.update)
+    with tqdm(desc="compact", unit="table", disable=None) as bar:
+        update = do_compact(
+            open_store(store), retention_hours=retention_hours, z_order=z_order, progress=bar.update
+        )
     click.echo(f"{update.line()}; deleted {len(update.deleted)} old files")
