@@ -149,9 +149,18 @@ def open_table(loc: Location, spec: TableSpec, *, create: bool = False) -> Any:
                 raise
         except (DeltaError, OSError, ValueError) as exc:
             raise _delta_error(loc, spec, exc) from None
+        from deltalake import CommitProperties
+
         try:
+            # no commit retries: a writer that loses the race to create version 0 must
+            # open the winner's table, not commit a second table definition as version 1
             return DeltaTable.create(
-                uri, schema=spec.schema, partition_by=[spec.partition], mode="ignore", storage_options=opts
+                uri,
+                schema=spec.schema,
+                partition_by=[spec.partition],
+                mode="ignore",
+                storage_options=opts,
+                commit_properties=CommitProperties(max_commit_retries=0),
             )
         except DeltaError:  # another writer created it meanwhile: open that one
             time.sleep(0.05)
@@ -234,6 +243,9 @@ def merge_rows(loc: Location, spec: TableSpec, table: pa.Table, *, run_id: str |
             target_alias="t",
             writer_properties=writer_properties(),
             commit_properties=_commit_properties(run_id),
+            # the source is one bounded batch: materialised, its partition values prune
+            # the target files the MERGE reads (streamed, it reads every file)
+            streamed_exec=False,
         )
         if spec.update_when is not None:
             m = m.when_matched_update_all(predicate=spec.update_when)
@@ -256,6 +268,7 @@ def merge_rows(loc: Location, spec: TableSpec, table: pa.Table, *, run_id: str |
                         target_alias="t",
                         writer_properties=writer_properties(),
                         commit_properties=_commit_properties(run_id),
+                        streamed_exec=False,
                     )
                     .when_matched_update(updates={"valid": "s.valid"}, predicate="t.valid <> s.valid")
                     .execute()
