@@ -46,6 +46,7 @@ DEFAULT_RETENTION_HOURS = 168
 REINDEX_CHUNK = 20_000  # bundles per commit of a full reindex (memory bound)
 UPDATE_BATCH = 10_000  # subjects per batch of an index update (memory bound)
 COMMIT_ATTEMPTS = 12
+DEFAULT_MAX_PARTS = 8  # files a partition may hold after an update before it is compacted
 #: The index layout before Delta tables: a manifest of our own, migrated by `reindex`.
 LEGACY_MANIFEST_KEY = "index/_manifest.json"
 _LEGACY_FILE = re.compile(r"/part-g\d+-\d{8}T\d{6}Z-[0-9a-f]+\.parquet$")
@@ -372,7 +373,9 @@ def _changed(store: Store, loc: Location, per_bundle: list[tuple[str, Rows]]) ->
 # -- incremental update -------------------------------------------------------------
 
 
-def _merge_all(store: Store, loc: Location, rows: Rows, update: IndexUpdate, run_id: str | None) -> None:
+def _merge_all(
+    loc: Location, rows: Rows, update: IndexUpdate, run_id: str | None, touched: dict[str, set[str]]
+) -> None:
     # events and aliases before records: an indexed records row means the subject is complete
     for name in ("events", "aliases", "records"):
         spec = TABLES[name]
@@ -381,7 +384,38 @@ def _merge_all(store: Store, loc: Location, rows: Rows, update: IndexUpdate, run
             continue
         versions = merge_rows(loc, spec, to_table(spec, table_rows), run_id=run_id)
         update.rows[name] = update.rows.get(name, 0) + len(table_rows)
+        touched.setdefault(name, set()).update(str(r[spec.partition]) for r in table_rows)
         _record_commits(update, name, versions)
+
+
+def compact_crowded(
+    loc: Location, touched: dict[str, set[str]], update: IndexUpdate, *, max_files: int, run_id: str | None
+) -> None:
+    """`optimize.compact()` the partitions an update touched that now hold more than
+    `max_files` files, so a daily run (one small file per touched partition) or a
+    backfill (one per batch and partition) leaves the layout bounded without `compact`.
+    """
+    for name, partitions in touched.items():
+        spec = TABLES[name]
+        per: dict[str, int] = {}
+        for f in live_files(open_table(loc, spec), spec):
+            per[f["partition"]] = per.get(f["partition"], 0) + 1
+        crowded = sorted(p for p in partitions if per.get(p, 0) > max_files)
+        if not crowded:
+            continue
+
+        def optimize(dt: Any, crowded: list[str] = crowded, column: str = spec.partition) -> dict[str, Any]:
+            result: dict[str, Any] = dt.optimize.compact(
+                partition_filters=[(column, "in", crowded)],
+                writer_properties=writer_properties(),
+                commit_properties=_commit_properties(run_id),
+            )
+            update.files_compacted += int(result.get("numFilesRemoved", 0))
+            return result
+
+        dt, committed = _commit_retry(loc, spec, optimize)
+        if committed:
+            _record_commits(update, name, [dt.version()])
 
 
 def update_indexes(
@@ -393,6 +427,7 @@ def update_indexes(
     workers: int = 16,
     progress: Progress | None = None,
     batch_size: int = UPDATE_BATCH,
+    max_parts: int = DEFAULT_MAX_PARTS,
 ) -> IndexUpdate:
     """Bring the indexes up to date for `subjects` (Pith numbers) from their bundles.
 
@@ -400,8 +435,10 @@ def update_indexes(
     so re-running a window commits nothing, and a run that died before indexing is
     completed by the next run over the same records. Call it after the bundles are
     published. Subjects are read `batch_size` at a time (memory does not grow with the
-    run); each batch is one MERGE commit per table. `clock` is unused (Delta stamps
-    its own commits); it is kept so callers need not change.
+    run); each batch is one MERGE commit per table. Partitions the update left with
+    more than `max_parts` files are compacted at the end (one more commit per table).
+    `clock` is unused (Delta stamps its own commits); it is kept so callers need not
+    change.
     """
     del clock
     if batch_size < 1:
@@ -414,6 +451,7 @@ def update_indexes(
     loc = location(store)
     _refuse_legacy(store)
     keys = chain([first], keys)
+    touched: dict[str, set[str]] = {}
     while batch := list(islice(keys, batch_size)):
         update.subjects_checked += len(batch)
         per_bundle = list(read_bundles(store, batch, workers=workers, progress=progress))
@@ -427,7 +465,8 @@ def update_indexes(
         for _, r in changed:
             rows.extend(r)
         del changed
-        _merge_all(store, loc, rows, update, run_id)
+        _merge_all(loc, rows, update, run_id, touched)
+    compact_crowded(loc, touched, update, max_files=max_parts, run_id=run_id)
     return update
 
 

@@ -185,6 +185,33 @@ def test_rerun_commits_nothing_and_batches_commit_once_each(
     assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records").rows[0] == (30, 30)
 
 
+def test_update_compacts_the_partitions_it_crowded(tmp_path: Path, sample: list[str], run: Runner) -> None:
+    store = LocalStore(tmp_path / "s")
+    run(store, sample, finish=False)
+    subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
+    loc = location(store)
+    update = update_indexes(store, subjects, batch_size=2, max_parts=1 << 30)
+    spec = TABLES["events"]
+    per: dict[str, int] = {}
+    for f in live_files(open_table(loc, spec), spec):
+        per[f["partition"]] = per.get(f["partition"], 0) + 1
+    assert max(per.values()) > 2 and update.files_compacted == 0  # one file per batch
+    store2 = LocalStore(tmp_path / "s2")
+    run(store2, sample, finish=False)
+    update = update_indexes(store2, subjects, batch_size=2, max_parts=2)
+    assert update.files_compacted > 0
+    for name, spec in TABLES.items():
+        per = {}
+        for f in live_files(open_table(location(store2), spec), spec):
+            per[f["partition"]] = per.get(f["partition"], 0) + 1
+        assert max(per.values()) <= 2, name
+    # the compaction is a commit of the run, after its 15 MERGEs (one per batch)
+    assert update.commits["events"] == list(range(1, 17))
+    for name, key_sql in KEY_SQL.items():
+        got = run_query(store2, f"SELECT count(*), count(DISTINCT {key_sql}) FROM {name}").rows[0]
+        assert got[0] == got[1] == _keys(store2)[name]
+
+
 def test_compaction_is_invisible_to_readers(any_store: Store, sample: list[str], run: Runner) -> None:
     run(any_store, sample[:8])
     run(any_store, sample[4:14])
