@@ -34,11 +34,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import write_deltalake
 
 from pith_pipeline.index import connect
 from pith_pipeline.index.delta import location
 from pith_pipeline.index.schema import RECORDS
-from pith_pipeline.index.writer import _overwrite, live_files, merge_rows, open_table, writer_properties
+from pith_pipeline.index.writer import live_files, merge_rows, open_table, writer_properties
 from pith_pipeline.storage.local import LocalStore
 
 ARCHIVES = {
@@ -222,15 +224,29 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--z-order", action="store_true", help="Also time the queries after a z-order")
     ap.add_argument("--dir", type=Path, default=None, help="Store directory (default: a temp dir)")
+    ap.add_argument("--cache", type=Path, default=None, help="Parquet file keeping the generated rows")
     args = ap.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="pith-index-bench-"))
     store = LocalStore(root)
     loc = location(store)
     t = time.perf_counter()
-    table = synthetic(args.rows, args.seed)
-    print(f"generated {table.num_rows:,} rows in {time.perf_counter() - t:.1f}s")
+    if args.cache and args.cache.exists():
+        table = pq.read_table(args.cache).cast(RECORDS.schema)
+        print(f"read {table.num_rows:,} generated rows from {args.cache}")
+    else:
+        table = synthetic(args.rows, args.seed)
+        print(f"generated {table.num_rows:,} rows in {time.perf_counter() - t:.1f}s")
+        if args.cache:
+            pq.write_table(table, args.cache)
     t = time.perf_counter()
-    _overwrite(loc, RECORDS, table)
+    # the rows are unique by construction: sorted as the writer sorts, one commit
+    write_deltalake(
+        loc.uri(RECORDS.name),
+        table.sort_by([(RECORDS.partition, "ascending")] + [(c, "ascending") for c in RECORDS.sort]),
+        mode="overwrite",
+        partition_by=[RECORDS.partition],
+        writer_properties=writer_properties(),
+    )
     files, size = _size(store)
     print(
         f"wrote the records table in {time.perf_counter() - t:.1f}s: {files} files, "
