@@ -39,7 +39,7 @@ from deltalake import write_deltalake
 
 from pith_pipeline.index import connect
 from pith_pipeline.index.delta import location
-from pith_pipeline.index.schema import RECORDS
+from pith_pipeline.index.schema import RECORDS, TS
 from pith_pipeline.index.writer import live_files, merge_rows, open_table, writer_properties
 from pith_pipeline.storage.local import LocalStore
 
@@ -216,6 +216,20 @@ def _queries(store: LocalStore, repeat: int) -> dict[str, list[tuple[object, ...
     return answers
 
 
+def _timed_merge(store: LocalStore, label: str, batch: pa.Table) -> None:
+    before = connect(store).sql("SELECT count(*) FROM records").fetchall()[0][0]
+    t = time.perf_counter()
+    merge_rows(location(store), RECORDS, batch)
+    secs = time.perf_counter() - t
+    n = connect(store).sql("SELECT count(*), count(DISTINCT pith_number) FROM records").fetchall()[0]
+    assert n[0] == n[1], n
+    files, size = _size(store)
+    print(
+        f"MERGE {label}: {batch.num_rows:,} papers ({n[0] - before:,} new rows) in {secs:.1f}s, "
+        f"{secs * 1000 / batch.num_rows:.3f} ms per paper; now {files} files, {size / n[0]:.1f} bytes per row"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -268,29 +282,29 @@ def main() -> None:
         "uncompressed and cannot compress below half that)"
     )
     if args.update:
-        half = args.update // 2
-        fresh = synthetic(args.update - half, args.seed + 1)
-        # new papers land in the newest months, as in a daily run
-        months = pa.array(["2025-12"] * fresh.num_rows)
-        fresh = fresh.set_column(fresh.schema.get_field_index("submitted_month"), "submitted_month", months)
-        changed = table.slice(0, half)
+        rng = random.Random(args.seed + 1)
+        # a backfill batch: new papers spread over every month
+        spread = synthetic(args.update, args.seed + 1)
+        _timed_merge(store, "backfill-like: new papers over all months", spread)
+        # a daily run: new papers in the newest month, and a tenth as many older papers
+        # whose bundle changed (a new version supersedes them), spread over the archive
+        daily = synthetic(args.update, args.seed + 2)
+        day = datetime(2025, 12, 30, 12, tzinfo=UTC)
+        daily = daily.set_column(
+            daily.schema.get_field_index("submitted_at"), "submitted_at", pa.array([day] * daily.num_rows, TS)
+        )
+        daily = daily.set_column(
+            daily.schema.get_field_index("submitted_month"),
+            "submitted_month",
+            pa.array(["2025-12"] * daily.num_rows),
+        )
+        changed = table.take(sorted(rng.sample(range(table.num_rows), max(1, args.update // 10))))
         changed = changed.set_column(
             changed.schema.get_field_index("bundle_sha256"),
             "bundle_sha256",
             pa.array(["f" * 64] * changed.num_rows),
         )
-        batch = pa.concat_tables([fresh, changed])
-        t = time.perf_counter()
-        merge_rows(loc, RECORDS, batch)
-        secs = time.perf_counter() - t
-        print(
-            f"MERGE of {batch.num_rows:,} papers ({fresh.num_rows:,} new, {changed.num_rows:,} changed): "
-            f"{secs:.1f}s, {secs * 1000 / batch.num_rows:.3f} ms per paper (records table)"
-        )
-        n = connect(store).sql("SELECT count(*), count(DISTINCT pith_number) FROM records").fetchall()[0]
-        assert n[0] == n[1] == table.num_rows + fresh.num_rows, n
-        files, size = _size(store)
-        print(f"  after: {files} files, {size / n[0]:.1f} bytes per row")
+        _timed_merge(store, "daily-like: new in one month + 10% changed", pa.concat_tables([daily, changed]))
     print("queries:")
     before = _queries(store, args.repeat)
     if args.z_order:

@@ -6,9 +6,15 @@ or S3 through `pyarrow.fs.S3FileSystem` on the same endpoint and credentials as
 boto3), each file carrying its partition value from the log. Why not
 `DeltaTable.to_pyarrow_dataset()`: it hands DuckDB `string_view` columns that it
 mishandles; the log's file list read with our own schema gives the same rows.
-delta-rs writes strings as `string` or `string_view` depending on the operation
-(MERGE: views; OPTIMIZE: plain), so the dataset declares views: pyarrow converts
-plain files to it, and a filter DuckDB pushes down binds for both kinds of file.
+
+delta-rs writes strings as `string_view` in MERGE output and as plain `string`
+otherwise. DuckDB pushes filters (partition pruning, row-group statistics) only into
+a scan whose schema has no views, and pyarrow cannot apply a pushed-down string
+filter to a file that holds views. So the index is kept in plain files (every change
+ends by rewriting the partitions it touched, `writer.tidy_partitions`), the scan
+declares plain strings, and a query that still meets a view file (a run that died
+between its MERGE and the rewrite) is run again over a dataset that declares views:
+without pushdown, slower, with the same rows.
 
 Every Delta version holds one row per key, so the views `records`, `events` and
 `aliases` are the files as they are. DuckDB pushes filters and projections into
@@ -55,19 +61,23 @@ def _view(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def read_schema(spec: TableSpec) -> pa.Schema:
-    """The dataset schema: strings as views, except the partition column (from the log)."""
+def read_schema(spec: TableSpec, *, views: bool = False) -> pa.Schema:
+    """The dataset schema; with `views`, strings as views except the partition column."""
+    if not views:
+        return spec.schema
     return pa.schema(
         [f if f.name == spec.partition else pa.field(f.name, _view(f.type)) for f in spec.schema]
     )
 
 
-def dataset_of(store: Store, loc: Location, spec: TableSpec, files: list[dict[str, Any]]) -> Any:
+def dataset_of(
+    store: Store, loc: Location, spec: TableSpec, files: list[dict[str, Any]], *, views: bool = False
+) -> Any:
     """A pyarrow dataset of a table's live files (see `writer.live_files`)."""
     from urllib.parse import unquote
 
     if not files:
-        return ds.dataset(read_schema(spec).empty_table())
+        return ds.dataset(read_schema(spec, views=views).empty_table())
     fs, root = arrow_source(store)
     fmt = ds.ParquetFileFormat()
     fragments = [
@@ -79,14 +89,14 @@ def dataset_of(store: Store, loc: Location, spec: TableSpec, files: list[dict[st
         for f in files
     ]
     del loc
-    return ds.FileSystemDataset(fragments, read_schema(spec), fmt, fs)
+    return ds.FileSystemDataset(fragments, read_schema(spec, views=views), fmt, fs)
 
 
 def _has_bundles(store: Store) -> bool:
     return any(k.endswith("/bundle.json") for k in _unwrap(store).list("pith/"))
 
 
-def table_sources(store: Store) -> dict[str, Any]:
+def table_sources(store: Store, *, views: bool = False) -> dict[str, Any]:
     """Per table, a dataset of its current version's live files.
 
     A table that does not exist reads as empty only while the store has no bundles;
@@ -101,9 +111,9 @@ def table_sources(store: Store) -> dict[str, Any]:
     for name, spec in TABLES.items():
         if not table_exists(loc, spec):
             missing.append(name)
-            out[name] = ds.dataset(read_schema(spec).empty_table())
+            out[name] = ds.dataset(read_schema(spec, views=views).empty_table())
             continue
-        out[name] = dataset_of(store, loc, spec, live_files(open_table(loc, spec), spec))
+        out[name] = dataset_of(store, loc, spec, live_files(open_table(loc, spec), spec), views=views)
     if missing and _has_bundles(store):
         raise StorageError(
             f"{loc.base}: the index table{'s' if len(missing) > 1 else ''} "
@@ -113,11 +123,15 @@ def table_sources(store: Store) -> dict[str, Any]:
     return out
 
 
-def connect(store: Store) -> Any:
-    """A DuckDB connection with views `records`, `events`, `aliases` (one row per key)."""
+def connect(store: Store, *, views: bool = False) -> Any:
+    """A DuckDB connection with views `records`, `events`, `aliases` (one row per key).
+
+    `views=True` declares strings as views (no filter pushdown; for files that hold
+    views, see the module docstring); `run_query` retries with it when needed.
+    """
     import duckdb
 
-    sources = table_sources(store)
+    sources = table_sources(store, views=views)
     con = duckdb.connect()
     for name, spec in TABLES.items():
         con.register(f"{name}_files", sources[name])
@@ -170,11 +184,25 @@ def read_error(store: Store, exc: Exception) -> StorageError:
     return StorageError(f"{store.url}: the index could not be read ({first})")
 
 
+def needs_views(exc: BaseException) -> bool:
+    """Whether a failed scan met a file holding `string_view` columns (see the docstring)."""
+    return "string_view" in str(exc)
+
+
 def run_query(store: Store, sql: str) -> Result:
     """Run one SQL statement over the indexes; errors name the problem, not a trace."""
+    try:
+        return _run_query(store, sql, views=False)
+    except InputError as exc:
+        if not needs_views(exc):
+            raise
+    return _run_query(store, sql, views=True)
+
+
+def _run_query(store: Store, sql: str, *, views: bool) -> Result:
     import duckdb
 
-    con = connect(store)
+    con = connect(store, views=views)
     try:
         try:
             rel = con.sql(sql)
@@ -182,7 +210,9 @@ def run_query(store: Store, sql: str) -> Result:
                 return Result([], [])
             return Result(list(rel.columns), rel.fetchall())
         except (duckdb.IOException, duckdb.InvalidInputException, OSError, pa.ArrowException) as exc:
-            if isinstance(exc, duckdb.InvalidInputException) and "parquet" not in str(exc).lower():
+            if isinstance(exc, duckdb.InvalidInputException) and (
+                needs_views(exc) or "parquet" not in str(exc).lower()
+            ):
                 raise InputError(f"query failed: {exc}", where="SQL") from None
             raise read_error(store, exc) from None
         except duckdb.Error as exc:

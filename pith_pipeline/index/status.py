@@ -15,7 +15,7 @@ from typing import Any
 
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.index.delta import location
-from pith_pipeline.index.query import connect, read_error
+from pith_pipeline.index.query import connect, needs_views, read_error
 from pith_pipeline.index.runs import RUN_MANIFEST_FORMAT
 from pith_pipeline.index.schema import TABLES
 from pith_pipeline.index.writer import all_bundle_keys, live_files, open_table, table_exists
@@ -47,17 +47,21 @@ def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
 
     tables = _tables(store)
     out: dict[str, Any] = {"store": store.url, "index": {"location": location(store).base, "tables": tables}}
-    con = connect(store)
-    try:
-        for name in TABLES:
-            row = con.sql(f"SELECT count(*) FROM {name}").fetchall()[0]
-            tables[name]["rows"] = int(row[0]) if row else 0
-        latest = con.sql("SELECT count(*) FROM records WHERE superseded_by IS NULL").fetchall()[0]
-        indexed = {r[0] for r in con.sql("SELECT bundle_key FROM records").fetchall()} if deep else set()
-    except (duckdb.Error, OSError, pa.ArrowException) as exc:
-        raise read_error(store, exc) from None
-    finally:
-        con.close()
+    for views in (False, True):
+        con = connect(store, views=views)
+        try:
+            for name in TABLES:
+                row = con.sql(f"SELECT count(*) FROM {name}").fetchall()[0]
+                tables[name]["rows"] = int(row[0]) if row else 0
+            latest = con.sql("SELECT count(*) FROM records WHERE superseded_by IS NULL").fetchall()[0]
+            indexed = {r[0] for r in con.sql("SELECT bundle_key FROM records").fetchall()} if deep else set()
+            break
+        except (duckdb.Error, OSError, pa.ArrowException) as exc:
+            if not views and needs_views(exc):
+                continue
+            raise read_error(store, exc) from None
+        finally:
+            con.close()
     out["records"] = tables["records"]["rows"]
     out["latest_versions"] = int(latest[0]) if latest else 0
     out["events"] = tables["events"]["rows"]

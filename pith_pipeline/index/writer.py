@@ -46,7 +46,7 @@ DEFAULT_RETENTION_HOURS = 168
 REINDEX_CHUNK = 20_000  # bundles per commit of a full reindex (memory bound)
 UPDATE_BATCH = 10_000  # subjects per batch of an index update (memory bound)
 COMMIT_ATTEMPTS = 12
-DEFAULT_MAX_PARTS = 8  # files a partition may hold after an update before it is compacted
+DEFAULT_MAX_PARTS = 1  # events/aliases files a touched partition may keep before compaction
 #: The index layout before Delta tables: a manifest of our own, migrated by `reindex`.
 LEGACY_MANIFEST_KEY = "index/_manifest.json"
 _LEGACY_FILE = re.compile(r"/part-g\d+-\d{8}T\d{6}Z-[0-9a-f]+\.parquet$")
@@ -374,7 +374,7 @@ def _changed(store: Store, loc: Location, per_bundle: list[tuple[str, Rows]]) ->
 
 
 def _merge_all(
-    loc: Location, rows: Rows, update: IndexUpdate, run_id: str | None, touched: dict[str, set[str]]
+    loc: Location, rows: Rows, update: IndexUpdate, run_id: str | None, touched: dict[str, set[str] | None]
 ) -> None:
     # events and aliases before records: an indexed records row means the subject is complete
     for name in ("events", "aliases", "records"):
@@ -384,36 +384,59 @@ def _merge_all(
             continue
         versions = merge_rows(loc, spec, to_table(spec, table_rows), run_id=run_id)
         update.rows[name] = update.rows.get(name, 0) + len(table_rows)
-        touched.setdefault(name, set()).update(str(r[spec.partition]) for r in table_rows)
+        seen = touched.setdefault(name, set())
+        if seen is not None:
+            seen.update(str(r[spec.partition]) for r in table_rows)
         _record_commits(update, name, versions)
 
 
-def compact_crowded(
-    loc: Location, touched: dict[str, set[str]], update: IndexUpdate, *, max_files: int, run_id: str | None
+def tidy_partitions(
+    loc: Location,
+    touched: dict[str, set[str] | None],
+    update: IndexUpdate,
+    *,
+    max_files: int,
+    run_id: str | None,
 ) -> None:
-    """`optimize.compact()` the partitions an update touched that now hold more than
-    `max_files` files, so a daily run (one small file per touched partition) or a
-    backfill (one per batch and partition) leaves the layout bounded without `compact`.
+    """Rewrite the partitions a change touched into plain, sorted files (one commit per table).
+
+    Why: a MERGE writes its files with `string_view` columns, and DuckDB pushes no
+    filter into a scan whose schema has views, so until rewritten such files cost every
+    query its partition pruning (see `query`). `records` partitions (bounded by month)
+    are z-ordered on `primary_cat`, which also clusters a category into few row
+    groups; `events` and `aliases` partitions (which can be large) holding more than
+    `max_files` files are compacted. `touched[name]` None means every partition.
     """
     for name, partitions in touched.items():
         spec = TABLES[name]
+        column = spec.partition
+        files = live_files(open_table(loc, spec, create=True), spec)
         per: dict[str, int] = {}
-        for f in live_files(open_table(loc, spec), spec):
+        for f in files:
             per[f["partition"]] = per.get(f["partition"], 0) + 1
-        crowded = sorted(p for p in partitions if per.get(p, 0) > max_files)
-        if not crowded:
+        wanted = set(per) if partitions is None else set(partitions) & set(per)
+        if name != "records":
+            wanted = {p for p in wanted if per[p] > max_files}
+        if not wanted:
             continue
+        chosen = sorted(wanted)
 
-        def optimize(dt: Any, crowded: list[str] = crowded, column: str = spec.partition) -> dict[str, Any]:
-            result: dict[str, Any] = dt.optimize.compact(
-                partition_filters=[(column, "in", crowded)],
-                writer_properties=writer_properties(),
-                commit_properties=_commit_properties(run_id),
-            )
+        def rewrite(
+            dt: Any, chosen: list[str] = chosen, name: str = name, column: str = column
+        ) -> dict[str, Any]:
+            opts: dict[str, Any] = {
+                "partition_filters": [(column, "in", chosen)],
+                "writer_properties": writer_properties(),
+                "commit_properties": _commit_properties(run_id),
+            }
+            if name == "records":
+                result: dict[str, Any] = dt.optimize.z_order(["primary_cat"], **opts)
+            else:
+                result = dt.optimize.compact(**opts)
             update.files_compacted += int(result.get("numFilesRemoved", 0))
             return result
 
-        dt, committed = _commit_retry(loc, spec, optimize)
+        dt, committed = _commit_retry(loc, spec, rewrite)
         if committed:
             _record_commits(update, name, [dt.version()])
 
@@ -435,8 +458,9 @@ def update_indexes(
     so re-running a window commits nothing, and a run that died before indexing is
     completed by the next run over the same records. Call it after the bundles are
     published. Subjects are read `batch_size` at a time (memory does not grow with the
-    run); each batch is one MERGE commit per table. Partitions the update left with
-    more than `max_parts` files are compacted at the end (one more commit per table).
+    run); each batch is one MERGE commit per table. At the end the touched partitions
+    are tidied (`tidy_partitions`: `records` z-ordered, `events`/`aliases` partitions
+    with more than `max_parts` files compacted; one more commit per table).
     `clock` is unused (Delta stamps its own commits); it is kept so callers need not
     change.
     """
@@ -451,7 +475,7 @@ def update_indexes(
     loc = location(store)
     _refuse_legacy(store)
     keys = chain([first], keys)
-    touched: dict[str, set[str]] = {}
+    touched: dict[str, set[str] | None] = {}
     while batch := list(islice(keys, batch_size)):
         update.subjects_checked += len(batch)
         per_bundle = list(read_bundles(store, batch, workers=workers, progress=progress))
@@ -466,7 +490,7 @@ def update_indexes(
             rows.extend(r)
         del changed
         _merge_all(loc, rows, update, run_id, touched)
-    compact_crowded(loc, touched, update, max_files=max_parts, run_id=run_id)
+    tidy_partitions(loc, dict(touched), update, max_files=max_parts, run_id=run_id)
     return update
 
 
@@ -595,6 +619,7 @@ def reindex(
             update.rows[name] = update.rows.get(name, 0) + table.num_rows
             _record_commits(update, name, versions)
         first = False
+    tidy_partitions(loc, dict.fromkeys(TABLES), update, max_files=DEFAULT_MAX_PARTS, run_id=None)
     for name, spec in TABLES.items():
         dt = open_table(loc, spec, create=True)
         update.versions[name] = dt.version()

@@ -176,46 +176,79 @@ def test_rerun_commits_nothing_and_batches_commit_once_each(
     run(store, sample, finish=False)
     subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
     update = update_indexes(store, subjects, batch_size=10)
-    # three batches, one MERGE commit per table each (versions 1..3 after the create)
-    assert update.versions == {"records": 3, "events": 3, "aliases": 3}
-    assert update.commits == {"records": [1, 2, 3], "events": [1, 2, 3], "aliases": [1, 2, 3]}
+    # three batches, one MERGE commit per table each (versions 1..3 after the create),
+    # then one commit tidying the partitions they touched
+    assert update.versions == {"records": 4, "events": 4, "aliases": 4}
+    assert update.commits == {"records": [1, 2, 3, 4], "events": [1, 2, 3, 4], "aliases": [1, 2, 3, 4]}
     before = sorted(store.list("index/"))
     again = update_indexes(store, subjects, batch_size=10)
     assert again.subjects_changed == 0 and again.commits == {} and sorted(store.list("index/")) == before
     assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records").rows[0] == (30, 30)
 
 
-def test_update_compacts_the_partitions_it_crowded(tmp_path: Path, sample: list[str], run: Runner) -> None:
+def _kinds(store: LocalStore) -> dict[str, set[str]]:
+    """Per table, the string types its live files hold (`string` or `string_view`)."""
+    import pyarrow.parquet as pq
+
+    out = {}
+    for name, spec in TABLES.items():
+        files = live_files(open_table(location(store), spec), spec)
+        out[name] = {
+            str(pq.read_schema(store.root / "index" / name / f["path"]).field(spec.merge_column).type)
+            for f in files
+        }
+    return out
+
+
+def test_update_leaves_plain_files_one_per_touched_partition(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
     store = LocalStore(tmp_path / "s")
     run(store, sample, finish=False)
     subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
-    loc = location(store)
-    update = update_indexes(store, subjects, batch_size=2, max_parts=1 << 30)
-    spec = TABLES["events"]
-    per: dict[str, int] = {}
-    for f in live_files(open_table(loc, spec), spec):
-        per[f["partition"]] = per.get(f["partition"], 0) + 1
-    assert max(per.values()) > 2 and update.files_compacted == 0  # one file per batch
-    store2 = LocalStore(tmp_path / "s2")
-    run(store2, sample, finish=False)
-    update = update_indexes(store2, subjects, batch_size=2, max_parts=2)
+    update = update_indexes(store, subjects, batch_size=4)  # 8 MERGEs per table
     assert update.files_compacted > 0
+    # the MERGEs' files (string views, which stop DuckDB's filter pushdown) were rewritten
+    assert _kinds(store) == {"records": {"string"}, "events": {"string"}, "aliases": {"string"}}
     for name, spec in TABLES.items():
-        per = {}
-        for f in live_files(open_table(location(store2), spec), spec):
+        per: dict[str, int] = {}
+        for f in live_files(open_table(location(store), spec), spec):
             per[f["partition"]] = per.get(f["partition"], 0) + 1
-        assert max(per.values()) <= 2, name
-    # the compaction is a commit of the run, after its 15 MERGEs (one per batch)
-    assert update.commits["events"] == list(range(1, 17))
+        assert set(per.values()) == {1}, name
+    # the tidying is one more commit of the run, after its 8 MERGEs
+    assert update.commits["records"] == list(range(1, 10))
     for name, key_sql in KEY_SQL.items():
-        got = run_query(store2, f"SELECT count(*), count(DISTINCT {key_sql}) FROM {name}").rows[0]
-        assert got[0] == got[1] == _keys(store2)[name]
+        got = run_query(store, f"SELECT count(*), count(DISTINCT {key_sql}) FROM {name}").rows[0]
+        assert got[0] == got[1] == _keys(store)[name]
+    con = connect(store)
+    plan = con.sql("EXPLAIN SELECT count(*) FROM records WHERE submitted_month = '2007-04'").fetchall()
+    assert "Filters:" in plan[0][1]  # pushed into the scan: files of other months are skipped
+    con.close()
+
+
+def test_query_reads_files_a_merge_left_as_string_views(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    from pith_pipeline.index.writer import merge_rows, read_bundles, to_table
+
+    store = LocalStore(tmp_path / "s")
+    run(store, sample[:10])
+    keys = [k for k in store.list("pith/") if k.endswith("/bundle.json")]
+    rows = [r for _, rs in read_bundles(store, keys) for r in rs.records]
+    for r in rows:
+        r["title"] = "retitled"
+    # a MERGE whose run died before tidying: its files hold string views
+    merge_rows(location(store), TABLES["records"], to_table(TABLES["records"], rows))
+    assert "string_view" in _kinds(store)["records"]
+    sql = "SELECT count(*) FROM records WHERE title = 'retitled' AND primary_cat <> 'x'"
+    assert run_query(store, sql).rows == [(10,)]
+    assert status(store)["records"] == 10
 
 
 def test_compaction_is_invisible_to_readers(any_store: Store, sample: list[str], run: Runner) -> None:
-    run(any_store, sample[:8])
-    run(any_store, sample[4:14])
-    run(any_store, sample[:14])
+    run(any_store, sample[:14], finish=False)
+    subjects = [k.split("/")[1] for k in any_store.list("pith/") if k.endswith("/bundle.json")]
+    update_indexes(any_store, subjects, batch_size=3, max_parts=1 << 30)  # small events files
     loc = location(any_store)
     sql = "SELECT primary_cat, count(*), count(DISTINCT pith_number) FROM records GROUP BY ALL ORDER BY ALL"
     before = run_query(any_store, sql).rows
