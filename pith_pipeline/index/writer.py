@@ -21,6 +21,7 @@ writers lose nothing.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -532,7 +533,7 @@ def compact(
             _record_commits(update, name, [dt.version()])
         update.versions[name] = dt.version()
         deleted = dt.vacuum(
-            retention_hours=int(retention_hours), dry_run=False, enforce_retention_duration=False
+            retention_hours=math.ceil(retention_hours), dry_run=False, enforce_retention_duration=False
         )
         update.deleted.extend(_as_store_path(loc, name, p) for p in deleted)
         dt.cleanup_metadata()
@@ -624,7 +625,7 @@ def reindex(
         dt = open_table(loc, spec, create=True)
         update.versions[name] = dt.version()
         deleted = dt.vacuum(
-            retention_hours=int(retention_hours), dry_run=False, enforce_retention_duration=False
+            retention_hours=math.ceil(retention_hours), dry_run=False, enforce_retention_duration=False
         )
         update.deleted.extend(_as_store_path(loc, name, p) for p in deleted)
     return update
