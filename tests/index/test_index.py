@@ -411,3 +411,15 @@ def test_cli_build_indexes_and_rebuild_reindexes(tmp_path: Path, sample: list[st
         for k in store.list("pith/")
         if k.endswith("/bundle.json")
     }
+
+
+def test_s3_tables_use_boto3s_endpoint_and_credentials_and_never_show_them(s3_store_url: str) -> None:
+    from pith_pipeline.storage.base import open_store
+
+    loc = location(open_store(s3_store_url))
+    assert loc.uri("records") == f"{s3_store_url}/index/records"
+    opts = loc.options
+    assert opts["conditional_put"] == "etag"  # commits are conditional PUTs of the next log entry
+    assert opts["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:") and opts["AWS_ALLOW_HTTP"] == "true"
+    assert opts["AWS_ACCESS_KEY_ID"] == "testing-access-key" and opts["AWS_REGION"] == "us-east-1"
+    assert "testing-secret-key" not in repr(loc) + str(loc)
