@@ -61,7 +61,7 @@ INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
     },
 )
 def pith_backfill() -> None:
-    @task
+    @task(multiple_outputs=False)
     def plan(params: Any = None) -> list[dict[str, Any]]:
         """Windows still to do (those with a run manifest are complete and skipped)."""
         from pith_pipeline import airflow_tasks as t
@@ -74,35 +74,37 @@ def pith_backfill() -> None:
             params.get("snapshot_path"),
         )
 
-    @task(pool=at.ARXIV_POOL, pool_slots=1)
+    @task(pool=at.ARXIV_POOL, pool_slots=1, multiple_outputs=False)
     def harvest(request: dict[str, Any]) -> dict[str, Any]:
         """One window's raw pages (OAI), or its byte ranges (snapshot): keys and counts."""
         from pith_pipeline import airflow_tasks as t
 
         return t.harvest_for(t.load_settings(airflow_variables=True), request)
 
-    @task
+    @task(multiple_outputs=False)
     def chunks(harvested: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Every window's chunks, at most MAX_CHUNKS (under max_map_length)."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.plan_chunks_for(list(harvested))
+        return t.plan_chunks_for(t.mapped_results(harvested))
 
-    @task(max_active_tis_per_dagrun=4)
+    @task(max_active_tis_per_dagrun=4, multiple_outputs=False)
     def build(item: dict[str, Any]) -> dict[str, Any]:
-        """Build and sign one chunk; stage the writes."""
+        """Build, sign and publish one chunk (its shard group, under their leases)."""
         from pith_pipeline import airflow_tasks as t
 
         return t.build_chunk(t.load_settings(airflow_variables=True), item["run_id"], item["chunk"])
 
-    @task
+    @task(multiple_outputs=False)
     def publish(built: list[dict[str, Any]]) -> dict[str, Any]:
-        """Copy staged objects into place; repeatable after any failure."""
+        """Write the window's quarantine from the chunks' rejects; repeatable."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.publish_staged(t.load_settings(airflow_variables=True), [b["staged"] for b in built])
+        return t.publish_staged(
+            t.load_settings(airflow_variables=True), [b["staged"] for b in t.mapped_results(built)]
+        )
 
-    @task(outlets=INDEX_ASSETS)
+    @task(outlets=INDEX_ASSETS, multiple_outputs=False)
     def finish(
         harvested: list[dict[str, Any]], built: list[dict[str, Any]], published: dict[str, Any]
     ) -> list[dict[str, Any]]:
@@ -110,7 +112,10 @@ def pith_backfill() -> None:
         from pith_pipeline import airflow_tasks as t
 
         return t.finish_windows(
-            t.load_settings(airflow_variables=True), list(harvested), list(built), published
+            t.load_settings(airflow_variables=True),
+            t.mapped_results(harvested),
+            t.mapped_results(built),
+            published,
         )
 
     harvested = harvest.expand(request=plan())

@@ -11,13 +11,15 @@ a new version always supersedes the one published before it.
 Backfill a range with `airflow backfill create --dag-id pith_ingest --from-date ...
 --to-date ...` (one run per day), or use the `pith_backfill` DAG.
 Configuration (environment or Airflow Variables): PITH_STORE, PITH_SIGNER,
-PITH_OAI_URL, PITH_BASE_URL, PITH_REGISTRY_NAME, PITH_SIGNER_ID; PITH_INGEST_START
-(first window, default 2026-01-01).
+PITH_OAI_URL, PITH_BASE_URL, PITH_REGISTRY_NAME, PITH_SIGNER_ID.
+
+One past day: `airflow dags trigger pith_ingest --conf '{"day": "2019-09-26"}'` (or
+`--logical-date 2019-09-26`). Days before arXiv's first (1991-08-14) or after today
+fail loudly instead of succeeding with nothing done.
 """
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,7 +33,9 @@ INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
 @dag(
     dag_id="pith_ingest",
     schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
-    start_date=datetime.fromisoformat(os.environ.get("PITH_INGEST_START", "2026-01-01")).replace(tzinfo=UTC),
+    # arXiv's first day, so every day can be backfilled; catchup=False means unpausing
+    # runs only the latest day
+    start_date=datetime(1991, 8, 14, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     default_args=at.default_args(),
@@ -39,36 +43,49 @@ INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
     doc_md=__doc__,
 )
 def pith_ingest() -> None:
-    @task(pool=at.ARXIV_POOL, pool_slots=1)
-    def harvest(data_interval_start: Any = None, data_interval_end: Any = None) -> dict[str, Any]:
+    @task(pool=at.ARXIV_POOL, pool_slots=1, multiple_outputs=False)
+    def harvest(
+        data_interval_start: Any = None,
+        data_interval_end: Any = None,
+        logical_date: Any = None,
+        dag_run: Any = None,
+    ) -> dict[str, Any]:
         """Raw OAI-PMH pages of the window into raw/; returns their keys and a count."""
         from pith_pipeline import airflow_tasks as t
 
-        window = t.window_from_interval(data_interval_start, data_interval_end)
+        window = t.window_for_run(
+            data_interval_start,
+            data_interval_end,
+            logical_date=logical_date,
+            run_type=str(getattr(dag_run, "run_type", "") or ""),
+            conf=getattr(dag_run, "conf", None),
+        )
         return t.harvest_window(t.load_settings(airflow_variables=True), window)
 
-    @task
+    @task(multiple_outputs=False)
     def plan(harvested: dict[str, Any]) -> list[dict[str, Any]]:
         """At most MAX_CHUNKS chunks of pages, so the mapped build fits max_map_length."""
         from pith_pipeline import airflow_tasks as t
 
         return t.plan_page_chunks(harvested["pages"])
 
-    @task(max_active_tis_per_dagrun=4)
+    @task(max_active_tis_per_dagrun=4, multiple_outputs=False)
     def build(chunk: dict[str, Any], harvested: dict[str, Any]) -> dict[str, Any]:
-        """Build and sign one chunk; stage the writes. Returns the staged key and counts."""
+        """Build, sign and publish one chunk (its shard group, under their leases); returns counts."""
         from pith_pipeline import airflow_tasks as t
 
         return t.build_chunk(t.load_settings(airflow_variables=True), harvested["run_id"], chunk)
 
-    @task
+    @task(multiple_outputs=False)
     def publish(built: list[dict[str, Any]]) -> dict[str, Any]:
-        """Copy staged objects into place; repeatable after any failure."""
+        """Write the window's quarantine from the chunks' rejects; repeatable."""
         from pith_pipeline import airflow_tasks as t
 
-        return t.publish_staged(t.load_settings(airflow_variables=True), [b["staged"] for b in built])
+        return t.publish_staged(
+            t.load_settings(airflow_variables=True), [b["staged"] for b in t.mapped_results(built)]
+        )
 
-    @task(outlets=INDEX_ASSETS)
+    @task(outlets=INDEX_ASSETS, multiple_outputs=False)
     def index(
         harvested: dict[str, Any], built: list[dict[str, Any]], published: dict[str, Any]
     ) -> dict[str, Any]:
@@ -76,10 +93,12 @@ def pith_ingest() -> None:
         from pith_pipeline import airflow_tasks as t
 
         return t.index_window(
-            t.load_settings(airflow_variables=True), harvested["run_id"], [b["staged"] for b in built]
+            t.load_settings(airflow_variables=True),
+            harvested["run_id"],
+            [b["staged"] for b in t.mapped_results(built)],
         )
 
-    @task
+    @task(multiple_outputs=False)
     def manifest(
         harvested: dict[str, Any],
         built: list[dict[str, Any]],
@@ -92,7 +111,7 @@ def pith_ingest() -> None:
         return t.finish_window(
             t.load_settings(airflow_variables=True),
             harvested,
-            [b["staged"] for b in built],
+            [b["staged"] for b in t.mapped_results(built)],
             indexed,
             published,
         )

@@ -50,7 +50,7 @@ INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
     },
 )
 def pith_maintenance() -> None:
-    @task(outlets=INDEX_ASSETS)
+    @task(outlets=INDEX_ASSETS, multiple_outputs=False)
     def rebuild(params: Any = None) -> dict[str, Any]:
         """Only when asked: bundles from events and/or indexes from bundles."""
         from pith_pipeline import airflow_tasks as t
@@ -61,7 +61,7 @@ def pith_maintenance() -> None:
             indexes=bool(params["rebuild_indexes"]),
         )
 
-    @task(outlets=INDEX_ASSETS)
+    @task(outlets=INDEX_ASSETS, multiple_outputs=False)
     def compact(rebuilt: dict[str, Any], params: Any = None) -> dict[str, Any]:
         """Fold each index partition into one file; delete long-retired files."""
         from pith_pipeline import airflow_tasks as t
@@ -70,7 +70,7 @@ def pith_maintenance() -> None:
             t.load_settings(airflow_variables=True), grace_seconds=float(params["grace_seconds"])
         )
 
-    @task
+    @task(multiple_outputs=False)
     def verify_sample(compacted: dict[str, Any], params: Any = None, run_id: Any = None) -> dict[str, Any]:
         """Verify a random sample of published bundles; fail naming every mismatch."""
         from pith_pipeline import airflow_tasks as t

@@ -28,6 +28,7 @@ records, bundles or signer material.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import re
@@ -40,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 # Only the standard library and the error classes at import time: DAG files import
 # this module while the scheduler parses them. Everything else is imported lazily.
 from pith_pipeline.errors import InputError, StorageError, WriteConflictError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pith_pipeline.core.keys import Signer
@@ -68,7 +71,16 @@ SETTINGS_ENV: dict[str, tuple[str, str | None]] = {
     "registry_name": ("PITH_REGISTRY_NAME", "Pith Pipeline"),
     "signer_id": ("PITH_SIGNER_ID", "pith-pipeline"),
     "oai_min_interval": ("PITH_OAI_MIN_INTERVAL", None),
+    "lease_wait": ("PITH_LEASE_WAIT", None),
 }
+
+#: Seconds a task waits for another writer of the same papers before failing (and
+#: being retried by Airflow): long, because waiting is the normal case when
+#: `backfill create` runs windows at once.
+DEFAULT_TASK_LEASE_WAIT = 1800.0
+#: The mapped build of an OAI window runs one task per page group and shard group, so
+#: tasks of different shard groups publish at once and tasks of one group take turns.
+SHARD_GROUPS = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +96,12 @@ class Settings:
     #: Seconds between OAI-PMH requests; unset means arXiv's policy (3 s). Lower it
     #: only for a local mirror or test server.
     oai_min_interval: str | None = None
+    #: Seconds to wait for a busy writer lease (unset: DEFAULT_TASK_LEASE_WAIT).
+    lease_wait: str | None = None
+
+    @property
+    def lease_wait_seconds(self) -> float:
+        return float(self.lease_wait) if self.lease_wait else DEFAULT_TASK_LEASE_WAIT
 
     def __repr__(self) -> str:  # the signer spec may name a key file or KMS key: keep it out
         return (
@@ -238,6 +256,72 @@ def window_from_interval(start: datetime, end: datetime) -> Window:
     return Window(s.date(), e.date())
 
 
+#: arXiv's first day: no window may start before it.
+ARXIV_FIRST_DAY = date(1991, 8, 14)
+
+
+def check_window_dates(window: Window, *, today: date | None = None) -> Window:
+    """Refuse windows arXiv cannot have data for, loudly, instead of doing nothing.
+
+    Why: a run that harvested nothing because its day was out of range must not be
+    marked success (it would also block that day for `backfill create`).
+    """
+    today = today or datetime.now(tz=UTC).date()
+    if window.start < ARXIV_FIRST_DAY:
+        raise InputError(
+            f"window {window.id} starts before arXiv's first day ({ARXIV_FIRST_DAY}); choose a later day"
+        )
+    if window.start > today:
+        raise InputError(f"window {window.id} starts after today ({today}); nothing to harvest yet")
+    return window
+
+
+def window_for_run(
+    data_interval_start: datetime | None,
+    data_interval_end: datetime | None,
+    *,
+    logical_date: datetime | None = None,
+    run_type: str | None = None,
+    conf: Mapping[str, Any] | None = None,
+    today: date | None = None,
+) -> Window:
+    """The day a `pith_ingest` run owns, for scheduled, backfill and manual runs alike.
+
+    - `conf {"day": "YYYY-MM-DD"}` names it outright (any run type);
+    - a manual run with a logical date owns that date's day: in Airflow 3 a manual
+      run's data interval comes from the trigger time, so
+      `airflow dags trigger pith_ingest --logical-date 2019-09-26` would otherwise
+      harvest yesterday instead;
+    - otherwise the data interval, which must be whole days.
+    Days before arXiv's first or after today fail loudly.
+    """
+    conf = conf or {}
+    if conf.get("day") is not None:
+        text = str(conf["day"])
+        try:
+            day = date.fromisoformat(text)
+        except ValueError:
+            raise InputError(f"conf day {text!r}: expected YYYY-MM-DD") from None
+        window = Window(day, day + timedelta(days=1))
+    elif run_type == "manual" and logical_date is not None:
+        day = logical_date.astimezone(UTC).date()
+        window = Window(day, day + timedelta(days=1))
+    else:
+        if data_interval_start is None or data_interval_end is None:
+            raise InputError('this run has no data interval; trigger it with conf {"day": "YYYY-MM-DD"}')
+        window = window_from_interval(data_interval_start, data_interval_end)
+    return check_window_dates(window, today=today)
+
+
+def mapped_results(results: Any) -> list[Any]:
+    """The results of a mapped task, read by index up to its length.
+
+    Why not `list(results)`: iterating Airflow's lazy XCom sequence fetches one index
+    past the end and logs an `XCom not found` error on every run.
+    """
+    return [results[i] for i in range(len(results))]
+
+
 def split_windows(window: Window, max_windows: int = MAX_CHUNKS) -> list[Window]:
     """Day windows, merged into longer ones when there would be more than `max_windows`."""
     n_days = (window.end - window.start).days
@@ -311,12 +395,31 @@ def chunk_list(items: list[Any], max_chunks: int = MAX_CHUNKS) -> list[list[Any]
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def plan_page_chunks(page_keys: list[str], max_chunks: int = MAX_CHUNKS) -> list[dict[str, Any]]:
-    """Chunks of raw OAI pages for the mapped build (each a small JSON-able dict)."""
-    parts = chunk_list(sorted(page_keys), max_chunks) or [[]]  # an empty window still
-    return [
-        {"index": i, "kind": "oai", "pages": part}  # gets its (empty) manifest
+def plan_page_chunks(
+    page_keys: list[str], max_chunks: int = MAX_CHUNKS, groups: int = SHARD_GROUPS
+) -> list[dict[str, Any]]:
+    """Chunks of raw OAI pages for the mapped build (each a small JSON-able dict).
+
+    Each page group is split into `groups` shard groups: a task publishes only the
+    papers of its shards, under their writer leases, so tasks of different groups run
+    at once and never write the same paper. Rejected records are counted and
+    quarantined by the group that holds shard 0 only.
+    """
+    from pith_pipeline.storage.lease import SHARDS
+
+    parts = chunk_list(sorted(page_keys), max(1, max_chunks // max(1, groups))) or [[]]
+    groups = max(1, min(groups, SHARDS))
+    bounds = [(g * SHARDS // groups, (g + 1) * SHARDS // groups - 1) for g in range(groups)]
+    return [  # an empty window still gets its (empty) manifest
+        {
+            "index": i * groups + g,
+            "kind": "oai",
+            "pages": part,
+            "shards": f"{lo}-{hi}",
+            "rejects": g == 0,
+        }
         for i, part in enumerate(parts)
+        for g, (lo, hi) in enumerate(bounds)
     ]
 
 
@@ -501,40 +604,56 @@ def build_chunk(
     signer: Signer | None = None,
     store: Store | None = None,
 ) -> dict[str, Any]:
-    """Build and sign one chunk against the published store; stage the result.
+    """Build, sign and publish one chunk, holding the writer leases of its shards.
 
-    Returns `{"staged": key, "records": n, "built": n, ...}`: a key and counts.
-    Rejected records go into the staged object too; `publish` merges them into the
-    window's `quarantine/<run_id>.jsonl`.
+    Why publish here rather than stage for a later task: the decision "this paper is
+    new" is only sound while nobody else can write the paper, so deciding and writing
+    happen under one lease (a concurrent window of `backfill create` waits its turn).
+    The staged object now holds only the chunk's counts, the objects it wrote and its
+    quarantine entries; `publish` merges the quarantine, `index` and `manifest` read
+    the counts. Returns `{"staged": key, "records": n, "built": n, ...}`.
     """
     from pith_pipeline.core.canonical_json import dumps_compact
     from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.sources.jsonl import Rejected
+    from pith_pipeline.storage.lease import parse_shards, writer_lease
 
     base = store or _store(settings)
-    staging = StagingStore(base)
     signer = signer or _signer(settings)
-    pub = Publisher(staging, signer, settings.build_config, run_id=run_id)
-    pub.publish_key_document()
-    for item in iter_chunk_items(base, chunk):
-        entry = pub.publish_item(item)
-        if entry is not None:
-            pub.quarantine.append(entry)
+    shards = parse_shards(str(chunk["shards"])) if chunk.get("shards") else None
+    rejects = bool(chunk.get("rejects", True))
+    pub = Publisher(base, signer, settings.build_config, run_id=run_id, shards=shards)
+    with writer_lease(
+        base,
+        command=f"airflow build chunk {int(chunk['index'])}",
+        run_id=run_id,
+        shards=shards,
+        wait=settings.lease_wait_seconds,
+        on_wait=log.info,
+    ) as lease:
+        pub.lease = lease
+        pub.publish_key_document()
+        for item in iter_chunk_items(base, chunk):
+            if isinstance(item, Rejected) and not rejects:
+                continue  # another shard group's task quarantines it
+            entry = pub.publish_item(item)
+            if entry is not None:
+                pub.quarantine.append(entry)
     identities = sorted(pub.summary.seen)
     counts = {"records": len(identities), **pub.summary.counts()}
-    header = {
+    header: dict[str, Any] = {
         "chunk": int(chunk["index"]),
         "run_id": run_id,
         "counts": counts,
-        "identities": sorted(identities),
+        "identities": identities,
         "built": sorted(pub.summary.pith_numbers),
         "quarantine": pub.quarantine,
+        "problems": pub.summary.problems,
+        "written": dict(sorted(pub.summary.written.items())),
     }
-    lines = [dumps_compact(header)]
-    for key, (data, once) in sorted(staging.writes.items(), key=lambda kv: (_publish_rank(kv[0]), kv[0])):
-        lines.append(dumps_compact({"key": key, "once": once, "data": data.decode("utf-8")}))
     key = staged_key(run_id, int(chunk["index"]))
-    base.put(key, b"\n".join(lines) + b"\n", content_type="application/x-ndjson")
-    return {"staged": key, "objects": len(staging.writes), **counts}
+    base.put(key, dumps_compact(header) + b"\n", content_type="application/x-ndjson")
+    return {"staged": key, "objects": len(header["written"]), **counts}
 
 
 def _read_staged(store: Store, key: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -604,14 +723,18 @@ def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any
     for key in sorted(set(staged_keys)):
         header, staged = _read_staged(store, key)
         c = header["counts"]
-        summary.fetched += c["fetched"]
+        # a record outside a task's shards is counted by the task that owns it
+        summary.fetched += c["fetched"] - c.get("skipped", 0)
         summary.built += c["built"]
         summary.unchanged += c["unchanged"]
         summary.superseded += c["superseded"]
         summary.quarantined += c["quarantined"]
+        summary.failed += c.get("failed", 0)
+        summary.problems.extend(str(p) for p in header.get("problems", []))
         summary.pith_numbers.extend(header["built"])
         summary.seen.extend(header["identities"])
-        for obj in staged:
+        summary.written.update(header.get("written", {}))
+        for obj in staged:  # staged objects of a run started before the upgrade
             summary.written[obj["key"]] = sha256_hex(obj["data"].encode("utf-8"))
         if header.get("quarantine"):
             from pith_pipeline.core.canonical_json import dumps_compact
@@ -630,10 +753,20 @@ def index_window(
     """Update the Parquet indexes for every record of the window (idempotent)."""
     from pith_pipeline.index.runs import touched_subjects
     from pith_pipeline.index.writer import update_indexes
+    from pith_pipeline.storage.lease import writer_lease
 
     store = store or _store(settings)
     summary = window_summary(store, run_id, staged_keys)
-    update = update_indexes(store, touched_subjects(summary), run_id=run_id)
+    with writer_lease(
+        store,
+        command="airflow index",
+        run_id=run_id,
+        papers=False,
+        index=True,
+        wait=settings.lease_wait_seconds,
+        on_wait=log.info,
+    ):
+        update = update_indexes(store, touched_subjects(summary), run_id=run_id)
     return {
         "versions": dict(update.versions),
         "rows": dict(update.rows),
@@ -696,6 +829,16 @@ def finish_window(
             status = "rerun"
     for staged in store.list(staging_prefix(run_id)):
         store.delete(staged)
+    if summary.failed:
+        from pith_pipeline.errors import IncompleteRunError
+
+        for problem in summary.problems:
+            log.error("not published: %s", problem)
+        raise IncompleteRunError(
+            f"run {summary.run_id}: {summary.failed} papers were not published because stored objects "
+            f"failed their checks (logged above; run manifest {key}); inspect them with "
+            "`pith-pipeline verify STORE`"
+        )
     return {"manifest": key, "status": status, **summary.counts()}
 
 
@@ -838,10 +981,14 @@ def compact_indexes(
 ) -> dict[str, Any]:
     """Compact each index table; vacuum files no version younger than `grace_seconds` needs."""
     from pith_pipeline.index.writer import DEFAULT_RETENTION_HOURS, compact
+    from pith_pipeline.storage.lease import writer_lease
 
     store = store or _store(settings)
     hours = DEFAULT_RETENTION_HOURS if grace_seconds is None else grace_seconds / 3600
-    update = compact(store, retention_hours=hours)
+    with writer_lease(
+        store, command="airflow compact", papers=False, index=True, wait=settings.lease_wait_seconds
+    ):
+        update = compact(store, retention_hours=hours)
     return {
         "versions": dict(update.versions),
         "files_compacted": update.files_compacted,
@@ -854,16 +1001,31 @@ def rebuild_from_events(
     settings: Settings, *, bundles: bool, indexes: bool, store: Store | None = None
 ) -> dict[str, Any]:
     """Re-derive bundles from the event store (when `bundles`), then the indexes."""
+    from pith_pipeline.errors import IncompleteRunError
     from pith_pipeline.index.writer import reindex
     from pith_pipeline.pipeline import rebuild
+    from pith_pipeline.storage.lease import writer_lease
 
     store = store or _store(settings)
     out: dict[str, Any] = {"bundles_rebuilt": 0, "reindexed": False}
-    if bundles:
-        out["bundles_rebuilt"] = sum(1 for _ in rebuild(store, _signer(settings), settings.build_config))
-    if bundles or indexes:
-        update = reindex(store)
-        out.update(reindexed=True, versions=dict(update.versions), rows=dict(update.rows))
+    failures: list[str] = []
+    with writer_lease(
+        store, command="airflow rebuild", papers=bundles, index=True, wait=settings.lease_wait_seconds
+    ) as lease:
+        if bundles:
+            out["bundles_rebuilt"] = sum(
+                1
+                for _ in rebuild(
+                    store, _signer(settings), settings.build_config, lease=lease, failures=failures
+                )
+            )
+        if bundles or indexes:
+            update = reindex(store)
+            out.update(reindexed=True, versions=dict(update.versions), rows=dict(update.rows))
+    if failures:
+        for problem in failures:
+            log.error("not rebuilt: %s", problem)
+        raise IncompleteRunError(f"{len(failures)} papers not rebuilt: stored events failed their checks")
     return out
 
 

@@ -14,6 +14,8 @@ class PithError(Exception):
     """Root of every error this package raises on purpose."""
 
     transient: bool = False
+    #: the CLI's exit status for this error (docs/exit-codes.md)
+    exit_code: int = 1
 
     def diagnostics(self) -> str:
         """A text for people: what went wrong and, where known, what to do."""
@@ -148,3 +150,11 @@ def is_record_problem(exc: BaseException) -> bool:
     if isinstance(exc, OSError | MemoryError):
         return False
     return isinstance(exc, Exception)
+
+
+class IncompleteRunError(TerminalError):
+    """A run that finished, but left papers unpublished because a stored object of
+    theirs failed its checks: everything else was published and the run manifest
+    written. Exit status 3, so schedulers notice without the run being lost."""
+
+    exit_code = 3

@@ -20,7 +20,7 @@ from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.timeutil import Clock, system_clock
 from pith_pipeline.errors import InputError
 from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
-from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
+from pith_pipeline.pipeline import BuildConfig, LeaseCheck, Publisher, RunSummary
 from pith_pipeline.sources.jsonl import Rejected, iter_jsonl
 from pith_pipeline.sources.oai import (
     DEFAULT_OAI_URL,
@@ -106,11 +106,16 @@ class Ingest:
         workers: int = 1,
         signer_spec: str | None = None,
         chunk_size: int = DEFAULT_CHUNK,
+        lease: LeaseCheck | None = None,
+        shards: frozenset[int] | None = None,
     ) -> None:
         """`workers` > 1 publishes in that many processes, each opening `signer_spec`
-        (the spec `signer` came from); without a spec the run stays in one process."""
+        (the spec `signer` came from); without a spec the run stays in one process.
+        `lease`/`shards`: as for `Publisher` (the caller holds the lease)."""
         self.store = store
-        self.publisher = Publisher(store, signer, config, clock=clock, run_id=run_id)
+        self.publisher = Publisher(
+            store, signer, config, clock=clock, run_id=run_id, lease=lease, shards=shards
+        )
         self.parallel = (
             ParallelPublisher(self.publisher, workers=workers, signer_spec=signer_spec, chunk_size=chunk_size)
             if workers != 1

@@ -216,7 +216,11 @@ class Publisher:
                 mine = self.keys.get(kid)
                 if mine is None or (pk.rotates_at and not mine.rotates_at):
                     self.keys[kid] = pk  # added or rotated by another writer
-            data = dumps_pretty(self.key_document()) + b"\n"
+            doc = self.key_document()
+            stored = loads(got[0]) if got is not None else None
+            if isinstance(stored, dict) and "log" in stored:  # the transparency log's key (tlog)
+                doc["log"] = stored["log"]
+            data = dumps_pretty(doc) + b"\n"
             if got is not None and got[0] == data:
                 return
             if self.store.put_if_match(PUBLIC_KEY_FILE, data, got[1] if got else None):

@@ -143,6 +143,12 @@ def recorded_records() -> dict[str, list[bytes]]:
     return days
 
 
+@pytest.fixture(autouse=True)
+def _own_politeness_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test takes its arXiv turns from its own directory, never the user's cache."""
+    monkeypatch.setenv("PITH_POLITENESS_DIR", str(tmp_path_factory.mktemp("politeness")))
+
+
 class OAIServer:
     """`ListRecords` with from/until (inclusive days) and resumption tokens, page size 4."""
 
@@ -153,6 +159,8 @@ class OAIServer:
 
         self.days = days
         self.requests: list[dict[str, str]] = []
+        #: when each request arrived (time.monotonic), for politeness tests
+        self.times: list[float] = []
         #: from-date -> event: a ListRecords for that day waits until the event is set
         self.hold: dict[str, threading.Event] = {}
         self.arrived: dict[str, threading.Event] = {}
@@ -161,8 +169,10 @@ class OAIServer:
         return [r for day in sorted(self.days) if from_ <= day <= until for r in self.days[day]]
 
     def respond(self, params: dict[str, str]) -> bytes:
+        import time
         from datetime import UTC, datetime
 
+        self.times.append(time.monotonic())
         self.requests.append(params)
         now = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         head = (

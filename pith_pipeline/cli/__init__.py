@@ -13,6 +13,7 @@ import click
 
 from pith_pipeline import __version__
 from pith_pipeline.cli import backfill, core, ingest, signing, storage
+from pith_pipeline.cli import log as log_cli
 from pith_pipeline.errors import PithError
 
 
@@ -33,7 +34,7 @@ def cli() -> None:
     """
 
 
-for module in (core, ingest, storage, signing, backfill):
+for module in (core, ingest, storage, signing, backfill, log_cli):
     module.register(cli)
 
 
@@ -48,4 +49,4 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except PithError as exc:
         click.echo(f"error: {exc.diagnostics()}", err=True)
-        sys.exit(1)
+        sys.exit(exc.exit_code)

@@ -12,7 +12,16 @@ from typing import Any
 import click
 from tqdm import tqdm
 
-from pith_pipeline.cli.options import build_config, signer_option, site_options, workers_option
+from pith_pipeline.cli.options import (
+    build_config,
+    fail_if_incomplete,
+    lease_notice,
+    shards_option,
+    signer_option,
+    site_options,
+    wait_option,
+    workers_option,
+)
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import PublicKey
 from pith_pipeline.core.merge import merge
@@ -22,6 +31,7 @@ from pith_pipeline.pipeline import Publisher, RunSummary
 from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.lease import parse_shards, writer_lease
 
 
 def register(group: click.Group) -> None:
@@ -86,6 +96,8 @@ def print_summary(summary: RunSummary, store_url: str) -> None:
 )
 @signer_option(dest="key_path")
 @workers_option
+@shards_option
+@wait_option
 @site_options
 def build(
     input_path: Path,
@@ -93,6 +105,8 @@ def build(
     key_path: str,
     workers: int,
     worker_chunk: int,
+    shards_spec: str | None,
+    lease_wait: float,
     base_url: str,
     registry_name: str,
     signer_id: str,
@@ -105,7 +119,13 @@ def build(
     Records that cannot be built are listed in quarantine/<run_id>.jsonl with the reason.
     Records are published by --workers processes (one per core by default), each paper
     always by the same one; a file of up to 500 records stays in one process.
+
+    Writers of the same papers take turns: the run holds a lease on its shards of
+    papers (all 16 unless --shards) and, while indexing, on the index. Another writer
+    gets a clear message (exit 75), or waits with --wait. Papers whose stored events
+    fail their checks are not published; they are named and the run exits 3.
     """
+    shards = parse_shards(shards_spec) if shards_spec else None
     signer = open_signer(key_path)
     st = open_store(store)
     from pith_pipeline.index import finish_run, reproducible_run_id  # pyarrow: only here
@@ -115,21 +135,40 @@ def build(
         with input_path.open("rb") as fh:
             digest = hashlib.file_digest(fh, "sha256").digest()
         run_id = reproducible_run_id(st, system_clock, digest)
-    pub = Publisher(st, signer, build_config(base_url, registry_name, signer_id), run_id=run_id)
+    pub = Publisher(
+        st, signer, build_config(base_url, registry_name, signer_id), run_id=run_id, shards=shards
+    )
+    lease = writer_lease(
+        st, command="build", run_id=pub.summary.run_id, shards=shards, wait=lease_wait, on_wait=lease_notice
+    )
+    pub.lease = lease
     from pith_pipeline.parallel import ParallelPublisher
 
     with (
+        lease,
         tqdm(desc="build", unit="rec", disable=None) as bar,
         ParallelPublisher(pub, workers=workers, signer_spec=key_path, chunk_size=worker_chunk) as par,
     ):
         summary = par.publish(iter_jsonl(input_path), progress=bar.update)
 
-    with tqdm(desc="index", unit="rec", disable=None) as bar:
+    with (
+        writer_lease(
+            st,
+            command="build index",
+            run_id=summary.run_id,
+            papers=False,
+            index=True,
+            wait=max(lease_wait, 600.0),
+            on_wait=lease_notice,
+        ),
+        tqdm(desc="index", unit="rec", disable=None) as bar,
+    ):
         manifest_key = finish_run(
             st, summary, {"input": input_path.name}, clock=pub.clock, progress=bar.update
         )
     print_summary(summary, st.url)
     click.echo(f"run manifest: {manifest_key}")
+    fail_if_incomplete(summary, st.url)
 
 
 def _bundle_files(paths: tuple[str, ...]) -> Iterator[Path]:
@@ -166,8 +205,21 @@ def _load_bundle(path: Path) -> Any:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures and the summary.")
+@click.option(
+    "--log",
+    "log_location",
+    default=None,
+    metavar="URL|STORE",
+    help="Also check every event of the bundles is in this transparency log. A store "
+    "directory that keeps a log is always checked to hold exactly its events.",
+)
 def verify(
-    paths: tuple[str, ...], pin: str | None, keys_doc: Path | None, as_json: bool, quiet: bool
+    paths: tuple[str, ...],
+    pin: str | None,
+    keys_doc: Path | None,
+    as_json: bool,
+    quiet: bool,
+    log_location: str | None,
 ) -> None:
     """Verify bundles: every check of the spec by name, one line each.
 
@@ -191,13 +243,17 @@ def verify(
             unreadable.append(f"{f}: unreadable ({type(exc).__name__}: {exc})")
             continue
         reports.append(verify_bundle(bundle, pinned_fingerprint=pin, source=str(f), trusted_keys=trusted))
+    from pith_pipeline.tlog.client import verify_with_log
+
+    log_problems = verify_with_log(paths, files, log_location)  # the transparency log (tlog)
     if as_json:
         click.echo(
             dumps_pretty(
                 {
-                    "ok": all(r.ok for r in reports) and not unreadable,
+                    "ok": all(r.ok for r in reports) and not unreadable and not log_problems,
                     "bundles": [r.to_json() for r in reports],
                     "unreadable": unreadable,
+                    "log_problems": log_problems,
                 }
             ).decode()
         )
@@ -211,6 +267,8 @@ def verify(
                 click.echo(f"  {c.status.upper():4} {c.name}: {c.detail}")
         for u in unreadable:
             click.echo(f"ERROR {u}", err=True)
+        for p in log_problems:
+            click.echo(f"FAIL {p}")
         bad = sum(not r.ok for r in reports)
         click.echo(
             f"{len(reports)} bundles, {len(reports) - bad} verified, {bad} failed"
@@ -218,7 +276,7 @@ def verify(
         )
     if unreadable:
         sys.exit(2)
-    sys.exit(0 if all(r.ok for r in reports) else 1)
+    sys.exit(0 if all(r.ok for r in reports) and not log_problems else 1)
 
 
 @click.command()

@@ -10,7 +10,16 @@ from urllib.parse import urlsplit
 import click
 from tqdm import tqdm
 
-from pith_pipeline.cli.options import build_config, signer_option, site_options, workers_option
+from pith_pipeline.cli.options import (
+    build_config,
+    fail_if_incomplete,
+    lease_notice,
+    shards_option,
+    signer_option,
+    site_options,
+    wait_option,
+    workers_option,
+)
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import InputError
 from pith_pipeline.ingest import Ingest, IngestReport, split_window
@@ -18,6 +27,7 @@ from pith_pipeline.sources.arxiv_api import API_URL_ENV, DEFAULT_API_URL
 from pith_pipeline.sources.oai import DEFAULT_OAI_URL, OAI_URL_ENV, HarvestedPage, Window
 from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
 from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.lease import parse_shards, writer_lease
 
 DEFAULT_STORE = "./pith-store"
 DEFAULT_KEY_DIR = Path("pith-keys")
@@ -160,6 +170,8 @@ def _print_report(report: IngestReport, store_url: str) -> None:
 )
 @signer_option(required=False)
 @workers_option
+@shards_option
+@wait_option
 @site_options
 def ingest(
     from_: str | None,
@@ -182,6 +194,8 @@ def ingest(
     signer_spec: str | None,
     workers: int,
     worker_chunk: int,
+    shards_spec: str | None,
+    lease_wait: float,
     base_url: str,
     registry_name: str,
     signer_id: str,
@@ -212,6 +226,9 @@ def ingest(
     --signer a local key is generated in ./pith-keys on first use (local stores only).
     Records are published by --workers processes (one per core by default), each paper
     always by the same one; a run of up to 500 records stays in one process.
+    Writers of the same papers take turns (a lease per shard of papers; --wait,
+    --shards as for `build`); papers whose stored events fail their checks are not
+    published, are named, and the run exits 3.
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     window_given = from_ is not None or until is not None or set_spec is not None
@@ -270,6 +287,7 @@ def ingest(
         signer = _open(signer_spec)
     st = open_store(store)
     politeness = Politeness(min_interval=min_interval)
+    shards = parse_shards(shards_spec) if shards_spec else None
 
     with tqdm(desc="ingest", unit="rec", disable=None) as bar:
 
@@ -288,26 +306,37 @@ def ingest(
             workers=workers,
             signer_spec=signer_spec,
             chunk_size=worker_chunk,
+            shards=shards,
         ) as run:
-            report = _run(
-                run,
-                from_=from_,
-                until=until,
-                set_spec=set_spec,
-                window_days=window_days,
-                ids=ids,
-                query=query,
-                max_results=max_results,
-                snapshot=snapshot,
-                categories=categories,
-                replay=replay,
-                sample=sample,
-                incremental=incremental,
-                refresh=refresh,
-                oai_url=oai_url,
-                api_url=api_url,
-                politeness=politeness,
+            lease = writer_lease(
+                st,
+                command="ingest",
+                run_id=run.run_id,
+                shards=shards,
+                wait=lease_wait,
+                on_wait=lease_notice,
             )
+            run.publisher.lease = lease
+            with lease:
+                report = _run(
+                    run,
+                    from_=from_,
+                    until=until,
+                    set_spec=set_spec,
+                    window_days=window_days,
+                    ids=ids,
+                    query=query,
+                    max_results=max_results,
+                    snapshot=snapshot,
+                    categories=categories,
+                    replay=replay,
+                    sample=sample,
+                    incremental=incremental,
+                    refresh=refresh,
+                    oai_url=oai_url,
+                    api_url=api_url,
+                    politeness=politeness,
+                )
     from pith_pipeline.index import finish_run  # pyarrow: only once there is work to index
 
     window = {
@@ -317,12 +346,24 @@ def ingest(
         "set": set_spec,
         "replay": replay,
     }
-    with tqdm(desc="index", unit="rec", disable=None) as bar:
+    with (
+        writer_lease(
+            st,
+            command="ingest index",
+            run_id=run.run_id,
+            papers=False,
+            index=True,
+            wait=max(lease_wait, 600.0),
+            on_wait=lease_notice,
+        ),
+        tqdm(desc="index", unit="rec", disable=None) as bar,
+    ):
         manifest_key = finish_run(st, report.summary, window, clock=run.publisher.clock, progress=bar.update)
     _print_report(report, st.url)
     click.echo(f"run manifest: {manifest_key}")
     if sample:
         click.echo(f"published under {st.url}; check them with: pith-pipeline verify {store}")
+    fail_if_incomplete(report.summary, st.url)
 
 
 def _open(spec: str) -> Signer:

@@ -7,13 +7,31 @@ from typing import Any, TypeVar
 
 import click
 
-from pith_pipeline.pipeline import DEFAULT_BASE_URL, BuildConfig
+from pith_pipeline.errors import IncompleteRunError
+from pith_pipeline.pipeline import DEFAULT_BASE_URL, BuildConfig, RunSummary
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _set_log_signer(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """The log key reaches the end of the run (`tlog.pipeline.log_run`) as PITH_LOG_SIGNER."""
+    if value:
+        import os
+
+        os.environ["PITH_LOG_SIGNER"] = value
+
+
 def site_options(fn: F) -> F:
-    """--base-url, --registry-name, --signer-id."""
+    """--base-url, --registry-name, --signer-id, --log-signer."""
+    fn = click.option(
+        "--log-signer",
+        envvar="PITH_LOG_SIGNER",
+        metavar="SPEC",
+        expose_value=False,
+        callback=_set_log_signer,
+        help="Key of the store's transparency log (as --signer; env PITH_LOG_SIGNER): every "
+        "event a run publishes is appended to log/. Required once a store has a log.",
+    )(fn)
     fn = click.option(
         "--signer-id",
         envvar="PITH_SIGNER_ID",
@@ -95,3 +113,61 @@ def workers_option(fn: F) -> F:
         help=WORKERS_HELP.format(chunk=DEFAULT_CHUNK) + " (env PITH_WORKERS)",
     )(fn)
     return fn
+
+
+LEASE_WAIT_HELP = (
+    "Seconds to wait for another writer of the same papers (or index) to finish before "
+    "giving up; 0 fails at once, naming the writer. (env PITH_LEASE_WAIT)"
+)
+
+
+def wait_option(fn: F) -> F:
+    """--wait SECONDS (env PITH_LEASE_WAIT): how long to wait for a busy writer lease."""
+    return click.option(
+        "--wait",
+        "lease_wait",
+        envvar="PITH_LEASE_WAIT",
+        type=click.FloatRange(min=0),
+        default=0.0,
+        show_default=True,
+        metavar="SECONDS",
+        help=LEASE_WAIT_HELP,
+    )(fn)
+
+
+def shards_option(fn: F) -> F:
+    """--shards SPEC: publish only these shards of papers (several machines in parallel)."""
+    return click.option(
+        "--shards",
+        "shards_spec",
+        envvar="PITH_SHARDS",
+        default=None,
+        metavar="SPEC",
+        help="Publish only the papers of these shards (0-15, e.g. 0-7 or 1,3,5; a paper's "
+        "shard is crc32 of its arXiv id mod 16), so several machines can publish one "
+        "input at once, each its own shards. Default: all. (env PITH_SHARDS)",
+    )(fn)
+
+
+def lease_notice(message: str) -> None:
+    """Printed once when a command starts waiting for another writer."""
+    click.echo(message, err=True)
+
+
+def fail_if_incomplete(summary: RunSummary, store_url: str) -> None:
+    """End non-zero (exit 3) when papers were left unpublished by a failed check.
+
+    Why after the run manifest: everything else the run did is published and recorded,
+    so the operator repairs the named objects and reruns, losing nothing.
+    """
+    if not summary.failed:
+        return
+    for problem in summary.problems:
+        click.echo(f"not published: {problem}", err=True)
+    more = summary.failed - len(summary.problems)
+    if more > 0:
+        click.echo(f"... and {more} more", err=True)
+    raise IncompleteRunError(
+        f"{summary.failed} papers were not published because stored objects failed their checks "
+        f"(listed above); inspect them with: pith-pipeline verify {store_url}"
+    )

@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from pith_pipeline.cli.options import build_config, signer_option, site_options
+from pith_pipeline.cli.options import build_config, lease_notice, signer_option, site_options, wait_option
 from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.lease import writer_lease
 
 
 def register(group: click.Group) -> None:
@@ -130,9 +131,16 @@ def receipts() -> None:
     help="Records re-signed at once (KMS signs each record's events concurrently "
     "too; keep workers x concurrency under your KMS quota).",
 )
+@wait_option
 @site_options
 def reissue(
-    store: str, signer_spec: str, workers: int, base_url: str, registry_name: str, signer_id: str
+    store: str,
+    signer_spec: str,
+    workers: int,
+    lease_wait: float,
+    base_url: str,
+    registry_name: str,
+    signer_id: str,
 ) -> None:
     """Rotate to a new key and re-sign every receipt, event and bundle in a store.
 
@@ -152,12 +160,16 @@ def reissue(
     from pith_pipeline.signing.factory import open_signer
     from pith_pipeline.signing.rotation import Reissuer
 
-    r = Reissuer(
-        open_store(store), open_signer(signer_spec), build_config(base_url, registry_name, signer_id)
-    )
-    total = len(r.subjects())
-    with tqdm(total=total, desc="reissue", unit="rec", disable=None) as bar:
-        summary = r.run(workers=workers, progress=bar.update)
+    st = open_store(store)
+    r = Reissuer(st, open_signer(signer_spec), build_config(base_url, registry_name, signer_id))
+    with writer_lease(st, command="receipts reissue", wait=lease_wait, on_wait=lease_notice) as lease:
+        r.pub.lease = lease
+        total = len(r.subjects())
+        with tqdm(total=total, desc="reissue", unit="rec", disable=None) as bar:
+            summary = r.run(workers=workers, progress=bar.update)
+    from pith_pipeline.tlog.pipeline import log_run
+
+    log_run(st, ())  # the new correction events into the transparency log, if the store has one
     click.echo(summary.line())
     if summary.rotated:
         click.echo(

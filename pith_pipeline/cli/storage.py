@@ -12,8 +12,10 @@ from typing import Any
 import click
 from tqdm import tqdm
 
-from pith_pipeline.cli.options import build_config, site_options
+from pith_pipeline.cli.options import build_config, lease_notice, site_options, wait_option
+from pith_pipeline.errors import IncompleteRunError
 from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.lease import writer_lease
 
 STORE_HELP = "The store: a directory or s3://bucket/prefix (endpoint: AWS_ENDPOINT_URL)."
 
@@ -103,8 +105,11 @@ def status(store: str, deep: bool, as_json: bool) -> None:
     envvar="PITH_KEY",
     help="Private key file or signer spec that signs the rebuilt bundles.",
 )
+@wait_option
 @site_options
-def rebuild(store: str, key_path: str, base_url: str, registry_name: str, signer_id: str) -> None:
+def rebuild(
+    store: str, key_path: str, lease_wait: float, base_url: str, registry_name: str, signer_id: str
+) -> None:
     """Re-derive every bundle and state from the event store, then every index.
 
     The event store (events/<ID>/<sha256>.json) is the source of truth; bundles,
@@ -121,14 +126,30 @@ def rebuild(store: str, key_path: str, base_url: str, registry_name: str, signer
     st = open_store(store)
     signer = open_signer(key_path)
     n = 0
-    with tqdm(desc="bundles", unit="rec", disable=None) as bar:
-        for _subject in do_rebuild(st, signer, build_config(base_url, registry_name, signer_id)):
-            n += 1
-            bar.update(1)
-    click.echo(f"rebuilt {n} bundles from events")
-    with tqdm(desc="index", unit="bundle", disable=None) as bar:
-        update = do_reindex(st, progress=bar.update)
+    failures: list[str] = []
+    with writer_lease(st, command="rebuild", index=True, wait=lease_wait, on_wait=lease_notice) as lease:
+        with tqdm(desc="bundles", unit="rec", disable=None) as bar:
+            for _subject in do_rebuild(
+                st,
+                signer,
+                build_config(base_url, registry_name, signer_id),
+                lease=lease,
+                failures=failures,
+            ):
+                n += 1
+                bar.update(1)
+        click.echo(f"rebuilt {n} bundles from events")
+        with tqdm(desc="index", unit="bundle", disable=None) as bar:
+            update = do_reindex(st, progress=bar.update)
     click.echo(update.line())
+    if failures:
+        for problem in failures:
+            click.echo(f"not rebuilt: {problem}", err=True)
+        raise IncompleteRunError(
+            f"{len(failures)} papers were not rebuilt because stored events failed their checks "
+            f"(listed above; their published bundles are unchanged); inspect with: "
+            f"pith-pipeline verify {store}"
+        )
 
 
 def _retention_option(fn: Any) -> Any:
@@ -146,7 +167,8 @@ def _retention_option(fn: Any) -> Any:
 @click.command()
 @_store_option
 @_retention_option
-def reindex(store: str, retention_hours: float) -> None:
+@wait_option
+def reindex(store: str, retention_hours: float, lease_wait: float) -> None:
     """Rebuild the index tables from every published bundle (bundles untouched).
 
     Repairs any state of the index: missing or damaged tables are started anew, an
@@ -158,8 +180,12 @@ def reindex(store: str, retention_hours: float) -> None:
     """
     from pith_pipeline.index import reindex as do_reindex
 
-    with tqdm(desc="index", unit="bundle", disable=None) as bar:
-        update = do_reindex(open_store(store), progress=bar.update, retention_hours=retention_hours)
+    st = open_store(store)
+    with (
+        writer_lease(st, command="reindex", papers=False, index=True, wait=lease_wait, on_wait=lease_notice),
+        tqdm(desc="index", unit="bundle", disable=None) as bar,
+    ):
+        update = do_reindex(st, progress=bar.update, retention_hours=retention_hours)
     click.echo(update.line())
 
 
@@ -172,7 +198,8 @@ def reindex(store: str, retention_hours: float) -> None:
     is_flag=True,
     help="Order records by primary_cat while compacting (see docs/analysts.md: it did not pay).",
 )
-def compact(store: str, retention_hours: float, z_order: bool) -> None:
+@wait_option
+def compact(store: str, retention_hours: float, z_order: bool, lease_wait: float) -> None:
     """Compact each index table's small files (Delta OPTIMIZE), then VACUUM old files.
 
     Readers never see a half-done compaction: it is one Delta commit per table, and
@@ -184,8 +211,14 @@ def compact(store: str, retention_hours: float, z_order: bool) -> None:
     """
     from pith_pipeline.index import compact as do_compact
 
-    with tqdm(desc="compact", unit="table", disable=None) as bar:
-        update = do_compact(
-            open_store(store), retention_hours=retention_hours, z_order=z_order, progress=bar.update
-        )
+    st = open_store(store)
+    with (
+        writer_lease(st, command="compact", papers=False, index=True, wait=lease_wait, on_wait=lease_notice),
+        tqdm(desc="compact", unit="table", disable=None) as bar,
+    ):
+        from pith_pipeline.storage.local import LocalStore
+
+        if isinstance(st, LocalStore):
+            st.sweep_temporary()  # a killed writer's leftovers
+        update = do_compact(st, retention_hours=retention_hours, z_order=z_order, progress=bar.update)
     click.echo(f"{update.line()}; deleted {len(update.deleted)} old files")

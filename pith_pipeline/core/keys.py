@@ -137,6 +137,13 @@ class Signer(ABC):
         """Sign many digests; remote back ends override this to sign concurrently."""
         return [self.sign_digest(d) for d in digests]
 
+    def sign_message(self, message: bytes) -> bytes:
+        """Sign arbitrary bytes: a transparency log checkpoint (a C2SP signed note is
+        Ed25519 over its text, not over a digest). Back ends that cannot refuse."""
+        from pith_pipeline.errors import SigningError
+
+        raise SigningError(f"a {type(self).__name__} cannot sign transparency log checkpoints")
+
     @property
     def fingerprint(self) -> str:
         return fingerprint_hex(self.public_key)
@@ -184,6 +191,9 @@ class Ed25519Signer(Signer):
 
     def sign_digest(self, digest: bytes) -> bytes:
         return self._sk.sign(digest).signature
+
+    def sign_message(self, message: bytes) -> bytes:
+        return self._sk.sign(message).signature
 
     def __getstate__(self) -> None:
         raise TypeError("signers holding private keys are not pickled")

@@ -143,6 +143,9 @@ def write_manifest(
     written to a temporary file and stored from there, so its size (about 1 KB per
     paper) never has to fit in memory.
     """
+    from pith_pipeline.tlog.pipeline import log_run  # the run's events into the transparency log
+
+    logged = log_run(store, summary.written)
     doc: dict[str, Any] = {
         "format": RUN_MANIFEST_FORMAT,
         "run_id": summary.run_id,
@@ -163,6 +166,8 @@ def write_manifest(
         "quarantine": f"quarantine/{summary.run_id}.jsonl" if summary.quarantined else None,
         "finished_at": iso_seconds(clock()),
     }
+    if logged is not None and logged.result is not None:
+        doc["log"] = logged.manifest_entry()  # the checkpoint this run produced
     key = run_manifest_key(summary.run_id)
     existing = store.get(key)
     if existing is not None:

@@ -275,9 +275,18 @@ class KmsSigner(Signer):
         )
         return bytes(resp["Signature"])
 
+    def sign_message(self, message: bytes) -> bytes:
+        """A log checkpoint's note text (KMS signs RAW messages of up to 4096 bytes)."""
+        if len(message) > 4096:
+            raise SigningError("KMS signs messages of at most 4096 bytes")
+        return self._sign_checked(message)
+
     def sign_digest(self, digest: bytes) -> bytes:
         if len(digest) != 32:
             raise SigningError("a signer signs the raw 32 bytes of a SHA-256 digest")
+        return self._sign_checked(digest)
+
+    def _sign_checked(self, digest: bytes) -> bytes:
         sig: bytes = self._backoff.call(lambda: self._sign_once(digest), f"KMS Sign with {self.kms_key}")
         try:
             if len(sig) != 64:

@@ -141,6 +141,8 @@ class Reissuer:
         return signer.get("signer_type") == "pith_registry" and signer.get("key_id") in self.pub.keys
 
     def reissue_body(self, body: str) -> None:
+        if self.pub.lease is not None:  # a writer whose lease is gone stops here
+            self.pub.lease.check()
         events = self.pub.subject_events(body)
         by_id: dict[str, list[dict[str, Any]]] = {}
         for e in events:

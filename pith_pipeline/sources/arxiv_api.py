@@ -50,6 +50,7 @@ class _GatedSession(requests.Session):
                 lambda: send(verb, target, *args, **kwargs),
                 what=f"arXiv API {target}",
                 retry_on=(requests.Timeout, requests.ConnectionError),
+                endpoint=target,
             )
         except requests.RequestException as exc:
             raise TransientError(f"arXiv API: {type(exc).__name__}: {exc}") from None

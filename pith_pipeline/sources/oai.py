@@ -252,6 +252,7 @@ class OAIClient:
                 lambda: client.get(self.base_url, params=params),
                 what=what,
                 retry_on=(httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError),
+                endpoint=self.base_url,
             )
         except httpx2.HTTPError as exc:
             raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from None

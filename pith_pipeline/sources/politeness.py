@@ -7,11 +7,22 @@ package makes to arXiv (OAI-PMH pages, `GetRecord`, the Atom search API through 
 them and cannot be forgotten by a new caller. The gate is transport-agnostic: it
 takes a zero-argument callable that performs one HTTP request and returns anything
 with `status_code` and `headers` (httpx and requests responses both do).
+
+Across runs and processes: a backfill opens a client per window, Airflow runs mapped
+harvests in separate task processes, and an operator may start a CLI backfill beside
+the daily DAG. So the gate also takes its turn from a small state file per endpoint
+(`PITH_POLITENESS_DIR`, default `~/.cache/pith-pipeline/politeness`), under an
+exclusive `flock` held for the request: the file holds the wall-clock time before
+which nobody on this machine may ask that endpoint again. Machines that harvest the
+same endpoint should share that directory (or, better, one harvesting machine).
 """
 
 from __future__ import annotations
 
 import email.utils
+import errno
+import fcntl
+import hashlib
 import logging
 import os
 import random
@@ -20,7 +31,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
+from urllib.parse import urlsplit
 
 from pith_pipeline import __version__
 from pith_pipeline.errors import TransientError
@@ -31,6 +44,72 @@ log = logging.getLogger(__name__)
 ARXIV_MIN_INTERVAL = 3.0
 USER_AGENT_ENV = "PITH_USER_AGENT"
 CONTACT_ENV = "PITH_CONTACT"
+POLITENESS_DIR_ENV = "PITH_POLITENESS_DIR"
+
+
+def politeness_dir() -> Path:
+    """Where the per-endpoint turn files live (shared by every process of a user)."""
+    explicit = os.environ.get(POLITENESS_DIR_ENV)
+    if explicit:
+        return Path(explicit)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "pith-pipeline" / "politeness"
+
+
+class SharedTurn:
+    """One endpoint's turn across processes: an flock'ed file holding `not_before`.
+
+    `take()` blocks until no other process is asking the endpoint and its last
+    response is at least the agreed gap ago; `give(gap)` records when the next request
+    may start and lets the next process go. Wall-clock time, because monotonic clocks
+    are not shared between processes.
+    """
+
+    def __init__(self, endpoint: str, directory: Path | None = None) -> None:
+        # one turn per host and port: arXiv's OAI-PMH and search API share a host and
+        # its limit
+        parts = urlsplit(endpoint)
+        host = f"{parts.hostname or 'local'}-{parts.port or ''}"
+        safe = "".join(c if c.isalnum() or c in "-." else "_" for c in host)[:80]
+        digest = hashlib.sha256(host.encode("utf-8")).hexdigest()[:8]
+        self.path = (directory or politeness_dir()) / f"{safe}-{digest}.turn"
+        self._fd: int | None = None
+
+    def take(self, sleep: Callable[[float], None], wallclock: Callable[[], float] = time.time) -> float:
+        """Wait for our turn; returns the seconds waited for other processes."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        try:
+            not_before = float(raw) if raw else 0.0
+        except ValueError:
+            not_before = 0.0
+        delay = not_before - wallclock()
+        if delay > 0:
+            sleep(min(delay, 3600.0))
+            return delay
+        return 0.0
+
+    def give(self, gap: float, wallclock: Callable[[], float] = time.time) -> None:
+        """Nobody asks the endpoint again before `gap` seconds from now."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            data = f"{wallclock() + max(0.0, gap):.6f}\n".encode("ascii")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+        except OSError as exc:  # the in-process gate still holds; say why the shared one did not
+            if exc.errno != errno.EINTR:
+                log.warning("could not record the request time in %s: %s", self.path, exc)
+        finally:
+            os.close(fd)  # closing releases the flock
 
 
 def default_user_agent() -> str:
@@ -123,6 +202,7 @@ class Gate:
         monotonic: Callable[[], float] = time.monotonic,
         wallclock: Callable[[], datetime] = lambda: datetime.now(tz=UTC),
         rng: random.Random | None = None,
+        shared_dir: Path | None = None,
     ) -> None:
         self.policy = policy or Politeness()
         self._sleep = sleep
@@ -131,6 +211,8 @@ class Gate:
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self._not_before = float("-inf")
+        self._shared: dict[str, SharedTurn] = {}
+        self.shared_dir = shared_dir
         self.requests = 0
         self.retries = 0
         self.waited = 0.0
@@ -152,56 +234,80 @@ class Gate:
             self._done(self.policy.backoff(attempt, self._rng))
             self.retries += 1
 
+    def _turn(self, endpoint: str | None) -> SharedTurn | None:
+        if endpoint is None:
+            return None
+        turn = self._shared.get(endpoint)
+        if turn is None:
+            turn = self._shared[endpoint] = SharedTurn(endpoint, self.shared_dir)
+        return turn
+
     def send(
-        self, request: Callable[[], R], *, what: str, retry_on: tuple[type[BaseException], ...] = ()
+        self,
+        request: Callable[[], R],
+        *,
+        what: str,
+        retry_on: tuple[type[BaseException], ...] = (),
+        endpoint: str | None = None,
     ) -> R:
         """Perform `request` politely; returns the first non-retryable response.
 
         429 and 5xx are retried after `Retry-After` (seconds or HTTP-date) when given,
         else after jittered exponential backoff; so are the exceptions in `retry_on`
         (timeouts, dropped connections). Gives up with `TransientError` naming `what`.
+        `endpoint` (the URL asked): the turn is also shared with every other process
+        of this machine asking the same endpoint (see the module docstring).
         """
         p = self.policy
+        turn = self._turn(endpoint)
         with self._lock:
             attempt = 0
             while True:
-                self._wait_turn()
-                self.requests += 1
+                if turn is not None:
+                    self.waited += turn.take(self._sleep)
+                gap = p.min_interval  # what the next request, in any process, waits
                 try:
-                    response = request()
-                except retry_on as exc:
-                    problem = f"{type(exc).__name__}: {exc}"
-                    wait = p.backoff(attempt, self._rng)
-                else:
-                    status = response.status_code
-                    if not is_retryable_status(status):
-                        self._done()
-                        return response
-                    problem = f"HTTP {status}"
-                    asked = parse_retry_after(_header(response, "retry-after"), now=self._wallclock())
-                    if asked is not None and asked > p.max_wait:
+                    self._wait_turn()
+                    self.requests += 1
+                    try:
+                        response = request()
+                    except retry_on as exc:
+                        problem = f"{type(exc).__name__}: {exc}"
+                        wait = p.backoff(attempt, self._rng)
+                    else:
+                        status = response.status_code
+                        if not is_retryable_status(status):
+                            self._done()
+                            return response
+                        problem = f"HTTP {status}"
+                        asked = parse_retry_after(_header(response, "retry-after"), now=self._wallclock())
+                        if asked is not None and asked > p.max_wait:
+                            self._done()
+                            raise TransientError(
+                                f"{what}: the server asked us to wait {asked:.0f} s (Retry-After), "
+                                f"longer than the limit of {p.max_wait:.0f} s; try again later"
+                            )
+                        wait = asked if asked is not None else p.backoff(attempt, self._rng)
+                    if attempt >= p.max_retries:
                         self._done()
                         raise TransientError(
-                            f"{what}: the server asked us to wait {asked:.0f} s (Retry-After), "
-                            f"longer than the limit of {p.max_wait:.0f} s; try again later"
+                            f"{what}: {problem}; gave up after {attempt + 1} tries; rerun to resume"
                         )
-                    wait = asked if asked is not None else p.backoff(attempt, self._rng)
-                if attempt >= p.max_retries:
-                    self._done()
-                    raise TransientError(
-                        f"{what}: {problem}; gave up after {attempt + 1} tries; rerun to resume"
+                    log.warning(
+                        "%s: %s; retrying in %.1f s (try %d of %d)",
+                        what,
+                        problem,
+                        max(wait, p.min_interval),
+                        attempt + 2,
+                        p.max_retries + 1,
                     )
-                log.warning(
-                    "%s: %s; retrying in %.1f s (try %d of %d)",
-                    what,
-                    problem,
-                    max(wait, p.min_interval),
-                    attempt + 2,
-                    p.max_retries + 1,
-                )
-                self._done(wait)
-                self.retries += 1
-                attempt += 1
+                    self._done(wait)
+                    gap = max(wait, p.min_interval)
+                    self.retries += 1
+                    attempt += 1
+                finally:
+                    if turn is not None:
+                        turn.give(gap)
 
 
 def _header(response: Any, name: str) -> str | None:

@@ -52,8 +52,22 @@ log = logging.getLogger(__name__)
 SHARDS = 16
 LEASE_PREFIX = "leases/"
 INDEX_LEASE = "index"
-#: Seconds a lease lasts without renewal; renewed every quarter of it.
+#: Seconds a lease lasts without renewal; renewed every quarter of it. The holder
+#: of an expired lease may have been suspended rather than killed: keep the TTL well
+#: above the longest pause a writer can take (PITH_LEASE_TTL overrides it).
 DEFAULT_TTL = 120.0
+
+
+def lease_ttl(env: dict[str, str] | None = None) -> float:
+    """The TTL for new leases: PITH_LEASE_TTL seconds, else DEFAULT_TTL."""
+    text = (os.environ if env is None else env).get("PITH_LEASE_TTL", "")
+    try:
+        value = float(text) if text else DEFAULT_TTL
+    except ValueError:
+        raise LeaseConfigError(f"PITH_LEASE_TTL={text!r}: expected seconds, e.g. 120") from None
+    if value <= 0:
+        raise LeaseConfigError(f"PITH_LEASE_TTL={text!r}: must be positive")
+    return value
 
 
 def shard_of(arxiv_id: str) -> int:
@@ -97,7 +111,10 @@ class LeaseConfigError(PithError):
 
 
 class LeaseBusyError(TransientError):
-    """Another writer holds a lease this command needs (a later retry can succeed)."""
+    """Another writer holds a lease this command needs (a later retry can succeed).
+    Exit status 75 (EX_TEMPFAIL): try again later, or with --wait."""
+
+    exit_code = 75
 
 
 class LeaseLostError(TransientError):
@@ -117,9 +134,50 @@ def _parse_iso(text: Any) -> float | None:
         return None
 
 
+def _boot_id() -> str:
+    """This machine's boot id (Linux): with the host name, it tells whether a lease's
+    holder ran on this very machine since its last boot, so its pid can be checked."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
 def default_owner(run_id: str = "", command: str = "") -> dict[str, Any]:
     """Who holds a lease, for the message another writer sees (never a secret)."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "run_id": run_id, "command": command}
+    return {
+        "host": socket.gethostname(),
+        "boot_id": _boot_id(),
+        "pid": os.getpid(),
+        "run_id": run_id,
+        "command": command,
+    }
+
+
+def holder_is_dead(doc: dict[str, Any]) -> bool:
+    """Whether the lease's holder is a process of this machine that no longer runs.
+
+    Why: a writer killed with SIGKILL leaves its lease until the TTL runs out; on the
+    same machine (same host name and boot id) we can see at once that its process is
+    gone, so the next run (an operator's rerun, Airflow's retry) need not wait.
+    """
+    owner = doc.get("owner")
+    if not isinstance(owner, dict):
+        return False
+    boot = _boot_id()
+    pid = owner.get("pid")
+    if not boot or owner.get("boot_id") != boot or owner.get("host") != socket.gethostname():
+        return False
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def describe_owner(doc: dict[str, Any]) -> str:
@@ -241,9 +299,11 @@ class WriterLease:
                 continue  # released in between: try again at once
             doc, tag = current
             expires = _parse_iso(doc.get("expires_at")) if doc else None
-            if doc is None or expires is None or expires < self.now():
+            dead = doc is not None and holder_is_dead(doc)
+            if doc is None or expires is None or expires < self.now() or dead:
                 if doc is not None:
-                    log.warning("taking over expired lease %s of %s", key, describe_owner(doc))
+                    why = "the holder's process is gone" if dead else "expired"
+                    log.warning("taking over lease %s of %s (%s)", key, describe_owner(doc), why)
                 if self.store.put_if_match(key, data, tag):
                     got = self.store.get_tagged(key)
                     if got is not None and got[0] == data:
@@ -340,3 +400,32 @@ def held_leases(store: Store) -> list[dict[str, Any]]:
         if isinstance(doc, dict):
             out.append(doc)
     return out
+
+
+def writer_lease(
+    store: Store,
+    *,
+    command: str,
+    run_id: str = "",
+    shards: Iterable[int] | None = None,
+    papers: bool = True,
+    index: bool = False,
+    wait: float = 0.0,
+    ttl: float | None = None,
+    on_wait: Callable[[str], None] | None = None,
+) -> WriterLease:
+    """The lease a command takes before it writes: the shards it publishes (`papers`;
+    all of them unless `shards` narrows it) and, for index maintenance, `index`.
+
+    One function so every command and task names its leases the same way, in the same
+    order, with an owner that says which command and run holds them.
+    """
+    names = (shard_leases(shards) if papers else []) + ([INDEX_LEASE] if index else [])
+    return WriterLease(
+        store,
+        names,
+        owner=default_owner(run_id, command),
+        ttl=lease_ttl() if ttl is None else ttl,
+        wait=wait,
+        on_wait=on_wait,
+    )

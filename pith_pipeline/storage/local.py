@@ -137,12 +137,23 @@ class LocalStore:
         except OSError as exc:
             raise _os_error("cannot create", path.parent, exc) from None
 
+    def _place(self, op: Callable[[str, Path], None], tmp: str, path: Path) -> None:
+        """`op(tmp, path)`, once more if a concurrent `delete` pruned the directory
+        between our mkdir and the rename or link."""
+        try:
+            op(tmp, path)
+        except FileNotFoundError:
+            if not os.path.exists(tmp):
+                raise
+            self._parent(path)
+            op(tmp, path)
+
     def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
         path = self._path(key)
         self._parent(path)
         tmp = self._write_tmp(data)
         try:
-            os.replace(tmp, path)
+            self._place(os.replace, tmp, path)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -169,7 +180,7 @@ class LocalStore:
         """Link the written temporary file into place unless `path` exists (atomic
         create-if-absent); an existing object with the same content counts as done."""
         try:
-            os.link(tmp, path)
+            self._place(os.link, tmp, path)
             return True
         except FileExistsError:
             if same():
@@ -208,11 +219,20 @@ class LocalStore:
         return iter(sorted(keys))
 
     def delete(self, key: str) -> None:
+        """Remove the object, then every directory it leaves empty (up to the root), so
+        finished runs leave no empty `staging/<run>/` or `runs/backfill/<run>/` behind."""
         path = self._path(key)
         try:
             path.unlink(missing_ok=True)
         except OSError as exc:
             raise _os_error("cannot delete", path, exc) from None
+        parent = path.parent
+        while parent != self.root and self.root in parent.parents:
+            try:
+                parent.rmdir()
+            except OSError:  # not empty (or already gone, or not ours): stop here
+                break
+            parent = parent.parent
 
     def get_tagged(self, key: str) -> tuple[bytes, str] | None:
         data = self.get(key)

@@ -54,3 +54,23 @@ def test_snapshot_backfill_then_maintenance(
     )
     states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
     assert states["verify_sample"] == "failed" and dr.state == "failed"
+
+
+def test_mapped_oai_harvests_keep_the_interval_between_all_requests(
+    dagbag: Any, pith_env: dict[str, str], oai_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each mapped harvest opens its own client; the endpoint still sees the interval."""
+    import itertools
+
+    _url, server = oai_server
+    interval = 3.0  # arXiv's: the tasks between two harvests take less than that
+    monkeypatch.setenv("PITH_OAI_MIN_INTERVAL", str(interval))
+    dr = dagbag.get_dag("pith_backfill").test(
+        logical_date=datetime(2026, 1, 2, tzinfo=UTC),
+        run_conf={"from": "2024-01-02", "until": "2024-01-05", "source": "oai"},
+    )
+    assert dr.state == "success", {ti.task_id: ti.state for ti in dr.get_task_instances()}
+    harvests = [ti for ti in dr.get_task_instances() if ti.task_id == "harvest"]
+    assert len(harvests) == 3  # one mapped harvest per day
+    gaps = [b - a for a, b in itertools.pairwise(sorted(server.times))]
+    assert len(gaps) >= 4 and min(gaps) >= interval * 0.9, gaps

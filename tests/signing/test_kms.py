@@ -174,3 +174,18 @@ def test_build_with_kms_signer_verifies_with_the_kms_key_pinned(
     )
     assert r.code == 0, r.out
     assert "30 verified" in r.out
+
+
+def test_kms_signs_a_log_checkpoint_note_and_a_certified_key_refuses(local_kms: LocalKmsServer) -> None:
+    from pith_pipeline.signing.certified import CertifiedSigner
+    from pith_pipeline.tlog.log import LogSigner
+    from pith_pipeline.tlog.note import Checkpoint, open_checkpoint
+
+    signer = KmsSigner(KMS_ALIAS, key_id="pith-kms-test")
+    log = LogSigner.from_signer(signer, "pith.example.org/log")
+    cp = Checkpoint("pith.example.org/log", 7, DIGEST)
+    assert open_checkpoint(log.sign_checkpoint(cp), log.verifier) == cp
+    with pytest.raises(SigningError, match="4096"):
+        signer.sign_message(bytes(5000))
+    with pytest.raises(SigningError, match="cannot sign transparency log checkpoints"):
+        LogSigner.from_signer(CertifiedSigner(signer), "x/log").sign_checkpoint(cp)

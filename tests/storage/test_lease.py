@@ -19,10 +19,13 @@ from pith_pipeline.storage.lease import (
     LeaseConfigError,
     LeaseLostError,
     WriterLease,
+    default_owner,
     held_leases,
+    holder_is_dead,
     parse_shards,
     shard_leases,
     shard_of,
+    writer_lease,
 )
 
 
@@ -153,3 +156,32 @@ def test_a_killed_writer_blocks_the_store_for_at_most_one_ttl(store: Store) -> N
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_killed_writer_on_this_machine_is_taken_over_at_once(store: Store) -> None:
+    """A rerun after SIGKILL need not wait out the TTL when the holder ran here."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, store.url, "600"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        with pytest.raises(LeaseBusyError):  # alive: busy, whatever the machine
+            writer_lease(store, command="next", shards=[7]).acquire()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        with writer_lease(store, command="next", shards=[7]):  # no --wait needed
+            assert held_leases(store)[0]["owner"]["command"] == "next"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_dead_pid_of_another_machine_is_not_trusted(store: Store) -> None:
+    """The same pid number on another machine (or before a reboot) says nothing."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    other = {**default_owner("elsewhere", "test"), "boot_id": "another-boot", "pid": dead.pid}
+    with WriterLease(store, ["shard-07"], owner=other, ttl=600):
+        with pytest.raises(LeaseBusyError, match="elsewhere"):
+            writer_lease(store, command="next", shards=[7]).acquire()
+        assert holder_is_dead({"owner": {**other, "boot_id": default_owner()["boot_id"]}})

@@ -83,3 +83,18 @@ def test_operating_system_failures_are_one_line_naming_the_path(
         assert hint in message.lower() and str(tmp_path) in message and "\n" not in message
         assert not info.value.transient
     assert list((tmp_path / TMP_DIR).iterdir()) == []  # nothing left behind
+
+
+def test_deleting_the_last_object_leaves_no_empty_directories(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    store.put("staging/run-1/chunk-0000.jsonl", b"{}")
+    store.put("runs/backfill/run-1/chunk-0000.json", b"{}")
+    store.put("runs/run-1/manifest.json", b"{}")
+    for key in ("staging/run-1/chunk-0000.jsonl", "runs/backfill/run-1/chunk-0000.json"):
+        store.delete(key)
+    assert not (tmp_path / "store" / "staging").exists()
+    assert not (tmp_path / "store" / "runs" / "backfill").exists()
+    assert (tmp_path / "store" / "runs" / "run-1" / "manifest.json").exists()
+    assert (tmp_path / "store").is_dir()
+    store.put("staging/run-2/chunk-0000.jsonl", b"{}")  # and writing there again works
+    assert store.get("staging/run-2/chunk-0000.jsonl") == b"{}"

@@ -1,0 +1,147 @@
+"""A reader's side: open a log by URL or store, find an event, prove it.
+
+Why by event id: a bundle holder knows its events' ids, not their positions in the
+log; the lookup (`log/index/`) gives the position and the inclusion proof, checked
+against the signed checkpoint, decides. Nothing unsigned is believed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.errors import IntegrityError
+from pith_pipeline.tlog import merkle
+from pith_pipeline.tlog.log import CHECKPOINT, LOG_PREFIX, Fetch, TileReader, http_fetch, store_fetch
+from pith_pipeline.tlog.note import Checkpoint, Verifier, open_checkpoint
+from pith_pipeline.tlog.pipeline import KEY_DOCUMENT, lookup, verifier_from_key_doc
+
+LOG_VKEY_ENV = "PITH_LOG_VKEY"
+
+
+@dataclass(slots=True)
+class LogLocation:
+    """Where a log is read from: `fetch` under its prefix, and its registry's key document."""
+
+    fetch: Fetch
+    where: str
+    key_doc: Callable[[], bytes | None]
+
+    @classmethod
+    def open(cls, location: str) -> LogLocation:
+        """`https://host/log` (the log prefix; the key document is beside it, at
+        `https://host/pith-signing-key.json`) or a store (directory, s3://)."""
+        if location.startswith(("http://", "https://")):
+            base = location.rstrip("/")
+            parent = base.rsplit("/", 1)[0]
+            return cls(http_fetch(base), base, lambda: http_fetch(parent)(KEY_DOCUMENT))
+        from pith_pipeline.storage.base import open_store
+
+        store = open_store(location)
+        return cls(
+            store_fetch(store),
+            f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}",
+            lambda: store.get(KEY_DOCUMENT),
+        )
+
+    def verifier(self, vkey: str | None = None) -> Verifier:
+        """The pinned key (`vkey`, else `PITH_LOG_VKEY`), else the one the registry names."""
+        vkey = vkey or os.environ.get(LOG_VKEY_ENV)
+        if vkey:
+            try:
+                return Verifier.parse(vkey)
+            except ValueError as exc:
+                raise IntegrityError(f"log verifier key: {exc}") from None
+        return verifier_from_key_doc(self.key_doc(), f"{self.where}/../{KEY_DOCUMENT}")
+
+    def checkpoint(self, verifier: Verifier) -> tuple[Checkpoint, bytes]:
+        raw = self.fetch(CHECKPOINT)
+        if raw is None:
+            raise IntegrityError(f"{self.where}/{CHECKPOINT} is missing: no log here")
+        try:
+            return open_checkpoint(raw, verifier), raw
+        except ValueError as exc:
+            raise IntegrityError(f"{self.where}/{CHECKPOINT}: {exc}") from None
+
+
+def _b64(h: bytes) -> str:
+    import base64
+
+    return base64.b64encode(h).decode()
+
+
+def prove_event(loc: LogLocation, reader: TileReader, cp: Checkpoint, event_id: str) -> dict[str, Any]:
+    """An inclusion proof for one event id (`sha256:<hex>` or hex), checked here
+    before it is returned; IntegrityError naming the event when it is not logged."""
+    hex_id = event_id.removeprefix("sha256:")
+    idx = lookup(loc.fetch, hex_id, cp.size)
+    if idx is None:
+        raise IntegrityError(f"event sha256:{hex_id} is not in the log {loc.where} (size {cp.size})")
+    entry = reader.entries(idx // 256)[idx % 256]
+    try:
+        logged_id = loads(entry).get("event_id")
+    except (ValueError, AttributeError):
+        logged_id = None
+    if logged_id != "sha256:" + hex_id:
+        raise IntegrityError(f"event sha256:{hex_id}: log entry {idx} is another event ({logged_id})")
+    leaf = merkle.leaf_hash(entry)
+    proof = reader.inclusion_proof(idx)
+    if not merkle.verify_inclusion(idx, cp.size, leaf, proof, cp.root):
+        raise IntegrityError(f"event sha256:{hex_id}: the inclusion proof for entry {idx} does not check")
+    return {
+        "event_id": "sha256:" + hex_id,
+        "leaf_index": idx,
+        "leaf_hash_b64": _b64(leaf),
+        "tree_size": cp.size,
+        "root_hash_b64": cp.root_b64,
+        "proof_b64": [_b64(h) for h in proof],
+    }
+
+
+def bundle_event_ids(path: Path) -> tuple[str, list[str]]:
+    """(pith number, event ids) of a bundle file."""
+    try:
+        bundle = loads(path.read_bytes())
+        ids = [str(e["event_id"]) for e in bundle["events"]]
+        return str(bundle.get("pith_number", "")), ids
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise IntegrityError(f"{path}: unreadable bundle ({type(exc).__name__})") from None
+
+
+def verify_with_log(paths: Iterable[str], files: Iterable[Path], log: str | None) -> list[str]:
+    """`verify ... --log URL|STORE`: one line per problem, [] when all is logged.
+
+    Every event of every bundle in `files` must be in the log given (`log`). Every
+    store directory among `paths` that keeps a log must hold exactly its event store's
+    events in it (checked even without `--log`).
+    """
+    problems: list[str] = []
+    for p in paths:
+        if Path(p, LOG_PREFIX, CHECKPOINT).is_file():
+            from pith_pipeline.storage.local import LocalStore
+            from pith_pipeline.tlog.pipeline import check_log_matches_event_store
+
+            problems += [f"log: {x}" for x in check_log_matches_event_store(LocalStore(p))]
+    if log is None:
+        return problems
+    try:
+        loc = LogLocation.open(log)
+        cp, _raw = loc.checkpoint(loc.verifier())
+    except IntegrityError as exc:
+        return [*problems, f"log: {exc}"]
+    reader = TileReader(loc.fetch, cp.size, loc.where)
+    for f in files:
+        try:
+            subject, ids = bundle_event_ids(f)
+            for event_id in ids:
+                try:
+                    prove_event(loc, reader, cp, event_id)
+                except IntegrityError as exc:
+                    problems.append(f"log: {f} ({subject}): {exc}")
+        except IntegrityError as exc:
+            problems.append(f"log: {exc}")
+    return problems

@@ -1,0 +1,512 @@
+"""The pipeline's side of the log: which events go in, in which order, and checks.
+
+- An entry is the RFC 8785 canonical JSON of a stored event, signature included,
+  so the log alone is enough to recompute every `event_id` and check every
+  signature. Re-signed copies (`<sha256>.sig-<key>.json`, after a key rotation) are
+  the same event and are not logged again.
+- A run appends the events it published, ordered by (`created_at`, `event_id`), at
+  its end (`log_run`, called where the run manifest is written), under the store's
+  `log` writer lease.
+- Before that it compares the number of events in the event store with the log:
+  when a run died after publishing events but before appending them, the next run
+  finds the difference and appends the missing events too (`sync_log`).
+- `log/index/<first 2 hex of event id>` maps event ids to leaf indexes. It is a
+  lookup aid a static log needs (a client holding a bundle knows its event ids, not
+  their positions); it is unsigned and every answer is checked by an inclusion
+  proof, so a wrong index can only make a check fail, never pass.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pith_pipeline.core.canonical_json import dumps, dumps_pretty, loads
+from pith_pipeline.core.events import content_sha256
+from pith_pipeline.core.keys import PublicKey, verify_signature
+from pith_pipeline.errors import IntegrityError, KeyFileError, TerminalError
+from pith_pipeline.spill import SpillList
+from pith_pipeline.storage.base import Store
+from pith_pipeline.tlog import merkle
+from pith_pipeline.tlog.log import (
+    CHECKPOINT,
+    LOG_PREFIX,
+    AppendResult,
+    Fetch,
+    LogSigner,
+    TileReader,
+    append_entries,
+    read_checkpoint,
+    store_fetch,
+)
+from pith_pipeline.tlog.note import Checkpoint, Verifier
+from pith_pipeline.tlog.tiles import TILE_WIDTH
+
+LOG_LEASE = "log"
+LOG_SIGNER_ENV = "PITH_LOG_SIGNER"
+LOG_ORIGIN_ENV = "PITH_LOG_ORIGIN"
+KEY_DOCUMENT = "pith-signing-key.json"
+INDEX_DIR = "index/"
+# 256 lookup objects: a run rewrites at most 256 of them, whatever its size; each is
+# about 570 KB (uncompressed) at 2,000,000 entries
+INDEX_HEX = 2
+APPENDED = "appended.json"
+_EVENT_KEY = re.compile(r"^events/[^/]+/([0-9a-f]{64})\.json$")
+
+
+class LogNotConfiguredError(TerminalError):
+    """The store keeps a log but this run was given no log key."""
+
+
+def event_key_id(key: str) -> str | None:
+    """The event id (hex) of an event store key, None for anything else (re-signed copies)."""
+    m = _EVENT_KEY.match(key)
+    return m.group(1) if m else None
+
+
+def event_entry(data: bytes, where: str) -> tuple[bytes, str, str]:
+    """(entry, event id hex, created_at) of a stored event; IntegrityError naming
+    `where` when it does not parse or its id is not its content's hash."""
+    try:
+        ev = loads(data)
+        if not isinstance(ev, dict):
+            raise ValueError("not a JSON object")
+        digest = content_sha256(ev)
+        if ev.get("content_sha256") != digest or ev.get("event_id") != "sha256:" + digest:
+            raise ValueError("its event_id is not the hash of its content")
+        created = ev.get("created_at")
+        if not isinstance(created, str):
+            raise ValueError("created_at missing")
+        return dumps(ev), digest, created
+    except (ValueError, TypeError) as exc:
+        raise IntegrityError(f"not logged: {exc}", key=where) from None
+
+
+def entry_problem(entry: bytes, keys: Mapping[str, PublicKey]) -> str | None:
+    """Why a log entry is not a valid, signed, canonical event (None when it is)."""
+    try:
+        ev = loads(entry)
+        if not isinstance(ev, dict):
+            return "not a JSON object"
+        if dumps(ev) != entry:
+            return "not canonical JSON (RFC 8785)"
+        digest = content_sha256(ev)
+    except (ValueError, TypeError) as exc:
+        return f"unreadable ({type(exc).__name__})"
+    if ev.get("content_sha256") != digest:
+        return "content_sha256 is not the hash of its content"
+    if ev.get("event_id") != "sha256:" + digest:
+        return "event_id is not sha256:<content_sha256>"
+    sig = ev.get("signature")
+    if not isinstance(sig, dict):
+        return "unsigned"
+    key = keys.get(str(sig.get("key_id")))
+    if key is None:
+        return f"signed by {sig.get('key_id')!r}, a key the registry's key document does not list"
+    if not verify_signature(key.public_key, digest, str(sig.get("signature_b64"))):
+        return f"signature by {key.key_id} does not verify"
+    return None
+
+
+# -- the log key ---------------------------------------------------------
+
+
+def default_origin(key_document_url: str) -> str:
+    """`<host>/log` from the key document's URL (`https://host/pith-signing-key.json`)."""
+    base = key_document_url.split("://", 1)[-1].rsplit("/", 1)[0] if key_document_url else ""
+    if not base:
+        raise LogNotConfiguredError(
+            f"cannot name the log: set {LOG_ORIGIN_ENV} (e.g. pith.example.org/log) or --base-url"
+        )
+    return f"{base.rstrip('/')}/log"
+
+
+def _key_doc(store: Store) -> dict[str, Any]:
+    raw = store.get(KEY_DOCUMENT)
+    doc = loads(raw) if raw else {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def open_log_signer(spec: str, store: Store, origin: str | None = None) -> LogSigner:
+    """The log's signer from a signer spec; the origin from, in order: `origin`,
+    `PITH_LOG_ORIGIN`, the one the store's key document already names, its URL."""
+    from pith_pipeline.signing.factory import open_signer
+
+    doc = _key_doc(store)
+    listed = doc.get("log") if isinstance(doc.get("log"), dict) else None
+    origin = (
+        origin
+        or os.environ.get(LOG_ORIGIN_ENV)
+        or (str(listed["origin"]) if listed and listed.get("origin") else None)
+        or default_origin(str(doc.get("url", "")))
+    )
+    return LogSigner.from_signer(open_signer(spec), origin)
+
+
+def log_from_env(store: Store) -> LogSigner | None:
+    spec = os.environ.get(LOG_SIGNER_ENV)
+    return open_log_signer(spec, store) if spec else None
+
+
+def log_key_member(log: LogSigner) -> dict[str, Any]:
+    return {
+        "origin": log.origin,
+        "vkey": log.verifier.vkey,
+        "algorithm": "ed25519",
+        "public_key_b64": base64.b64encode(log.public_key).decode(),
+        "notes": (
+            "Key of this registry's transparency log (C2SP tlog-tiles under log/). "
+            "Pin the vkey; verify checkpoints with any signed-note client."
+        ),
+    }
+
+
+def publish_log_key(store: Store, log: LogSigner) -> None:
+    """Name the log key in `pith-signing-key.json` (member `log`), by compare-and-swap;
+    a different log key already named there is refused: a log keeps its key."""
+    member = log_key_member(log)
+    for _attempt in range(50):
+        got = store.get_tagged(KEY_DOCUMENT)
+        doc = loads(got[0]) if got else {}
+        if not isinstance(doc, dict):
+            raise IntegrityError("not a JSON object", key=KEY_DOCUMENT)
+        have = doc.get("log")
+        if isinstance(have, dict) and have.get("vkey") == member["vkey"]:
+            return
+        if isinstance(have, dict) and have.get("vkey"):
+            raise KeyFileError(
+                f"this store's log is signed by {have.get('vkey')}; the log key given "
+                f"({member['vkey']}) is another one (a log keeps its key)"
+            )
+        doc["log"] = member
+        if store.put_if_match(KEY_DOCUMENT, dumps_pretty(doc) + b"\n", got[1] if got else None):
+            return
+    raise IntegrityError("kept changing under concurrent writers; run again", key=KEY_DOCUMENT)
+
+
+def store_verifier(store: Store) -> Verifier:
+    """The log's verifier key as the store's key document names it."""
+    return verifier_from_key_doc(store.get(KEY_DOCUMENT), f"{store.url}/{KEY_DOCUMENT}")
+
+
+def verifier_from_key_doc(raw: bytes | None, where: str) -> Verifier:
+    try:
+        doc = loads(raw) if raw else None
+        vkey = doc["log"]["vkey"] if isinstance(doc, dict) else None
+        if not isinstance(vkey, str):
+            raise ValueError("it names no log key (member log.vkey)")
+        return Verifier.parse(vkey)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise IntegrityError(f"{where}: {exc}") from None
+
+
+# -- the event id lookup -------------------------------------------------
+
+
+def index_path(event_hex: str) -> str:
+    return f"{INDEX_DIR}{event_hex[:INDEX_HEX]}"
+
+
+def parse_index(data: bytes | None, size: int) -> dict[str, int]:
+    """event id hex -> leaf index, for leaves inside a tree of `size` (lines past it
+    are left by an append that did not finish, and do not count)."""
+    out: dict[str, int] = {}
+    for line in (data or b"").decode("ascii", "replace").splitlines():
+        hex_id, _, idx = line.partition(" ")
+        if idx.isdigit() and int(idx) < size:
+            out[hex_id] = int(idx)
+    return out
+
+
+def lookup(fetch: Fetch, event_hex: str, size: int) -> int | None:
+    return parse_index(fetch(index_path(event_hex)), size).get(event_hex)
+
+
+@dataclass(slots=True)
+class LogRun:
+    """What a run did to the log."""
+
+    result: AppendResult | None
+    problems: list[str] = field(default_factory=list)
+
+    def manifest_entry(self) -> dict[str, Any] | None:
+        """For the run manifest: the checkpoint the run produced (or found)."""
+        if self.result is None:
+            return None
+        r = self.result
+        return {
+            "origin": _origin_of(r.checkpoint),
+            "size": r.size,
+            "root_hash_b64": r.root_b64,
+            "appended": r.appended,
+            "first_index": r.old_size,
+            **({"problems": self.problems[:100]} if self.problems else {}),
+        }
+
+
+def _origin_of(checkpoint: bytes) -> str:
+    return checkpoint.split(b"\n", 1)[0].decode() if checkpoint else ""
+
+
+# -- appending -----------------------------------------------------------
+
+
+def _order(store: Store, keys: Iterable[str], problems: list[str]) -> Iterator[str]:
+    """Event keys sorted by (created_at, event_id), each once; unreadable ones named
+    in `problems` and left out (a damaged event is never logged)."""
+    rows = SpillList()
+    for key in keys:
+        data = store.get(key)
+        if data is None:
+            problems.append(f"{store.url}/{key}: listed but gone; not logged")
+            continue
+        try:  # only what orders it; the full check comes when it is appended
+            ev = loads(data)
+            created, hex_id = ev["created_at"], str(ev["event_id"]).removeprefix("sha256:")
+            if not isinstance(created, str) or hex_id != event_key_id(key):
+                raise ValueError("its event_id is not its name")
+        except (ValueError, TypeError, KeyError) as exc:
+            problems.append(f"{store.url}/{key}: not logged: {exc}")
+            continue
+        rows.append(f"{created}\x00{hex_id}\x00{key}")
+    last = None
+    for row in rows.iter_sorted(unique=True):
+        _created, hex_id, key = row.split("\x00")
+        if hex_id != last:
+            yield key
+        last = hex_id
+
+
+def _append_keys(store: Store, log: LogSigner, ordered: Iterable[str], problems: list[str]) -> AppendResult:
+    new_ids = SpillList()
+
+    def entries() -> Iterator[bytes]:
+        for key in ordered:
+            data = store.get(key)
+            if data is None:
+                problems.append(f"{store.url}/{key}: gone before it was logged")
+                continue
+            try:
+                entry, hex_id, _ = event_entry(data, f"{store.url}/{key}")
+            except IntegrityError as exc:
+                problems.append(str(exc))
+                continue
+            new_ids.append(hex_id)
+            yield entry
+
+    def write_index(old_size: int, size: int) -> None:
+        # grouped by lookup object: sort the new ids with their leaf indexes
+        rows = SpillList(f"{h} {old_size + i}" for i, h in enumerate(new_ids))
+        batch: list[str] = []
+        for row in rows.iter_sorted():
+            if batch and batch[0][:INDEX_HEX] != row[:INDEX_HEX]:
+                _write_index_object(store, batch, old_size)
+                batch = []
+            batch.append(row)
+        if batch:
+            _write_index_object(store, batch, old_size)
+
+    result = append_entries(store, log, entries(), before_checkpoint=write_index)
+    if result.appended:
+        store.put(LOG_PREFIX + APPENDED, dumps_pretty(_appended_doc(result)) + b"\n")
+    return result
+
+
+def _appended_doc(result: AppendResult) -> dict[str, Any]:
+    from pith_pipeline.core.timeutil import iso_seconds, system_clock
+
+    return {
+        "size": result.size,
+        "root_hash_b64": result.root_b64,
+        "appended_at": iso_seconds(system_clock()),
+        "note": "unsigned; when the writer says it appended. The checkpoint is what counts.",
+    }
+
+
+def _write_index_object(store: Store, rows: list[str], old_size: int) -> None:
+    key = LOG_PREFIX + index_path(rows[0])
+    kept = parse_index(store.get(key), old_size)
+    for row in rows:
+        hex_id, _, idx = row.partition(" ")
+        kept[hex_id] = int(idx)
+    body = "".join(f"{h} {i}\n" for h, i in sorted(kept.items()))
+    store.put(key, body.encode("ascii"), content_type="text/plain; charset=utf-8")
+
+
+def append_events(
+    store: Store, log: LogSigner, event_keys: Iterable[str], *, lease_wait: float = 600.0
+) -> LogRun:
+    """Append the stored events at `event_keys` that the log does not hold yet, in
+    (created_at, event_id) order; returns the result and any events left out.
+
+    Holds the store's `log` writer lease from reading the log to moving its
+    checkpoint, so two runs never both append the same missing event.
+    """
+    from pith_pipeline.storage.lease import WriterLease
+
+    problems: list[str] = []
+    publish_log_key(store, log)
+    wanted = SpillList(k for k in event_keys if event_key_id(k))
+    with WriterLease(store, [LOG_LEASE], wait=lease_wait):
+        cp = _current(store, log.verifier)
+        size = cp.size if cp else 0
+        logged = _logged(store, (event_key_id(k) or "" for k in wanted), size)
+        missing = (k for k in wanted if event_key_id(k) not in logged)
+        result = _append_keys(store, log, _order(store, missing, problems), problems)
+    return LogRun(result, problems)
+
+
+def _current(store: Store, verifier: Verifier) -> Checkpoint | None:
+    return read_checkpoint(store_fetch(store), verifier, f"{store.url}/{LOG_PREFIX.rstrip('/')}")
+
+
+def _logged(store: Store, hex_ids: Iterable[str], size: int) -> set[str]:
+    """Which of these event ids the lookup places inside the tree."""
+    shards: dict[str, list[str]] = {}
+    for h in hex_ids:
+        shards.setdefault(h[:INDEX_HEX], []).append(h)
+    out: set[str] = set()
+    for shard, ids in shards.items():
+        known = parse_index(store.get(LOG_PREFIX + INDEX_DIR + shard), size)
+        out.update(h for h in ids if h in known)
+    return out
+
+
+def event_store_keys(store: Store) -> Iterator[str]:
+    return (k for k in store.list("events/") if event_key_id(k))
+
+
+def sync_log(
+    store: Store, log: LogSigner, run_keys: Iterable[str] = (), *, lease_wait: float = 600.0
+) -> LogRun:
+    """Append this run's events (`run_keys`, any store keys; events are picked out),
+    and every other event the event store holds and the log lacks.
+
+    The cheap check: the log's size plus this run's new events equals the number of
+    events in the store. Only when it does not (a run died before appending, or
+    events were published outside a run) is the whole store compared with the log.
+    """
+    run = append_events(store, log, run_keys, lease_wait=lease_wait)
+    total = sum(1 for _ in event_store_keys(store))
+    assert run.result is not None
+    if run.result.size >= total:
+        return run
+    more = append_events(store, log, event_store_keys(store), lease_wait=lease_wait)
+    assert more.result is not None
+    merged = more.result if more.result.appended else run.result
+    if run.result.appended and more.result.appended:
+        merged = AppendResult(
+            run.result.old_size,
+            more.result.size,
+            more.result.root,
+            more.result.checkpoint,
+            run.result.written + more.result.written,
+            run.result.seconds + more.result.seconds,
+        )
+    return LogRun(merged, run.problems + more.problems)
+
+
+def log_run(store: Store, written: Iterable[str], log: LogSigner | None = None) -> LogRun | None:
+    """The pipeline's one call at the end of a run (before its run manifest).
+
+    `log` defaults to `PITH_LOG_SIGNER`. Without a log key a store with no log stays
+    without one; a store that has a log refuses to finish the run unlogged (the run's
+    events stay published and the next run with the key appends them).
+    """
+    log = log or log_from_env(store)
+    if log is None:
+        if store.exists(LOG_PREFIX + CHECKPOINT):
+            raise LogNotConfiguredError(
+                f"{store.url} keeps a transparency log: give its key with --log-signer or "
+                f"{LOG_SIGNER_ENV} (this run's events are published; the next run with the "
+                "key appends them)"
+            )
+        return None
+    run = sync_log(store, log, written)
+    import logging
+
+    for p in run.problems[:20]:
+        logging.getLogger(__name__).warning("not logged: %s", p)
+    return run
+
+
+def rebuild_log(store: Store, log: LogSigner, *, lease_wait: float = 600.0) -> LogRun:
+    """Create the log from the event store, for a store that has none; refuses to
+    touch an existing log (rewriting history is what the log exists to expose)."""
+    if store.exists(LOG_PREFIX + CHECKPOINT):
+        raise IntegrityError(
+            "a log exists; it is never rewritten (use `log sync` to append what it lacks)",
+            key=LOG_PREFIX + CHECKPOINT,
+        )
+    return append_events(store, log, event_store_keys(store), lease_wait=lease_wait)
+
+
+# -- checking ------------------------------------------------------------
+
+
+def iter_entries(reader: TileReader, start: int = 0) -> Iterator[tuple[int, bytes]]:
+    """(leaf index, entry) from `start` to the tree's end, each bundle checked against
+    the tree's hashes first, so an entry that does not match the tree is named."""
+    for b in range(start // TILE_WIDTH, (reader.size + TILE_WIDTH - 1) // TILE_WIDTH):
+        lo = b * TILE_WIDTH
+        hi = min(lo + TILE_WIDTH, reader.size)
+        bundle = reader.entries(b)
+        if merkle.root_of([merkle.leaf_hash(e) for e in bundle]) != reader.mth(lo, hi):
+            bad = next(
+                (
+                    lo + i
+                    for i, e in enumerate(bundle)
+                    if merkle.leaf_hash(e) != reader.hashes(0, lo + i, lo + i + 1)[0]
+                ),
+                lo,
+            )
+            raise IntegrityError(f"log entry {bad} does not match the tree the checkpoint signs")
+        for i, e in enumerate(bundle):
+            if lo + i >= start:
+                yield lo + i, e
+
+
+def check_log_matches_event_store(
+    store: Store, verifier: Verifier | None = None, *, progress: Callable[[int], None] | None = None
+) -> list[str]:
+    """Problems (one line each) unless the log holds exactly the event store's events,
+    each once, every entry matching the signed tree. [] means they agree; a store
+    without a log gives one problem saying so."""
+    where = f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}"
+    if not store.exists(LOG_PREFIX + CHECKPOINT):
+        return [f"{where}: no transparency log (create one with `pith-pipeline log rebuild`)"]
+    try:
+        verifier = verifier or store_verifier(store)
+        cp = _current(store, verifier)
+        assert cp is not None
+        reader = TileReader(store_fetch(store), cp.size, where)
+        if reader.root() != cp.root:
+            return [f"{where}: the tiles do not hash to the checkpoint's root"]
+        in_log: dict[str, int] = {}
+        problems: list[str] = []
+        for idx, entry in iter_entries(reader):
+            try:
+                ev = loads(entry)
+                hex_id = str(ev["event_id"]).removeprefix("sha256:")
+            except (ValueError, TypeError, KeyError):
+                problems.append(f"{where}: entry {idx} is not an event")
+                continue
+            if hex_id in in_log:
+                problems.append(f"{where}: event {hex_id} is logged twice (entries {in_log[hex_id]}, {idx})")
+            in_log.setdefault(hex_id, idx)
+            if progress is not None:
+                progress(1)
+    except IntegrityError as exc:
+        return [str(exc)]
+    stored = {event_key_id(k) or "": k for k in event_store_keys(store)}
+    for stored_id, key in sorted(stored.items(), key=lambda kv: kv[1]):
+        if stored_id not in in_log:
+            problems.append(f"{store.url}/{key}: event is not in the log")
+    for hex_id, idx in sorted(in_log.items(), key=lambda kv: kv[1]):
+        if hex_id not in stored:
+            problems.append(f"{where}: entry {idx} (event sha256:{hex_id}) is not in the event store")
+    return problems

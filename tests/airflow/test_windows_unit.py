@@ -1,0 +1,68 @@
+"""Which day a `pith_ingest` run owns (pure: no Airflow needed)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+import pytest
+
+from pith_pipeline.airflow_tasks import ARXIV_FIRST_DAY, mapped_results, window_for_run
+from pith_pipeline.errors import InputError
+
+TODAY = date(2026, 12, 3)
+MIDNIGHT = datetime(2026, 12, 2, tzinfo=UTC)
+NEXT = datetime(2026, 12, 3, tzinfo=UTC)
+
+
+def test_scheduled_runs_own_their_data_interval() -> None:
+    w = window_for_run(MIDNIGHT, NEXT, run_type="scheduled", today=TODAY)
+    assert w.id == "2026-12-02"
+
+
+def test_a_manual_run_owns_its_logical_date_not_the_trigger_time() -> None:
+    w = window_for_run(
+        MIDNIGHT, NEXT, logical_date=datetime(2019, 9, 26, tzinfo=UTC), run_type="manual", today=TODAY
+    )
+    assert w.id == "2019-09-26"
+
+
+def test_conf_day_wins() -> None:
+    w = window_for_run(MIDNIGHT, NEXT, run_type="scheduled", conf={"day": "2007-04-02"}, today=TODAY)
+    assert w.id == "2007-04-02"
+
+
+@pytest.mark.parametrize(
+    ("conf", "message"),
+    [
+        ({"day": "1991-08-13"}, "before arXiv's first day"),
+        ({"day": "2026-12-04"}, "after today"),
+        ({"day": "02/04/2007"}, "YYYY-MM-DD"),
+    ],
+)
+def test_days_arxiv_cannot_have_are_refused_by_name(conf: dict[str, str], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        window_for_run(MIDNIGHT, NEXT, conf=conf, today=TODAY)
+
+
+def test_arxivs_first_day_is_allowed() -> None:
+    assert (
+        window_for_run(None, None, conf={"day": ARXIV_FIRST_DAY.isoformat()}, today=TODAY).id == "1991-08-14"
+    )
+
+
+def test_mapped_results_are_read_by_index_up_to_their_length() -> None:
+    class Lazy:
+        """Like Airflow's lazy XCom sequence: reading past the end is an error."""
+
+        def __init__(self, items: list[int]) -> None:
+            self.items = items
+
+        def __len__(self) -> int:
+            return len(self.items)
+
+        def __getitem__(self, i: int) -> int:
+            if i >= len(self.items):
+                raise AssertionError(f"read past the end at {i}")
+            return self.items[i]
+
+    assert mapped_results(Lazy([1, 2, 3])) == [1, 2, 3]

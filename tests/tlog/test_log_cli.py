@@ -1,0 +1,154 @@
+"""The log commands as a user and an auditor run them (real subprocesses, files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from pith_pipeline.core.canonical_json import loads
+
+
+def run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pith_pipeline", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PITH_LOG_SIGNER": "", **(env or {})},
+        timeout=180,
+    )
+
+
+@pytest.fixture
+def logged_store(tmp_path: Path, asset) -> Path:  # type: ignore[no-untyped-def]
+    for d in ("keys", "logkey"):
+        assert run("keys", "generate", "--out", d, cwd=tmp_path).returncode == 0
+    r = run(
+        "build",
+        "--input",
+        str(asset("arxiv-sample.jsonl")),
+        "--store",
+        "out",
+        "--key",
+        "keys/pith-private-key.json",
+        "--log-signer",
+        "logkey/pith-private-key.json",
+        "--workers",
+        "1",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    return tmp_path
+
+
+def test_build_logs_its_events_and_the_commands_prove_them(logged_store: Path) -> None:
+    cwd = logged_store
+    manifest = next((cwd / "out/runs").glob("*/manifest.json"))
+    logged = json.loads(manifest.read_text())["log"]
+    assert logged["origin"] == "pith.example.org/log" and logged["size"] == logged["appended"] > 30
+    status = run("log", "status", "out", cwd=cwd)
+    assert status.returncode == 0, status.stderr
+    assert f"size:       {logged['size']}" in status.stdout and logged["root_hash_b64"] in status.stdout
+    # a bundle's events are in the log, proven against the checkpoint
+    bundle = next((cwd / "out/pith").glob("*/bundle.json"))
+    r = run("verify", str(bundle), "--log", "out", cwd=cwd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    proof = run("log", "prove", str(bundle), "--log", "out", cwd=cwd)
+    assert proof.returncode == 0, proof.stderr
+    proofs = json.loads(proof.stdout)["proofs"]
+    ids = [e["event_id"] for e in loads(bundle.read_bytes())["events"]]
+    assert [p["event_id"] for p in proofs] == ids
+    # verify STORE checks the log against the event store
+    assert run("verify", "out", "-q", cwd=cwd).returncode == 0
+    assert run("log", "verify", "out", cwd=cwd).returncode == 0
+    # an event the log does not hold is named, and fails
+    other = dict(json.loads(bundle.read_text()))
+    other["events"] = [*other["events"], {**other["events"][0], "event_id": "sha256:" + "0" * 64}]
+    fake = cwd / "fake.json"
+    fake.write_text(json.dumps(other))
+    r = run("log", "prove", str(fake), "--log", "out", cwd=cwd)
+    assert r.returncode == 1 and "0000000000000000" in r.stdout
+    r = run("verify", str(fake), "--log", "out", cwd=cwd)
+    assert r.returncode == 1 and "is not in the log" in r.stdout
+    # log rebuild refuses to rewrite an existing log
+    r = run("log", "rebuild", "--store", "out", "--log-signer", "logkey/pith-private-key.json", cwd=cwd)
+    assert r.returncode == 1 and "never rewritten" in r.stderr
+    # a later build without the log key refuses to finish unlogged
+    r = run("build", "--input", str(bundle), "--store", "out", "--key", "keys/pith-private-key.json", cwd=cwd)
+    assert r.returncode != 0
+
+
+def test_consistency_with_an_old_checkpoint_and_a_forked_one(logged_store: Path, asset) -> None:  # type: ignore[no-untyped-def]
+    cwd = logged_store
+    old = cwd / "old-checkpoint"
+    shutil.copy(cwd / "out/log/checkpoint", old)
+    # grow the log: a new version of a paper adds events
+    line = json.loads(asset("arxiv-sample.jsonl").read_text().splitlines()[0])
+    line["versions"] = [
+        *line["versions"],
+        {"version": f"v{len(line['versions']) + 1}", "created": "Mon, 1 Jun 2026 00:00:00 GMT"},
+    ]
+    (cwd / "new.jsonl").write_text(json.dumps(line) + "\n")
+    r = run(
+        "build", "--input", "new.jsonl", "--store", "out", "--key", "keys/pith-private-key.json",
+        "--log-signer", "logkey/pith-private-key.json", "--workers", "1", cwd=cwd,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = run("log", "consistency", str(old), "--log", "out", cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["consistent"] and out["size"] > out["old_size"] and out["proof_b64"]
+    # a checkpoint by another key is refused
+    (cwd / "forged").write_text(old.read_text().replace("\n\n", "\n\n", 1)[:-10] + "AAAAAAAA=\n")
+    r = run("log", "consistency", str(cwd / "forged"), "--log", "out", cwd=cwd)
+    assert r.returncode == 1 and "error:" in r.stderr
+
+
+@pytest.fixture
+def http_server(logged_store: Path) -> Iterator[str]:
+    handler = partial(SimpleHTTPRequestHandler, directory=str(logged_store / "out"))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/log"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_monitor_over_http_trusts_then_checks_growth(logged_store: Path, http_server: str) -> None:
+    cwd = logged_store
+    r = run("log", "monitor", http_server, "--state", "state.json", cwd=cwd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    state = json.loads((cwd / "state.json").read_text())
+    assert "new entries verified" in r.stdout and state["size"] > 30
+    r = run("verify", str(next((cwd / "out/pith").glob("*/bundle.json"))), "--log", http_server, cwd=cwd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # nothing new: still fine, nothing re-checked
+    r = run("log", "monitor", http_server, "--state", "state.json", cwd=cwd)
+    assert r.returncode == 0 and "0 new entries verified" in r.stdout
+
+
+def test_receipts_reissue_logs_its_correction_events(logged_store: Path) -> None:
+    cwd = logged_store
+    assert run("keys", "generate", "--out", "keys2", "--key-id", "pith-v2", cwd=cwd).returncode == 0
+    before = int((cwd / "out/log/checkpoint").read_text().split("\n")[1])
+    r = run(
+        "receipts", "reissue", "--store", "out", "--signer", "keys2/pith-private-key.json",
+        "--log-signer", "logkey/pith-private-key.json", cwd=cwd,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert int((cwd / "out/log/checkpoint").read_text().split("\n")[1]) > before
+    r = run("log", "verify", "out", cwd=cwd)
+    assert r.returncode == 0, r.stdout

@@ -1,0 +1,180 @@
+"""The pipeline's log: every published event in, once, in order; crashes healed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from testclock import StepClock
+
+from pith_pipeline.core.canonical_json import dumps, loads
+from pith_pipeline.core.keys import Ed25519Signer
+from pith_pipeline.errors import IntegrityError, KeyFileError
+from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.sources.jsonl import iter_jsonl
+from pith_pipeline.storage.memory import MemoryStore
+from pith_pipeline.tlog import merkle
+from pith_pipeline.tlog.log import LogSigner, TileReader, store_fetch
+from pith_pipeline.tlog.pipeline import (
+    LogNotConfiguredError,
+    append_events,
+    check_log_matches_event_store,
+    entry_problem,
+    event_store_keys,
+    iter_entries,
+    log_run,
+    lookup,
+    rebuild_log,
+    store_verifier,
+    sync_log,
+)
+
+SIGNER = Ed25519Signer(bytes(range(32)), "pipeline-test")
+LOG_KEY = Ed25519Signer(bytes(range(1, 33)), "log")
+ORIGIN = "pith.example.org/log"
+
+
+def log_signer(key: Ed25519Signer = LOG_KEY) -> LogSigner:
+    return LogSigner.from_signer(key, ORIGIN)
+
+
+def publish(store: MemoryStore, lines: list[str], tmp_path: Path, name: str = "in.jsonl") -> Any:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    pub = Publisher(store, SIGNER, BuildConfig(), clock=StepClock(datetime(2026, 7, 1, tzinfo=UTC)))
+    return pub.publish(iter_jsonl(path))
+
+
+def logged_entries(store: MemoryStore) -> list[bytes]:
+    v = store_verifier(store)
+    from pith_pipeline.tlog.log import read_checkpoint
+
+    cp = read_checkpoint(store_fetch(store), v)
+    assert cp is not None
+    return [e for _i, e in iter_entries(TileReader(store_fetch(store), cp.size))]
+
+
+def test_a_run_logs_its_events_in_order_and_the_log_matches_the_event_store(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    store = MemoryStore()
+    summary = publish(store, sample_lines[:10], tmp_path)
+    run = log_run(store, summary.written, log_signer())
+    assert run is not None and run.result is not None and not run.problems
+    events = [store.objects[k] for k in event_store_keys(store)]
+    assert run.result.size == len(events) > 10
+    entries = logged_entries(store)
+    # the entry is the event's canonical JSON, and the log alone gives every event id
+    assert sorted(entries) == sorted(dumps(loads(e)) for e in events)
+    parsed = [loads(e) for e in entries]
+    assert [(e["created_at"], e["event_id"]) for e in parsed] == sorted(
+        (e["created_at"], e["event_id"]) for e in parsed
+    )
+    keys = {SIGNER.key_id: SIGNER.public_key_doc()}
+    assert all(entry_problem(e, keys) is None for e in entries)
+    assert check_log_matches_event_store(store) == []
+    # the lookup finds each event's leaf, and the proof checks
+    reader = TileReader(store_fetch(store), run.result.size)
+    for i, e in enumerate(parsed):
+        hex_id = e["event_id"].removeprefix("sha256:")
+        assert lookup(store_fetch(store), hex_id, run.result.size) == i
+        proof = reader.inclusion_proof(i)
+        assert merkle.verify_inclusion(
+            i, run.result.size, merkle.leaf_hash(entries[i]), proof, run.result.root
+        )
+    # the key document names the log key; the registry's own key is untouched
+    doc = loads(store.objects["pith-signing-key.json"])
+    assert doc["log"]["vkey"] == log_signer().verifier.vkey and doc["key_id"] == SIGNER.key_id
+    # a second run of the same input appends nothing
+    again = log_run(store, publish(store, sample_lines[:10], tmp_path).written, log_signer())
+    assert again is not None and again.result is not None and again.result.appended == 0
+
+
+def test_a_run_that_died_before_appending_is_healed_by_the_next(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    store = MemoryStore()
+    first = publish(store, sample_lines[:5], tmp_path)
+    log_run(store, first.written, log_signer())
+    publish(store, sample_lines[5:12], tmp_path, "b.jsonl")  # died before log_run
+    third = publish(store, sample_lines[12:15], tmp_path, "c.jsonl")
+    run = log_run(store, third.written, log_signer())
+    assert run is not None and run.result is not None
+    assert run.result.size == sum(1 for _ in event_store_keys(store))
+    assert check_log_matches_event_store(store) == []
+
+
+def test_a_store_with_a_log_refuses_an_unlogged_run_and_a_second_log_key(
+    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PITH_LOG_SIGNER", raising=False)
+    store = MemoryStore()
+    summary = publish(store, sample_lines[:2], tmp_path)
+    assert log_run(store, summary.written) is None  # no log, no key: stays without one
+    log_run(store, summary.written, log_signer())
+    with pytest.raises(LogNotConfiguredError, match="--log-signer"):
+        log_run(store, summary.written)
+    with pytest.raises(KeyFileError, match="a log keeps its key"):
+        log_run(store, summary.written, log_signer(Ed25519Signer.generate("other")))
+
+
+def test_verify_store_names_missing_extra_and_damaged_entries(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    store = MemoryStore()
+    summary = publish(store, sample_lines[:3], tmp_path)
+    log_run(store, summary.written, log_signer())
+    # an event published outside any run
+    extra = publish(store, sample_lines[3:4], tmp_path, "x.jsonl")
+    missing = [k for k in extra.written if k.startswith("events/")]
+    problems = check_log_matches_event_store(store)
+    assert len(problems) == len(missing) and all("is not in the log" in p for p in problems)
+    append_events(store, log_signer(), missing)
+    assert check_log_matches_event_store(store) == []
+    # an entry rewritten in its bundle (tiles untouched) is named by index
+    size = sum(1 for _ in event_store_keys(store))
+    key = f"log/tile/entries/000.p/{size}"
+    data = store.objects[key]
+    store.objects[key] = data.replace(b'"created_at":"2026', b'"created_at":"2027', 1)
+    assert any("does not match the tree" in p for p in check_log_matches_event_store(store))
+
+
+def test_log_rebuild_creates_a_log_once(tmp_path: Path, sample_lines: list[str]) -> None:
+    store = MemoryStore()
+    publish(store, sample_lines[:4], tmp_path)
+    run = rebuild_log(store, log_signer())
+    assert run.result is not None and run.result.size == sum(1 for _ in event_store_keys(store))
+    assert check_log_matches_event_store(store) == []
+    with pytest.raises(IntegrityError, match="never rewritten"):
+        rebuild_log(store, log_signer())
+
+
+def test_a_damaged_stored_event_is_named_and_not_logged(tmp_path: Path, sample_lines: list[str]) -> None:
+    store = MemoryStore()
+    summary = publish(store, sample_lines[:3], tmp_path)
+    bad = next(k for k in summary.written if k.startswith("events/"))
+    store.objects[bad] = store.objects[bad].replace(b'"created_at":"', b'"created_at":"X', 1)
+    run = sync_log(store, log_signer(), summary.written)
+    assert [p for p in run.problems if bad in p and "not the hash of its content" in p]
+    assert run.result is not None and run.result.size == sum(1 for _ in event_store_keys(store)) - 1
+
+
+def test_finish_run_appends_and_records_the_checkpoint_in_the_run_manifest(
+    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pith_pipeline.index import finish_run
+    from pith_pipeline.signing.local import generate_key
+
+    priv, _pub, _doc = generate_key(tmp_path / "logkey")
+    monkeypatch.setenv("PITH_LOG_SIGNER", str(priv))
+    monkeypatch.setenv("PITH_LOG_ORIGIN", "registry.test/log")
+    store = MemoryStore()
+    summary = publish(store, sample_lines[:3], tmp_path)
+    key = finish_run(store, summary, {"input": "in.jsonl"})
+    logged = loads(store.objects[key])["log"]
+    checkpoint = store.objects["log/checkpoint"].decode().split("\n")
+    assert checkpoint[:3] == ["registry.test/log", str(logged["size"]), logged["root_hash_b64"]]
+    assert logged["size"] == logged["appended"] == sum(1 for _ in event_store_keys(store))
+    assert check_log_matches_event_store(store) == []
