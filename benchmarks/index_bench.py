@@ -1,22 +1,25 @@
-"""The `records` index on synthetic rows: bytes per row and DuckDB query times.
+"""The `records` index table on synthetic rows: bytes per row, MERGE cost, query times.
 
-Not a test: run it by hand and copy the figures into the README.
+Not a test: run it by hand and copy the figures into docs/analysts.md.
 
-    python benchmarks/index_bench.py --rows 1000000
+    python benchmarks/index_bench.py --rows 1000000 --update 10000 [--z-order]
 
 Rows are made column-wise with realistic shapes (submission months 1991-2025,
 growing over time; ~150 categories with arXiv-like weights; real licence URLs;
 titles and author lists of typical length; random SHA-256 hex hashes, which do not
-compress and dominate the size). They are written by the real writer code
-(deduplicated, sorted, one file per month partition, committed through the index
-manifest) into a local store, then queried through the same DuckDB views as
-`pith-pipeline query`:
+compress and dominate the size). They are written by the real writer code into a
+local store's `records` Delta table (one commit), then:
 
-- pruned:   a month-by-license count for cs.LG in 2019, filtered on the partition
-            column `submitted_month` (12 of ~420 partitions are opened);
-- unpruned: the same question filtered on `submitted_at` instead, which every file
-            must be opened for (row-group statistics still help);
-- full:     count per month and primary category over the whole table.
+- update:   `--update` papers MERGEd into it the way a run does (half new papers in the
+            newest months, half existing papers whose bundle changed), through
+            `writer.merge_rows`, timed per paper;
+- queries through the same DuckDB views as `pith-pipeline query`:
+  - pruned:   a month-by-license count for cs.LG in 2019, filtered on the partition
+              column `submitted_month` (12 of ~420 partitions are opened);
+  - unpruned: the same question filtered on `submitted_at` instead, which every file
+              must be opened for (row-group statistics still help);
+  - full:     count per month and primary category over the whole table;
+- `--z-order`: the queries again after `optimize.z_order(["primary_cat"])`.
 """
 
 from __future__ import annotations
@@ -31,11 +34,20 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import write_deltalake
 
 from pith_pipeline.index import connect
-from pith_pipeline.index import manifest as mf
-from pith_pipeline.index.schema import RECORDS, SEQ
-from pith_pipeline.index.writer import _split, dedupe_sorted, write_file
+from pith_pipeline.index.delta import location
+from pith_pipeline.index.schema import RECORDS, TS
+from pith_pipeline.index.writer import (
+    IndexUpdate,
+    live_files,
+    merge_rows,
+    open_table,
+    tidy_partitions,
+    writer_properties,
+)
 from pith_pipeline.storage.local import LocalStore
 
 ARCHIVES = {
@@ -169,7 +181,6 @@ def synthetic(n: int, seed: int) -> pa.Table:
             "bundle_sha256": rnd.randbytes(32).hex(),
             "state_sha256": rnd.randbytes(32).hex(),
             "built_at": built,
-            SEQ: 1,
         }
         for k, v in row.items():
             cols[k].append(v)
@@ -185,29 +196,88 @@ def timed(con: object, sql: str, repeat: int) -> tuple[float, int]:
     return statistics.median(times), rows
 
 
+def _size(store: LocalStore) -> tuple[int, int]:
+    files = live_files(open_table(location(store), RECORDS), RECORDS)
+    return len(files), sum(f["bytes"] for f in files)
+
+
+def _queries(store: LocalStore, repeat: int) -> dict[str, list[tuple[object, ...]]]:
+    con = connect(store)
+    queries = {
+        "pruned (submitted_month filter)": "SELECT submitted_month, license, count(*) FROM records"
+        " WHERE primary_cat = 'cs.LG' AND submitted_month BETWEEN '2019-01' AND '2019-12' GROUP BY ALL",
+        "unpruned (submitted_at filter)": "SELECT submitted_month, license, count(*) FROM records"
+        " WHERE primary_cat = 'cs.LG' AND submitted_at >= TIMESTAMPTZ '2019-01-01 00:00:00+00'"
+        " AND submitted_at < TIMESTAMPTZ '2020-01-01 00:00:00+00' GROUP BY ALL",
+        "full month x category count": (
+            "SELECT submitted_month, primary_cat, count(*) FROM records GROUP BY ALL"
+        ),
+    }
+    answers = {}
+    for name, sql in queries.items():
+        secs, n = timed(con, sql, repeat)
+        answers[name] = sorted(con.sql(sql).fetchall())
+        print(f"  {name:34} {secs * 1000:8.1f} ms (median of {repeat}), {n} groups")
+    assert answers["pruned (submitted_month filter)"] == answers["unpruned (submitted_at filter)"]
+    con.close()
+    return answers
+
+
+def _timed_merge(store: LocalStore, label: str, batch: pa.Table) -> None:
+    before = connect(store).sql("SELECT count(*) FROM records").fetchall()[0][0]
+    t = time.perf_counter()
+    loc = location(store)
+    merge_rows(loc, RECORDS, batch)
+    merged = time.perf_counter() - t
+    # as a run ends: its touched partitions rewritten (z-ordered on primary_cat, plain strings)
+    touched = {"records": set(batch.column("submitted_month").to_pylist())}
+    tidy_partitions(loc, dict(touched), IndexUpdate(), max_files=1, run_id=None)
+    secs = time.perf_counter() - t
+    n = connect(store).sql("SELECT count(*), count(DISTINCT pith_number) FROM records").fetchall()[0]
+    assert n[0] == n[1], n
+    files, size = _size(store)
+    print(
+        f"MERGE {label}: {batch.num_rows:,} papers ({n[0] - before:,} new rows): {merged:.1f}s MERGE + "
+        f"{secs - merged:.1f}s rewrite of {len(touched['records'])} partitions = "
+        f"{secs * 1000 / batch.num_rows:.3f} ms per paper; now {files} files, {size / n[0]:.1f} bytes per row"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--update", type=int, default=10_000, help="Papers per timed MERGE (0: none)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--z-order", action="store_true", help="Also time the queries after a z-order")
     ap.add_argument("--dir", type=Path, default=None, help="Store directory (default: a temp dir)")
+    ap.add_argument("--cache", type=Path, default=None, help="Parquet file keeping the generated rows")
     args = ap.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="pith-index-bench-"))
     store = LocalStore(root)
+    loc = location(store)
     t = time.perf_counter()
-    table = synthetic(args.rows, args.seed)
-    print(f"generated {table.num_rows:,} rows in {time.perf_counter() - t:.1f}s")
+    if args.cache and args.cache.exists():
+        table = pq.read_table(args.cache).cast(RECORDS.schema)
+        print(f"read {table.num_rows:,} generated rows from {args.cache}")
+    else:
+        table = synthetic(args.rows, args.seed)
+        print(f"generated {table.num_rows:,} rows in {time.perf_counter() - t:.1f}s")
+        if args.cache:
+            pq.write_table(table, args.cache)
     t = time.perf_counter()
-    table = dedupe_sorted(RECORDS, table)
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    added = [
-        write_file(store, RECORDS, part, sub, generation=1, now=now, run_id=None, compacted=True)
-        for part, sub in _split(RECORDS, table).items()
-    ]
-    mf.commit(store, mf.Change(added={"records": added}, removed=set(), retired_at="2026-01-01T00:00:00Z"))
-    size = sum(e["bytes"] for e in added)
+    # the rows are unique by construction: sorted as the writer sorts, one commit (as
+    # `reindex` writes its first chunk)
+    write_deltalake(
+        loc.uri(RECORDS.name),
+        table.sort_by([(RECORDS.partition, "ascending")] + [(c, "ascending") for c in RECORDS.sort]),
+        mode="overwrite",
+        partition_by=[RECORDS.partition],
+        writer_properties=writer_properties(),
+    )
+    files, size = _size(store)
     print(
-        f"wrote {len(added)} partition files in {time.perf_counter() - t:.1f}s: "
+        f"wrote the records table in {time.perf_counter() - t:.1f}s: {files} files, "
         f"{size / 1e6:.1f} MB, {size / table.num_rows:.1f} bytes per row"
     )
     hashes = sum(
@@ -225,23 +295,39 @@ def main() -> None:
         f"  (random hex hashes alone are {hashes / table.num_rows:.0f} bytes per row "
         "uncompressed and cannot compress below half that)"
     )
-    con = connect(store)
-    queries = {
-        "pruned (submitted_month filter)": "SELECT submitted_month, license, count(*) FROM records"
-        " WHERE primary_cat = 'cs.LG' AND submitted_month BETWEEN '2019-01' AND '2019-12' GROUP BY ALL",
-        "unpruned (submitted_at filter)": "SELECT submitted_month, license, count(*) FROM records"
-        " WHERE primary_cat = 'cs.LG' AND submitted_at >= TIMESTAMPTZ '2019-01-01 00:00:00+00'"
-        " AND submitted_at < TIMESTAMPTZ '2020-01-01 00:00:00+00' GROUP BY ALL",
-        "full month x category count": (
-            "SELECT submitted_month, primary_cat, count(*) FROM records GROUP BY ALL"
-        ),
-    }
-    answers = {}
-    for name, sql in queries.items():
-        secs, n = timed(con, sql, args.repeat)
-        answers[name] = sorted(con.sql(sql).fetchall())
-        print(f"{name:34} {secs * 1000:8.1f} ms (median of {args.repeat}), {n} groups")
-    assert answers["pruned (submitted_month filter)"] == answers["unpruned (submitted_at filter)"]
+    if args.update:
+        rng = random.Random(args.seed + 1)
+        # a backfill batch: new papers spread over every month
+        spread = synthetic(args.update, args.seed + 1)
+        _timed_merge(store, "backfill-like: new papers over all months", spread)
+        # a daily run: new papers in the newest month, and a tenth as many older papers
+        # whose bundle changed (a new version supersedes them), spread over the archive
+        daily = synthetic(args.update, args.seed + 2)
+        day = datetime(2025, 12, 30, 12, tzinfo=UTC)
+        daily = daily.set_column(
+            daily.schema.get_field_index("submitted_at"), "submitted_at", pa.array([day] * daily.num_rows, TS)
+        )
+        daily = daily.set_column(
+            daily.schema.get_field_index("submitted_month"),
+            "submitted_month",
+            pa.array(["2025-12"] * daily.num_rows),
+        )
+        changed = table.take(sorted(rng.sample(range(table.num_rows), max(1, args.update // 10))))
+        changed = changed.set_column(
+            changed.schema.get_field_index("bundle_sha256"),
+            "bundle_sha256",
+            pa.array(["f" * 64] * changed.num_rows),
+        )
+        _timed_merge(store, "daily-like: new in one month + 10% changed", pa.concat_tables([daily, changed]))
+    print("queries:")
+    before = _queries(store, args.repeat)
+    if args.z_order:
+        t = time.perf_counter()
+        open_table(loc, RECORDS).optimize.z_order(["primary_cat"], writer_properties=writer_properties())
+        files, size = _size(store)
+        print(f"z-order on primary_cat: {time.perf_counter() - t:.1f}s, {files} files, {size / 1e6:.1f} MB")
+        after = _queries(store, args.repeat)
+        assert after == before
     print(f"store: {root}")
 
 

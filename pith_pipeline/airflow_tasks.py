@@ -768,11 +768,11 @@ def index_window(
     ):
         update = update_indexes(store, touched_subjects(summary), run_id=run_id)
     return {
-        "generation": update.generation,
+        "versions": dict(update.versions),
         "rows": dict(update.rows),
         "subjects_checked": update.subjects_checked,
         "subjects_changed": update.subjects_changed,
-        "written": dict(update.written),
+        "commits": dict(update.commits),
     }
 
 
@@ -800,11 +800,11 @@ def finish_window(
     run_id = str(harvested["run_id"])
     summary = window_summary(store, run_id, staged_keys)
     update = IndexUpdate(
-        generation=int(indexed["generation"]),
+        versions={str(k): int(v) for k, v in dict(indexed["versions"]).items()},
         subjects_checked=int(indexed["subjects_checked"]),
         subjects_changed=int(indexed["subjects_changed"]),
         rows=dict(indexed["rows"]),
-        written=dict(indexed["written"]),
+        commits={str(k): [int(v) for v in vs] for k, vs in dict(indexed["commits"]).items()},
     )
     window = {
         **harvested["window"],
@@ -979,20 +979,19 @@ def finish_windows(
 def compact_indexes(
     settings: Settings, *, store: Store | None = None, grace_seconds: float | None = None
 ) -> dict[str, Any]:
-    """Fold each index partition into one file; delete files retired long enough ago."""
-    from pith_pipeline.index.writer import DEFAULT_GRACE_SECONDS, compact
+    """Compact each index table; vacuum files no version younger than `grace_seconds` needs."""
+    from pith_pipeline.index.writer import DEFAULT_RETENTION_HOURS, compact
     from pith_pipeline.storage.lease import writer_lease
 
     store = store or _store(settings)
+    hours = DEFAULT_RETENTION_HOURS if grace_seconds is None else grace_seconds / 3600
     with writer_lease(
         store, command="airflow compact", papers=False, index=True, wait=settings.lease_wait_seconds
     ):
-        update = compact(
-            store, grace_seconds=DEFAULT_GRACE_SECONDS if grace_seconds is None else grace_seconds
-        )
+        update = compact(store, retention_hours=hours)
     return {
-        "generation": update.generation,
-        "compacted_partitions": update.compacted_partitions,
+        "versions": dict(update.versions),
+        "files_compacted": update.files_compacted,
         "rows": dict(update.rows),
         "deleted": len(update.deleted),
     }
@@ -1022,7 +1021,7 @@ def rebuild_from_events(
             )
         if bundles or indexes:
             update = reindex(store)
-            out.update(reindexed=True, generation=update.generation, rows=dict(update.rows))
+            out.update(reindexed=True, versions=dict(update.versions), rows=dict(update.rows))
     if failures:
         for problem in failures:
             log.error("not rebuilt: %s", problem)

@@ -38,19 +38,45 @@ def sample_lines() -> list[str]:
 
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Any:
-    """moto's S3 API server on 127.0.0.1 and a free port, for this test process.
+    """moto's S3 API server on 127.0.0.1 and a free port, in its own process.
 
-    One server per xdist worker; tests isolate themselves with their own bucket.
+    One server per xdist worker; tests isolate themselves with their own bucket. Its
+    own process, not a thread of the test process: deltalake (the index tables) blocks
+    on requests to a server that shares its interpreter.
     """
-    from moto.server import ThreadedMotoServer
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://{host}:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/moto-api/", timeout=2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("moto's server did not start") from None
+                time.sleep(0.1)
+        yield url
     finally:
-        server.stop()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture

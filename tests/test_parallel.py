@@ -382,10 +382,22 @@ def test_cli_build_with_workers_writes_the_same_store_as_one_process(
         assert "built 31" in output
     one, two = _tree(tmp_path / "1"), _tree(tmp_path / "2")
     # under SOURCE_DATE_EPOCH the run id is reproducible: every file is the same, the
-    # quarantine, the Parquet indexes and the run manifest listing every object included
+    # quarantine and the run manifest listing every object included; the index tables'
+    # Delta logs carry wall-clock times and random file names, so their rows are compared
     assert any(k.startswith("runs/") for k in one) and any(k.startswith("index/") for k in one)
     assert any(k.startswith("quarantine/") for k in one)
-    assert one == two
+    assert {k: v for k, v in one.items() if not k.startswith("index/")} == {
+        k: v for k, v in two.items() if not k.startswith("index/")
+    }
+    from pith_pipeline.index import run_query
+    from pith_pipeline.storage.local import LocalStore
+
+    for table in ("records", "events", "aliases"):
+        rows = [
+            sorted(run_query(LocalStore(tmp_path / n), f"SELECT * FROM {table}").rows, key=str)
+            for n in ("1", "2")
+        ]
+        assert rows[0] == rows[1] and rows[0]
     assert set() in pids and any(len(p) == 2 for p in pids)  # two worker processes ran
 
 

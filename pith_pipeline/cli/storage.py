@@ -42,7 +42,7 @@ def _store_option(fn: Any) -> Any:
     help="Output format.",
 )
 def query(sql: str, store: str, fmt: str) -> None:
-    """Run SQL (DuckDB) over the Parquet indexes: tables records, events, aliases.
+    """Run SQL (DuckDB) over the index's Delta tables: records, events, aliases.
 
     \b
     Examples:
@@ -55,7 +55,7 @@ def query(sql: str, store: str, fmt: str) -> None:
         "SELECT pith_number FROM aliases WHERE alias = 'arxiv:1909.11150'"
     \b
     Filters on submitted_month (records), created_month (events) and alias_kind
-    (aliases) skip whole files. Columns are listed in the README.
+    (aliases) skip whole files. Columns are listed in docs/analysts.md.
     """
     import csv
     import io
@@ -182,19 +182,27 @@ def rebuild(
         )
 
 
+def _retention_option(fn: Any) -> Any:
+    return click.option(
+        "--retention",
+        "retention_hours",
+        type=click.FloatRange(min=0),
+        default=168.0,
+        show_default=True,
+        help="Hours files no current table version uses are kept for readers of older "
+        "versions before vacuum deletes them; 0 deletes them at once.",
+    )(fn)
+
+
 @click.command()
 @_store_option
-@click.option(
-    "--grace",
-    "grace_seconds",
-    type=float,
-    default=3600.0,
-    show_default=True,
-    help="Seconds replaced index files are kept for readers still using them.",
-)
+@_retention_option
 @wait_option
-def reindex(store: str, grace_seconds: float, lease_wait: float) -> None:
-    """Rebuild the Parquet indexes from every published bundle (bundles untouched).
+def reindex(store: str, retention_hours: float, lease_wait: float) -> None:
+    """Rebuild the index tables from every published bundle (bundles untouched).
+
+    Repairs any state of the index: missing or damaged tables are started anew, an
+    index in the old layout (index/_manifest.json) is migrated and its files removed.
 
     \b
     Example:
@@ -207,42 +215,40 @@ def reindex(store: str, grace_seconds: float, lease_wait: float) -> None:
         writer_lease(st, command="reindex", papers=False, index=True, wait=lease_wait, on_wait=lease_notice),
         tqdm(desc="index", unit="bundle", disable=None) as bar,
     ):
-        update = do_reindex(st, progress=bar.update, grace_seconds=grace_seconds)
+        update = do_reindex(st, progress=bar.update, retention_hours=retention_hours)
     click.echo(update.line())
 
 
 @click.command()
 @_store_option
+@_retention_option
 @click.option(
-    "--grace",
-    "grace_seconds",
-    type=float,
-    default=3600.0,
-    show_default=True,
-    help="Seconds replaced files are kept before deletion (readers of the previous "
-    "manifest may still be reading them); 0 deletes at once.",
+    "--z-order",
+    "z_order",
+    is_flag=True,
+    help="Order records by primary_cat while compacting (see docs/analysts.md: it did not pay).",
 )
 @wait_option
-def compact(store: str, grace_seconds: float, lease_wait: float) -> None:
-    """Fold each index partition's small files into one deduplicated, sorted file.
+def compact(store: str, retention_hours: float, z_order: bool, lease_wait: float) -> None:
+    """Compact each index table's small files (Delta OPTIMIZE), then VACUUM old files.
 
-    Readers never see a half-done compaction: new files are written first, then the
-    index manifest is swapped in one step; old files are deleted after --grace.
+    Readers never see a half-done compaction: it is one Delta commit per table, and
+    files older versions still use are deleted only after --retention hours.
 
     \b
     Example:
-      pith-pipeline compact --store s3://bucket/pith --grace 900
+      pith-pipeline compact --store s3://bucket/pith --retention 24
     """
     from pith_pipeline.index import compact as do_compact
 
     st = open_store(store)
     with (
         writer_lease(st, command="compact", papers=False, index=True, wait=lease_wait, on_wait=lease_notice),
-        tqdm(desc="compact", unit="partition", disable=None) as bar,
+        tqdm(desc="compact", unit="table", disable=None) as bar,
     ):
         from pith_pipeline.storage.local import LocalStore
 
         if isinstance(st, LocalStore):
             st.sweep_temporary()  # a killed writer's leftovers
-        update = do_compact(st, grace_seconds=grace_seconds, progress=bar.update)
+        update = do_compact(st, retention_hours=retention_hours, z_order=z_order, progress=bar.update)
     click.echo(f"{update.line()}; deleted {len(update.deleted)} old files")

@@ -1,5 +1,5 @@
-"""Parquet indexes over a store (`records`, `events`, `aliases`), their compaction,
-queries and the per-run manifest.
+"""Indexes over a store as Delta tables (`records`, `events`, `aliases`), their
+compaction, queries and the per-run manifest.
 
 The API other parts call (CLI `build`/`ingest`, Airflow tasks):
 
@@ -8,13 +8,15 @@ The API other parts call (CLI `build`/`ingest`, Airflow tasks):
 - `update_indexes(store, subjects)` / `write_manifest(store, summary, window=...)`:
   the two halves of `finish_run`, for callers that split them into tasks.
 - `compact(store)`, `reindex(store)`, `run_query(store, sql)`, `status(store)`.
+- `check_bundle(bundle)` / `check(row, table)`: validate index rows before a record
+  is published (`InputError`, record-level: quarantine the record).
 
-Importing this package imports pyarrow; DuckDB is imported when a query or a
-deduplication runs.
+Importing this package imports pyarrow; deltalake and DuckDB are imported when a
+table is read or written.
 """
 
-from pith_pipeline.index.manifest import MANIFEST_KEY
 from pith_pipeline.index.query import connect, format_table, run_query
+from pith_pipeline.index.rows import check, check_bundle
 from pith_pipeline.index.runs import (
     finish_run,
     reproducible_run_id,
@@ -24,17 +26,20 @@ from pith_pipeline.index.runs import (
 )
 from pith_pipeline.index.status import format_status, status
 from pith_pipeline.index.writer import (
+    DEFAULT_RETENTION_HOURS,
+    LEGACY_MANIFEST_KEY,
     IndexUpdate,
-    collect_garbage,
     compact,
     reindex,
     update_indexes,
 )
 
 __all__ = [
-    "MANIFEST_KEY",
+    "DEFAULT_RETENTION_HOURS",
+    "LEGACY_MANIFEST_KEY",
     "IndexUpdate",
-    "collect_garbage",
+    "check",
+    "check_bundle",
     "compact",
     "connect",
     "finish_run",

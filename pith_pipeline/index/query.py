@@ -1,15 +1,26 @@
-"""Analysts' reads: DuckDB over the Parquet indexes through pyarrow datasets.
+"""Analysts' reads: DuckDB over the index's Delta tables, with no DuckDB extension.
 
-The files come from the index manifest (never from listing directories), and are
-opened as pyarrow datasets on the store's own filesystem (local, or S3 through
-`pyarrow.fs.S3FileSystem` on the same endpoint and credentials as boto3), so DuckDB
-needs no extensions and pushes filters and projections into the scan: a filter on
-`submitted_month` (records), `created_month` (events) or `alias_kind` (aliases)
-skips whole files, one on `primary_cat` skips row groups by their statistics.
+Each table's current version is read from its Delta log (deltalake), and its live
+data files are opened as one pyarrow dataset on the store's own filesystem (local,
+or S3 through `pyarrow.fs.S3FileSystem` on the same endpoint and credentials as
+boto3), each file carrying its partition value from the log. Why not
+`DeltaTable.to_pyarrow_dataset()`: it hands DuckDB `string_view` columns that it
+mishandles; the log's file list read with our own schema gives the same rows.
 
-Tables `records`, `events` and `aliases` are views with one row per key; while a
-partition holds more than one file (between compactions) the view keeps the newest
-row per key, windowed by the partition column first so pruning still applies.
+delta-rs writes strings as `string_view` in MERGE output and as plain `string`
+otherwise. DuckDB pushes filters (partition pruning, row-group statistics) only into
+a scan whose schema has no views, and pyarrow cannot apply a pushed-down string
+filter to a file that holds views. So the index is kept in plain files (every change
+ends by rewriting the partitions it touched, `writer.tidy_partitions`), the scan
+declares plain strings, and a query that still meets a view file (a run that died
+between its MERGE and the rewrite) is run again over a dataset that declares views:
+without pushdown, slower, with the same rows.
+
+Every Delta version holds one row per key, so the views `records`, `events` and
+`aliases` are the files as they are. DuckDB pushes filters and projections into
+the scan: a filter on `submitted_month` (records), `created_month` (events) or
+`alias_kind` (aliases) skips whole files, one on `primary_cat` skips row groups by
+their statistics.
 """
 
 from __future__ import annotations
@@ -20,65 +31,111 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from pith_pipeline.index import manifest as mf
+from pith_pipeline.errors import InputError, StorageError
+from pith_pipeline.index.delta import Location, _unwrap, location
 from pith_pipeline.index.schema import TABLES, TableSpec
-from pith_pipeline.index.writer import read_file
 from pith_pipeline.storage.base import Store
 
 
-def arrow_source(store: Store) -> tuple[Any, str] | None:
-    """(pyarrow filesystem, root path) for stores Parquet can be scanned in place."""
+def arrow_source(store: Store) -> tuple[Any, str]:
+    """(pyarrow filesystem, root path) of a local or S3 store."""
     from pith_pipeline.storage.local import LocalStore
 
-    if isinstance(store, LocalStore):
+    real = _unwrap(store)
+    if isinstance(real, LocalStore):
         from pyarrow import fs as pafs
 
-        return pafs.LocalFileSystem(), str(store.root)
-    opener = getattr(store, "arrow_filesystem", None)
+        return pafs.LocalFileSystem(), str(real.root)
+    opener = getattr(real, "arrow_filesystem", None)
     if callable(opener):
         result: tuple[Any, str] = opener()
         return result
-    return None
+    raise StorageError(f"{store.url}: the index can only be read from a local directory or an s3:// store")
 
 
-def table_source(store: Store, spec: TableSpec, entries: list[dict[str, Any]]) -> Any:
-    """A pyarrow dataset (or, for stores without a filesystem, a table) of the files."""
-    if not entries:
-        return spec.schema.empty_table()
-    source = arrow_source(store)
-    if source is None:  # wrapped or exotic store: read through the Store interface
-        return pa.concat_tables([read_file(store, spec, e) for e in entries])
-    fs, root = source
-    return ds.dataset(
-        [f"{root}/{e['path']}" for e in entries],
-        filesystem=fs,
-        format="parquet",
-        schema=spec.schema,
-        partitioning=ds.partitioning(pa.schema([(spec.partition, pa.string())]), flavor="hive"),
-        partition_base_dir=f"{root}/index/{spec.name}",
+def _view(t: pa.DataType) -> pa.DataType:
+    if t == pa.string():
+        return pa.string_view()
+    if pa.types.is_list(t):
+        return pa.list_(_view(t.value_type))
+    return t
+
+
+def read_schema(spec: TableSpec, *, views: bool = False) -> pa.Schema:
+    """The dataset schema; with `views`, strings as views except the partition column."""
+    if not views:
+        return spec.schema
+    return pa.schema(
+        [f if f.name == spec.partition else pa.field(f.name, _view(f.type)) for f in spec.schema]
     )
 
 
-def view_sql(spec: TableSpec, source: str, dedupe: bool) -> str:
-    cols = ", ".join(spec.public_columns)
-    if not dedupe:
-        return f"SELECT {cols} FROM {source}"
-    return (
-        f"SELECT {cols} FROM {source} QUALIFY row_number() OVER "
-        f"(PARTITION BY {', '.join(spec.key)} ORDER BY {spec.winner}) = 1"
-    )
+def dataset_of(
+    store: Store, loc: Location, spec: TableSpec, files: list[dict[str, Any]], *, views: bool = False
+) -> Any:
+    """A pyarrow dataset of a table's live files (see `writer.live_files`)."""
+    from urllib.parse import unquote
+
+    if not files:
+        return ds.dataset(read_schema(spec, views=views).empty_table())
+    fs, root = arrow_source(store)
+    fmt = ds.ParquetFileFormat()
+    fragments = [
+        fmt.make_fragment(
+            f"{root}/index/{spec.name}/{unquote(f['path'])}",
+            filesystem=fs,
+            partition_expression=ds.field(spec.partition) == f["partition"],
+        )
+        for f in files
+    ]
+    del loc
+    return ds.FileSystemDataset(fragments, read_schema(spec, views=views), fmt, fs)
 
 
-def connect(store: Store, *, manifest: mf.Manifest | None = None) -> Any:
-    """A DuckDB connection with views `records`, `events`, `aliases` (and `<name>_files`)."""
+def _has_bundles(store: Store) -> bool:
+    return any(k.endswith("/bundle.json") for k in _unwrap(store).list("pith/"))
+
+
+def table_sources(store: Store, *, views: bool = False) -> dict[str, Any]:
+    """Per table, a dataset of its current version's live files.
+
+    A table that does not exist reads as empty only while the store has no bundles;
+    otherwise the index was lost or never built, and `StorageError` says to reindex.
+    """
+    from pith_pipeline.index.writer import _refuse_legacy, live_files, open_table, table_exists
+
+    loc = location(store)
+    _refuse_legacy(store)
+    out: dict[str, Any] = {}
+    missing = []
+    for name, spec in TABLES.items():
+        if not table_exists(loc, spec):
+            missing.append(name)
+            out[name] = ds.dataset(read_schema(spec, views=views).empty_table())
+            continue
+        out[name] = dataset_of(store, loc, spec, live_files(open_table(loc, spec), spec), views=views)
+    if missing and _has_bundles(store):
+        raise StorageError(
+            f"{loc.base}: the index table{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)} {'are' if len(missing) > 1 else 'is'} missing but the store has "
+            "published bundles; run `pith-pipeline reindex` to rebuild the index"
+        )
+    return out
+
+
+def connect(store: Store, *, views: bool = False) -> Any:
+    """A DuckDB connection with views `records`, `events`, `aliases` (one row per key).
+
+    `views=True` declares strings as views (no filter pushdown; for files that hold
+    views, see the module docstring); `run_query` retries with it when needed.
+    """
     import duckdb
 
-    manifest = manifest or mf.load(store)
+    sources = table_sources(store, views=views)
     con = duckdb.connect()
     for name, spec in TABLES.items():
-        src = table_source(store, spec, manifest.files[name])
-        con.register(f"{name}_files", src)
-        con.execute(f"CREATE VIEW {name} AS " + view_sql(spec, f"{name}_files", manifest.needs_dedupe(name)))
+        con.register(f"{name}_files", sources[name])
+        con.execute(f"CREATE VIEW {name} AS SELECT {', '.join(spec.public_columns)} FROM {name}_files")
     return con
 
 
@@ -88,20 +145,78 @@ class Result:
     rows: list[tuple[Any, ...]]
 
 
+def damaged_files(store: Store) -> list[tuple[str, str]]:
+    """(store key, reason) of each live index file whose Parquet footer cannot be read."""
+    import pyarrow.parquet as pq
+
+    from pith_pipeline.index.writer import live_files, open_table, table_exists
+
+    loc = location(store)
+    fs, root = arrow_source(store)
+    bad = []
+    for name, spec in TABLES.items():
+        if not table_exists(loc, spec):
+            continue
+        for f in live_files(open_table(loc, spec), spec):
+            key = f"index/{name}/{f['path']}"
+            try:
+                with fs.open_input_file(f"{root}/{key}") as fh:
+                    pq.read_metadata(fh)
+            except (OSError, pa.ArrowException) as exc:
+                bad.append((key, str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"))
+    return bad
+
+
+def read_error(store: Store, exc: Exception) -> StorageError:
+    """A one-line error for a failed read of the index, naming a damaged file if there is one."""
+    try:
+        bad = damaged_files(store)
+    except Exception:  # naming the file is best effort; the original error still stands
+        bad = []
+    if bad:
+        key, reason = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        return StorageError(
+            f"{store.url}/{key}: damaged index file ({reason}){more}; "
+            "run `pith-pipeline reindex` to rebuild the index"
+        )
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StorageError(f"{store.url}: the index could not be read ({first})")
+
+
+def needs_views(exc: BaseException) -> bool:
+    """Whether a failed scan met a file holding `string_view` columns (see the docstring)."""
+    return "string_view" in str(exc)
+
+
 def run_query(store: Store, sql: str) -> Result:
     """Run one SQL statement over the indexes; errors name the problem, not a trace."""
+    try:
+        return _run_query(store, sql, views=False)
+    except InputError as exc:
+        if not needs_views(exc):
+            raise
+    return _run_query(store, sql, views=True)
+
+
+def _run_query(store: Store, sql: str, *, views: bool) -> Result:
     import duckdb
 
-    from pith_pipeline.errors import InputError
-
-    con = connect(store)
+    con = connect(store, views=views)
     try:
-        rel = con.sql(sql)
-        if rel is None:
-            return Result([], [])
-        return Result(list(rel.columns), rel.fetchall())
-    except duckdb.Error as exc:
-        raise InputError(f"query failed: {exc}", where="SQL") from None
+        try:
+            rel = con.sql(sql)
+            if rel is None:
+                return Result([], [])
+            return Result(list(rel.columns), rel.fetchall())
+        except (duckdb.IOException, duckdb.InvalidInputException, OSError, pa.ArrowException) as exc:
+            if isinstance(exc, duckdb.InvalidInputException) and (
+                needs_views(exc) or "parquet" not in str(exc).lower()
+            ):
+                raise InputError(f"query failed: {exc}", where="SQL") from None
+            raise read_error(store, exc) from None
+        except duckdb.Error as exc:
+            raise InputError(f"query failed: {exc}", where="SQL") from None
     finally:
         con.close()
 
@@ -124,4 +239,4 @@ def format_table(result: Result, *, max_width: int = 60) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Result", "connect", "format_table", "run_query"]
+__all__ = ["Result", "connect", "damaged_files", "format_table", "run_query"]

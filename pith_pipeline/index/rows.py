@@ -3,6 +3,9 @@
 Indexes are derived data: everything a row holds is read from the signed bundle
 (canonical record, state, events, aliases), so `reindex` can rebuild them from the
 store at any time and a row can always be checked against its bundle.
+
+`check_bundle` (or `check` per row) validates rows against the tables' schema
+before anything of a record is published, so one record cannot break the index.
 """
 
 from __future__ import annotations
@@ -11,7 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import pyarrow as pa
+
 from pith_pipeline.core.timeutil import parse_iso
+from pith_pipeline.errors import InputError
+from pith_pipeline.index.schema import TABLES
 
 
 def _ts(value: Any) -> datetime | None:
@@ -154,3 +161,65 @@ def rows_from_bundle(bundle: dict[str, Any], *, bundle_key: str, bundle_sha256: 
             }
         )
     return out
+
+
+# -- validation: before anything is published -------------------------------------
+
+_CHECK_ERRORS = (pa.ArrowException, OverflowError, TypeError, ValueError)
+
+
+def check(row: dict[str, Any], table: str = "records") -> None:
+    """Raise `InputError` naming the column if `row` does not fit `table`'s schema.
+
+    Why: a row the index cannot hold (an int32 `version` of 3000000000, a non-string
+    title) must stop only its record, before its bundle is published; found later, in
+    the index update, it would fail every update and every `reindex` after it.
+    """
+    spec = TABLES[table]
+    record_id = row.get("pith_number") or row.get("subject") or row.get("arxiv_id")
+    rid = record_id if isinstance(record_id, str) else None
+    unknown = sorted(set(row) - set(spec.schema.names))
+    if unknown:
+        raise InputError(f"not a column of the {table} index", record_id=rid, field=unknown[0])
+    for name in spec.required:
+        if row.get(name) is None or row.get(name) == "":
+            raise InputError(f"the {table} index needs a value here", record_id=rid, field=name)
+    for f in spec.schema:
+        value = row.get(f.name)
+        if value is None:
+            continue
+        try:
+            pa.array([value], type=f.type)
+        except _CHECK_ERRORS as exc:
+            shown = repr(value)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise InputError(
+                f"{shown} does not fit the {table} index column ({f.type}): {type(exc).__name__}",
+                record_id=rid,
+                field=f.name,
+            ) from None
+
+
+def check_rows(rows: Rows) -> None:
+    """`check` every row of every table (see `check`)."""
+    for name in TABLES:
+        for row in rows.table(name):
+            check(row, name)
+
+
+def check_bundle(bundle: dict[str, Any]) -> Rows:
+    """The index rows of a bundle about to be published, each checked; `InputError` if not.
+
+    Call it after building and signing a bundle and before publishing anything of its
+    record; the error is record-level (quarantine the record and go on).
+    """
+    subject = bundle.get("pith_number") if isinstance(bundle, dict) else None
+    try:
+        rows = rows_from_bundle(bundle, bundle_key="pith/check/bundle.json", bundle_sha256="0" * 64)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise InputError(
+            f"the bundle lacks what the index needs ({type(exc).__name__}: {exc})",
+            record_id=subject if isinstance(subject, str) else None,
+        ) from None
+    check_rows(rows)
+    return rows

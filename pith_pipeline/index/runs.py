@@ -135,8 +135,9 @@ def write_manifest(
 ) -> str:
     """Write `runs/<run_id>/manifest.json` (write-once); returns its key.
 
-    Lists the window, the counts and every object the run wrote (published files,
-    index files and the index manifest) with its sha256. Writing it again for the
+    Lists the window, the counts, the index tables' Delta versions the run produced
+    (`index.commits`: per table, every version this run committed; `index.versions`:
+    the newest of them) and every object the run published with its sha256. Writing it again for the
     same run (same window and counts) keeps the first manifest; a different window
     or counts under the same run id is a `WriteConflictError`. The document is
     written to a temporary file and stored from there, so its size (about 1 KB per
@@ -155,7 +156,9 @@ def write_manifest(
         "index": None
         if index is None
         else {
-            "generation": index.generation,
+            "format": "delta",
+            "versions": dict(sorted(index.versions.items())),
+            "commits": {k: sorted(v) for k, v in sorted(index.commits.items())},
             "rows": index.rows,
             "subjects_checked": index.subjects_checked,
             "subjects_changed": index.subjects_changed,
@@ -188,9 +191,7 @@ def write_manifest(
                 doc,
                 {
                     "pith_numbers": _string_items(iter_sorted(summary.pith_numbers)),
-                    "objects": _object_items(
-                        _sorted_objects(summary.written, index.written if index else {})
-                    ),
+                    "objects": _object_items(_sorted_objects(summary.written, {})),
                 },
             )
         put_once_file(store, key, path)
@@ -205,7 +206,7 @@ def finish_run(
     clock: Clock = system_clock,
     progress: Progress | None = None,
 ) -> str:
-    """Finish a publishing run: update the Parquet indexes, then write the run manifest.
+    """Finish a publishing run: update the index tables, then write the run manifest.
 
     Call it once after `Publisher.publish(...)` returned (CLI `build`/`ingest`, or an
     Airflow task holding the same `RunSummary`):

@@ -1,15 +1,16 @@
-"""The three Parquet index tables: columns, partitioning, sort order and row identity.
+"""The three index tables (Delta tables): columns, partitioning, merge key and row order.
 
-Each table is described once here and used by the writer, the compactor and the
+Each table is described once here and used by the writer, the checker and the
 reader, so "one row per key" means the same thing everywhere:
 
-- `key` names a row's identity; `winner` orders duplicates (first wins). Duplicates
-  exist only between files (each file is deduplicated when written), so a partition
-  with one file needs no deduplication at read time.
-- The partition column is functionally dependent on the key (a Pith number fixes its
-  submission month, an event id its creation month, an alias its kind) and is listed
-  first in `key`, so a filter on it passes through the reader's deduplication window
-  and still prunes files.
+- `key` names a row's identity: the partition column (functionally dependent on the
+  key: a Pith number fixes its submission month, an event id its creation month, an
+  alias its kind) and the merge column. The MERGE joins on both, so Delta prunes the
+  target files by partition before it looks for matches.
+- `winner` orders rows with the same key inside one batch (first wins): a MERGE
+  source must hold one row per key.
+- `update_when` is the MERGE's condition for replacing a matched row (None: never,
+  the table is insert-only); `required` columns may not be null.
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ import pyarrow as pa
 TS = pa.timestamp("us", tz="UTC")
 STR_LIST = pa.list_(pa.string())
 
-#: Internal column: the index generation that wrote a row; later generations win.
-SEQ = "index_seq"
-
 
 @dataclass(frozen=True, slots=True)
 class TableSpec:
@@ -33,7 +31,16 @@ class TableSpec:
     key: tuple[str, ...]
     winner: str  # SQL ORDER BY list; the first row per key is kept
     sort: tuple[str, ...]  # row order inside a file: similar rows together compress well
-    row_group_size: int = 32_768
+    update_when: str | None  # MERGE: when a matched target row `t` is replaced by source `s`
+    required: tuple[str, ...]
+
+    @property
+    def merge_column(self) -> str:
+        return self.key[-1]
+
+    @property
+    def merge_predicate(self) -> str:
+        return " AND ".join(f"t.{c} = s.{c}" for c in self.key)
 
     @property
     def file_schema(self) -> pa.Schema:
@@ -42,7 +49,7 @@ class TableSpec:
 
     @property
     def public_columns(self) -> list[str]:
-        return [f.name for f in self.schema if f.name != SEQ]
+        return list(self.schema.names)
 
 
 RECORDS = TableSpec(
@@ -76,13 +83,15 @@ RECORDS = TableSpec(
             ("bundle_sha256", pa.string()),
             ("state_sha256", pa.string()),
             ("built_at", TS),
-            (SEQ, pa.int64()),
         ]
     ),
     partition="submitted_month",
     key=("submitted_month", "pith_number"),
-    winner=f"{SEQ} DESC, built_at DESC, bundle_sha256 DESC",
+    winner="built_at DESC, bundle_sha256 DESC",
     sort=("primary_cat", "submitted_at", "arxiv_id", "version", "pith_number"),
+    # a row from an older bundle never replaces one from a newer bundle
+    update_when="t.built_at IS NULL OR s.built_at >= t.built_at",
+    required=("pith_number", "submitted_month", "arxiv_id", "primary_cat", "bundle_key"),
 )
 
 EVENTS = TableSpec(
@@ -105,13 +114,16 @@ EVENTS = TableSpec(
             ("correction_kind", pa.string()),
             ("valid", pa.bool_()),
             ("event_key", pa.string()),
-            (SEQ, pa.int64()),
         ]
     ),
     partition="created_month",
     key=("created_month", "event_id"),
-    winner=f"{SEQ} DESC",
+    winner="valid ASC",  # an event any bundle marks invalid stays invalid
     sort=("event_type", "subject", "created_at", "event_id"),
+    # events are immutable (named by their hash): insert-only; `valid` is derived from
+    # the subject's state and is corrected separately (see `writer.merge_rows`)
+    update_when=None,
+    required=("event_id", "created_month", "subject", "event_type"),
 )
 
 ALIASES = TableSpec(
@@ -126,14 +138,19 @@ ALIASES = TableSpec(
             ("version", pa.int32()),
             ("record_created_at", TS),
             ("created_at", TS),
-            (SEQ, pa.int64()),
         ]
     ),
     partition="alias_kind",
     key=("alias_kind", "alias_value"),
     # the newest arXiv version wins, as in the arxiv/<id>.json pointer's `latest`
-    winner=f"version DESC, record_created_at DESC, pith_number DESC, {SEQ} DESC",
+    winner="version DESC, record_created_at DESC, pith_number DESC",
     sort=("alias_value", "pith_number"),
+    update_when=(
+        "s.pith_number = t.pith_number OR t.version IS NULL OR s.version > t.version"
+        " OR (s.version = t.version AND (s.record_created_at > t.record_created_at"
+        " OR (s.record_created_at = t.record_created_at AND s.pith_number > t.pith_number)))"
+    ),
+    required=("alias_kind", "alias_value", "alias", "pith_number"),
 )
 
 TABLES: dict[str, TableSpec] = {t.name: t for t in (RECORDS, EVENTS, ALIASES)}

@@ -1,8 +1,12 @@
-"""What is published in a store, from its index manifest, run manifests and quarantine.
+"""What is published in a store: its index tables, run manifests and quarantine.
 
-The default reads only small objects (manifests, the `runs/` and `quarantine/`
-listings) plus the indexes' row counts, so it is cheap on a large S3 store; `deep`
-also lists every bundle and event object and reports bundles missing from the index.
+The default reads only small objects (each table's Delta log, the `runs/` and
+`quarantine/` listings) plus the Parquet footers the row counts need, so it is
+cheap on a large S3 store; `deep` also lists every bundle and event object and
+reports bundles missing from the index.
+
+A damaged index (an unreadable log or Parquet file) is one `StorageError` naming
+the object and saying to run `reindex` (the CLI prints it on one line, exit code 1).
 """
 
 from __future__ import annotations
@@ -10,44 +14,57 @@ from __future__ import annotations
 from typing import Any
 
 from pith_pipeline.core.canonical_json import loads
-from pith_pipeline.index import manifest as mf
-from pith_pipeline.index.query import connect
+from pith_pipeline.index.delta import location
+from pith_pipeline.index.query import connect, needs_views, read_error
 from pith_pipeline.index.runs import RUN_MANIFEST_FORMAT
 from pith_pipeline.index.schema import TABLES
-from pith_pipeline.index.writer import all_bundle_keys
+from pith_pipeline.index.writer import all_bundle_keys, live_files, open_table, table_exists
 from pith_pipeline.storage.base import Store
 
 
+def _tables(store: Store) -> dict[str, Any]:
+    loc = location(store)
+    out: dict[str, Any] = {}
+    for name, spec in TABLES.items():
+        if not table_exists(loc, spec):
+            out[name] = {"version": None, "rows": 0, "files": 0, "bytes": 0, "partitions": 0}
+            continue
+        dt = open_table(loc, spec)
+        files = live_files(dt, spec)
+        out[name] = {
+            "version": dt.version(),
+            "rows": sum(f["rows"] for f in files),
+            "files": len(files),
+            "bytes": sum(f["bytes"] for f in files),
+            "partitions": len({f["partition"] for f in files}),
+        }
+    return out
+
+
 def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
-    manifest = mf.load(store)
-    out: dict[str, Any] = {
-        "store": store.url,
-        "index": {
-            "generation": manifest.generation,
-            "updated_at": manifest.updated_at,
-            "retired_files": len(manifest.retired),
-            "tables": {},
-        },
-    }
-    con = connect(store, manifest=manifest)
-    try:
-        for name in TABLES:
-            parts = manifest.partitions(name)
-            row = con.sql(f"SELECT count(*) FROM {name}").fetchall()[0]
-            out["index"]["tables"][name] = {
-                "rows": int(row[0]) if row else 0,
-                "rows_in_files": sum(f["rows"] for f in manifest.files[name]),
-                "files": len(manifest.files[name]),
-                "bytes": sum(f["bytes"] for f in manifest.files[name]),
-                "partitions": len(parts),
-                "partitions_to_compact": sum(len(v) > 1 for v in parts.values()),
-            }
-        latest = con.sql("SELECT count(*) FROM records WHERE superseded_by IS NULL").fetchall()[0]
-        out["records"] = out["index"]["tables"]["records"]["rows"]
-        out["latest_versions"] = int(latest[0]) if latest else 0
-        out["events"] = out["index"]["tables"]["events"]["rows"]
-    finally:
-        con.close()
+    import duckdb
+    import pyarrow as pa
+
+    tables = _tables(store)
+    out: dict[str, Any] = {"store": store.url, "index": {"location": location(store).base, "tables": tables}}
+    for views in (False, True):
+        con = connect(store, views=views)
+        try:
+            for name in TABLES:
+                row = con.sql(f"SELECT count(*) FROM {name}").fetchall()[0]
+                tables[name]["rows"] = int(row[0]) if row else 0
+            latest = con.sql("SELECT count(*) FROM records WHERE superseded_by IS NULL").fetchall()[0]
+            indexed = {r[0] for r in con.sql("SELECT bundle_key FROM records").fetchall()} if deep else set()
+            break
+        except (duckdb.Error, OSError, pa.ArrowException) as exc:
+            if not views and needs_views(exc):
+                continue
+            raise read_error(store, exc) from None
+        finally:
+            con.close()
+    out["records"] = tables["records"]["rows"]
+    out["latest_versions"] = int(latest[0]) if latest else 0
+    out["events"] = tables["events"]["rows"]
     runs = [k for k in store.list("runs/") if k.endswith("/manifest.json")]
     out["runs"] = len(runs)
     out["last_run"] = None
@@ -71,11 +88,6 @@ def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
     out["quarantine"] = {"files": len(quarantine), "records": lines}
     if deep:
         bundles = all_bundle_keys(store)
-        indexed_con = connect(store, manifest=manifest)
-        try:
-            indexed = {r[0] for r in indexed_con.sql("SELECT bundle_key FROM records").fetchall()}
-        finally:
-            indexed_con.close()
         out["bundles"] = len(bundles)
         out["event_objects"] = sum(1 for k in store.list("events/") if k.endswith(".json"))
         out["bundles_not_indexed"] = sorted(set(bundles) - indexed)[:20]
@@ -86,15 +98,12 @@ def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
 def format_status(st: dict[str, Any]) -> str:
     lines = [f"store: {st['store']}"]
     idx = st["index"]
-    lines.append(
-        f"index: generation {idx['generation']}, updated {idx['updated_at'] or 'never'}"
-        f", {idx['retired_files']} retired files awaiting deletion"
-    )
+    lines.append(f"index: Delta tables under {idx['location']}")
     for name, t in idx["tables"].items():
+        version = "not created" if t["version"] is None else f"version {t['version']}"
         lines.append(
-            f"  {name:8} {t['rows']:>10} rows  {t['files']:>5} files  "
+            f"  {name:8} {version:>14}  {t['rows']:>10} rows  {t['files']:>5} files  "
             f"{t['bytes']:>12} bytes  {t['partitions']:>4} partitions"
-            + (f"  ({t['partitions_to_compact']} to compact)" if t["partitions_to_compact"] else "")
         )
     lines.append(
         f"records: {st['records']} ({st['latest_versions']} latest versions), events: {st['events']}"

@@ -1,70 +1,77 @@
-"""Writing the Parquet indexes: incremental updates, compaction and full reindex.
+"""Writing the index's Delta tables: incremental MERGEs, compaction and full reindex.
 
-Every change follows one pattern, so readers never see half of it:
+Each table (`schema.TABLES`) is a Delta table under `index/<table>/`; every change
+is one Delta commit, so every version of a table has exactly one row per key and
+readers (ours and every other engine) never see half of a change:
 
-1. write new Parquet files under names nobody reads yet
-   (`index/<table>/<col>=<value>/part-g<generation>-<stamp>-<random>.parquet`);
-2. swap `index/_manifest.json` in one compare-and-swap (see `manifest`);
-3. only files that a manifest retired at least a grace period ago are deleted.
+- `records`: MERGE on `pith_number` (a row from a newer bundle replaces the old);
+- `aliases`: MERGE on the alias (the newest arXiv version wins, as in the
+  `arxiv/<id>.json` pointer);
+- `events`: insert-only MERGE on `event_id` (events are immutable; only `valid`,
+  derived from the subject's state, is corrected when a bundle marks one invalid).
 
-An update adds one small file per touched partition; a partition holding more than
-`max_parts` files is compacted in the same commit, and `compact` folds every
-partition into one deduplicated, sorted file. Rows carry `index_seq` (the
-generation that wrote them) so that, between compactions, readers keep the newest
-row per key (see `schema`).
+An update writes only subjects whose `records` row differs from their bundle, and
+merges `events` and `aliases` before `records`: an unchanged records row therefore
+means the subject is fully indexed, and a re-run completes an update that died half
+way. A MERGE that loses a commit race to another writer is re-run against the new
+version (Delta's conflict check tells us; the MERGE is idempotent), so concurrent
+writers lose nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
+import math
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from itertools import chain, islice
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pith_pipeline.core.canonical_json import loads
-from pith_pipeline.core.timeutil import Clock, iso_seconds, system_clock
+from pith_pipeline.core.timeutil import Clock, system_clock
 from pith_pipeline.errors import StorageError
-from pith_pipeline.index import manifest as mf
+from pith_pipeline.index.delta import INDEX_PREFIX, Location, _unwrap, location
 from pith_pipeline.index.rows import Rows, rows_from_bundle
-from pith_pipeline.index.schema import SEQ, TABLES, TableSpec
+from pith_pipeline.index.schema import TABLES, TableSpec
 from pith_pipeline.spill import sorted_unique
 from pith_pipeline.storage.base import Store
 
 Progress = Callable[[int], None]
-DEFAULT_MAX_PARTS = 8
-DEFAULT_GRACE_SECONDS = 3600
-REINDEX_CHUNK = 10_000  # bundles per chunk of a full reindex (memory bound)
-UPDATE_BATCH = 10_000  # subjects per batch of an index update
-COMPACT_ROWS = 40_000  # rows one compaction step of an update reads at most (memory bound)
-_STAMP = re.compile(r"part-g\d+-(\d{8}T\d{6}Z)-[0-9a-f]+\.parquet$")
+#: Hours a file no version needs any more is kept for readers of older versions.
+DEFAULT_RETENTION_HOURS = 168
+REINDEX_CHUNK = 20_000  # bundles per commit of a full reindex (memory bound)
+UPDATE_BATCH = 10_000  # subjects per batch of an index update (memory bound)
+COMMIT_ATTEMPTS = 12
+DEFAULT_MAX_PARTS = 1  # events/aliases files a touched partition may keep before compaction
+#: The index layout before Delta tables: a manifest of our own, migrated by `reindex`.
+LEGACY_MANIFEST_KEY = "index/_manifest.json"
+_LEGACY_FILE = re.compile(r"/part-g\d+-\d{8}T\d{6}Z-[0-9a-f]+\.parquet$")
 
 
 @dataclass(slots=True)
 class IndexUpdate:
-    """What an index change did: generation committed, rows and files written."""
+    """What an index change did: each table's version after it, rows and commits."""
 
-    generation: int
+    versions: dict[str, int] = field(default_factory=dict)
     subjects_checked: int = 0
     subjects_changed: int = 0
     rows: dict[str, int] = field(default_factory=dict)
-    compacted_partitions: int = 0
-    written: dict[str, str] = field(default_factory=dict)  # key -> sha256
+    files_compacted: int = 0
+    #: table -> the versions this change committed (a run manifest records them)
+    commits: dict[str, list[int]] = field(default_factory=dict)
     deleted: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         rows = ", ".join(f"{k} {v}" for k, v in self.rows.items()) or "no new rows"
+        versions = ", ".join(f"{k} v{v}" for k, v in sorted(self.versions.items())) or "no tables"
         return (
-            f"index generation {self.generation}: {self.subjects_changed} of "
-            f"{self.subjects_checked} records changed ({rows}); "
-            f"{self.compacted_partitions} partitions compacted"
+            f"index ({versions}): {self.subjects_changed} of {self.subjects_checked} "
+            f"records changed ({rows}); {self.files_compacted} files compacted"
         )
 
 
@@ -86,7 +93,12 @@ def _read_bundle(store: Store, key: str) -> Rows:
         bundle = loads(data)
     except ValueError as exc:
         raise StorageError(f"{store.url}/{key} is not valid JSON: {exc}") from None
-    return rows_from_bundle(bundle, bundle_key=key, bundle_sha256=hashlib.sha256(data).hexdigest())
+    try:
+        return rows_from_bundle(bundle, bundle_key=key, bundle_sha256=hashlib.sha256(data).hexdigest())
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise StorageError(
+            f"{store.url}/{key}: not a bundle the index can read ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def read_bundles(
@@ -103,18 +115,75 @@ def read_bundles(
             yield key, rows
 
 
-# -- Parquet files ------------------------------------------------------------------
+def all_bundle_keys(store: Store) -> list[str]:
+    return [k for k in store.list("pith/") if k.endswith("/bundle.json") and k.count("/") == 2]
 
 
-def to_table(spec: TableSpec, rows: list[dict[str, Any]], seq: int) -> pa.Table:
-    return pa.Table.from_pylist([{**r, SEQ: seq} for r in rows], schema=spec.schema)
+# -- tables -------------------------------------------------------------------------
+
+
+def _delta_error(loc: Location, spec: TableSpec, exc: Exception) -> StorageError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StorageError(
+        f"{loc.uri(spec.name)}: the index table cannot be read ({first}); "
+        "`pith-pipeline reindex` rebuilds it from the bundles"
+    )
+
+
+def table_exists(loc: Location, spec: TableSpec) -> bool:
+    from deltalake import DeltaTable
+
+    return bool(DeltaTable.is_deltatable(loc.uri(spec.name), storage_options=loc.options or None))
+
+
+def open_table(loc: Location, spec: TableSpec, *, create: bool = False) -> Any:
+    """The table's current version (a `DeltaTable`); created empty when `create`."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, TableNotFoundError
+
+    uri = loc.uri(spec.name)
+    opts = loc.options or None
+    for _ in range(COMMIT_ATTEMPTS):
+        try:
+            return DeltaTable(uri, storage_options=opts)
+        except TableNotFoundError:
+            if not create:
+                raise
+        except (DeltaError, OSError, ValueError) as exc:
+            raise _delta_error(loc, spec, exc) from None
+        from deltalake import CommitProperties
+
+        try:
+            # no commit retries: a writer that loses the race to create version 0 must
+            # open the winner's table, not commit a second table definition as version 1
+            return DeltaTable.create(
+                uri,
+                schema=spec.schema,
+                partition_by=[spec.partition],
+                mode="ignore",
+                storage_options=opts,
+                commit_properties=CommitProperties(max_commit_retries=0),
+            )
+        except DeltaError:  # another writer created it meanwhile: open that one
+            time.sleep(0.05)
+    raise StorageError(f"{uri}: could not create the index table; try again", transient=True)
+
+
+def writer_properties() -> Any:
+    from deltalake import WriterProperties
+
+    return WriterProperties(compression="ZSTD", compression_level=3, max_row_group_size=32_768)
+
+
+def to_table(spec: TableSpec, rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=spec.schema)
 
 
 def dedupe_sorted(spec: TableSpec, table: pa.Table) -> pa.Table:
-    """One row per key (the winner), in file sort order."""
+    """One row per key (the winner), in file sort order: a MERGE source must be unique."""
     import duckdb
 
-    # one thread and a memory cap: a compaction step's peak stays near its input size
+    # one thread and a memory cap: a step's peak stays near its input size
     con = duckdb.connect(config={"threads": 1, "memory_limit": "256MB"})
     try:
         con.register("t", table)
@@ -129,257 +198,248 @@ def dedupe_sorted(spec: TableSpec, table: pa.Table) -> pa.Table:
     return out.select(spec.schema.names).cast(spec.schema)
 
 
-def read_file(store: Store, spec: TableSpec, entry: dict[str, Any]) -> pa.Table:
-    """One listed index file, with its partition column restored."""
-    data = store.get(entry["path"])
-    if data is None:
-        raise StorageError(
-            f"{store.url}/{entry['path']} is listed in {mf.MANIFEST_KEY} but "
-            "missing (was it deleted by hand? `pith-pipeline reindex` repairs)"
+def _commit_retry(loc: Location, spec: TableSpec, op: Callable[[Any], dict[str, Any]]) -> tuple[Any, bool]:
+    """Run `op(table)` on the newest version, again after a lost commit race.
+
+    Returns (the table after, whether `op` committed a new version).
+    """
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    for attempt in range(COMMIT_ATTEMPTS):
+        dt = open_table(loc, spec, create=True)
+        before = dt.version()
+        try:
+            op(dt)
+        except CommitFailedError:
+            time.sleep(min(2.0, 0.05 * 2**attempt))
+            continue
+        except DeltaError as exc:
+            raise _delta_error(loc, spec, exc) from None
+        return dt, dt.version() != before
+    raise StorageError(
+        f"{loc.uri(spec.name)}: gave up after {COMMIT_ATTEMPTS} concurrent commits; try again",
+        transient=True,
+    )
+
+
+def _commit_properties(run_id: str | None) -> Any:
+    from deltalake import CommitProperties
+
+    return CommitProperties(
+        custom_metadata={"pith.run_id": run_id} if run_id else None, max_commit_retries=COMMIT_ATTEMPTS
+    )
+
+
+def merge_rows(loc: Location, spec: TableSpec, table: pa.Table, *, run_id: str | None = None) -> list[int]:
+    """MERGE `table` (deduplicated here) into `spec`'s Delta table; versions committed."""
+    if table.num_rows == 0:
+        return []
+    source = dedupe_sorted(spec, table)
+    versions: list[int] = []
+
+    def merge(dt: Any) -> dict[str, Any]:
+        m = dt.merge(
+            source,
+            spec.merge_predicate,
+            source_alias="s",
+            target_alias="t",
+            writer_properties=writer_properties(),
+            commit_properties=_commit_properties(run_id),
+            # the source is one bounded batch: materialised, its partition values prune
+            # the target files the MERGE reads (streamed, it reads every file)
+            streamed_exec=False,
         )
-    table = pq.read_table(pa.BufferReader(data), schema=spec.file_schema)
-    part = pa.array([entry["partition"]] * table.num_rows, pa.string())
-    table = table.append_column(spec.partition, part)
-    return table.select(spec.schema.names)
+        if spec.update_when is not None:
+            m = m.when_matched_update_all(predicate=spec.update_when)
+        result: dict[str, Any] = m.when_not_matched_insert_all().execute()
+        return result
+
+    dt, committed = _commit_retry(loc, spec, merge)
+    if committed:
+        versions.append(dt.version())
+    if spec.name == "events":
+        invalid = source.filter(pa.compute.invert(source.column("valid")))
+        if invalid.num_rows:
+
+            def mark(dt: Any) -> dict[str, Any]:
+                result: dict[str, Any] = (
+                    dt.merge(
+                        invalid,
+                        spec.merge_predicate,
+                        source_alias="s",
+                        target_alias="t",
+                        writer_properties=writer_properties(),
+                        commit_properties=_commit_properties(run_id),
+                        streamed_exec=False,
+                    )
+                    .when_matched_update(updates={"valid": "s.valid"}, predicate="t.valid <> s.valid")
+                    .execute()
+                )
+                return result
+
+            dt, committed = _commit_retry(loc, spec, mark)
+            if committed:
+                versions.append(dt.version())
+    return versions
 
 
-def read_partition(store: Store, spec: TableSpec, entries: list[dict[str, Any]]) -> pa.Table:
-    tables = [read_file(store, spec, e) for e in entries]
-    return pa.concat_tables(tables) if tables else spec.schema.empty_table()
+def commit_key(table: str, version: int) -> str:
+    return f"{INDEX_PREFIX}{table}/_delta_log/{version:020d}.json"
 
 
-def _stamp(now: datetime) -> str:
-    return now.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+def _record_commits(update: IndexUpdate, table: str, versions: Iterable[int]) -> None:
+    """Note the versions this change committed (`commit_key` names each one's log entry).
+
+    Versions, not the log entries' hashes: an entry holds wall-clock times and random
+    file names, so two identical runs would differ, while their versions agree.
+    """
+    for v in versions:
+        update.commits.setdefault(table, []).append(v)
+        update.versions[table] = max(update.versions.get(table, -1), v)
 
 
-def write_file(
-    store: Store,
-    spec: TableSpec,
-    partition: str,
-    table: pa.Table,
-    *,
-    generation: int,
-    now: datetime,
-    run_id: str | None,
-    compacted: bool,
-) -> dict[str, Any]:
-    """Write one (already deduplicated and sorted) partition file; its manifest entry."""
-    buf = io.BytesIO()
-    pq.write_table(
-        table.drop_columns([spec.partition]).cast(spec.file_schema),
-        buf,
-        compression="zstd",
-        row_group_size=spec.row_group_size,
-        write_statistics=True,
-    )
-    data = buf.getvalue()
-    sha = hashlib.sha256(data).hexdigest()
-    # named by content: unique, and identical builds give identical trees
-    path = (
-        f"index/{spec.name}/{spec.partition}={partition}/"
-        f"part-g{generation:08d}-{_stamp(now)}-{sha[:16]}.parquet"
-    )
-    store.put(path, data, content_type="application/vnd.apache.parquet")
-    return {
-        "path": path,
-        "partition": partition,
-        "rows": table.num_rows,
-        "bytes": len(data),
-        "sha256": sha,
-        "generation": generation,
-        "run_id": run_id,
-        "compacted": compacted,
-        "created_at": iso_seconds(now),
-    }
+# -- reading the live rows ----------------------------------------------------------
 
 
-def _split(spec: TableSpec, table: pa.Table) -> dict[str, pa.Table]:
-    import pyarrow.compute as pc
-
-    out = {}
-    column = table.column(spec.partition)
-    for value in sorted(pc.unique(column).to_pylist()):
-        out[value] = table.filter(pc.equal(column, value))
+def live_files(dt: Any, spec: TableSpec) -> list[dict[str, Any]]:
+    """The data files of a table version: path (relative), partition value, rows, bytes."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return []
+    part = f"partition.{spec.partition}"
+    out = []
+    for r in actions.select(["path", "num_records", "size_bytes", part]).to_pylist():
+        out.append(
+            {
+                "path": r["path"],
+                "partition": r[part],
+                "rows": int(r["num_records"] or 0),
+                "bytes": int(r["size_bytes"] or 0),
+            }
+        )
     return out
 
 
-# -- incremental update -----------------------------------------------------------
+def _legacy_present(store: Store) -> bool:
+    return _unwrap(store).get(LEGACY_MANIFEST_KEY) is not None
 
 
-def _comparable(spec: TableSpec, table: pa.Table) -> dict[str, dict[str, Any]]:
-    cols = [c for c in spec.schema.names if c != SEQ]
-    return {r["pith_number"]: r for r in table.select(cols).to_pylist()}
+def _refuse_legacy(store: Store) -> None:
+    if _legacy_present(store):
+        raise StorageError(
+            f"{store.url}/{LEGACY_MANIFEST_KEY}: this store's index is in the old layout; "
+            "run `pith-pipeline reindex` once to turn it into Delta tables"
+        )
 
 
-def _changed_subjects(
-    store: Store, manifest: mf.Manifest, per_bundle: list[tuple[str, Rows]]
-) -> list[tuple[str, Rows]]:
-    """Bundles whose `records` row differs from the index: the only ones to (re)write.
+def _indexed_bundles(store: Store, loc: Location, keys: set[str], months: set[str]) -> dict[str, str]:
+    """Pith number -> `bundle_sha256` of the indexed `records` rows of `keys`, from `months`.
 
-    A `records` row is written in the same commit as its events and aliases, so an
-    unchanged records row means the subject is fully indexed.
+    A row is a function of its bundle's bytes, so an equal hash means an equal row:
+    two narrow columns are read instead of whole rows.
     """
+    from pith_pipeline.index.query import dataset_of
+
     spec = TABLES["records"]
-    new = to_table(spec, [r for _, rows in per_bundle for r in rows.records], 0)
-    months = set(new.column(spec.partition).to_pylist())
-    parts = manifest.partitions(spec.name)
-    entries = [e for m in sorted(months) for e in parts.get(m, [])]
-    if not entries:
-        return per_bundle
-    current = _comparable(spec, dedupe_sorted(spec, read_partition(store, spec, entries)))
-    fresh = _comparable(spec, new)
+    dt = open_table(loc, spec, create=True)
+    files = [f for f in live_files(dt, spec) if f["partition"] in months]
+    if not files:
+        return {}
+    # no pushed-down filter on a string column: pyarrow cannot bind one to files of
+    # both string kinds (see `query`); the touched months are read and filtered here
+    table = dataset_of(store, loc, spec, files).to_table(columns=["pith_number", "bundle_sha256"])
+    out = {}
+    for pn, sha in zip(
+        table.column("pith_number").to_pylist(), table.column("bundle_sha256").to_pylist(), strict=True
+    ):
+        if pn in keys:
+            out[pn] = sha
+    return out
+
+
+def _changed(store: Store, loc: Location, per_bundle: list[tuple[str, Rows]]) -> list[tuple[str, Rows]]:
+    """Bundles whose `records` row differs from the index: the only ones to (re)merge."""
+    spec = TABLES["records"]
+    fresh = {r["pith_number"]: r for _, rows in per_bundle for r in rows.records}
+    if not fresh:
+        return []
+    current = _indexed_bundles(store, loc, set(fresh), {r[spec.partition] for r in fresh.values()})
     return [
         (k, rows)
         for k, rows in per_bundle
-        if any(current.get(r["pith_number"]) != fresh[r["pith_number"]] for r in rows.records)
+        if any(current.get(r["pith_number"]) != r["bundle_sha256"] for r in rows.records)
     ]
 
 
-def _write_rows(
-    store: Store,
-    manifest: mf.Manifest,
-    rows: Rows,
-    *,
-    generation: int,
-    now: datetime,
-    run_id: str | None,
-    max_parts: int,
-    update: IndexUpdate,
-) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
-    """New files for `rows` (compacting crowded partitions); (added, removed) entries."""
-    added: dict[str, list[dict[str, Any]]] = {}
-    removed: set[str] = set()
-    for name, spec in TABLES.items():
+# -- incremental update -------------------------------------------------------------
+
+
+def _merge_all(
+    loc: Location, rows: Rows, update: IndexUpdate, run_id: str | None, touched: dict[str, set[str] | None]
+) -> None:
+    # events and aliases before records: an indexed records row means the subject is complete
+    for name in ("events", "aliases", "records"):
+        spec = TABLES[name]
         table_rows = rows.table(name)
         if not table_rows:
             continue
-        new = dedupe_sorted(spec, to_table(spec, table_rows, generation))
-        update.rows[name] = update.rows.get(name, 0) + new.num_rows
-        existing = manifest.partitions(name)
-        for partition, part in _split(spec, new).items():
-            old = existing.get(partition, [])
-            compact = len(old) + 1 > max_parts
-            if compact:
-                part = dedupe_sorted(spec, pa.concat_tables([read_partition(store, spec, old), part]))
-                removed.update(e["path"] for e in old)
-                update.compacted_partitions += 1
-            entry = write_file(
-                store,
-                spec,
-                partition,
-                part,
-                generation=generation,
-                now=now,
-                run_id=run_id,
-                compacted=compact or not old,
-            )
-            added.setdefault(name, []).append(entry)
-            update.written[entry["path"]] = entry["sha256"]
-    return added, removed
+        versions = merge_rows(loc, spec, to_table(spec, table_rows), run_id=run_id)
+        update.rows[name] = update.rows.get(name, 0) + len(table_rows)
+        seen = touched.setdefault(name, set())
+        if seen is not None:
+            seen.update(str(r[spec.partition]) for r in table_rows)
+        _record_commits(update, name, versions)
 
 
-def _fold(
-    store: Store,
-    spec: TableSpec,
-    partition: str,
-    files: list[dict[str, Any]],
+def tidy_partitions(
+    loc: Location,
+    touched: dict[str, set[str] | None],
+    update: IndexUpdate,
     *,
     max_files: int,
-    compact_rows: int,
-    generation: int,
-    now: datetime,
     run_id: str | None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Merge a partition's smallest files, at most `compact_rows` rows at a time,
-    until it has at most `max_files` files or no two files fit in one step.
+) -> None:
+    """Rewrite the partitions a change touched into plain, sorted files (one commit per table).
 
-    Memory is bounded by `compact_rows`, not by the partition. The rows keep their
-    `index_seq`, so readers still pick the same winners whichever files they are in.
-    Returns (the files after, the entries folded away, every file written).
+    Why: a MERGE writes its files with `string_view` columns, and DuckDB pushes no
+    filter into a scan whose schema has views, so until rewritten such files cost every
+    query its partition pruning (see `query`). `records` partitions (bounded by month)
+    are z-ordered on `primary_cat`, which also clusters a category into few row
+    groups; `events` and `aliases` partitions (which can be large) holding more than
+    `max_files` files are compacted. `touched[name]` None means every partition.
     """
-    replaced: list[dict[str, Any]] = []
-    made: list[dict[str, Any]] = []
-    while len(files) > max_files:
-        group: list[dict[str, Any]] = []
-        total = 0
-        for e in sorted(files, key=lambda e: (e["rows"], e["path"])):
-            if group and total + e["rows"] > compact_rows:
-                break
-            group.append(e)
-            total += e["rows"]
-        if len(group) < 2:
-            break
-        table = dedupe_sorted(spec, read_partition(store, spec, group))
-        entry = write_file(
-            store, spec, partition, table, generation=generation, now=now, run_id=run_id, compacted=True
-        )
-        del table
-        paths = {e["path"] for e in group}
-        files = [e for e in files if e["path"] not in paths] + [entry]
-        replaced.extend(group)
-        made.append(entry)
-    return files, replaced, made
+    for name, partitions in touched.items():
+        spec = TABLES[name]
+        column = spec.partition
+        files = live_files(open_table(loc, spec, create=True), spec)
+        per: dict[str, int] = {}
+        for f in files:
+            per[f["partition"]] = per.get(f["partition"], 0) + 1
+        wanted = set(per) if partitions is None else set(partitions) & set(per)
+        if name != "records":
+            wanted = {p for p in wanted if per[p] > max_files}
+        if not wanted:
+            continue
+        chosen = sorted(wanted)
 
+        def rewrite(
+            dt: Any, chosen: list[str] = chosen, name: str = name, column: str = column
+        ) -> dict[str, Any]:
+            opts: dict[str, Any] = {
+                "partition_filters": [(column, "in", chosen)],
+                "writer_properties": writer_properties(),
+                "commit_properties": _commit_properties(run_id),
+            }
+            if name == "records":
+                result: dict[str, Any] = dt.optimize.z_order(["primary_cat"], **opts)
+            else:
+                result = dt.optimize.compact(**opts)
+            update.files_compacted += int(result.get("numFilesRemoved", 0))
+            return result
 
-def _compact_crowded(
-    store: Store,
-    manifest: mf.Manifest,
-    added: dict[str, list[dict[str, Any]]],
-    *,
-    generation: int,
-    now: datetime,
-    run_id: str | None,
-    max_parts: int,
-    compact_rows: int,
-    update: IndexUpdate,
-) -> tuple[set[str], set[str]]:
-    """Fold files of partitions this update would leave with more than `max_parts`.
-
-    Groups of the smallest files, at most `compact_rows` rows each, are merged until
-    the partition is within `max_parts` or no two files fit in one group, so memory
-    is bounded by `compact_rows`, not by the run or the partition. Returns (listed
-    paths to retire, unlisted batch files now superseded).
-    """
-    removed: set[str] = set()
-    superseded: set[str] = set()
-    for name, spec in TABLES.items():
-        existing = manifest.partitions(name)
-        fresh: dict[str, list[dict[str, Any]]] = {}
-        for entry in added.get(name, []):
-            fresh.setdefault(entry["partition"], []).append(entry)
-        kept: list[dict[str, Any]] = []
-        for partition, entries in sorted(fresh.items()):
-            old = existing.get(partition, [])
-            old_paths = {e["path"] for e in old}
-            files, replaced, made = _fold(
-                store,
-                spec,
-                partition,
-                [*old, *entries],
-                max_files=max_parts,
-                compact_rows=compact_rows,
-                generation=generation,
-                now=now,
-                run_id=run_id,
-            )
-            for entry in made:
-                update.written[entry["path"]] = entry["sha256"]
-            for e in replaced:
-                if e["path"] in old_paths:
-                    removed.add(e["path"])
-                else:
-                    superseded.add(e["path"])
-                    update.written.pop(e["path"], None)
-            for e in files:
-                if e in made:
-                    update.written[e["path"]] = e["sha256"]
-            update.compacted_partitions += bool(made)
-            kept.extend(e for e in files if e["path"] not in old_paths or e["path"] in removed)
-        if name in added:
-            added[name] = kept
-    # files are named by content: a fold can reproduce a batch file's (or a listed) path
-    kept_paths = {e["path"] for es in added.values() for e in es}
-    return removed - kept_paths, superseded - kept_paths - manifest.listed()
+        dt, committed = _commit_retry(loc, spec, rewrite)
+        if committed:
+            _record_commits(update, name, [dt.version()])
 
 
 def update_indexes(
@@ -388,40 +448,40 @@ def update_indexes(
     *,
     run_id: str | None = None,
     clock: Clock = system_clock,
-    max_parts: int = DEFAULT_MAX_PARTS,
     workers: int = 16,
     progress: Progress | None = None,
     batch_size: int = UPDATE_BATCH,
-    compact_rows: int = COMPACT_ROWS,
+    max_parts: int = DEFAULT_MAX_PARTS,
 ) -> IndexUpdate:
     """Bring the indexes up to date for `subjects` (Pith numbers) from their bundles.
 
     Idempotent: subjects whose indexed row already matches their bundle are skipped,
-    so re-running a window writes nothing, and a run that died before indexing is
+    so re-running a window commits nothing, and a run that died before indexing is
     completed by the next run over the same records. Call it after the bundles are
-    published; it commits all three tables in one manifest swap.
-
-    Subjects are read and turned into rows `batch_size` at a time, each batch
-    written as its own part files, so memory does not grow with the run; the files
-    of all batches are listed by that one swap (readers never see part of a run).
+    published. Subjects are read `batch_size` at a time (memory does not grow with the
+    run); each batch is one MERGE commit per table. At the end the touched partitions
+    are tidied (`tidy_partitions`: `records` z-ordered, `events`/`aliases` partitions
+    with more than `max_parts` files compacted; one more commit per table).
+    `clock` is unused (Delta stamps its own commits); it is kept so callers need not
+    change.
     """
+    del clock
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     keys = sorted_unique(bundle_key(s) for s in subjects)  # streamed: millions in a backfill
-    manifest = mf.load(store)
-    update = IndexUpdate(generation=manifest.generation)
+    update = IndexUpdate()
     first = next(keys, None)
     if first is None:
         return update
+    loc = location(store)
+    _refuse_legacy(store)
     keys = chain([first], keys)
-    now = clock()
-    generation = manifest.generation + 1
-    added: dict[str, list[dict[str, Any]]] = {}
+    touched: dict[str, set[str] | None] = {}
     while batch := list(islice(keys, batch_size)):
         update.subjects_checked += len(batch)
         per_bundle = list(read_bundles(store, batch, workers=workers, progress=progress))
         del batch
-        changed = _changed_subjects(store, manifest, per_bundle)
+        changed = _changed(store, loc, per_bundle)
         del per_bundle
         update.subjects_changed += len(changed)
         if not changed:
@@ -430,177 +490,85 @@ def update_indexes(
         for _, r in changed:
             rows.extend(r)
         del changed
-        # no compaction per batch: crowded partitions are folded once, below
-        batch_added, _ = _write_rows(
-            store,
-            manifest,
-            rows,
-            generation=generation,
-            now=now,
-            run_id=run_id,
-            max_parts=1 << 30,
-            update=update,
-        )
-        del rows
-        for name, entries in batch_added.items():
-            added.setdefault(name, []).extend(entries)
-    if not added:
-        return update
-    removed, superseded = _compact_crowded(
-        store,
-        manifest,
-        added,
-        generation=generation,
-        now=now,
-        run_id=run_id,
-        max_parts=max_parts,
-        compact_rows=compact_rows,
-        update=update,
-    )
-    new, data = mf.commit(
-        store, mf.Change(added=added, removed=removed, retired_at=iso_seconds(now)), base=manifest
-    )
-    update.generation = new.generation
-    update.written[mf.MANIFEST_KEY] = hashlib.sha256(data).hexdigest()
-    for path in sorted(superseded):  # never listed by any manifest: no reader can hold them
-        store.delete(path)
+        _merge_all(loc, rows, update, run_id, touched)
+    tidy_partitions(loc, dict(touched), update, max_files=max_parts, run_id=run_id)
     return update
 
 
 # -- compaction -------------------------------------------------------------------
 
 
-def _expired(entries: Iterable[dict[str, Any]], now: datetime, grace: float) -> list[str]:
-    limit = now - timedelta(seconds=grace)
-    out = []
-    for r in entries:
-        try:
-            when = datetime.fromisoformat(str(r["retired_at"]).replace("Z", "+00:00"))
-        except ValueError:
-            continue
-        if when <= limit:
-            out.append(r["path"])
-    return out
-
-
-def collect_garbage(
-    store: Store, *, clock: Clock = system_clock, grace_seconds: float = DEFAULT_GRACE_SECONDS
-) -> list[str]:
-    """Delete index files no manifest has listed for `grace_seconds`.
-
-    Retired files wait out the grace period so a reader that read the previous
-    manifest can finish; orphans (files of an update that died before its commit)
-    are recognised by the time stamp in their name.
-    """
-    now = clock()
-    current = mf.load(store)
-    expired = set(_expired(current.retired, now, grace_seconds))
-    deleted: list[str] = []
-    if expired:
-        mf.commit(
-            store,
-            mf.Change(added={}, removed=set(), retired_at=iso_seconds(now), drop_retired=frozenset(expired)),
-            base=current,
-        )
-        for path in sorted(expired):
-            store.delete(path)
-            deleted.append(path)
-        current = mf.load(store)
-    keep = current.listed() | {r["path"] for r in current.retired}
-    limit = now - timedelta(seconds=grace_seconds)
-    for key in store.list("index/"):
-        m = _STAMP.search(key)
-        if key in keep or not m:
-            continue
-        written = datetime.strptime(m.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
-        if written <= limit:
-            store.delete(key)
-            deleted.append(key)
-    return deleted
-
-
 def compact(
     store: Store,
     *,
-    clock: Clock = system_clock,
-    grace_seconds: float = DEFAULT_GRACE_SECONDS,
-    min_files: int = 2,
-    compact_rows: int = COMPACT_ROWS,
+    retention_hours: float = DEFAULT_RETENTION_HOURS,
+    z_order: bool = False,
     progress: Progress | None = None,
 ) -> IndexUpdate:
-    """Fold each partition with `min_files` or more files into one deduplicated file.
+    """`optimize.compact()` every table (small files into large), then `vacuum`.
 
-    A partition larger than `compact_rows` rows is folded into as few files of at
-    most that many rows as its files allow, so memory stays bounded on a store of
-    any size (readers deduplicate across files by `index_seq`). The new files are
-    committed in one manifest swap; the old ones are retired and deleted by
-    `collect_garbage` once `grace_seconds` have passed (0 deletes now).
+    Compaction is one commit per table: readers of older versions keep reading their
+    files, which `vacuum` deletes only once no version younger than `retention_hours`
+    needs them (0 deletes at once, for a store nobody is reading). `z_order` orders
+    `records` by `primary_cat` instead (see the benchmark in docs/analysts.md).
     """
-    manifest = mf.load(store)
-    now = clock()
-    generation = manifest.generation + 1
-    update = IndexUpdate(generation=manifest.generation)
-    added: dict[str, list[dict[str, Any]]] = {}
-    removed: set[str] = set()
-    scratch: set[str] = set()  # written by one step, folded again by a later one
+    loc = location(store)
+    _refuse_legacy(store)
+    update = IndexUpdate()
     for name, spec in TABLES.items():
-        for partition, entries in sorted(manifest.partitions(name).items()):
-            if len(entries) < min_files:
-                continue
-            old_paths = {e["path"] for e in entries}
-            files, replaced, made = _fold(
-                store,
-                spec,
-                partition,
-                list(entries),
-                max_files=1,
-                compact_rows=compact_rows,
-                generation=generation,
-                now=now,
-                run_id=None,
-            )
-            if progress:
-                progress(1)
-            if not made:
-                continue
-            final = [e for e in files if e in made]
-            added.setdefault(name, []).extend(final)
-            removed.update(e["path"] for e in replaced if e["path"] in old_paths)
-            scratch.update(e["path"] for e in replaced if e["path"] not in old_paths)
-            for entry in final:
-                update.written[entry["path"]] = entry["sha256"]
-                update.rows[name] = update.rows.get(name, 0) + entry["rows"]
-            update.compacted_partitions += 1
-    scratch -= {e["path"] for es in added.values() for e in es} | manifest.listed()
-    for path in sorted(scratch):  # never listed by any manifest: no reader can hold them
-        store.delete(path)
-    if added:
+        if not table_exists(loc, spec):
+            continue
 
-        def still_there(current: mf.Manifest) -> None:
-            if not removed <= current.listed():
-                raise StorageError(
-                    "another compaction replaced these index files meanwhile; "
-                    "nothing was changed, run compact again",
-                    transient=True,
-                )
+        def optimize(dt: Any, name: str = name) -> dict[str, Any]:
+            opts: dict[str, Any] = {"writer_properties": writer_properties()}
+            if z_order and name == "records":
+                result: dict[str, Any] = dt.optimize.z_order(["primary_cat"], **opts)
+            else:
+                result = dt.optimize.compact(**opts)
+            update.files_compacted += int(result.get("numFilesRemoved", 0))
+            return result
 
-        new, data = mf.commit(
-            store,
-            mf.Change(added=added, removed=removed, retired_at=iso_seconds(now)),
-            base=manifest,
-            check=still_there,
+        dt, committed = _commit_retry(loc, spec, optimize)
+        if committed:
+            _record_commits(update, name, [dt.version()])
+        update.versions[name] = dt.version()
+        deleted = dt.vacuum(
+            retention_hours=math.ceil(retention_hours), dry_run=False, enforce_retention_duration=False
         )
-        update.generation = new.generation
-        update.written[mf.MANIFEST_KEY] = hashlib.sha256(data).hexdigest()
-    update.deleted = collect_garbage(store, clock=clock, grace_seconds=grace_seconds)
+        update.deleted.extend(_as_store_path(loc, name, p) for p in deleted)
+        dt.cleanup_metadata()
+        if progress:
+            progress(1)
     return update
+
+
+def _as_store_path(loc: Location, table: str, path: str) -> str:
+    from pith_pipeline.index.delta import path_in_store
+
+    if "://" in path or path.startswith("/"):
+        return path_in_store(loc, table, path)
+    return f"{INDEX_PREFIX}{table}/{path}"
 
 
 # -- full rebuild -----------------------------------------------------------------
 
 
-def all_bundle_keys(store: Store) -> list[str]:
-    return [k for k in store.list("pith/") if k.endswith("/bundle.json") and k.count("/") == 2]
+def _remove_prefix(store: Store, prefix: str) -> list[str]:
+    real = _unwrap(store)
+    gone = []
+    for key in list(real.list(prefix)):
+        real.delete(key)
+        gone.append(key)
+    return gone
+
+
+def _repairable(loc: Location, spec: TableSpec) -> bool:
+    """Whether the table's log can be read (else `reindex` starts it anew)."""
+    try:
+        open_table(loc, spec)
+    except Exception:  # any failure to read the log: the table is rebuilt from scratch
+        return False
+    return True
 
 
 def reindex(
@@ -608,45 +576,88 @@ def reindex(
     *,
     clock: Clock = system_clock,
     workers: int = 16,
-    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    retention_hours: float = DEFAULT_RETENTION_HOURS,
     progress: Progress | None = None,
 ) -> IndexUpdate:
-    """Rebuild every index from every bundle in the store, replacing the old index.
+    """Rebuild every table from every bundle in the store, whatever state the index is in.
 
-    Bundles are read in chunks (bounded memory); their files are committed together
-    in one swap that retires every previously listed file, then compacted.
+    - an old-layout index (`index/_manifest.json` and its files) is removed;
+    - a table whose log cannot be read is removed and started anew;
+    - otherwise the first chunk of rows replaces the table's contents in one commit
+      (readers of older versions keep reading theirs) and later chunks are merged in.
+
+    Bundles are read in chunks (bounded memory). Files no version needs are vacuumed
+    after `retention_hours`, as in `compact`.
     """
-    manifest = mf.load(store)
+    del clock
+    loc = location(store)
     keys = all_bundle_keys(store)
-    now = clock()
-    generation = manifest.generation + 1
-    update = IndexUpdate(
-        generation=manifest.generation, subjects_checked=len(keys), subjects_changed=len(keys)
-    )
-    added: dict[str, list[dict[str, Any]]] = {}
-    empty = mf.Manifest()
-    for start in range(0, len(keys), REINDEX_CHUNK):
+    update = IndexUpdate(subjects_checked=len(keys), subjects_changed=len(keys))
+    legacy = _legacy_present(store)
+    real = _unwrap(store)
+    for name, spec in TABLES.items():
+        prefix = f"{INDEX_PREFIX}{name}/"
+        if legacy or not _repairable(loc, spec):
+            has_log = any(True for _ in real.list(f"{prefix}_delta_log/"))
+            if legacy and has_log and _repairable(loc, spec):
+                # a Delta table already here (a migration that died): keep it, drop the old files
+                update.deleted.extend(_remove_legacy_files(real, prefix))
+            else:
+                update.deleted.extend(_remove_prefix(real, prefix))
+    if legacy:
+        update.deleted.extend(_remove_legacy_files(real, INDEX_PREFIX))
+        real.delete(LEGACY_MANIFEST_KEY)
+        update.deleted.append(LEGACY_MANIFEST_KEY)
+    first = True
+    for start in range(0, max(len(keys), 1), REINDEX_CHUNK):
         rows = Rows()
-        for _, r in read_bundles(
-            store, keys[start : start + REINDEX_CHUNK], workers=workers, progress=progress
-        ):
+        chunk = keys[start : start + REINDEX_CHUNK]
+        for _, r in read_bundles(store, chunk, workers=workers, progress=progress):
             rows.extend(r)
-        chunk_added, _ = _write_rows(
-            store, empty, rows, generation=generation, now=now, run_id=None, max_parts=1 << 30, update=update
+        for name, spec in TABLES.items():
+            table = to_table(spec, rows.table(name))
+            versions = _overwrite(loc, spec, table) if first else merge_rows(loc, spec, table)
+            update.rows[name] = update.rows.get(name, 0) + table.num_rows
+            _record_commits(update, name, versions)
+        first = False
+    tidy_partitions(loc, dict.fromkeys(TABLES), update, max_files=DEFAULT_MAX_PARTS, run_id=None)
+    for name, spec in TABLES.items():
+        dt = open_table(loc, spec, create=True)
+        update.versions[name] = dt.version()
+        deleted = dt.vacuum(
+            retention_hours=math.ceil(retention_hours), dry_run=False, enforce_retention_duration=False
         )
-        for name, entries in chunk_added.items():
-            added.setdefault(name, []).extend(entries)
-    new, data = mf.commit(
-        store, mf.Change(added=added, removed=manifest.listed(), retired_at=iso_seconds(now))
-    )
-    update.generation = new.generation
-    update.written[mf.MANIFEST_KEY] = hashlib.sha256(data).hexdigest()
-    if any(len(v) > 1 for name in TABLES for v in new.partitions(name).values()):
-        more = compact(store, clock=clock, grace_seconds=grace_seconds)
-        update.generation = more.generation
-        update.written.update(more.written)
-        update.compacted_partitions += more.compacted_partitions
-        update.deleted = more.deleted
-    else:
-        update.deleted = collect_garbage(store, clock=clock, grace_seconds=grace_seconds)
+        update.deleted.extend(_as_store_path(loc, name, p) for p in deleted)
     return update
+
+
+def _remove_legacy_files(real: Store, prefix: str) -> list[str]:
+    gone = []
+    for key in list(real.list(prefix)):
+        if _LEGACY_FILE.search(key):
+            real.delete(key)
+            gone.append(key)
+    return gone
+
+
+def _overwrite(loc: Location, spec: TableSpec, table: pa.Table) -> list[int]:
+    """Replace the table's rows with `table` (deduplicated) in one commit."""
+    from deltalake import write_deltalake
+
+    source = dedupe_sorted(spec, table) if table.num_rows else spec.schema.empty_table()
+
+    def write(dt: Any) -> dict[str, Any]:
+        write_deltalake(
+            dt,
+            source,
+            mode="overwrite",
+            partition_by=[spec.partition],
+            writer_properties=writer_properties(),
+            commit_properties=_commit_properties(None),
+        )
+        return {}
+
+    dt, committed = _commit_retry(loc, spec, write)
+    if committed:
+        dt.update_incremental()
+    return [dt.version()] if committed else []

@@ -80,7 +80,19 @@ def test_keys_build_verify_end_to_end_reproducibly(tmp_path: Path, asset) -> Non
         assert seed not in r.stdout + r.stderr
         root = tmp_path / d / "out"
         trees.append({str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()})
-    assert trees[0] == trees[1]
+    # every published file is identical; the index tables' Delta logs carry wall-clock
+    # times and random file names, so their rows are compared instead
+    published = [{k: v for k, v in t.items() if not k.startswith("index/")} for t in trees]
+    assert published[0] == published[1]
+    from pith_pipeline.index import run_query
+    from pith_pipeline.storage.local import LocalStore
+
+    for table in ("records", "events", "aliases"):
+        rows = [
+            sorted(run_query(LocalStore(tmp_path / d / "out"), f"SELECT * FROM {table}").rows, key=str)
+            for d in ("a", "b/deeper")
+        ]
+        assert rows[0] == rows[1] and rows[0]
     assert any(b'"built_at":"2026-01-01T00:00:00Z"' in v for v in trees[0].values())
     r = run(
         "verify",

@@ -1,19 +1,36 @@
-"""Index internals: rows from a real bundle, the manifest's compare-and-swap,
-compaction that readers never see half done, and the CLI commands."""
+"""Index internals: rows from a real bundle and their validation, the Delta tables read
+by every engine with one row per key, compaction that readers never see half done,
+repair by `reindex` from any state, and the CLI commands."""
 
 from __future__ import annotations
 
+import copy
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
-from index_helpers import Runner, fixed_clock
+from index_helpers import Runner, record_with_versions
 
-from pith_pipeline.cli import cli
-from pith_pipeline.index import MANIFEST_KEY, compact, connect, run_query, update_indexes
-from pith_pipeline.index import manifest as mf
+from pith_pipeline.cli import cli, main
+from pith_pipeline.errors import InputError, StorageError
+from pith_pipeline.index import (
+    LEGACY_MANIFEST_KEY,
+    check,
+    check_bundle,
+    compact,
+    connect,
+    reindex,
+    run_query,
+    status,
+    update_indexes,
+)
+from pith_pipeline.index.delta import location
 from pith_pipeline.index.rows import rows_from_bundle
+from pith_pipeline.index.schema import TABLES
+from pith_pipeline.index.writer import live_files, open_table
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.local import LocalStore
 
@@ -36,69 +53,318 @@ def test_rows_from_the_registry_bundle(reference_bundle: dict[str, Any]) -> None
     assert {a["alias"] for a in rows.aliases} >= {"arxiv:1909.11150", "arxiv_version:1909.11150v1"}
 
 
-def test_manifest_commit_survives_a_lost_race(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path)
-    stale = mf.load(store)
-    entry = {
-        "path": "index/records/submitted_month=2019-09/a.parquet",
-        "partition": "2019-09",
-        "rows": 1,
-        "bytes": 1,
-    }
-    mf.commit(store, mf.Change(added={"records": [entry]}, removed=set(), retired_at="t"))
-    other = {**entry, "path": "index/records/submitted_month=2019-09/b.parquet"}
-    # a writer that read the manifest before the first commit: re-applies, loses nothing
-    new, _ = mf.commit(
-        store, mf.Change(added={"records": [other]}, removed=set(), retired_at="t"), base=stale
-    )
-    assert new.generation == 2
-    assert {f["path"] for f in mf.load(store).files["records"]} == {entry["path"], other["path"]}
+# -- validation before publishing (issue 16, item 2) -------------------------------------
 
 
-def _partition_file_counts(store: Store) -> list[int]:
-    m = mf.load(store)
-    return [len(v) for name in m.files for v in m.partitions(name).values()]
+def test_check_bundle_accepts_the_registry_bundle(reference_bundle: dict[str, Any]) -> None:
+    rows = check_bundle(reference_bundle)
+    assert [r["pith_number"] for r in rows.records] == [reference_bundle["pith_number"]]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("canonical_record", "source", "version"), 3_000_000_000, "version"),  # int32 overflow
+        (("canonical_record", "source", "version"), "3", "version"),
+        (("state", "event_count"), "many", "event_count"),
+        (("canonical_record", "metadata", "license"), ["a"], "license"),
+    ],
+)
+def test_check_bundle_names_the_column_a_row_cannot_hold(
+    reference_bundle: dict[str, Any], path: tuple[str, ...], value: Any, field: str
+) -> None:
+    bundle = copy.deepcopy(reference_bundle)
+    node = bundle
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    with pytest.raises(InputError) as info:
+        check_bundle(bundle)
+    assert info.value.field == field
+    assert info.value.record_id == reference_bundle["pith_number"]
+
+
+def test_check_bundle_refuses_a_bundle_without_what_the_index_needs(
+    reference_bundle: dict[str, Any],
+) -> None:
+    bundle = copy.deepcopy(reference_bundle)
+    del bundle["canonical_record"]["metadata"]["primary_cat"]
+    with pytest.raises(InputError, match="lacks what the index needs"):
+        check_bundle(bundle)
+
+
+def test_check_names_missing_keys_and_unknown_columns() -> None:
+    with pytest.raises(InputError) as info:
+        check(
+            {"event_id": None, "created_month": "2026-01", "subject": "pith:x", "event_type": "t"}, "events"
+        )
+    assert info.value.field == "event_id"
+    with pytest.raises(InputError) as info:
+        check(
+            {"alias_kind": "arxiv", "alias_value": "1", "alias": "arxiv:1", "pith_number": "p", "x": 1},
+            "aliases",
+        )
+    assert info.value.field == "x"
+    check({"alias_kind": "arxiv", "alias_value": "1", "alias": "arxiv:1", "pith_number": "p"}, "aliases")
+
+
+# -- one row per key for every reader ------------------------------------------------------
+
+
+def _keys(store: Store) -> dict[str, int]:
+    """Distinct keys per table, counted from the bundles themselves."""
+    from pith_pipeline.core.canonical_json import loads
+
+    pns, events, aliases = set(), set(), set()
+    for k in store.list("pith/"):
+        if k.endswith("/bundle.json") and k.count("/") == 2:
+            b = loads(store.get(k) or b"")
+            pns.add(b["pith_number"])
+            events.update(e["event_id"] for e in b["events"])
+            aliases.update(f"{a['alias_kind']}:{a['alias_value']}" for a in b["source_aliases"])
+    return {"records": len(pns), "events": len(events), "aliases": len(aliases)}
+
+
+KEY_SQL = {
+    "records": "pith_number",
+    "events": "event_id",
+    "aliases": "alias_kind || ':' || alias_value",
+}
+
+
+def _busy_store(store: Store, sample: list[str], run: Runner) -> None:
+    """Overlapping windows and a paper published as v1, then again with newer versions."""
+    line = next(ln for ln in sample if json.loads(ln)["id"] == "hep-th/9901001")
+    run(store, [record_with_versions(line, 1), *sample[:8]])
+    run(store, sample[4:14])
+    run(store, [line, *sample[:14]])
+
+
+def test_one_row_per_key_for_query_pyarrow_and_polars(
+    any_store: Store, sample: list[str], run: Runner
+) -> None:
+    import polars as pl
+    from deltalake import DeltaTable
+
+    _busy_store(any_store, sample, run)
+    expected = _keys(any_store)
+    assert expected["records"] == 15
+    loc = location(any_store)
+    for name, key_sql in KEY_SQL.items():
+        got = run_query(any_store, f"SELECT count(*), count(DISTINCT {key_sql}) FROM {name}").rows[0]
+        assert got == (expected[name], expected[name]), name
+        dt = DeltaTable(loc.uri(name), storage_options=loc.options or None)
+        table = dt.to_pyarrow_table()
+        key_cols = ["alias_kind", "alias_value"] if name == "aliases" else [KEY_SQL[name]]
+        assert table.num_rows == expected[name]
+        assert table.group_by(key_cols).aggregate([]).num_rows == expected[name]
+        frame = pl.read_delta(loc.uri(name), storage_options=loc.options or None)
+        assert frame.height == expected[name] == frame.select(key_cols).unique().height
+    # the alias of the paper resolves to its newest version in every reader
+    newest = run_query(
+        any_store,
+        "SELECT pith_number FROM records WHERE arxiv_id = 'hep-th/9901001' AND superseded_by IS NULL",
+    ).rows
+    frame = pl.read_delta(loc.uri("aliases"), storage_options=loc.options or None)
+    assert frame.filter(pl.col("alias") == "arxiv:hep-th/9901001")["pith_number"].to_list() == [newest[0][0]]
+
+
+def test_rerun_commits_nothing_and_batches_commit_once_each(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    store = LocalStore(tmp_path / "s")
+    run(store, sample, finish=False)
+    subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
+    update = update_indexes(store, subjects, batch_size=10)
+    # three batches, one MERGE commit per table each (versions 1..3 after the create),
+    # then one commit tidying the partitions they touched
+    assert update.versions == {"records": 4, "events": 4, "aliases": 4}
+    assert update.commits == {"records": [1, 2, 3, 4], "events": [1, 2, 3, 4], "aliases": [1, 2, 3, 4]}
+    before = sorted(store.list("index/"))
+    again = update_indexes(store, subjects, batch_size=10)
+    assert again.subjects_changed == 0 and again.commits == {} and sorted(store.list("index/")) == before
+    assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records").rows[0] == (30, 30)
+
+
+def _kinds(store: LocalStore) -> dict[str, set[str]]:
+    """Per table, the string types its live files hold (`string` or `string_view`)."""
+    import pyarrow.parquet as pq
+
+    out = {}
+    for name, spec in TABLES.items():
+        files = live_files(open_table(location(store), spec), spec)
+        out[name] = {
+            str(pq.read_schema(store.root / "index" / name / f["path"]).field(spec.merge_column).type)
+            for f in files
+        }
+    return out
+
+
+def test_update_leaves_plain_files_one_per_touched_partition(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    store = LocalStore(tmp_path / "s")
+    run(store, sample, finish=False)
+    subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
+    update = update_indexes(store, subjects, batch_size=4)  # 8 MERGEs per table
+    assert update.files_compacted > 0
+    # the MERGEs' files (string views, which stop DuckDB's filter pushdown) were rewritten
+    assert _kinds(store) == {"records": {"string"}, "events": {"string"}, "aliases": {"string"}}
+    for name, spec in TABLES.items():
+        per: dict[str, int] = {}
+        for f in live_files(open_table(location(store), spec), spec):
+            per[f["partition"]] = per.get(f["partition"], 0) + 1
+        assert set(per.values()) == {1}, name
+    # the tidying is one more commit of the run, after its 8 MERGEs
+    assert update.commits["records"] == list(range(1, 10))
+    for name, key_sql in KEY_SQL.items():
+        got = run_query(store, f"SELECT count(*), count(DISTINCT {key_sql}) FROM {name}").rows[0]
+        assert got[0] == got[1] == _keys(store)[name]
+    con = connect(store)
+    plan = con.sql("EXPLAIN SELECT count(*) FROM records WHERE submitted_month = '2007-04'").fetchall()
+    assert "Filters:" in plan[0][1]  # pushed into the scan: files of other months are skipped
+    con.close()
+
+
+def test_query_reads_files_a_merge_left_as_string_views(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    from pith_pipeline.index.writer import merge_rows, read_bundles, to_table
+
+    store = LocalStore(tmp_path / "s")
+    run(store, sample[:10])
+    keys = [k for k in store.list("pith/") if k.endswith("/bundle.json")]
+    rows = [r for _, rs in read_bundles(store, keys) for r in rs.records]
+    for r in rows:
+        r["title"] = "retitled"
+    # a MERGE whose run died before tidying: its files hold string views
+    merge_rows(location(store), TABLES["records"], to_table(TABLES["records"], rows))
+    assert "string_view" in _kinds(store)["records"]
+    sql = "SELECT count(*) FROM records WHERE title = 'retitled' AND primary_cat <> 'x'"
+    assert run_query(store, sql).rows == [(10,)]
+    assert status(store)["records"] == 10
 
 
 def test_compaction_is_invisible_to_readers(any_store: Store, sample: list[str], run: Runner) -> None:
-    run(any_store, sample[:8])
-    run(any_store, sample[4:14])
-    run(any_store, sample[:14])
+    run(any_store, sample[:14], finish=False)
+    subjects = [k.split("/")[1] for k in any_store.list("pith/") if k.endswith("/bundle.json")]
+    update_indexes(any_store, subjects, batch_size=3, max_parts=1 << 30)  # small events files
+    loc = location(any_store)
     sql = "SELECT primary_cat, count(*), count(DISTINCT pith_number) FROM records GROUP BY ALL ORDER BY ALL"
     before = run_query(any_store, sql).rows
-    assert max(_partition_file_counts(any_store)) > 1
-    reader = connect(any_store)  # a reader that loaded the previous manifest
-    update = compact(any_store, clock=fixed_clock, grace_seconds=3600)
-    assert update.compacted_partitions > 0 and update.deleted == []
-    assert max(_partition_file_counts(any_store)) == 1
+    spec = TABLES["events"]
+    files_before = live_files(open_table(loc, spec), spec)
+    assert len(files_before) > len({f["partition"] for f in files_before})  # small files to compact
+    reader = connect(any_store)  # a reader of the previous versions
+    update = compact(any_store)  # default retention: nothing is deleted yet
+    assert update.files_compacted > 0 and update.deleted == []
+    files_after = live_files(open_table(loc, spec), spec)
+    assert len(files_after) == len({f["partition"] for f in files_after})
     assert run_query(any_store, sql).rows == before
-    assert reader.sql(sql).fetchall() == before  # its files are kept for the grace period
+    assert reader.sql(sql).fetchall() == before  # its files are kept for the retention period
     reader.close()
-    retired = [r["path"] for r in mf.load(any_store).retired]
-    assert retired and all(any_store.exists(p) for p in retired)
-    later = compact(any_store, clock=fixed_clock, grace_seconds=0)
-    assert sorted(later.deleted) == sorted(retired)
-    assert not any(any_store.exists(p) for p in retired)
+    later = compact(any_store, retention_hours=0)
+    old = {f"index/events/{f['path']}" for f in files_before} - {
+        f"index/events/{f['path']}" for f in files_after
+    }
+    assert old and old <= set(later.deleted)
+    assert not any(any_store.exists(p) for p in old)
     assert run_query(any_store, sql).rows == before
 
 
-def test_crowded_partitions_are_compacted_on_update(tmp_path: Path, sample: list[str], run: Runner) -> None:
+# -- a lost or damaged index: query says so, reindex repairs (issue 16, items 16 and 18) ----
+
+
+def test_query_on_an_empty_store_is_empty_and_on_a_lost_index_says_reindex(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    empty = LocalStore(tmp_path / "empty")
+    assert run_query(empty, "SELECT count(*) FROM records").rows == [(0,)]
     store = LocalStore(tmp_path / "s")
     run(store, sample[:3])
-    subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
-    # force re-indexing by making the index think rows changed: drop records and re-add
-    for _ in range(3):
-        m = mf.load(store)
-        mf.commit(
-            store,
-            mf.Change(
-                added={}, removed={f["path"] for f in m.files["records"]}, retired_at="2026-03-04T05:06:07Z"
-            ),
-        )
-        update_indexes(store, subjects, clock=fixed_clock, max_parts=2)
-    counts = _partition_file_counts(store)
-    assert max(counts) <= 2
-    assert run_query(store, "SELECT count(*) FROM records").rows[0][0] == 3
+    for key in list(store.list("index/")):
+        store.delete(key)
+    with pytest.raises(StorageError, match="run `pith-pipeline reindex`"):
+        run_query(store, "SELECT count(*) FROM records")
+    reindex(store)
+    assert run_query(store, "SELECT count(*) FROM records").rows == [(3,)]
+
+
+def _damage_log(store: LocalStore) -> None:
+    log = sorted((store.root / "index" / "records" / "_delta_log").glob("*.json"))
+    log[-1].write_bytes(b'{"add": {"path": ')
+
+
+def _damage_parquet(store: LocalStore) -> str:
+    spec = TABLES["records"]
+    path = live_files(open_table(location(store), spec), spec)[0]["path"]
+    (store.root / "index" / "records" / path).write_bytes(b"not parquet at all")
+    return f"index/records/{path}"
+
+
+def _delete_table(store: LocalStore) -> None:
+    for key in list(store.list("index/events/")):
+        store.delete(key)
+
+
+def _legacy_layout(store: LocalStore) -> None:
+    """The layout before Delta: our own manifest and generation-named part files."""
+    for key in list(store.list("index/")):
+        store.delete(key)
+    name = "index/records/submitted_month=2007-04/part-g00000001-20260304T050607Z-0123456789abcdef.parquet"
+    store.put(name, b"PAR1 old")
+    store.put(LEGACY_MANIFEST_KEY, json.dumps({"format": "pith-index-v1", "generation": 1}).encode())
+
+
+@pytest.mark.parametrize("damage", [_damage_log, _damage_parquet, _delete_table, _legacy_layout])
+def test_reindex_repairs_any_state_of_the_index(
+    tmp_path: Path, sample: list[str], run: Runner, damage: Any
+) -> None:
+    store = LocalStore(tmp_path / "s")
+    run(store, sample[:6])
+    damage(store)
+    with pytest.raises(StorageError, match="reindex"):
+        run_query(store, "SELECT count(*) FROM records, events, aliases")
+    update = reindex(store, retention_hours=0)
+    assert update.subjects_checked == 6
+    expected = _keys(store)
+    for name, key_sql in KEY_SQL.items():
+        got = run_query(store, f"SELECT count(*), count(DISTINCT {key_sql}) FROM {name}").rows[0]
+        assert got == (expected[name], expected[name]), name
+    assert not store.exists(LEGACY_MANIFEST_KEY)
+    assert not [k for k in store.list("index/") if "/part-g" in k]
+    status(store)  # readable again
+
+
+def test_status_on_a_damaged_parquet_file_is_one_line_naming_it(
+    tmp_path: Path, sample: list[str], run: Runner, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = LocalStore(tmp_path / "s")
+    run(store, sample[:4])
+    key = _damage_parquet(store)
+    with pytest.raises(SystemExit) as info:
+        main(["status", "--store", str(store.root)])
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{store.root}/{key}" in err and "reindex" in err
+
+
+def test_status_on_a_damaged_log_is_one_line_naming_the_table(
+    tmp_path: Path, sample: list[str], run: Runner, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = LocalStore(tmp_path / "s")
+    run(store, sample[:4])
+    _damage_log(store)
+    with pytest.raises(SystemExit) as info:
+        main(["status", "--store", str(store.root)])
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "index/records" in err and "reindex" in err
+
+
+# -- the CLI ------------------------------------------------------------------------------
 
 
 def test_cli_query_status_compact(tmp_path: Path, any_store: Store, sample: list[str], run: Runner) -> None:
@@ -114,7 +380,8 @@ def test_cli_query_status_compact(tmp_path: Path, any_store: Store, sample: list
     assert res.exit_code == 0 and res.output.splitlines()[0] == "arxiv_id"
     res = runner.invoke(cli, ["status", "--store", url])
     assert res.exit_code == 0 and "records: 6" in res.output
-    res = runner.invoke(cli, ["compact", "--store", url, "--grace", "0"])
+    assert "records" in res.output and "version 1" in res.output
+    res = runner.invoke(cli, ["compact", "--store", url, "--retention", "0"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(cli, ["query", "--store", url, "SELECT nope FROM records"])
     assert res.exit_code != 0
@@ -130,7 +397,7 @@ def test_cli_build_indexes_and_rebuild_reindexes(tmp_path: Path, sample: list[st
     res = runner.invoke(cli, ["build", "--input", str(data), "--store", str(out), "--key", key])
     assert res.exit_code == 0, res.output
     store = LocalStore(out)
-    assert store.exists(MANIFEST_KEY) and list(store.list("runs/"))
+    assert store.exists("index/records/_delta_log/00000000000000000000.json") and list(store.list("runs/"))
     assert run_query(store, "SELECT count(*) FROM records").rows[0][0] == 4
     res = runner.invoke(cli, ["rebuild", "--store", str(out), "--key", key])
     assert res.exit_code == 0, res.output
@@ -146,93 +413,13 @@ def test_cli_build_indexes_and_rebuild_reindexes(tmp_path: Path, sample: list[st
     }
 
 
-def test_update_writes_batches_and_commits_them_once(tmp_path: Path, sample: list[str], run: Runner) -> None:
-    store = LocalStore(tmp_path / "s")
-    run(store, sample, finish=False)
-    subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
-    assert len(subjects) > 8
-    before = mf.load(store).generation
-    update_indexes(store, subjects, clock=fixed_clock, batch_size=4, max_parts=1 << 30)
-    m = mf.load(store)
-    assert m.generation == before + 1  # every batch listed by one swap
-    assert max(_partition_file_counts(store)) > 1  # one part file per batch and partition
-    assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records").rows[0] == (
-        len(subjects),
-        len(subjects),
-    )
-    again = update_indexes(store, subjects, clock=fixed_clock, batch_size=4)
-    assert again.subjects_changed == 0 and mf.load(store).generation == m.generation
+def test_s3_tables_use_boto3s_endpoint_and_credentials_and_never_show_them(s3_store_url: str) -> None:
+    from pith_pipeline.storage.base import open_store
 
-
-def test_batched_update_compacts_crowded_partitions_once(
-    tmp_path: Path, sample: list[str], run: Runner
-) -> None:
-    store = LocalStore(tmp_path / "s")
-    run(store, sample, finish=False)
-    subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
-    update = update_indexes(store, subjects, clock=fixed_clock, batch_size=3, max_parts=2)
-    assert update.compacted_partitions > 0
-    assert max(_partition_file_counts(store)) <= 2
-    # the batch files a compaction folded were never listed and are gone
-    on_disk = {k for k in store.list("index/") if k.endswith(".parquet")}
-    assert on_disk == mf.load(store).listed()
-    assert set(update.written) - {MANIFEST_KEY} <= on_disk
-    assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records").rows[0] == (
-        len(subjects),
-        len(subjects),
-    )
-
-
-def test_update_compaction_reads_bounded_groups(tmp_path: Path, sample: list[str], run: Runner) -> None:
-    store = LocalStore(tmp_path / "s")
-    run(store, sample, finish=False)
-    subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
-    update = update_indexes(store, subjects, clock=fixed_clock, batch_size=3, max_parts=2, compact_rows=4)
-    assert update.compacted_partitions > 0
-    m = mf.load(store)
-    # batch files hold at most 3 records each; no fold read more than 4 rows at once
-    assert max(f["rows"] for f in m.files["records"]) <= 4
-    assert any(f["rows"] == 4 for f in m.files["records"])
-    on_disk = {k for k in store.list("index/") if k.endswith(".parquet")}
-    assert on_disk == m.listed()
-    for table, key in (("records", "pith_number"), ("events", "event_id")):
-        assert (
-            run_query(store, f"SELECT count(*), count(DISTINCT {key}) FROM {table}").rows[0][0]
-            == run_query(store, f"SELECT count(DISTINCT {key}) FROM {table}").rows[0][0]
-        )
-    assert run_query(store, "SELECT count(*) FROM records").rows[0][0] == len(subjects)
-
-
-def test_compact_reads_bounded_groups_and_readers_see_the_same(
-    tmp_path: Path, sample: list[str], run: Runner
-) -> None:
-    store = LocalStore(tmp_path / "s")
-    run(store, sample, finish=False)
-    subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
-    update_indexes(store, subjects, clock=fixed_clock, batch_size=2, max_parts=1 << 30)
-    queries = [
-        "SELECT pith_number, title FROM records ORDER BY 1",
-        "SELECT event_id, event_type FROM events ORDER BY 1",
-        "SELECT alias, pith_number FROM aliases ORDER BY 1",
-    ]
-    before = [run_query(store, q).rows for q in queries]
-    crowded = max(_partition_file_counts(store))
-    assert crowded > 2
-    bound = 2 * max(f["rows"] for fs in mf.load(store).files.values() for f in fs)
-    done = compact(store, clock=fixed_clock, grace_seconds=0, compact_rows=bound)
-    assert done.compacted_partitions > 0
-    m = mf.load(store)
-    # no step read more than `bound` rows; what could be merged within it was merged
-    for name in m.files:
-        for files in m.partitions(name).values():
-            sizes = sorted(f["rows"] for f in files)
-            assert len(files) == 1 or sizes[0] + sizes[1] > bound
-            assert all(f["rows"] <= bound for f in files)
-    assert max(_partition_file_counts(store)) < crowded
-    # nothing the manifest does not list is left behind, and readers see the same rows
-    assert {k for k in store.list("index/") if k.endswith(".parquet")} == m.listed()
-    assert [run_query(store, q).rows for q in queries] == before
-    # an unbounded compaction folds every partition into one file
-    compact(store, clock=fixed_clock, grace_seconds=0)
-    assert max(_partition_file_counts(store)) == 1
-    assert [run_query(store, q).rows for q in queries] == before
+    loc = location(open_store(s3_store_url))
+    assert loc.uri("records") == f"{s3_store_url}/index/records"
+    opts = loc.options
+    assert opts["conditional_put"] == "etag"  # commits are conditional PUTs of the next log entry
+    assert opts["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:") and opts["AWS_ALLOW_HTTP"] == "true"
+    assert opts["AWS_ACCESS_KEY_ID"] == "testing-access-key" and opts["AWS_REGION"] == "us-east-1"
+    assert "testing-secret-key" not in repr(loc) + str(loc)

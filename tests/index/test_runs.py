@@ -17,13 +17,12 @@ from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.verify import verify_bundle
 from pith_pipeline.errors import StorageError, WriteConflictError
 from pith_pipeline.index import (
-    MANIFEST_KEY,
     compact,
     finish_run,
     run_query,
     status,
 )
-from pith_pipeline.index import manifest as mf
+from pith_pipeline.index.writer import commit_key
 from pith_pipeline.pipeline import Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.base import Store
@@ -83,7 +82,12 @@ def test_run_manifest_lists_every_object_with_its_hash(
     assert doc["window"] == {"from": "2019-09-01"} and doc["counts"]["built"] == 5
     objects = {o["key"]: o["sha256"] for o in doc["objects"]}
     assert set(summary.written) <= set(objects)
-    assert MANIFEST_KEY in objects and any(k.endswith(".parquet") for k in objects)
+    # the Delta versions the run committed, each a log entry in the store
+    # (records: its MERGE, then the rewrite of the partitions it touched)
+    assert doc["index"]["versions"] == {"aliases": 1, "events": 1, "records": 2}
+    assert doc["index"]["commits"] == {"aliases": [1], "events": [1], "records": [1, 2]}
+    for table, versions in doc["index"]["commits"].items():
+        assert all(any_store.exists(commit_key(table, v)) for v in versions)
     for k, sha in objects.items():
         assert hashlib.sha256(any_store.get(k) or b"").hexdigest() == sha, k
     # events are listed before the run manifest exists and bundles have all their events
@@ -149,7 +153,7 @@ def test_s3_error_half_way_then_rerun_completes(s3_store: Store, sample: list[st
     with pytest.raises(StorageError, match="SlowDown"):
         run(FailingStore(s3_store, after=70), sample)
     assert not list(s3_store.list("runs/"))  # no run manifest: the run did not complete
-    assert s3_store.get(MANIFEST_KEY) is None  # and indexes were not touched
+    assert not list(s3_store.list("index/"))  # and indexes were not touched
     summary, key = run(s3_store, sample)
     assert summary.built + summary.unchanged == 30 and summary.unchanged > 0
     assert s3_store.exists(key)
@@ -159,22 +163,31 @@ def test_s3_error_half_way_then_rerun_completes(s3_store: Store, sample: list[st
     assert_one_row_per_key(s3_store, 30)
 
 
-def test_failure_while_indexing_then_rerun(s3_store: Store, sample: list[str], run: Runner) -> None:
-    store = FailingStore(s3_store, after=3, only="index/")  # parts written, no commit
-    with pytest.raises(StorageError):
-        run(store, sample)
-    orphans = list(s3_store.list("index/"))
-    assert orphans and s3_store.get(MANIFEST_KEY) is None
-    # readers see an empty, consistent index meanwhile
+def test_failure_while_indexing_then_rerun(
+    s3_store: Store, sample: list[str], run: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pith_pipeline.index import writer
+
+    real = writer.merge_rows
+    merged: list[str] = []
+
+    def failing(loc: Any, spec: Any, table: Any, **kw: Any) -> list[int]:
+        if spec.name == "records":  # events and aliases are committed, records not
+            raise StorageError("PUT index/records/_delta_log/...: SlowDown (HTTP 503)", transient=True)
+        merged.append(spec.name)
+        return real(loc, spec, table, **kw)
+
+    monkeypatch.setattr(writer, "merge_rows", failing)
+    with pytest.raises(StorageError, match="SlowDown"):
+        run(s3_store, sample)
+    assert merged == ["events", "aliases"] and not list(s3_store.list("runs/"))
+    monkeypatch.setattr(writer, "merge_rows", real)
+    # readers see consistent tables meanwhile: no records yet, every event once
     assert scalar(s3_store, "SELECT count(*) FROM records") == 0
+    assert scalar(s3_store, "SELECT count(*) - count(DISTINCT event_id) FROM events") == 0
     run(s3_store, sample)  # everything is unchanged, yet the index is completed
     assert_one_row_per_key(s3_store, 30)
-    deleted = compact(s3_store, clock=fixed_clock, grace_seconds=0).deleted
-    listed = mf.load(s3_store).listed()
-    # files are named by content, so the re-run may re-list an orphan it rewrote;
-    # every other orphan is deleted, and nothing unlisted is left behind
-    assert set(orphans) - listed <= set(deleted)
-    assert set(s3_store.list("index/")) == listed | {MANIFEST_KEY}
+    compact(s3_store, retention_hours=0)
     assert_one_row_per_key(s3_store, 30)
 
 
@@ -223,7 +236,7 @@ def test_query_matches_counting_bundles(s3_store: Store, sample: list[str], run:
     assert {r[:3]: r[3] for r in got.rows} == dict(expected)
     assert sum(expected.values()) == 30
     # the same answer after compaction
-    compact(s3_store, clock=fixed_clock, grace_seconds=0)
+    compact(s3_store, retention_hours=0)
     again = run_query(
         s3_store, "SELECT submitted_month, primary_cat, license, count(*) FROM records GROUP BY ALL"
     )
@@ -290,16 +303,17 @@ def test_run_manifest_streamed_equals_plain_json(tmp_path: Any, n: int) -> None:
     numbers = SpillList([f"pith:{n - i}" for i in range(n)] + ["pith:b", "pith:a"], limit=1)
     summary = RunSummary(run_id="r1", written=written, pith_numbers=numbers)
     index = IndexUpdate(
-        generation=3,
-        written={"index/_manifest.json": "cd" * 32, "arxiv/\u00e9\u4e2d\U0001f600.json": "ef" * 32},
+        versions={"records": 3},
+        commits={"records": [2, 3]},
     )
     store = LocalStore(tmp_path / "s")
     key = write_manifest(store, summary, window={"from": "x"}, index=index, clock=fixed_clock)
     data = store.get(key)
     assert data is not None
     doc = json.loads(data)
-    expected = {**dict(written), **index.written}
+    expected = dict(written)
     doc["objects"] = [{"key": k, "sha256": expected[k]} for k in sorted(expected)]
     assert data == dumps_pretty(doc) + b"\n"
-    assert len(doc["objects"]) == n + 2
+    assert len(doc["objects"]) == n + 1
+    assert doc["index"]["commits"] == {"records": [2, 3]}
     assert doc["pith_numbers"] == sorted(numbers)

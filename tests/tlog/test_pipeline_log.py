@@ -170,11 +170,13 @@ def test_finish_run_appends_and_records_the_checkpoint_in_the_run_manifest(
     priv, _pub, _doc = generate_key(tmp_path / "logkey")
     monkeypatch.setenv("PITH_LOG_SIGNER", str(priv))
     monkeypatch.setenv("PITH_LOG_ORIGIN", "registry.test/log")
-    store = MemoryStore()
+    from pith_pipeline.storage.local import LocalStore
+
+    store = LocalStore(tmp_path / "store")  # the index tables (Delta) need a directory or S3
     summary = publish(store, sample_lines[:3], tmp_path)
     key = finish_run(store, summary, {"input": "in.jsonl"})
-    logged = loads(store.objects[key])["log"]
-    checkpoint = store.objects["log/checkpoint"].decode().split("\n")
+    logged = loads(store.get(key) or b"")["log"]
+    checkpoint = (store.get("log/checkpoint") or b"").decode().split("\n")
     assert checkpoint[:3] == ["registry.test/log", str(logged["size"]), logged["root_hash_b64"]]
     assert logged["size"] == logged["appended"] == sum(1 for _ in event_store_keys(store))
     assert check_log_matches_event_store(store) == []
