@@ -145,7 +145,10 @@ def test_a_killed_writer_blocks_the_store_for_at_most_one_ttl(store: Store) -> N
     proc = subprocess.Popen(
         # a TTL long enough that a loaded machine's late renewal cannot expire it early;
         # the kill is noticed at once (dead holder on this machine) or after the TTL
-        [sys.executable, "-c", HOLDER, store.url, "30"], stdout=subprocess.PIPE, env=env, text=True
+        [sys.executable, "-c", HOLDER, store.url, "30"],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
