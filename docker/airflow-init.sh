@@ -1,26 +1,24 @@
 #!/usr/bin/env bash
-# One-off setup for the compose stack: metadata DB, the arXiv pool, an admin, and a
-# signing key envelope wrapped by the local KMS (moto). Safe to run again.
+# One-off setup of the compose stack (the `airflow-init` service; safe to run again).
+#
+# As root: give the keys, auth and logs volumes to AIRFLOW_UID:0 (every other service
+# runs as that user, and the signing key must be readable by it and by no one else).
+# Then, as AIRFLOW_UID: refuse weak secrets, create the local bucket, keep or create
+# the signing key (never replacing the store's key: see pith_init.py), write the UI
+# password file; finally the image's own /entrypoint waits for the database, migrates
+# it (_AIRFLOW_DB_MIGRATE) and creates the arXiv pool.
 set -euo pipefail
 
-airflow db migrate
-# All arXiv requests share one slot: arXiv asks for one connection at a time.
-airflow pools set arxiv_oai 1 "arXiv OAI-PMH: one request at a time"
-
-envelope="${PITH_ENVELOPE_PATH:-/opt/pith/keys/pith.envelope.json}"
-if [ ! -f "$envelope" ]; then
-  mkdir -p "$(dirname "$envelope")"
-  python - <<'PY'
-import os
-import boto3
-
-kms = boto3.client("kms")
-alias = os.environ.get("PITH_KMS_ALIAS", "alias/pith-wrap")
-if not any(a["AliasName"] == alias for a in kms.list_aliases()["Aliases"]):
-    key = kms.create_key(Description="pith-pipeline envelope wrapping key (local)")
-    kms.create_alias(AliasName=alias, TargetKeyId=key["KeyMetadata"]["KeyId"])
-PY
-  pith-pipeline keys envelope-create --kms-key "${PITH_KMS_ALIAS:-alias/pith-wrap}" \
-      --out "$envelope"
+uid="${AIRFLOW_UID:-50000}"
+if [ "$(id -u)" = "0" ]; then
+  signer_dir=""
+  case "${PITH_SIGNER:-}" in
+    file:/*|kms-envelope:/*) path="${PITH_SIGNER#*:}"; signer_dir="$(dirname "$path")" ;;
+  esac
+  python3 /opt/pith/pith_init.py own "$uid" /opt/pith/keys /opt/pith/auth /opt/airflow/logs ${signer_dir:+"$signer_dir"}
+  exec python3 /opt/pith/pith_init.py run-as "$uid" -- /bin/bash "$0" "$@"
 fi
-echo "airflow-init: done (signer kms-envelope:$envelope)"
+
+python3 /opt/pith/pith_init.py prepare
+# All arXiv requests share one slot: arXiv asks for one connection at a time.
+exec /entrypoint airflow pools set arxiv_oai 1 "arXiv OAI-PMH: one request at a time"

@@ -1,0 +1,260 @@
+"""The docker/ compose stack, run for real: it builds, starts, signs, publishes, restarts
+and still signs with the same key.
+
+Steps (each an operator's step, against the unmodified docker/compose.yaml):
+1. a Docker daemon (started here as root when none runs; stopped at the end);
+2. images (CI: Debian/PyPI-built bases through the stack's build arguments);
+3. `docker compose up --build --wait` with a docker/.env written by docker/make-env.sh;
+4. `pith_ingest` for one day (a backfill run) against a loopback OAI-PMH server
+   inside the scheduler container, signing with the stack's key file;
+5. every published bundle verifies, pinned to the key in the keys volume;
+6. `down` + `up` (volumes kept): the next day is signed by the same key, the key
+   file is unchanged, still 0600 and owned by AIRFLOW_UID;
+7. `down --volumes`, and the daemon this test started is stopped.
+
+Opt-in (PITH_DOCKER_STACK=1, as .ci/run sets); see tests/docker/conftest.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import docker_stack as st
+import pytest
+
+pytestmark = pytest.mark.docker_stack
+
+OAI_DATA = st.REPO / "tests" / "data" / "oai"
+OAI_NS = "http://www.openarchives.org/OAI/2.0/"
+SCHEDULER = "airflow-scheduler"
+KEY_FILE = "/opt/pith/keys/pith-private-key.json"
+PUBLIC_KEY_FILE = "/opt/pith/keys/pith-signing-key.json"
+
+
+def recorded_days() -> dict[str, list[str]]:
+    """Real arXivRaw records: nine for 2024-01-02 and two (re-dated) for 2024-01-03."""
+    from lxml import etree
+
+    days: dict[str, list[str]] = {}
+    sources = [(f"listrecords-2024-01-01-p{n}.xml", "2024-01-02") for n in (1, 2, 3)]
+    sources.append(("listrecords-2024-01-10-p1.xml", "2024-01-03"))
+    for name, day in sources:
+        root = etree.parse(str(OAI_DATA / name)).getroot()
+        for rec in root.iter(f"{{{OAI_NS}}}record"):
+            rec.find(f"{{{OAI_NS}}}header/{{{OAI_NS}}}datestamp").text = day
+            days.setdefault(day, []).append(etree.tostring(rec).decode())
+    return days
+
+
+def start_oai(stack: st.Stack, records: Path, port: int) -> None:
+    """The loopback OAI server in the scheduler container (where LocalExecutor runs tasks).
+
+    Called again while waiting for a run: if the container was restarted (its
+    restart policy at work), the server is started again; the harvest task retries.
+    """
+    probe = f"import urllib.request as u; u.urlopen('http://127.0.0.1:{port}/oai?verb=Identify', timeout=5)"
+    if _answers(stack, probe):
+        return
+    stack("cp", str(st.HERE / "oai_loopback.py"), f"{SCHEDULER}:/tmp/oai_loopback.py")
+    stack("cp", str(records), f"{SCHEDULER}:/tmp/oai_records.json")
+    stack(
+        "exec", "-d", "-T", SCHEDULER,
+        "python3", "/tmp/oai_loopback.py", str(port), "/tmp/oai_records.json", "/tmp/oai_requests.log",
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not _answers(stack, probe):
+        if time.monotonic() > deadline:
+            raise st.StackError("the loopback OAI server did not start in the scheduler container")
+        time.sleep(1)
+
+
+def _answers(stack: st.Stack, probe: str) -> bool:
+    return stack("exec", "-T", SCHEDULER, "python3", "-c", probe, check=False).returncode == 0
+
+
+class Api:
+    """Airflow's REST API on the published port, logged in as the stack's admin user.
+
+    (The airflow CLI would do too, but each call imports all of Airflow: up to a
+    minute on a busy CI host. Logging in also checks the generated password works.)
+    """
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.base = f"http://127.0.0.1:{values['AIRFLOW_PORT']}"
+        login = {"username": values["PITH_ADMIN_USER"], "password": values["AIRFLOW_ADMIN_PASSWORD"]}
+        self.token = str(self.call("POST", "/auth/token", login, auth=False)["access_token"])
+
+    def call(self, method: str, path: str, body: Any = None, *, auth: bool = True) -> Any:
+        headers = {"Content-Type": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return json.loads(resp.read() or b"null")
+
+
+def run_window(stack: st.Stack, values: dict[str, str], day: str, keep_up: Any) -> dict[str, Any]:
+    """A one-day backfill of pith_ingest, as `airflow backfill create` makes it; waits for its run."""
+    api = Api(values)
+    deadline = time.monotonic() + 300
+    while True:  # the dag-processor parses the DAG shortly after start
+        try:
+            api.call("PATCH", "/api/v2/dags/pith_ingest", {"is_paused": False})
+            break
+        except (TimeoutError, urllib.error.URLError) as exc:
+            not_yet = not isinstance(exc, urllib.error.HTTPError) or exc.code == 404
+            if not not_yet or time.monotonic() > deadline:
+                raise
+            time.sleep(3)
+    stamp = f"{day}T00:00:00Z"
+    api.call(
+        "POST",
+        "/api/v2/backfills",
+        {"dag_id": "pith_ingest", "from_date": stamp, "to_date": stamp, "max_active_runs": 1},
+    )
+    deadline = time.monotonic() + 900
+    while True:
+        try:
+            runs = api.call("GET", "/api/v2/dags/pith_ingest/dagRuns?limit=100")["dag_runs"]
+        except (TimeoutError, urllib.error.URLError):  # a busy api-server: ask again
+            runs = []
+        mine = [r for r in runs if r["run_type"] == "backfill" and str(r["logical_date"]).startswith(day)]
+        if mine and mine[0]["state"] in ("success", "failed"):
+            if mine[0]["state"] != "success":
+                logs = stack.exec(
+                    SCHEDULER, "bash", "-c",
+                    "for f in $(find /opt/airflow/logs -name '*.log' -newer /tmp/oai_records.json); "
+                    "do echo \"== $f\"; tail -n 30 \"$f\"; done",
+                    check=False,
+                )  # fmt: skip
+                raise AssertionError(f"pith_ingest {day} ended {mine[0]['state']}:\n{logs[-12000:]}")
+            return dict(mine[0])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pith_ingest {day} did not finish in time: {mine}")
+        keep_up()
+        time.sleep(5)
+
+
+def s3_client(values: dict[str, str]) -> Any:
+    import boto3
+
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{values['S3_PORT']}",
+        aws_access_key_id=values["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=values["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    )
+
+
+def published(values: dict[str, str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The store's key document and every bundle, read over S3 from the host."""
+    s3 = s3_client(values)
+    keys = json.loads(s3.get_object(Bucket="pith", Key="store/pith-signing-key.json")["Body"].read())
+    bundles = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket="pith", Prefix="store/pith/"):
+        for obj in page.get("Contents", []):
+            if obj["Key"].endswith("/bundle.json"):
+                bundles.append(json.loads(s3.get_object(Bucket="pith", Key=obj["Key"])["Body"].read()))
+    return keys, bundles
+
+
+def head_key(doc: dict[str, Any]) -> dict[str, Any]:
+    return dict(doc.get("keys", [doc])[0])
+
+
+def verify_all(bundles: list[dict[str, Any]], fingerprint: str) -> None:
+    from pith_pipeline.core.verify import verify_bundle
+
+    assert bundles, "no bundles were published"
+    for b in bundles:
+        report = verify_bundle(b, pinned_fingerprint=fingerprint, source=b.get("pith_number", "?"))
+        bad = [f"{c.name}: {c.detail}" for c in report.checks if c.status == "fail"]
+        assert report.ok, (b.get("pith_number"), bad)
+
+
+def key_file_facts(stack: st.Stack) -> tuple[str, str]:
+    """(mode and owner, sha256) of the private key file in the keys volume."""
+    facts = stack.exec(SCHEDULER, "stat", "-c", "%a %u", KEY_FILE).strip()
+    digest = stack.exec(SCHEDULER, "sha256sum", KEY_FILE).split()[0]
+    return facts, digest
+
+
+def test_stack_signs_publishes_restarts_and_keeps_its_key() -> None:
+    work = st.tmp_workdir()
+    official = os.environ.get("PITH_STACK_IMAGES") == "official"
+    records = work / "oai_records.json"
+    records.write_text(json.dumps(recorded_days()))
+    oai_port = 18080
+    try:
+        with st.docker_daemon(work) as daemon:
+            files = [st.DOCKER_DIR / "compose.yaml"]
+            overrides = {
+                "COMPOSE_PROFILES": "local-s3",
+                "AIRFLOW_PORT": str(st.free_port()),
+                "S3_PORT": str(st.free_port()),
+                "PITH_OAI_URL": f"http://127.0.0.1:{oai_port}/oai",
+                "PITH_OAI_MIN_INTERVAL": "0.2",
+                "PITH_INGEST_START": "2024-01-01",
+                "PITH_RETRIES": "1",
+                "PITH_RETRY_DELAY_SECONDS": "5",
+                "PITH_SNAPSHOT_DIR": str(work / "snapshots"),
+            }
+            if not official:
+                st.build_ci_images(daemon, work)
+                files.append(st.HERE / "compose.ci.yaml")
+                overrides |= {
+                    "AIRFLOW_BASE_IMAGE": st.AIRFLOW_BASE_IMAGE,
+                    "AIRFLOW_CONSTRAINTS": "/opt/ci/constraints.txt",
+                    "POSTGRES_IMAGE": st.POSTGRES_IMAGE,
+                }
+            values = st.write_env(work / ".env", overrides)
+            stack = st.Stack(
+                daemon,
+                work / ".env",
+                f"pith-ci-{uuid.uuid4().hex[:8]}",
+                files,
+                st.compose_command(daemon.env),
+            )
+            try:
+                stack.up()
+
+                def oai() -> None:
+                    start_oai(stack, records, oai_port)
+
+                oai()
+                run_window(stack, values, "2024-01-02", oai)
+
+                facts, key_digest = key_file_facts(stack)
+                assert facts == f"600 {values['AIRFLOW_UID']}"
+                local_public = json.loads(stack.exec(SCHEDULER, "cat", PUBLIC_KEY_FILE))
+                doc, bundles = published(values)
+                assert head_key(doc)["public_key_hex"] == local_public["public_key_hex"]
+                first_key = head_key(doc)
+                verify_all(bundles, first_key["fingerprint_sha256_hex"])
+                first_count = len(bundles)
+
+                stack.down(volumes=False)
+                stack.up()
+                oai()
+                run_window(stack, values, "2024-01-03", oai)
+
+                assert key_file_facts(stack) == (facts, key_digest), "the signing key changed on restart"
+                doc, bundles = published(values)
+                assert [k["key_id"] for k in doc.get("keys", [doc])] == [first_key["key_id"]]
+                assert head_key(doc)["public_key_hex"] == first_key["public_key_hex"]
+                verify_all(bundles, first_key["fingerprint_sha256_hex"])
+                assert bundles and first_count
+            finally:
+                stack.down(volumes=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
