@@ -382,6 +382,7 @@ class Publisher:
         if not existing and self.fresh_path:  # the common case: one pass does it all
             fresh = self._fresh_builder().build(ident, now, self.clock(), supersedes=supersedes)
             self._check_signer(fresh.events[0])
+            _check_index_rows(fresh.bundle)  # before anything of the record is published
             for ev, data in zip(fresh.events, fresh.event_bytes, strict=True):
                 self._put_event(event_key(ident.body, ev["content_sha256"]), data)
             bkey, skey, wkey = bundle_paths(ident.body)
@@ -489,6 +490,8 @@ class Publisher:
                 and e["payload"].get("pith_number") == newer["pith_number"]
                 for e in events
             ):
+                # stored, but a kill may have come before its bundle was rewritten
+                self._ensure_bundle(older["pith_number"], events)
                 continue
             self._write_correction(old, newer["pith_number"], f"{arxiv_id}v{newer['version']}", self.clock())
             written += 1
@@ -540,35 +543,47 @@ class Publisher:
         self._signer_checked = True
 
     def _repair_bundle(self, ident: Identity, events: list[dict[str, Any]]) -> None:
-        """Finish what a killed run left out for an already-published paper.
+        self._ensure_bundle(ident.subject, events)
 
-        No bundle (killed between events and bundle): build it from the checked
-        events. A bundle without its `state.json` or `.well-known` copy (killed between
-        them): copy from the bundle, so its published bytes stay as they are, unless
-        the bundle itself does not verify, in which case it is rebuilt from the events.
+    def _ensure_bundle(self, subject: str, events: list[dict[str, Any]]) -> None:
+        """Finish what a killed run left out for an already-published subject.
+
+        - no bundle (killed between events and bundle), or a bundle that does not list
+          exactly the stored events (killed between a correction event and the rewrite
+          of its bundle): build it from the checked events;
+        - a bundle without its `state.json` or `.well-known` copy: copy from the
+          bundle, so its published bytes stay as they are, unless the bundle does not
+          verify, in which case it is rebuilt from the events.
         """
-        bkey, skey, wkey = bundle_paths(ident.body)
-        missing = [k for k in (bkey, skey, wkey) if not self.store.exists(k)]
-        if not missing:
-            return
-        data = None if bkey in missing else self.store.get(bkey)
+        body = PithNumber.parse(subject).body
+        bkey, skey, wkey = bundle_paths(body)
+        data = self.store.get(bkey)
         bundle: Any = None
         if data is not None:
-            from pith_pipeline.core.verify import verify_bundle
-
             try:
                 bundle = loads(data)
-                ok = isinstance(bundle, dict) and verify_bundle(bundle).ok
             except ValueError:
-                ok = False
-            if not ok:
                 bundle = None
-        if data is None or bundle is None:
-            self.write_bundle(ident.subject, events)
+        listed = (
+            {e.get("event_id") for e in bundle.get("events", []) if isinstance(e, dict)}
+            if isinstance(bundle, dict) and isinstance(bundle.get("events"), list)
+            else None
+        )
+        if listed is None or listed != {e["event_id"] for e in events}:
+            self.write_bundle(subject, events)
+            return
+        missing = [k for k in (skey, wkey) if not self.store.exists(k)]
+        if not missing:
+            return
+        from pith_pipeline.core.verify import verify_bundle
+
+        if not verify_bundle(bundle).ok or not isinstance(bundle.get("state"), dict):
+            self.write_bundle(subject, events)
             return
         if skey in missing:
             self._put(skey, dumps_compact(bundle["state"]))
         if wkey in missing:
+            assert data is not None
             self._put(wkey, data)
 
     def write_bundle(
@@ -616,6 +631,15 @@ class Publisher:
         self._put(skey, dumps_compact(bundle["state"]))
         self._put(wkey, data)
         return bundle
+
+
+def _check_index_rows(bundle: dict[str, Any]) -> None:
+    """The bundle's index rows fit the index tables' schemas, or `InputError` (the
+    record is quarantined): found later, in the index update, such a row would fail
+    every update and every `reindex` after it. pyarrow is imported on first use."""
+    from pith_pipeline.index.rows import check_bundle
+
+    check_bundle(bundle)
 
 
 def _utc_today() -> date:

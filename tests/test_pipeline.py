@@ -282,3 +282,73 @@ def test_a_rerun_restores_a_state_or_well_known_copy_a_killed_run_left_out(
     second = publish(store, asset("arxiv-sample.jsonl"), datetime(2026, 8, 1, tzinfo=UTC))
     assert second.unchanged == 30
     assert {p: p.read_bytes() for p in expected} == expected
+
+
+class DiesOnOldBundle(LocalStore):
+    """Dies after the correction event is stored, before the old bundle lists it."""
+
+    def __init__(self, root: Path, old_body: str) -> None:
+        super().__init__(root)
+        self.old_body = old_body
+
+    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
+        if key == f"pith/{self.old_body}/bundle.json":
+            raise KeyboardInterrupt("killed")
+        super().put(key, data, content_type=content_type)
+
+
+def test_a_correction_stored_but_not_yet_in_its_bundle_is_added_on_rerun(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """Found by the chaos test: the correction event exists, so nothing rewrote the old
+    bundle, which never listed it (verify STORE: 'bundle does not list it')."""
+    import pytest
+
+    obj = json.loads(sample_lines[-1])
+    v1, v2 = tmp_path / "v1.jsonl", tmp_path / "v2.jsonl"
+    v1.write_text(json.dumps(obj) + "\n")
+    v2.write_text(json.dumps(_version(obj, 2)) + "\n")
+    store = tmp_path / "store"
+    old = publish(store, v1).pith_numbers[0]
+    old_body = old.split(":")[2]
+    pub = Publisher(
+        DiesOnOldBundle(store, old_body),
+        SIGNER,
+        BuildConfig(),
+        clock=StepClock(datetime(2026, 9, 1, tzinfo=UTC)),
+        run_id="dies",
+    )
+    with pytest.raises(KeyboardInterrupt):
+        pub.publish(iter_jsonl(v2))
+    assert _corrections(store, old) == []  # the event is stored, the bundle is stale
+    publish(store, v2, datetime(2026, 9, 2, tzinfo=UTC))  # only the new version again
+    new = json.loads((store / "arxiv/2606.00972.json").read_bytes())["latest"]
+    assert _corrections(store, old) == [new]
+    assert verify_bundle(json.loads((store / "pith" / old_body / "bundle.json").read_bytes())).ok
+
+
+def test_a_record_whose_index_row_does_not_fit_is_quarantined_before_publishing(
+    tmp_path: Path, asset: Any, monkeypatch: Any
+) -> None:
+    """Index rows are checked against the schemas before anything of a record is
+    published: one record can never make the index unbuildable."""
+    from pith_pipeline.errors import InputError
+    from pith_pipeline.index import rows
+
+    real = rows.check_bundle
+
+    def check(bundle: dict[str, Any]) -> Any:
+        if bundle["pith_number"] == victim[0]:
+            raise InputError("value out of range for int32", field="version")
+        return real(bundle)
+
+    first = publish(tmp_path / "probe", asset("arxiv-sample.jsonl"))
+    victim = [sorted(first.pith_numbers)[3]]
+    monkeypatch.setattr(rows, "check_bundle", check)
+    store = tmp_path / "store"
+    summary = publish(store, asset("arxiv-sample.jsonl"))
+    assert (summary.built, summary.quarantined) == (29, 1)
+    body = victim[0].split(":")[2]
+    assert not (store / "events" / body).exists() and not (store / "pith" / body).exists()
+    entry = json.loads((store / "quarantine/run-1.jsonl").read_text().splitlines()[0])
+    assert "int32" in json.dumps(entry)

@@ -47,8 +47,12 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Any:
 
 
 def publish(store: Store) -> None:
+    """A store as a run leaves it: bundles, then the index and the run manifest."""
+    from pith_pipeline.index import finish_run
+
     clock = StepClock(datetime(2026, 1, 5, tzinfo=UTC))
-    Publisher(store, SIGNER, BuildConfig(), clock=clock).publish(iter_jsonl(SAMPLE))
+    summary = Publisher(store, SIGNER, BuildConfig(), clock=clock).publish(iter_jsonl(SAMPLE))
+    finish_run(store, summary, {"input": "sample"}, clock=clock)
 
 
 @pytest.fixture(scope="module")
