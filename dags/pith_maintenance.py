@@ -44,8 +44,11 @@ INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
         "sample_size": Param(
             200, type="integer", minimum=0, description="How many published bundles to verify."
         ),
-        "grace_seconds": Param(
-            3600, type="integer", minimum=0, description="Retired index files older than this are deleted."
+        "retention_hours": Param(
+            168,
+            type="integer",
+            minimum=0,
+            description="Vacuum: index files no table version younger than this needs are deleted.",
         ),
     },
 )
@@ -63,11 +66,11 @@ def pith_maintenance() -> None:
 
     @task(outlets=INDEX_ASSETS, multiple_outputs=False)
     def compact(rebuilt: dict[str, Any], params: Any = None) -> dict[str, Any]:
-        """Fold each index partition into one file; delete long-retired files."""
+        """Compact the Delta index tables, then vacuum files older versions no longer need."""
         from pith_pipeline import airflow_tasks as t
 
         return t.compact_indexes(
-            t.load_settings(airflow_variables=True), grace_seconds=float(params["grace_seconds"])
+            t.load_settings(airflow_variables=True), retention_hours=float(params["retention_hours"])
         )
 
     @task(multiple_outputs=False)

@@ -977,14 +977,14 @@ def finish_windows(
 
 # ---------------------------------------------------------------- maintenance
 def compact_indexes(
-    settings: Settings, *, store: Store | None = None, grace_seconds: float | None = None
+    settings: Settings, *, store: Store | None = None, retention_hours: float | None = None
 ) -> dict[str, Any]:
-    """Compact each index table; vacuum files no version younger than `grace_seconds` needs."""
+    """Compact each index table; vacuum files no version younger than `retention_hours` needs."""
     from pith_pipeline.index.writer import DEFAULT_RETENTION_HOURS, compact
     from pith_pipeline.storage.lease import writer_lease
 
     store = store or _store(settings)
-    hours = DEFAULT_RETENTION_HOURS if grace_seconds is None else grace_seconds / 3600
+    hours = DEFAULT_RETENTION_HOURS if retention_hours is None else retention_hours
     with writer_lease(
         store, command="airflow compact", papers=False, index=True, wait=settings.lease_wait_seconds
     ):

@@ -39,7 +39,7 @@ def test_snapshot_backfill_then_maintenance(
     assert len(bundles) == manifest["counts"]["built"] > 0
 
     dr = dagbag.get_dag("pith_maintenance").test(
-        logical_date=datetime(2026, 1, 4, 3, tzinfo=UTC), run_conf={"sample_size": 1000, "grace_seconds": 0}
+        logical_date=datetime(2026, 1, 4, 3, tzinfo=UTC), run_conf={"sample_size": 1000, "retention_hours": 0}
     )
     assert dr.state == "success"
 
