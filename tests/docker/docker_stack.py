@@ -33,7 +33,20 @@ HERE = Path(__file__).resolve().parent
 IMAGES = HERE / "images"
 
 DEBIAN_IMAGE = "pith-ci/debian:bookworm"
-AIRFLOW_BASE_IMAGE = "pith-ci/airflow-base:local"
+
+
+def _deps_tag() -> str:
+    """A tag that changes with the project's dependencies, so a cached base image (its
+    wheels are what the stack image installs offline) is rebuilt when they change."""
+    import hashlib
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    deps = sorted(project["project"]["dependencies"]) + sorted(project["build-system"]["requires"])
+    return hashlib.sha256("\n".join(deps).encode()).hexdigest()[:12]
+
+
+AIRFLOW_BASE_IMAGE = f"pith-ci/airflow-base:deps-{_deps_tag()}"
 POSTGRES_IMAGE = "pith-ci/postgres:local"
 DEBIAN_MIRROR = os.environ.get("PITH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 #: The daemon this module starts (only when none is reachable).
