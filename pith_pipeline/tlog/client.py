@@ -119,11 +119,18 @@ def verify_with_log(paths: Iterable[str], files: Iterable[Path], log: str | None
     store directory among `paths` that keeps a log must hold exactly its event store's
     events in it (checked even without `--log`).
     """
+    from pith_pipeline.tlog.pipeline import check_log_matches_event_store
+
     problems: list[str] = []
     for p in paths:
-        if Path(p, LOG_PREFIX, CHECKPOINT).is_file():
+        if p.startswith("s3://"):  # a bucket that keeps a log: the same check
+            from pith_pipeline.storage.base import open_store
+
+            st = open_store(p)
+            if st.exists(f"{LOG_PREFIX}{CHECKPOINT}"):
+                problems += [f"log: {x}" for x in check_log_matches_event_store(st)]
+        elif Path(p, LOG_PREFIX, CHECKPOINT).is_file():
             from pith_pipeline.storage.local import LocalStore
-            from pith_pipeline.tlog.pipeline import check_log_matches_event_store
 
             problems += [f"log: {x}" for x in check_log_matches_event_store(LocalStore(p))]
     if log is None:

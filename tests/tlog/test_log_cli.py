@@ -152,3 +152,25 @@ def test_receipts_reissue_logs_its_correction_events(logged_store: Path) -> None
     assert int((cwd / "out/log/checkpoint").read_text().split("\n")[1]) > before
     r = run("log", "verify", "out", cwd=cwd)
     assert r.returncode == 0, r.stdout
+
+
+def test_verify_of_a_bucket_checks_its_log_too(tmp_path: Path, asset, s3_store_url: str) -> None:  # type: ignore[no-untyped-def]
+    """`verify s3://…` holds a bucket's log to its event store, as for a directory."""
+    from pith_pipeline.storage.base import open_store
+
+    cwd = tmp_path
+    assert run("keys", "generate", "--out", "keys", cwd=cwd).returncode == 0
+    assert run("keys", "generate", "--out", "logkey", "--key-id", "pith-log", cwd=cwd).returncode == 0
+    r = run(
+        "build", "--input", str(asset("arxiv-sample.jsonl")), "--store", s3_store_url,
+        "--key", "keys/pith-private-key.json", "--log-signer", "logkey/pith-private-key.json",
+        "--workers", "1", cwd=cwd,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert run("verify", s3_store_url, "-q", cwd=cwd).returncode == 0
+    store = open_store(s3_store_url)
+    entries = [k for k in store.list("log/tile/entries/")]
+    assert entries
+    store.delete(entries[0])  # the log no longer holds what the event store holds
+    r = run("verify", s3_store_url, "-q", cwd=cwd)
+    assert r.returncode == 1 and "log:" in r.stdout, r.stdout + r.stderr
