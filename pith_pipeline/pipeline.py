@@ -371,7 +371,7 @@ class Publisher:
         if any(e.get("event_type") == "record_created" for e in existing):
             self.summary.unchanged += 1
             self.summary.seen.append(ident.subject)
-            self._repair_bundle(ident, existing)
+            self._ensure_bundle(ident.subject, existing)
             self._update_pointer(ident, existing)
             self.summary.superseded += self.reconcile(rec.id)
             return ident
@@ -541,9 +541,6 @@ class Publisher:
                 "verify with its own public key; nothing was published"
             )
         self._signer_checked = True
-
-    def _repair_bundle(self, ident: Identity, events: list[dict[str, Any]]) -> None:
-        self._ensure_bundle(ident.subject, events)
 
     def _ensure_bundle(self, subject: str, events: list[dict[str, Any]]) -> None:
         """Finish what a killed run left out for an already-published subject.

@@ -16,6 +16,7 @@ from pith_pipeline.cli.options import (
     build_config,
     fail_if_incomplete,
     lease_notice,
+    run_index_lease,
     shards_option,
     signer_option,
     site_options,
@@ -152,15 +153,7 @@ def build(
         summary = par.publish(iter_jsonl(input_path), progress=bar.update)
 
     with (
-        writer_lease(
-            st,
-            command="build index",
-            run_id=summary.run_id,
-            papers=False,
-            index=True,
-            wait=max(lease_wait, 600.0),
-            on_wait=lease_notice,
-        ),
+        run_index_lease(st, "build", summary.run_id, lease_wait),
         tqdm(desc="index", unit="rec", disable=None) as bar,
     ):
         manifest_key = finish_run(

@@ -14,6 +14,7 @@ from pith_pipeline.cli.options import (
     build_config,
     fail_if_incomplete,
     lease_notice,
+    run_index_lease,
     shards_option,
     signer_option,
     site_options,
@@ -355,15 +356,7 @@ def ingest(
         "replay": replay,
     }
     with (
-        writer_lease(
-            st,
-            command="ingest index",
-            run_id=run.run_id,
-            papers=False,
-            index=True,
-            wait=max(lease_wait, 600.0),
-            on_wait=lease_notice,
-        ),
+        run_index_lease(st, "ingest", run.run_id, lease_wait),
         tqdm(desc="index", unit="rec", disable=None) as bar,
     ):
         manifest_key = finish_run(st, report.summary, window, clock=run.publisher.clock, progress=bar.update)

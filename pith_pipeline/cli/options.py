@@ -149,6 +149,26 @@ def shards_option(fn: F) -> F:
     )(fn)
 
 
+#: A run that has published waits at least this long for the index lease: giving up
+#: after publishing would leave its papers unindexed until the next run.
+INDEX_LEASE_MIN_WAIT = 600.0
+
+
+def run_index_lease(store: Any, command: str, run_id: str, lease_wait: float) -> Any:
+    """The `index` lease a publishing command holds while it updates the index."""
+    from pith_pipeline.storage.lease import writer_lease
+
+    return writer_lease(
+        store,
+        command=f"{command} index",
+        run_id=run_id,
+        papers=False,
+        index=True,
+        wait=max(lease_wait, INDEX_LEASE_MIN_WAIT),
+        on_wait=lease_notice,
+    )
+
+
 def lease_notice(message: str) -> None:
     """Printed once when a command starts waiting for another writer."""
     click.echo(message, err=True)
