@@ -7,7 +7,14 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from pith_pipeline.cli.options import build_config, lease_notice, signer_option, site_options, wait_option
+from pith_pipeline.cli.options import (
+    build_config,
+    lease_notice,
+    signer_option,
+    site_options,
+    store_option,
+    wait_option,
+)
 from pith_pipeline.storage.base import open_store
 from pith_pipeline.storage.lease import writer_lease
 
@@ -67,12 +74,7 @@ def envelope_create(kms_key: str, out: Path, key_id: str | None, region: str | N
 
 
 @click.command("rotate")
-@click.option(
-    "--store",
-    required=True,
-    envvar="PITH_STORE",
-    help="Store whose pith-signing-key.json to update (directory or s3://...).",
-)
+@store_option("Store whose pith-signing-key.json to update (directory or s3://...).")
 @signer_option()
 @site_options
 def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, signer_id: str) -> None:
@@ -101,7 +103,7 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
 
 
 @click.command("show")
-@click.option("--store", required=True, envvar="PITH_STORE", help="Store to read.")
+@store_option("Store to read (directory or s3://...).")
 def show(store: str) -> None:
     """List the keys in a store's pith-signing-key.json with fingerprints and rotates_at."""
     from pith_pipeline.core.bundle import PUBLIC_KEY_FILE
@@ -124,9 +126,7 @@ def receipts() -> None:
 
 
 @receipts.command("reissue")
-@click.option(
-    "--store", required=True, envvar="PITH_STORE", help="Store to re-sign (directory or s3://bucket/prefix)."
-)
+@store_option("Store to re-sign (directory or s3://bucket/prefix).")
 @signer_option()
 @click.option(
     "--workers",
