@@ -23,7 +23,7 @@ from pith_pipeline.core.builder import (
     correction_event,
     sign_bundle,
 )
-from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, Site, bundle_paths
+from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, Site, bundle_paths, bundle_sha256
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.events import BUILDER_VERSION
 from pith_pipeline.core.keys import PublicKey, Signer, verify_signature
@@ -596,6 +596,33 @@ class Publisher:
         `trusted`: event objects this run just built and signed; merging skips
         re-hashing and re-verifying them (the bytes written are the same).
         """
+        bundle = self.signed_bundle(subject, events, aliases, trusted=trusted)
+        self._write_bundle_objects(PithNumber.parse(subject).body, bundle)
+        return bundle
+
+    def rebuild_bundle(self, subject: str, events: list[dict[str, Any]]) -> bool:
+        """Rebuild a subject's bundle from its events unless the published one already
+        says the same; True when it was written.
+
+        Why: a rebuild re-signs, and a new signature carries a new `built_at`, so
+        without this every `rebuild` would rewrite every bundle of an unchanged store.
+        """
+        bundle = self.signed_bundle(subject, events)
+        body = PithNumber.parse(subject).body
+        if _published_as(self.store, self.signer, body, bundle):
+            return False
+        self._write_bundle_objects(body, bundle)
+        return True
+
+    def signed_bundle(
+        self,
+        subject: str,
+        events: list[dict[str, Any]],
+        aliases: list[dict[str, Any]] | None = None,
+        *,
+        trusted: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """A subject's bundle built and signed from its events (nothing written)."""
         pn = PithNumber.parse(subject)
         events = _dedupe_sorted(events)
         creations = [e for e in events if e.get("event_type") == "record_created"]
@@ -622,12 +649,45 @@ class Publisher:
             now=self.clock(),
             trusted=trusted or (),
         )
-        bkey, skey, wkey = bundle_paths(pn.body)
+        return bundle
+
+    def _write_bundle_objects(self, body: str, bundle: dict[str, Any]) -> None:
+        bkey, skey, wkey = bundle_paths(body)
         data = dumps_compact(bundle)
         self._put(bkey, data)
         self._put(skey, dumps_compact(bundle["state"]))
         self._put(wkey, data)
-        return bundle
+
+
+#: What a rebuild of unchanged events changes anyway (the moment and its signature).
+_REBUILD_VOLATILE = frozenset({"built_at", "bundle_signature"})
+
+
+def _published_as(store: Store, signer: Signer, body: str, bundle: dict[str, Any]) -> bool:
+    """The published bundle is `bundle` apart from when it was built, it is signed by
+    `signer` (the signature verifies), and its state and .well-known copies match it."""
+    bkey, skey, wkey = bundle_paths(body)
+    data = store.get(bkey)
+    try:
+        old = loads(data) if data is not None else None
+    except ValueError:
+        return False
+    if not isinstance(old, dict) or not isinstance(old.get("bundle_signature"), dict):
+        return False
+    if {k: v for k, v in old.items() if k not in _REBUILD_VOLATILE} != {
+        k: v for k, v in bundle.items() if k not in _REBUILD_VOLATILE
+    }:
+        return False
+    sig = old["bundle_signature"]
+    digest = bundle_sha256(old)
+    if (
+        sig.get("key_id") != signer.key_id
+        or sig.get("bundle_sha256") != digest
+        or not isinstance(sig.get("signature_b64"), str)
+        or not verify_signature(signer.public_key, digest, sig["signature_b64"])
+    ):
+        return False
+    return store.get(skey) == dumps_compact(old["state"]) and store.get(wkey) == data
 
 
 def _check_index_rows(bundle: dict[str, Any]) -> None:
@@ -685,11 +745,15 @@ def rebuild(
     clock: Clock = system_clock,
     lease: LeaseCheck | None = None,
     failures: list[str] | None = None,
+    unchanged: list[str] | None = None,
 ) -> Iterator[str]:
-    """Re-derive every bundle and state from the event store; yields subjects.
+    """Re-derive every bundle and state from the event store; yields the subjects rebuilt.
 
-    A subject whose stored events fail their checks is not rebuilt (its published
-    bundle stays as it was) and is named in `failures`; the caller ends non-zero.
+    Idempotent: a subject whose published bundle already says what its events say
+    (apart from `built_at` and the signature; signed by `signer`) is left alone and
+    added to `unchanged`. A subject whose stored events fail their checks is not
+    rebuilt (its published bundle stays as it was) and is named in `failures`; the
+    caller ends non-zero.
     """
     pub = Publisher(store, signer, config, clock=clock, lease=lease)
     bodies = sorted({k.split("/")[1] for k in store.list("events/")})
@@ -700,8 +764,11 @@ def rebuild(
             events = pub.subject_events(body)
             subjects = {e.get("subject_pith_number") for e in events}
             for subject in sorted(s for s in subjects if isinstance(s, str)):
-                pub.write_bundle(subject, [e for e in events if e.get("subject_pith_number") == subject])
-                yield subject
+                own = [e for e in events if e.get("subject_pith_number") == subject]
+                if pub.rebuild_bundle(subject, own):
+                    yield subject
+                elif unchanged is not None:
+                    unchanged.append(subject)
         except IntegrityError as exc:
             if failures is None:
                 raise

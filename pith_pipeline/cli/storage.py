@@ -138,11 +138,13 @@ def rebuild(
     """Re-derive every bundle and state from the event store, then every index.
 
     The event store (events/<ID>/<sha256>.json) is the source of truth; bundles,
-    states and indexes are derived and can be rebuilt from it at any time.
+    states and indexes are derived and can be rebuilt from it at any time. A bundle
+    that already says what its events say, signed by this key, is left as it is
+    (so running it twice changes nothing the second time).
 
     \b
     Example:
-      pith-pipeline rebuild --store out/ --key keys/pith-private-key.json
+      pith-pipeline rebuild --signer pith-keys/pith-private-key.json
     """
     from pith_pipeline.index import reindex as do_reindex
     from pith_pipeline.pipeline import rebuild as do_rebuild
@@ -152,6 +154,7 @@ def rebuild(
     signer = open_signer(key_path)
     n = 0
     failures: list[str] = []
+    unchanged: list[str] = []
     with writer_lease(st, command="rebuild", index=True, wait=lease_wait, on_wait=lease_notice) as lease:
         with tqdm(desc="bundles", unit="rec", disable=None) as bar:
             for _subject in do_rebuild(
@@ -160,10 +163,14 @@ def rebuild(
                 build_config(base_url, registry_name, signer_id),
                 lease=lease,
                 failures=failures,
+                unchanged=unchanged,
             ):
                 n += 1
                 bar.update(1)
-        click.echo(f"rebuilt {n} bundles from events")
+        click.echo(
+            f"bundles from events: {n} rebuilt, {len(unchanged)} unchanged "
+            "(already what their events say, signed by this key)"
+        )
         with tqdm(desc="index", unit="bundle", disable=None) as bar:
             update = do_reindex(st, progress=bar.update)
     click.echo(update.line())
