@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -35,3 +38,50 @@ def test_python_version_and_strict_typing_are_declared() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["requires-python"] == ">=3.11"
     assert project["tool"]["mypy"]["strict"] is True
+
+
+BLOCK_AIRFLOW = """
+import sys
+
+
+class _NoAirflow:
+    def find_spec(self, name, path=None, target=None):
+        if name == "airflow" or name.startswith("airflow."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NoAirflow())
+"""
+
+
+def _pytest_without_airflow(tmp_path: Path, *, ci: bool) -> subprocess.CompletedProcess[str]:
+    """The DAG tests run in an interpreter where `import airflow` fails, as without the extra."""
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_AIRFLOW)
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(tmp_path)
+    if ci:
+        env["CI"] = "true"
+    args = ["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:xdist"]
+    return subprocess.run(
+        [sys.executable, *args, "tests/airflow/test_tlog_dag.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_dag_tests_without_airflow_skip_naming_the_extra(tmp_path: Path) -> None:
+    result = _pytest_without_airflow(tmp_path, ci=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "pip install -e '.[test,airflow]'" in result.stdout
+    assert " skipped" in result.stdout and "error" not in result.stdout.lower()
+
+
+def test_dag_tests_without_airflow_fail_in_ci(tmp_path: Path) -> None:
+    """CI installs the extra: a missing Airflow there must not turn into a green build."""
+    result = _pytest_without_airflow(tmp_path, ci=True)
+    assert result.returncode != 0
+    assert "pip install -e '.[test,airflow]'" in result.stdout + result.stderr
