@@ -47,8 +47,8 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from pith_pipeline.core.keys import Signer
     from pith_pipeline.core.model import ArxivRecord
+    from pith_pipeline.items import Item
     from pith_pipeline.pipeline import BuildConfig
-    from pith_pipeline.sources.jsonl import Item
     from pith_pipeline.storage.base import Store
 
 #: Below Airflow's default `max_map_length` (1024), with room to spare.
@@ -614,8 +614,8 @@ def build_chunk(
     the counts. Returns `{"staged": key, "records": n, "built": n, ...}`.
     """
     from pith_pipeline.core.canonical_json import dumps_compact
+    from pith_pipeline.items import Rejected
     from pith_pipeline.pipeline import Publisher
-    from pith_pipeline.sources.jsonl import Rejected
     from pith_pipeline.storage.lease import parse_shards, writer_lease
 
     base = store or _store(settings)

@@ -38,7 +38,7 @@ from pith_pipeline.errors import (
     WriteConflictError,
     is_record_problem,
 )
-from pith_pipeline.sources.jsonl import Item, Rejected
+from pith_pipeline.items import Item, Rejected
 from pith_pipeline.spill import Ledger, SpillList
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.lease import shard_of

@@ -55,9 +55,9 @@ from pith_pipeline.errors import (
     TerminalError,
     TransientError,
 )
+from pith_pipeline.items import Rejected
 from pith_pipeline.sources.arxivraw import MalformedPageError, Page, oai_identifier, parse_page
 from pith_pipeline.sources.capped import deadline_scope, deadline_transport, read_capped
-from pith_pipeline.sources.jsonl import Rejected
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.base import Store
 
