@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Protocol
 
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.builder import (
     FreshBuilder,
     Identity,
@@ -29,7 +30,7 @@ from pith_pipeline.core.events import BUILDER_VERSION
 from pith_pipeline.core.keys import PublicKey, Signer, verify_signature
 from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.core.record import PithNumber
-from pith_pipeline.core.timeutil import Clock, iso_micros, system_clock
+from pith_pipeline.core.timeutil import Clock, iso_micros
 from pith_pipeline.core.verify import KeyRing
 from pith_pipeline.errors import (
     InputError,

@@ -25,10 +25,10 @@ from pith_pipeline.cli.options import (
     wait_option,
     workers_option,
 )
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import PublicKey
 from pith_pipeline.core.merge import merge
-from pith_pipeline.core.timeutil import system_clock
 from pith_pipeline.core.verify import FAIL, Report, verify_bundle
 from pith_pipeline.pipeline import Publisher, RunSummary
 from pith_pipeline.signing.factory import open_signer

@@ -86,7 +86,8 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
     the only way to bring a key the store does not list: other commands refuse
     one, so that a lost key is never silently replaced (see docs/keys.md).
     """
-    from pith_pipeline.core.timeutil import iso_micros, system_clock
+    from pith_pipeline.clock import system_clock
+    from pith_pipeline.core.timeutil import iso_micros
     from pith_pipeline.pipeline import Publisher
     from pith_pipeline.signing.factory import open_signer
     from pith_pipeline.signing.rotation import rotate_keys

@@ -15,8 +15,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
-from pith_pipeline.core.timeutil import Clock, iso_seconds, system_clock
+from pith_pipeline.core.timeutil import Clock, iso_seconds
 from pith_pipeline.errors import WriteConflictError
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
 from pith_pipeline.pipeline import RunSummary

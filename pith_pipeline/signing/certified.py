@@ -26,9 +26,10 @@ from typing import Any
 
 import nacl.signing
 
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.certificate import issue_certificate
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, Signer, fingerprint_b32
-from pith_pipeline.core.timeutil import iso_micros, system_clock
+from pith_pipeline.core.timeutil import iso_micros
 from pith_pipeline.errors import SigningError
 
 DEFAULT_VALIDITY = timedelta(hours=48)

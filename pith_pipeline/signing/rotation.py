@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.bundle import PUBLIC_KEY_FILE
 from pith_pipeline.core.canonical_json import dumps_compact, loads
 from pith_pipeline.core.events import (
@@ -50,7 +51,7 @@ from pith_pipeline.core.events import (
 )
 from pith_pipeline.core.keys import PublicKey, Signer
 from pith_pipeline.core.record import PithNumber
-from pith_pipeline.core.timeutil import Clock, iso_micros, iso_seconds, system_clock
+from pith_pipeline.core.timeutil import Clock, iso_micros, iso_seconds
 from pith_pipeline.core.verify import RECEIPT_REISSUED
 from pith_pipeline.errors import InputError
 from pith_pipeline.pipeline import BuildConfig, Publisher, event_key

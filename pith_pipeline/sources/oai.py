@@ -44,9 +44,10 @@ import httpx2
 from oaipmh_scythe import Scythe
 from oaipmh_scythe.config import HTTPConfig
 
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.core.timeutil import Clock, iso_seconds, parse_iso_day, system_clock
+from pith_pipeline.core.timeutil import Clock, iso_seconds, parse_iso_day
 from pith_pipeline.errors import (
     InputError,
     RequestDeadlineError,

@@ -317,7 +317,8 @@ def _append_keys(store: Store, log: LogSigner, ordered: Iterable[str], problems:
 
 
 def _appended_doc(result: AppendResult) -> dict[str, Any]:
-    from pith_pipeline.core.timeutil import iso_seconds, system_clock
+    from pith_pipeline.clock import system_clock
+    from pith_pipeline.core.timeutil import iso_seconds
 
     return {
         "size": result.size,
