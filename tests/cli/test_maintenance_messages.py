@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner, Result
+from sampled_store import here_fixture, sampled_fixture  # noqa: F401  (fixtures)
 
 from pith_pipeline.cli import cli
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from sampled_store import here_fixture, sampled_fixture  # noqa: F401  (fixtures)
 
 from pith_pipeline.cli import cli
 

@@ -1,4 +1,9 @@
-"""Fixtures of the command-line tests: a directory where a newcomer ran `ingest --sample`."""
+"""Fixtures of the newcomer's command-line tests: a directory where `ingest --sample` ran.
+
+A module the tests import by name (`from sampled_store import here, sampled`) rather
+than a conftest.py: test modules elsewhere import their own directory's `conftest`
+by name, and one more module called `conftest` could shadow theirs.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +24,8 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-@pytest.fixture(scope="module")
-def sampled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", name="sampled")
+def sampled_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory where `pith-pipeline ingest --sample` ran once (store and key)."""
     root = tmp_path_factory.mktemp("sampled")
     with pytest.MonkeyPatch.context() as mp:
@@ -31,8 +36,8 @@ def sampled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture
-def here(sampled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+@pytest.fixture(name="here")
+def here_fixture(sampled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh copy of the sampled directory, as the working directory."""
     work = tmp_path / "work"
     shutil.copytree(sampled, work)
