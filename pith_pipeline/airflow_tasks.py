@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 # Only the standard library and the error classes at import time: DAG files import
 # this module while the scheduler parses them. Everything else is imported lazily.
+from pith_pipeline.core.layout import quarantine_key
 from pith_pipeline.errors import InputError, StorageError, WriteConflictError
 
 log = logging.getLogger(__name__)
@@ -668,10 +669,6 @@ def _read_staged(store: Store, key: str) -> tuple[dict[str, Any], list[dict[str,
     return lines[0], lines[1:]
 
 
-def quarantine_key(run_id: str) -> str:
-    return f"quarantine/{run_id}.jsonl"
-
-
 def publish_staged(
     settings: Settings, staged_keys: Iterable[str], *, store: Store | None = None
 ) -> dict[str, int]:
@@ -852,10 +849,6 @@ INDEX_ASSET_NAMES = ("pith_index_records", "pith_index_events", "pith_index_alia
 
 # ---------------------------------------------------------------- backfills
 SOURCES = ("oai", "snapshot")
-
-
-def chunk_checkpoint_key(run_id: str, index: int) -> str:
-    return f"runs/backfill/{run_id}/chunk-{index:04d}.json"
 
 
 def plan_backfill(
@@ -1042,9 +1035,9 @@ def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | No
     """
     import random
 
-    from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, bundle_paths
     from pith_pipeline.core.canonical_json import loads
     from pith_pipeline.core.keys import PublicKey
+    from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths
     from pith_pipeline.core.verify import verify_bundle
     from pith_pipeline.errors import VerificationError
 

@@ -24,10 +24,18 @@ from pith_pipeline.core.builder import (
     correction_event,
     sign_bundle,
 )
-from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, Site, bundle_paths, bundle_sha256
+from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, Site, bundle_sha256
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.events import BUILDER_VERSION
 from pith_pipeline.core.keys import PublicKey, Signer, verify_signature
+from pith_pipeline.core.layout import (
+    bundle_paths,
+    certificate_key,
+    event_key,
+    event_prefix,
+    pointer_key,
+    quarantine_key,
+)
 from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.core.record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros
@@ -116,14 +124,6 @@ class RunSummary:
         self.failed += 1
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(problem)
-
-
-def event_key(body: str, content_sha256: str) -> str:
-    return f"events/{body}/{content_sha256}.json"
-
-
-def pointer_key(arxiv_id: str) -> str:
-    return f"arxiv/{arxiv_id}.json"
 
 
 def new_run_id(now: datetime) -> str:
@@ -227,7 +227,7 @@ class Publisher:
         """
         for k in self.keys.values():  # certificates of short-lived keys, beside the document
             if k.certificate is not None:
-                self._put_once(f"keys/certs/{k.key_id}.json", dumps_pretty(k.certificate) + b"\n")
+                self._put_once(certificate_key(k.key_id), dumps_pretty(k.certificate) + b"\n")
         for _attempt in range(50):
             got = self.store.get_tagged(PUBLIC_KEY_FILE)
             for kid, pk in self._stored_keys(got[0] if got else None).items():
@@ -364,7 +364,7 @@ class Publisher:
     def flush_quarantine(self) -> None:
         if self.quarantine:
             body = b"".join(dumps_compact(q) + b"\n" for q in self.quarantine)
-            self._put(f"quarantine/{self.summary.run_id}.jsonl", body)
+            self._put(quarantine_key(self.summary.run_id), body)
 
     def publish_record(self, rec: ArxivRecord) -> Identity:
         ident = Identity.of(rec)
@@ -483,7 +483,7 @@ class Publisher:
                 raise IntegrityError(
                     f"{pointer_key(arxiv_id)} lists {older['pith_number']}, whose events are missing; "
                     "run `verify` on the store",
-                    key=f"events/{old.body}/",
+                    key=event_prefix(old.body),
                 )
             if any(
                 e.get("event_type") == "correction"
@@ -628,7 +628,7 @@ class Publisher:
         events = _dedupe_sorted(events)
         creations = [e for e in events if e.get("event_type") == "record_created"]
         if not creations:
-            raise IntegrityError(f"no record_created event stored for {subject}", key=f"events/{pn.body}/")
+            raise IntegrityError(f"no record_created event stored for {subject}", key=event_prefix(pn.body))
         first = min(creations, key=lambda e: (e["created_at"], e["event_id"]))
         if aliases is None:
             aliases = aliases_from_events(events, pn.body)

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.core.layout import bundle_key
 from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import StorageError
 from pith_pipeline.index.delta import INDEX_PREFIX, Location, _unwrap, location
@@ -77,10 +78,6 @@ class IndexUpdate:
 
 
 # -- bundles in -----------------------------------------------------------------
-
-
-def bundle_key(subject: str) -> str:
-    return f"pith/{subject.rsplit(':', 1)[-1]}/bundle.json"
 
 
 def _read_bundle(store: Store, key: str) -> Rows:

@@ -37,11 +37,6 @@ VALIDITY_ENV = "PITH_CERT_HOURS"
 RUN_ID_ENV = "PITH_RUN_ID"
 
 
-def cert_key(key_id: str) -> str:
-    """Store key of a published certificate."""
-    return f"keys/certs/{key_id}.json"
-
-
 class CertifiedSigner(Signer):
     """Signs with an ephemeral key; `root` signed its certificate once, at creation."""
 
