@@ -748,8 +748,8 @@ def index_window(
     settings: Settings, run_id: str, staged_keys: Iterable[str], *, store: Store | None = None
 ) -> dict[str, Any]:
     """Update the Parquet indexes for every record of the window (idempotent)."""
-    from pith_pipeline.index.runs import touched_subjects
     from pith_pipeline.index.writer import update_indexes
+    from pith_pipeline.runs.manifest import touched_subjects
     from pith_pipeline.storage.lease import writer_lease
 
     store = store or _store(settings)
@@ -788,9 +788,10 @@ def finish_window(
     window that published nothing new leaves it as it is; a re-run that did
     publish something (a repair) gets its own `runs/<run_id>-rerun-N/manifest.json`.
     """
+    from pith_pipeline.core.layout import run_manifest_key
     from pith_pipeline.errors import WriteConflictError as Conflict
-    from pith_pipeline.index.runs import run_manifest_key, write_manifest
     from pith_pipeline.index.writer import IndexUpdate
+    from pith_pipeline.runs.manifest import write_manifest
 
     store = store or _store(settings)
     staged_keys = sorted(set(staged_keys))
@@ -868,7 +869,7 @@ def plan_backfill(
     skipped. Snapshot: one window over the whole range. A window whose run
     manifest exists is complete and left out: that is what makes a backfill resumable.
     """
-    from pith_pipeline.index.runs import run_manifest_key
+    from pith_pipeline.core.layout import run_manifest_key
 
     if source not in SOURCES:
         raise InputError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")

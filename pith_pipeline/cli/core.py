@@ -129,7 +129,7 @@ def build(
     shards = parse_shards(shards_spec) if shards_spec else None
     signer = open_signer(key_path)
     st = open_store(store)
-    from pith_pipeline.index import finish_run, reproducible_run_id  # pyarrow: only here
+    from pith_pipeline.runs.manifest import finish_run, reproducible_run_id  # pyarrow: only here
 
     run_id = None
     if os.environ.get("SOURCE_DATE_EPOCH"):  # reproducible: same input, same run id

@@ -340,7 +340,7 @@ def ingest(
                     api_url=api_url,
                     politeness=politeness,
                 )
-    from pith_pipeline.index import finish_run  # pyarrow: only once there is work to index
+    from pith_pipeline.runs.manifest import finish_run  # pyarrow: only once there is work to index
 
     window = {
         "source": (chosen or ["--replay"])[0],

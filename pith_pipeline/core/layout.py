@@ -86,6 +86,10 @@ def quarantine_key(run_id: str) -> str:
     return f"{QUARANTINE}{run_id}.jsonl"
 
 
+#: The `format` of a run manifest (`status` reads the newest one).
+RUN_MANIFEST_FORMAT = "pith-run-manifest-v1"
+
+
 def run_manifest_key(run_id: str) -> str:
     """A finished run's manifest (its presence says the run completed)."""
     return f"{RUNS}{run_id}/manifest.json"
