@@ -1037,7 +1037,7 @@ def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | No
     import random
 
     from pith_pipeline.core.canonical_json import loads
-    from pith_pipeline.core.keys import PublicKey
+    from pith_pipeline.core.keys import read_key_document
     from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths
     from pith_pipeline.core.verify import verify_bundle
     from pith_pipeline.errors import VerificationError
@@ -1048,8 +1048,7 @@ def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | No
     trusted = None
     doc_raw = store.get(PUBLIC_KEY_FILE)
     if doc_raw is not None:
-        doc = loads(doc_raw)
-        trusted = [PublicKey.from_json(k) for k in doc.get("keys", [doc])]
+        trusted = read_key_document(doc_raw, f"{store.url}/{PUBLIC_KEY_FILE}")
     failures: list[str] = []
     for key in sample:
         body = key.split("/")[1]

@@ -162,7 +162,7 @@ def subject_events(
 
 def keyring_of_store(store: Store) -> tuple[KeyRing, list[Finding]]:
     """The keys the store's key document lists, and findings about that document."""
-    from pith_pipeline.signing.rotation import read_key_document
+    from pith_pipeline.core.keys import read_key_document
 
     try:
         raw = get_capped(store, PUBLIC_KEY_FILE, MAX_SMALL_BYTES)
@@ -172,9 +172,8 @@ def keyring_of_store(store: Store) -> tuple[KeyRing, list[Finding]]:
         return KeyRing([]), [Finding(PUBLIC_KEY_FILE, "missing: no event signature can be checked")]
     try:
         return KeyRing(read_key_document(raw, PUBLIC_KEY_FILE)), []
-    except Exception as exc:  # InputError with the parse reason; a finding, not a stop
-        reason = str(exc).removeprefix(f"{PUBLIC_KEY_FILE}: ")
-        return KeyRing([]), [Finding(PUBLIC_KEY_FILE, reason)]
+    except IntegrityError as exc:  # the parse reason; a finding, not a stop
+        return KeyRing([]), [Finding(PUBLIC_KEY_FILE, exc.message)]
 
 
 def _body_of(key: str, prefix: str) -> str | None:

@@ -180,13 +180,9 @@ class Publisher:
         (it decides whose signatures count, so guessing would be unsafe)."""
         keys: dict[str, PublicKey] = {}
         if raw:
-            from pith_pipeline.signing.rotation import read_key_document
+            from pith_pipeline.core.keys import read_key_document
 
-            try:
-                listed = read_key_document(raw, f"{self.store.url}/{PUBLIC_KEY_FILE}")
-            except InputError as exc:
-                raise IntegrityError(str(exc), key=PUBLIC_KEY_FILE) from None
-            for pk in listed:
+            for pk in read_key_document(raw, f"{self.store.url}/{PUBLIC_KEY_FILE}"):
                 keys[pk.key_id] = pk
         return keys
 

@@ -254,7 +254,7 @@ def verify(
     urls: list[str] = []
     trusted = None
     if keys_doc is not None:
-        from pith_pipeline.signing.rotation import read_key_document
+        from pith_pipeline.core.keys import read_key_document
 
         trusted = read_key_document(keys_doc.read_bytes(), str(keys_doc))
     stores = [p for p in paths if _is_store(p)]

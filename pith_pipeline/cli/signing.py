@@ -89,8 +89,8 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
     from pith_pipeline.clock import system_clock
     from pith_pipeline.core.timeutil import iso_micros
     from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.reissue import rotate_keys
     from pith_pipeline.signing.factory import open_signer
-    from pith_pipeline.signing.rotation import rotate_keys
 
     pub = Publisher(
         open_store(store),
@@ -108,8 +108,8 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
 def show(store: str) -> None:
     """List the keys in a store's pith-signing-key.json with fingerprints and rotates_at."""
     from pith_pipeline.core.bundle import PUBLIC_KEY_FILE
+    from pith_pipeline.core.keys import read_key_document
     from pith_pipeline.errors import InputError
-    from pith_pipeline.signing.rotation import read_key_document
 
     st = open_store(store)
     data = st.get(PUBLIC_KEY_FILE)
@@ -163,8 +163,8 @@ def reissue(
       pith-pipeline receipts reissue --store out/ --signer keys-2026-06/pith-private-key.json
       pith-pipeline verify out/ --keys out/pith-signing-key.json
     """
+    from pith_pipeline.reissue import Reissuer
     from pith_pipeline.signing.factory import open_signer
-    from pith_pipeline.signing.rotation import Reissuer
 
     st = open_store(store)
     r = Reissuer(st, open_signer(signer_spec), build_config(base_url, registry_name, signer_id))

@@ -1,4 +1,5 @@
-"""Key rotation and receipt re-issue.
+"""Key rotation and receipt re-issue: the loader re-signing a store (beside
+`pipeline.Publisher`, which it drives; `signing/` holds only the signers).
 
 Rotation: the store's `pith-signing-key.json` lists every key that ever signed
 there; rotating to a new key sets `rotates_at` on the keys it replaces (their
@@ -38,7 +39,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pith_pipeline.clock import system_clock
-from pith_pipeline.core.bundle import PUBLIC_KEY_FILE
 from pith_pipeline.core.canonical_json import dumps_compact, loads
 from pith_pipeline.core.events import (
     EVENT_SIGNED_MESSAGE,
@@ -53,21 +53,8 @@ from pith_pipeline.core.layout import bundle_paths, event_key, resigned_event_ke
 from pith_pipeline.core.record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros, iso_seconds
 from pith_pipeline.core.verify import RECEIPT_REISSUED
-from pith_pipeline.errors import InputError
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.storage.base import Store
-
-
-def read_key_document(data: bytes, where: str = PUBLIC_KEY_FILE) -> list[PublicKey]:
-    """Every key a `pith-signing-key.json` lists (its head alone for a one-key document)."""
-    try:
-        doc = loads(data)
-        entries = doc.get("keys", [doc]) if isinstance(doc, dict) else None
-        if not isinstance(entries, list):
-            raise ValueError("not a key document")
-        return [PublicKey.from_json(k) for k in entries]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{where}: not a usable key document ({exc})") from None
 
 
 def rotate_keys(pub: Publisher, now: str) -> list[str]:
