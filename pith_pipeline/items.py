@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 
-from pith_pipeline.core.model import ArxivRecord
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.errors import InputError
 
 

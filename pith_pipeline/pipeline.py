@@ -16,6 +16,7 @@ from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Protocol
 
 from pith_pipeline.clock import system_clock
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import (
     FreshBuilder,
     Identity,
@@ -36,10 +37,10 @@ from pith_pipeline.core.layout import (
     pointer_key,
     quarantine_key,
 )
-from pith_pipeline.core.model import ArxivRecord
-from pith_pipeline.core.record import PithNumber
+from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros
 from pith_pipeline.core.verify import KeyRing
+from pith_pipeline.disk_backed import Ledger, SpillList
 from pith_pipeline.errors import (
     InputError,
     IntegrityError,
@@ -48,7 +49,6 @@ from pith_pipeline.errors import (
     is_record_problem,
 )
 from pith_pipeline.items import Item, Rejected
-from pith_pipeline.spill import Ledger, SpillList
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.lease import shard_of
 

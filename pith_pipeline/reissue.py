@@ -50,7 +50,7 @@ from pith_pipeline.core.events import (
 )
 from pith_pipeline.core.keys import PublicKey, Signer
 from pith_pipeline.core.layout import bundle_paths, event_key, resigned_event_key
-from pith_pipeline.core.record import PithNumber
+from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros, iso_seconds
 from pith_pipeline.core.verify import RECEIPT_REISSUED
 from pith_pipeline.pipeline import BuildConfig, Publisher

@@ -14,7 +14,7 @@ from pith_pipeline.core.layout import (
     PUBLIC_KEY_FILE as PUBLIC_KEY_FILE,  # the key document, named by the layout
 )
 from pith_pipeline.core.merge import MERGE_VERSION, merge
-from pith_pipeline.core.record import PithNumber
+from pith_pipeline.core.pith_record import PithNumber
 
 BUNDLE_TYPE = "pith_open_graph_bundle"
 BUNDLE_VERSION = "1.0"
@@ -73,7 +73,7 @@ def _key_json(key: PublicKey) -> dict[str, Any]:
 
 
 def bundle_sha256(bundle: dict[str, Any], *, trusted: bool = False) -> str:
-    """H(bundle without its signature); `trusted` as in `dumps_trusted`."""
+    """canonical_sha256(bundle without its signature); `trusted` as in `dumps_trusted`."""
     body = {k: v for k, v in bundle.items() if k != "bundle_signature"}
     return hashlib.sha256(dumps_trusted(body) if trusted else dumps(body)).hexdigest()
 

@@ -17,8 +17,8 @@ from typing import IO, Any
 
 import orjson
 
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.items import Item, Rejected
 
