@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 # Only the standard library and the error classes at import time: DAG files import
 # this module while the scheduler parses them. Everything else is imported lazily.
+from pith_pipeline.core.layout import quarantine_key
 from pith_pipeline.errors import InputError, StorageError, WriteConflictError
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,8 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from pith_pipeline.core.arxiv_record import ArxivRecord
     from pith_pipeline.core.keys import Signer
+    from pith_pipeline.items import Item
     from pith_pipeline.pipeline import BuildConfig
-    from pith_pipeline.sources.jsonl import Item
     from pith_pipeline.storage.base import Store
 
 #: Below Airflow's default `max_map_length` (1024), with room to spare.
@@ -614,8 +615,8 @@ def build_chunk(
     the counts. Returns `{"staged": key, "records": n, "built": n, ...}`.
     """
     from pith_pipeline.core.canonical_json import dumps_compact
+    from pith_pipeline.items import Rejected
     from pith_pipeline.pipeline import Publisher
-    from pith_pipeline.sources.jsonl import Rejected
     from pith_pipeline.storage.lease import parse_shards, writer_lease
 
     base = store or _store(settings)
@@ -666,10 +667,6 @@ def _read_staged(store: Store, key: str) -> tuple[dict[str, Any], list[dict[str,
         )
     lines = [loads(line) for line in data.splitlines() if line.strip()]
     return lines[0], lines[1:]
-
-
-def quarantine_key(run_id: str) -> str:
-    return f"quarantine/{run_id}.jsonl"
 
 
 def publish_staged(
@@ -751,8 +748,8 @@ def index_window(
     settings: Settings, run_id: str, staged_keys: Iterable[str], *, store: Store | None = None
 ) -> dict[str, Any]:
     """Update the Parquet indexes for every record of the window (idempotent)."""
-    from pith_pipeline.index.runs import touched_subjects
     from pith_pipeline.index.writer import update_indexes
+    from pith_pipeline.runs.manifest import touched_subjects
     from pith_pipeline.storage.lease import writer_lease
 
     store = store or _store(settings)
@@ -791,9 +788,10 @@ def finish_window(
     window that published nothing new leaves it as it is; a re-run that did
     publish something (a repair) gets its own `runs/<run_id>-rerun-N/manifest.json`.
     """
+    from pith_pipeline.core.layout import run_manifest_key
     from pith_pipeline.errors import WriteConflictError as Conflict
-    from pith_pipeline.index.runs import run_manifest_key, write_manifest
     from pith_pipeline.index.writer import IndexUpdate
+    from pith_pipeline.runs.manifest import write_manifest
 
     store = store or _store(settings)
     staged_keys = sorted(set(staged_keys))
@@ -854,10 +852,6 @@ INDEX_ASSET_NAMES = ("pith_index_records", "pith_index_events", "pith_index_alia
 SOURCES = ("oai", "snapshot")
 
 
-def chunk_checkpoint_key(run_id: str, index: int) -> str:
-    return f"runs/backfill/{run_id}/chunk-{index:04d}.json"
-
-
 def plan_backfill(
     settings: Settings,
     start: str | date,
@@ -875,7 +869,7 @@ def plan_backfill(
     skipped. Snapshot: one window over the whole range. A window whose run
     manifest exists is complete and left out: that is what makes a backfill resumable.
     """
-    from pith_pipeline.index.runs import run_manifest_key
+    from pith_pipeline.core.layout import run_manifest_key
 
     if source not in SOURCES:
         raise InputError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
@@ -1042,9 +1036,9 @@ def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | No
     """
     import random
 
-    from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, bundle_paths
     from pith_pipeline.core.canonical_json import loads
-    from pith_pipeline.core.keys import PublicKey
+    from pith_pipeline.core.keys import read_key_document
+    from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths
     from pith_pipeline.core.verify import verify_bundle
     from pith_pipeline.errors import VerificationError
 
@@ -1054,8 +1048,7 @@ def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | No
     trusted = None
     doc_raw = store.get(PUBLIC_KEY_FILE)
     if doc_raw is not None:
-        doc = loads(doc_raw)
-        trusted = [PublicKey.from_json(k) for k in doc.get("keys", [doc])]
+        trusted = read_key_document(doc_raw, f"{store.url}/{PUBLIC_KEY_FILE}")
     failures: list[str] = []
     for key in sample:
         body = key.split("/")[1]

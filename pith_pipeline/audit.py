@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, bundle_paths
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.keys import PublicKey
+from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths, event_prefix, pointer_key
 from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.verify import (
     EVENT_OBJECT,
@@ -104,7 +104,7 @@ class SubjectEvents:
     def describe(self) -> str:
         """One line: the count, or the first damaged object and how many more."""
         if self.ok:
-            return f"events/{self.body}/: {len(self.events)} stored events verified"
+            return f"{event_prefix(self.body)}: {len(self.events)} stored events verified"
         key, reason = self.problems[0]
         more = len(self.problems) - 1
         return f"{key}: {reason}" + (f" (and {more} more damaged event objects)" if more else "")
@@ -157,12 +157,12 @@ def subject_events(
 
     Store errors propagate (they stop a run); damaged objects are `problems`.
     """
-    return _read_events(store, body, store.list(f"events/{body}/"), keyring, max_bytes)
+    return _read_events(store, body, store.list(event_prefix(body)), keyring, max_bytes)
 
 
 def keyring_of_store(store: Store) -> tuple[KeyRing, list[Finding]]:
     """The keys the store's key document lists, and findings about that document."""
-    from pith_pipeline.signing.rotation import read_key_document
+    from pith_pipeline.core.keys import read_key_document
 
     try:
         raw = get_capped(store, PUBLIC_KEY_FILE, MAX_SMALL_BYTES)
@@ -172,9 +172,8 @@ def keyring_of_store(store: Store) -> tuple[KeyRing, list[Finding]]:
         return KeyRing([]), [Finding(PUBLIC_KEY_FILE, "missing: no event signature can be checked")]
     try:
         return KeyRing(read_key_document(raw, PUBLIC_KEY_FILE)), []
-    except Exception as exc:  # InputError with the parse reason; a finding, not a stop
-        reason = str(exc).removeprefix(f"{PUBLIC_KEY_FILE}: ")
-        return KeyRing([]), [Finding(PUBLIC_KEY_FILE, reason)]
+    except IntegrityError as exc:  # the parse reason; a finding, not a stop
+        return KeyRing([]), [Finding(PUBLIC_KEY_FILE, exc.message)]
 
 
 def _body_of(key: str, prefix: str) -> str | None:
@@ -347,7 +346,7 @@ class _Auditor:
             yield from self._pointer(key, arxiv_id, raw)
         for arxiv_id, subjects in sorted(self.by_arxiv.items()):
             if arxiv_id not in seen:
-                yield Finding(f"arxiv/{arxiv_id}.json", f"missing, but bundles exist for {min(subjects)}")
+                yield Finding(pointer_key(arxiv_id), f"missing, but bundles exist for {min(subjects)}")
 
     def _pointer(self, key: str, arxiv_id: str, raw: bytes) -> Iterator[Finding]:
         try:

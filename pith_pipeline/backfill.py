@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pith_pipeline import airflow_tasks as at
+from pith_pipeline.core.layout import backfill_chunk_key, backfill_prefix
 from pith_pipeline.storage.base import Store
 
 Progress = Callable[[int], None]
@@ -43,7 +44,7 @@ class BackfillResult:
 def _checkpoint(store: Store, run_id: str, index: int, built: dict[str, Any]) -> None:
     from pith_pipeline.core.canonical_json import dumps_pretty
 
-    store.put(at.chunk_checkpoint_key(run_id, index), dumps_pretty(built) + b"\n")
+    store.put(backfill_chunk_key(run_id, index), dumps_pretty(built) + b"\n")
 
 
 def run_window(
@@ -65,7 +66,7 @@ def run_window(
     written = 0
     for chunk in chunks:
         index = int(chunk["index"])
-        done = store.get(at.chunk_checkpoint_key(run_id, index))
+        done = store.get(backfill_chunk_key(run_id, index))
         if done is not None and store.exists(at.staged_key(run_id, index)):
             staged.append(loads(done)["staged"])
             result.chunks_resumed += 1
@@ -78,7 +79,7 @@ def run_window(
             on_chunk(1)
     indexed = at.index_window(settings, run_id, staged, store=store)
     finished = at.finish_window(settings, harvested, staged, indexed, {"written": written}, store=store)
-    for key in store.list(f"runs/backfill/{run_id}/"):
+    for key in store.list(backfill_prefix(run_id)):
         store.delete(key)
     result.add(finished)
     result.manifests.append(finished["manifest"])

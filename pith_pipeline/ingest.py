@@ -16,13 +16,15 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.core.timeutil import Clock, parse_iso_day, system_clock
+from pith_pipeline.core.timeutil import Clock, parse_iso_day
 from pith_pipeline.errors import DamagedInputError, InputError
+from pith_pipeline.items import Rejected
 from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
 from pith_pipeline.pipeline import BuildConfig, LeaseCheck, Publisher, RunSummary
-from pith_pipeline.sources.jsonl import Rejected, iter_jsonl
+from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.sources.oai import (
     DEFAULT_OAI_URL,
     RAW_ROOT,

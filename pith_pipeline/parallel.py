@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import InputError, PithError
+from pith_pipeline.items import Item, Rejected
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
-from pith_pipeline.sources.jsonl import Item, Rejected
 from pith_pipeline.storage.base import Store
 
 if TYPE_CHECKING:

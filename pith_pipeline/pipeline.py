@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Protocol
 
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import (
     FreshBuilder,
@@ -24,12 +25,20 @@ from pith_pipeline.core.builder import (
     correction_event,
     sign_bundle,
 )
-from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, Site, bundle_paths
+from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, Site, bundle_sha256
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.events import BUILDER_VERSION
 from pith_pipeline.core.keys import PublicKey, Signer, verify_signature
+from pith_pipeline.core.layout import (
+    bundle_paths,
+    certificate_key,
+    event_key,
+    event_prefix,
+    pointer_key,
+    quarantine_key,
+)
 from pith_pipeline.core.pith_record import PithNumber
-from pith_pipeline.core.timeutil import Clock, iso_micros, system_clock
+from pith_pipeline.core.timeutil import Clock, iso_micros
 from pith_pipeline.core.verify import KeyRing
 from pith_pipeline.disk_backed import Ledger, SpillList
 from pith_pipeline.errors import (
@@ -39,7 +48,7 @@ from pith_pipeline.errors import (
     WriteConflictError,
     is_record_problem,
 )
-from pith_pipeline.sources.jsonl import Item, Rejected
+from pith_pipeline.items import Item, Rejected
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.lease import shard_of
 
@@ -117,14 +126,6 @@ class RunSummary:
             self.problems.append(problem)
 
 
-def event_key(body: str, content_sha256: str) -> str:
-    return f"events/{body}/{content_sha256}.json"
-
-
-def pointer_key(arxiv_id: str) -> str:
-    return f"arxiv/{arxiv_id}.json"
-
-
 def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
 
@@ -179,13 +180,9 @@ class Publisher:
         (it decides whose signatures count, so guessing would be unsafe)."""
         keys: dict[str, PublicKey] = {}
         if raw:
-            from pith_pipeline.signing.rotation import read_key_document
+            from pith_pipeline.core.keys import read_key_document
 
-            try:
-                listed = read_key_document(raw, f"{self.store.url}/{PUBLIC_KEY_FILE}")
-            except InputError as exc:
-                raise IntegrityError(str(exc), key=PUBLIC_KEY_FILE) from None
-            for pk in listed:
+            for pk in read_key_document(raw, f"{self.store.url}/{PUBLIC_KEY_FILE}"):
                 keys[pk.key_id] = pk
         return keys
 
@@ -226,7 +223,7 @@ class Publisher:
         """
         for k in self.keys.values():  # certificates of short-lived keys, beside the document
             if k.certificate is not None:
-                self._put_once(f"keys/certs/{k.key_id}.json", dumps_pretty(k.certificate) + b"\n")
+                self._put_once(certificate_key(k.key_id), dumps_pretty(k.certificate) + b"\n")
         for _attempt in range(50):
             got = self.store.get_tagged(PUBLIC_KEY_FILE)
             for kid, pk in self._stored_keys(got[0] if got else None).items():
@@ -363,7 +360,7 @@ class Publisher:
     def flush_quarantine(self) -> None:
         if self.quarantine:
             body = b"".join(dumps_compact(q) + b"\n" for q in self.quarantine)
-            self._put(f"quarantine/{self.summary.run_id}.jsonl", body)
+            self._put(quarantine_key(self.summary.run_id), body)
 
     def publish_record(self, rec: ArxivRecord) -> Identity:
         ident = Identity.of(rec)
@@ -482,7 +479,7 @@ class Publisher:
                 raise IntegrityError(
                     f"{pointer_key(arxiv_id)} lists {older['pith_number']}, whose events are missing; "
                     "run `verify` on the store",
-                    key=f"events/{old.body}/",
+                    key=event_prefix(old.body),
                 )
             if any(
                 e.get("event_type") == "correction"
@@ -596,11 +593,38 @@ class Publisher:
         `trusted`: event objects this run just built and signed; merging skips
         re-hashing and re-verifying them (the bytes written are the same).
         """
+        bundle = self.signed_bundle(subject, events, aliases, trusted=trusted)
+        self._write_bundle_objects(PithNumber.parse(subject).body, bundle)
+        return bundle
+
+    def rebuild_bundle(self, subject: str, events: list[dict[str, Any]]) -> bool:
+        """Rebuild a subject's bundle from its events unless the published one already
+        says the same; True when it was written.
+
+        Why: a rebuild re-signs, and a new signature carries a new `built_at`, so
+        without this every `rebuild` would rewrite every bundle of an unchanged store.
+        """
+        bundle = self.signed_bundle(subject, events)
+        body = PithNumber.parse(subject).body
+        if _published_as(self.store, self.signer, body, bundle):
+            return False
+        self._write_bundle_objects(body, bundle)
+        return True
+
+    def signed_bundle(
+        self,
+        subject: str,
+        events: list[dict[str, Any]],
+        aliases: list[dict[str, Any]] | None = None,
+        *,
+        trusted: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """A subject's bundle built and signed from its events (nothing written)."""
         pn = PithNumber.parse(subject)
         events = _dedupe_sorted(events)
         creations = [e for e in events if e.get("event_type") == "record_created"]
         if not creations:
-            raise IntegrityError(f"no record_created event stored for {subject}", key=f"events/{pn.body}/")
+            raise IntegrityError(f"no record_created event stored for {subject}", key=event_prefix(pn.body))
         first = min(creations, key=lambda e: (e["created_at"], e["event_id"]))
         if aliases is None:
             aliases = aliases_from_events(events, pn.body)
@@ -622,12 +646,45 @@ class Publisher:
             now=self.clock(),
             trusted=trusted or (),
         )
-        bkey, skey, wkey = bundle_paths(pn.body)
+        return bundle
+
+    def _write_bundle_objects(self, body: str, bundle: dict[str, Any]) -> None:
+        bkey, skey, wkey = bundle_paths(body)
         data = dumps_compact(bundle)
         self._put(bkey, data)
         self._put(skey, dumps_compact(bundle["state"]))
         self._put(wkey, data)
-        return bundle
+
+
+#: What a rebuild of unchanged events changes anyway (the moment and its signature).
+_REBUILD_VOLATILE = frozenset({"built_at", "bundle_signature"})
+
+
+def _published_as(store: Store, signer: Signer, body: str, bundle: dict[str, Any]) -> bool:
+    """The published bundle is `bundle` apart from when it was built, it is signed by
+    `signer` (the signature verifies), and its state and .well-known copies match it."""
+    bkey, skey, wkey = bundle_paths(body)
+    data = store.get(bkey)
+    try:
+        old = loads(data) if data is not None else None
+    except ValueError:
+        return False
+    if not isinstance(old, dict) or not isinstance(old.get("bundle_signature"), dict):
+        return False
+    if {k: v for k, v in old.items() if k not in _REBUILD_VOLATILE} != {
+        k: v for k, v in bundle.items() if k not in _REBUILD_VOLATILE
+    }:
+        return False
+    sig = old["bundle_signature"]
+    digest = bundle_sha256(old)
+    if (
+        sig.get("key_id") != signer.key_id
+        or sig.get("bundle_sha256") != digest
+        or not isinstance(sig.get("signature_b64"), str)
+        or not verify_signature(signer.public_key, digest, sig["signature_b64"])
+    ):
+        return False
+    return store.get(skey) == dumps_compact(old["state"]) and store.get(wkey) == data
 
 
 def _check_index_rows(bundle: dict[str, Any]) -> None:
@@ -685,11 +742,15 @@ def rebuild(
     clock: Clock = system_clock,
     lease: LeaseCheck | None = None,
     failures: list[str] | None = None,
+    unchanged: list[str] | None = None,
 ) -> Iterator[str]:
-    """Re-derive every bundle and state from the event store; yields subjects.
+    """Re-derive every bundle and state from the event store; yields the subjects rebuilt.
 
-    A subject whose stored events fail their checks is not rebuilt (its published
-    bundle stays as it was) and is named in `failures`; the caller ends non-zero.
+    Idempotent: a subject whose published bundle already says what its events say
+    (apart from `built_at` and the signature; signed by `signer`) is left alone and
+    added to `unchanged`. A subject whose stored events fail their checks is not
+    rebuilt (its published bundle stays as it was) and is named in `failures`; the
+    caller ends non-zero.
     """
     pub = Publisher(store, signer, config, clock=clock, lease=lease)
     bodies = sorted({k.split("/")[1] for k in store.list("events/")})
@@ -700,8 +761,11 @@ def rebuild(
             events = pub.subject_events(body)
             subjects = {e.get("subject_pith_number") for e in events}
             for subject in sorted(s for s in subjects if isinstance(s, str)):
-                pub.write_bundle(subject, [e for e in events if e.get("subject_pith_number") == subject])
-                yield subject
+                own = [e for e in events if e.get("subject_pith_number") == subject]
+                if pub.rebuild_bundle(subject, own):
+                    yield subject
+                elif unchanged is not None:
+                    unchanged.append(subject)
         except IntegrityError as exc:
             if failures is None:
                 raise

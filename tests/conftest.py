@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from oai_server import RecordedDays
 
 DATA = Path(__file__).parent / "data"
 REFERENCE_FINGERPRINT = "8d4b5ee74e4693bcd1df2446408b0d54"
@@ -149,93 +153,14 @@ def _own_politeness_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     monkeypatch.setenv("PITH_POLITENESS_DIR", str(tmp_path_factory.mktemp("politeness")))
 
 
-class OAIServer:
-    """`ListRecords` with from/until (inclusive days) and resumption tokens, page size 4."""
-
-    PAGE = 4
-
-    def __init__(self, days: dict[str, list[bytes]]) -> None:
-        import threading
-
-        self.days = days
-        self.requests: list[dict[str, str]] = []
-        #: when each request arrived (time.monotonic), for politeness tests
-        self.times: list[float] = []
-        #: from-date -> event: a ListRecords for that day waits until the event is set
-        self.hold: dict[str, threading.Event] = {}
-        self.arrived: dict[str, threading.Event] = {}
-
-    def listing(self, from_: str, until: str) -> list[bytes]:
-        return [r for day in sorted(self.days) if from_ <= day <= until for r in self.days[day]]
-
-    def respond(self, params: dict[str, str]) -> bytes:
-        import time
-        from datetime import UTC, datetime
-
-        self.times.append(time.monotonic())
-        self.requests.append(params)
-        now = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        head = (
-            f'<?xml version="1.0" encoding="UTF-8"?>\n<OAI-PMH xmlns="{OAI_NS}">'
-            f"<responseDate>{now}</responseDate>"
-            '<request verb="ListRecords">http://127.0.0.1/oai</request>'
-        )
-        if params.get("verb") != "ListRecords":
-            return (head + '<error code="badVerb">only ListRecords here</error></OAI-PMH>').encode()
-        if "resumptionToken" in params:
-            from_, until, offset = params["resumptionToken"].split("|")
-            start = int(offset)
-        else:
-            from_, until, start = params["from"], params["until"], 0
-            if from_ in self.arrived:
-                self.arrived[from_].set()
-            if from_ in self.hold:
-                self.hold[from_].wait(30)
-        records = self.listing(from_, until)
-        if not records:
-            return (head + '<error code="noRecordsMatch">empty list</error></OAI-PMH>').encode()
-        page = records[start : start + self.PAGE]
-        nxt = start + self.PAGE
-        token = (
-            f'<resumptionToken cursor="{start}" completeListSize="{len(records)}">'
-            f"{from_}|{until}|{nxt}</resumptionToken>"
-            if nxt < len(records)
-            else f'<resumptionToken cursor="{start}" completeListSize="{len(records)}"/>'
-        )
-        return (
-            head.encode() + b"<ListRecords>" + b"".join(page) + token.encode() + b"</ListRecords></OAI-PMH>"
-        )
-
-
 @pytest.fixture
-def oai_server() -> Any:
+def oai_server() -> Iterator[tuple[str, RecordedDays]]:
     """(base URL, server) on 127.0.0.1 and a free port; stopped after the test."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    from urllib.parse import parse_qsl, urlsplit
+    from oai_server import FakeArxiv, RecordedDays, Repository
 
-    oai = OAIServer(recorded_records())
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = oai.respond(dict(parse_qsl(urlsplit(self.path).query)))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/xml; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/oai", oai
-    finally:
-        for event in oai.hold.values():
-            event.set()
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    days = RecordedDays(recorded_records())
+    with FakeArxiv(Repository(), listing=days) as fake:
+        try:
+            yield fake.oai_url, days
+        finally:
+            days.release()  # a request still held would keep the server from stopping

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from testclock import StepClock
 
 from pith_pipeline.cli import cli
-from pith_pipeline.core.timeutil import system_clock
+from pith_pipeline.clock import system_clock
 from pith_pipeline.errors import KeyFileError, StorageError
 from pith_pipeline.ingest import Ingest
 from pith_pipeline.parallel import ParallelPublisher, sequential_reason, worker_for

@@ -13,6 +13,7 @@ import click
 from tqdm import tqdm
 
 from pith_pipeline.cli.options import (
+    DEFAULT_STORE,
     build_config,
     fail_if_incomplete,
     lease_notice,
@@ -20,13 +21,14 @@ from pith_pipeline.cli.options import (
     shards_option,
     signer_option,
     site_options,
+    store_option,
     wait_option,
     workers_option,
 )
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import PublicKey
 from pith_pipeline.core.merge import merge
-from pith_pipeline.core.timeutil import system_clock
 from pith_pipeline.core.verify import FAIL, Report, verify_bundle
 from pith_pipeline.pipeline import Publisher, RunSummary
 from pith_pipeline.signing.factory import open_signer
@@ -92,9 +94,7 @@ def print_summary(summary: RunSummary, store_url: str) -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="JSON lines in arXiv's metadata snapshot layout (.jsonl, .json or .json.gz).",
 )
-@click.option(
-    "--store", required=True, envvar="PITH_STORE", help="Where to publish: a directory or s3://bucket/prefix."
-)
+@store_option("Where to publish: a directory or s3://bucket/prefix. (env PITH_STORE)")
 @signer_option(dest="key_path")
 @workers_option
 @shards_option
@@ -129,7 +129,7 @@ def build(
     shards = parse_shards(shards_spec) if shards_spec else None
     signer = open_signer(key_path)
     st = open_store(store)
-    from pith_pipeline.index import finish_run, reproducible_run_id  # pyarrow: only here
+    from pith_pipeline.runs.manifest import finish_run, reproducible_run_id  # pyarrow: only here
 
     run_id = None
     if os.environ.get("SOURCE_DATE_EPOCH"):  # reproducible: same input, same run id
@@ -196,7 +196,7 @@ def _load_bundle(path: Path) -> Any:
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1)
 @click.option(
     "--pin",
     "pin",
@@ -234,7 +234,8 @@ def verify(
     """Verify bundles: every check of the spec by name, one line each.
 
     PATHS are bundle files, directories of them, or stores (a store directory or
-    s3://bucket/prefix). A store is audited whole: every bundle, every event object
+    s3://bucket/prefix); none means the store PITH_STORE names, else ./pith-store,
+    where `ingest` publishes by default. A store is audited whole: every bundle, every event object
     (its name is its content hash, the hash recomputes, the signature verifies with
     a key of the store's key document, or of --keys), that each bundle lists
     exactly its stored events, the state.json and .well-known copies and the arXiv
@@ -245,13 +246,15 @@ def verify(
     """
     from pith_pipeline.audit import Finding, audit_store
 
+    if not paths:  # the store the other commands default to
+        paths = (os.environ.get("PITH_STORE") or DEFAULT_STORE,)
     reports: list[Report] = []
     unreadable: list[str] = []
     findings: list[Finding] = []
     urls: list[str] = []
     trusted = None
     if keys_doc is not None:
-        from pith_pipeline.signing.rotation import read_key_document
+        from pith_pipeline.core.keys import read_key_document
 
         trusted = read_key_document(keys_doc.read_bytes(), str(keys_doc))
     stores = [p for p in paths if _is_store(p)]

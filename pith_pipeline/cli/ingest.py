@@ -18,6 +18,7 @@ from pith_pipeline.cli.options import (
     shards_option,
     signer_option,
     site_options,
+    store_option,
     wait_option,
     workers_option,
 )
@@ -30,7 +31,6 @@ from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
 from pith_pipeline.storage.base import open_store
 from pith_pipeline.storage.lease import parse_shards, writer_lease
 
-DEFAULT_STORE = "./pith-store"
 DEFAULT_KEY_DIR = Path("pith-keys")
 
 
@@ -170,13 +170,7 @@ def _print_report(report: IngestReport, store_url: str) -> None:
     metavar="SECONDS",
     help="Seconds between requests; arXiv hosts refuse less than 3.",
 )
-@click.option(
-    "--store",
-    envvar="PITH_STORE",
-    default=DEFAULT_STORE,
-    show_default=True,
-    help="Where to publish: a directory or s3://bucket/prefix (env PITH_STORE).",
-)
+@store_option("Where to publish: a directory or s3://bucket/prefix (env PITH_STORE).")
 @signer_option(required=False)
 @workers_option
 @shards_option
@@ -346,7 +340,7 @@ def ingest(
                     api_url=api_url,
                     politeness=politeness,
                 )
-    from pith_pipeline.index import finish_run  # pyarrow: only once there is work to index
+    from pith_pipeline.runs.manifest import finish_run  # pyarrow: only once there is work to index
 
     window = {
         "source": (chosen or ["--replay"])[0],

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
+from pith_pipeline.cli.options import store_option
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.errors import IntegrityError
 
@@ -201,7 +202,7 @@ def _report(run: object) -> None:
 
 
 @log.command("sync")
-@click.option("--store", required=True, envvar="PITH_STORE", help="The store (directory or s3://...).")
+@store_option("The store (directory or s3://...).")
 @_log_signer_option
 def sync(store: str, log_signer: str) -> None:
     """Append every event the event store holds and the log lacks (what a run that
@@ -214,7 +215,7 @@ def sync(store: str, log_signer: str) -> None:
 
 
 @log.command("rebuild")
-@click.option("--store", required=True, envvar="PITH_STORE", help="The store (directory or s3://...).")
+@store_option("The store (directory or s3://...).")
 @_log_signer_option
 def rebuild(store: str, log_signer: str) -> None:
     """Create the log from the event store, for a store that has none. Refuses to

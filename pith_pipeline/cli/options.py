@@ -12,6 +12,19 @@ from pith_pipeline.pipeline import DEFAULT_BASE_URL, BuildConfig, RunSummary
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The store every command reads or writes when neither --store nor PITH_STORE is given:
+#: the one `ingest --sample` makes, so a newcomer's next command finds it.
+DEFAULT_STORE = "./pith-store"
+
+STORE_HELP = "The store: a directory or s3://bucket/prefix (endpoint: AWS_ENDPOINT_URL). (env PITH_STORE)"
+
+
+def store_option(help: str = STORE_HELP) -> Callable[[F], F]:
+    """--store (env PITH_STORE, default ./pith-store): the same default on every command."""
+    return click.option(
+        "--store", envvar="PITH_STORE", default=DEFAULT_STORE, show_default=True, metavar="STORE", help=help
+    )
+
 
 def _set_log_signer(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     """The log key reaches the end of the run (`tlog.pipeline.log_run`) as PITH_LOG_SIGNER."""

@@ -7,7 +7,14 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from pith_pipeline.cli.options import build_config, lease_notice, signer_option, site_options, wait_option
+from pith_pipeline.cli.options import (
+    build_config,
+    lease_notice,
+    signer_option,
+    site_options,
+    store_option,
+    wait_option,
+)
 from pith_pipeline.storage.base import open_store
 from pith_pipeline.storage.lease import writer_lease
 
@@ -67,12 +74,7 @@ def envelope_create(kms_key: str, out: Path, key_id: str | None, region: str | N
 
 
 @click.command("rotate")
-@click.option(
-    "--store",
-    required=True,
-    envvar="PITH_STORE",
-    help="Store whose pith-signing-key.json to update (directory or s3://...).",
-)
+@store_option("Store whose pith-signing-key.json to update (directory or s3://...).")
 @signer_option()
 @site_options
 def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, signer_id: str) -> None:
@@ -84,10 +86,11 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
     the only way to bring a key the store does not list: other commands refuse
     one, so that a lost key is never silently replaced (see docs/keys.md).
     """
-    from pith_pipeline.core.timeutil import iso_micros, system_clock
+    from pith_pipeline.clock import system_clock
+    from pith_pipeline.core.timeutil import iso_micros
     from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.reissue import rotate_keys
     from pith_pipeline.signing.factory import open_signer
-    from pith_pipeline.signing.rotation import rotate_keys
 
     pub = Publisher(
         open_store(store),
@@ -101,12 +104,12 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
 
 
 @click.command("show")
-@click.option("--store", required=True, envvar="PITH_STORE", help="Store to read.")
+@store_option("Store to read (directory or s3://...).")
 def show(store: str) -> None:
     """List the keys in a store's pith-signing-key.json with fingerprints and rotates_at."""
     from pith_pipeline.core.bundle import PUBLIC_KEY_FILE
+    from pith_pipeline.core.keys import read_key_document
     from pith_pipeline.errors import InputError
-    from pith_pipeline.signing.rotation import read_key_document
 
     st = open_store(store)
     data = st.get(PUBLIC_KEY_FILE)
@@ -124,9 +127,7 @@ def receipts() -> None:
 
 
 @receipts.command("reissue")
-@click.option(
-    "--store", required=True, envvar="PITH_STORE", help="Store to re-sign (directory or s3://bucket/prefix)."
-)
+@store_option("Store to re-sign (directory or s3://bucket/prefix).")
 @signer_option()
 @click.option(
     "--workers",
@@ -162,8 +163,8 @@ def reissue(
       pith-pipeline receipts reissue --store out/ --signer keys-2026-06/pith-private-key.json
       pith-pipeline verify out/ --keys out/pith-signing-key.json
     """
+    from pith_pipeline.reissue import Reissuer
     from pith_pipeline.signing.factory import open_signer
-    from pith_pipeline.signing.rotation import Reissuer
 
     st = open_store(store)
     r = Reissuer(st, open_signer(signer_spec), build_config(base_url, registry_name, signer_id))

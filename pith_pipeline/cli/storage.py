@@ -12,12 +12,17 @@ from typing import Any
 import click
 from tqdm import tqdm
 
-from pith_pipeline.cli.options import build_config, lease_notice, site_options, wait_option
+from pith_pipeline.cli.options import (
+    build_config,
+    lease_notice,
+    signer_option,
+    site_options,
+    store_option,
+    wait_option,
+)
 from pith_pipeline.errors import IncompleteRunError
 from pith_pipeline.storage.base import open_store
 from pith_pipeline.storage.lease import writer_lease
-
-STORE_HELP = "The store: a directory or s3://bucket/prefix (endpoint: AWS_ENDPOINT_URL)."
 
 
 def register(group: click.Group) -> None:
@@ -26,13 +31,9 @@ def register(group: click.Group) -> None:
         group.add_command(command)
 
 
-def _store_option(fn: Any) -> Any:
-    return click.option("--store", required=True, envvar="PITH_STORE", help=STORE_HELP)(fn)
-
-
 @click.command()
 @click.argument("sql")
-@_store_option
+@store_option()
 @click.option(
     "--format",
     "fmt",
@@ -46,12 +47,12 @@ def query(sql: str, store: str, fmt: str) -> None:
 
     \b
     Examples:
-      pith-pipeline query --store out/ "SELECT count(*) FROM records"
+      pith-pipeline query "SELECT count(*) FROM records"
       pith-pipeline query --store s3://bucket/pith \\
         "SELECT submitted_month, license, count(*) AS n FROM records
          WHERE primary_cat = 'cs.LG' AND submitted_month >= '2015-01'
          GROUP BY ALL ORDER BY ALL"
-      pith-pipeline query --store out/ \\
+      pith-pipeline query \\
         "SELECT pith_number FROM aliases WHERE alias = 'arxiv:1909.11150'"
     \b
     Filters on submitted_month (records), created_month (events) and alias_kind
@@ -77,7 +78,7 @@ def query(sql: str, store: str, fmt: str) -> None:
 
 
 @click.command()
-@_store_option
+@store_option()
 @click.option(
     "--deep",
     is_flag=True,
@@ -94,7 +95,7 @@ def status(store: str, deep: bool, as_json: bool) -> None:
 
     \b
     Example:
-      pith-pipeline status --store out/ --deep
+      pith-pipeline status --deep
     """
     import sys
 
@@ -127,14 +128,8 @@ MAX_LISTED = 50
 
 
 @click.command()
-@_store_option
-@click.option(
-    "--key",
-    "key_path",
-    required=True,
-    envvar="PITH_KEY",
-    help="Private key file or signer spec that signs the rebuilt bundles.",
-)
+@store_option()
+@signer_option(dest="key_path")
 @wait_option
 @site_options
 def rebuild(
@@ -143,11 +138,13 @@ def rebuild(
     """Re-derive every bundle and state from the event store, then every index.
 
     The event store (events/<ID>/<sha256>.json) is the source of truth; bundles,
-    states and indexes are derived and can be rebuilt from it at any time.
+    states and indexes are derived and can be rebuilt from it at any time. A bundle
+    that already says what its events say, signed by this key, is left as it is
+    (so running it twice changes nothing the second time).
 
     \b
     Example:
-      pith-pipeline rebuild --store out/ --key keys/pith-private-key.json
+      pith-pipeline rebuild --signer pith-keys/pith-private-key.json
     """
     from pith_pipeline.index import reindex as do_reindex
     from pith_pipeline.pipeline import rebuild as do_rebuild
@@ -157,6 +154,7 @@ def rebuild(
     signer = open_signer(key_path)
     n = 0
     failures: list[str] = []
+    unchanged: list[str] = []
     with writer_lease(st, command="rebuild", index=True, wait=lease_wait, on_wait=lease_notice) as lease:
         with tqdm(desc="bundles", unit="rec", disable=None) as bar:
             for _subject in do_rebuild(
@@ -165,10 +163,14 @@ def rebuild(
                 build_config(base_url, registry_name, signer_id),
                 lease=lease,
                 failures=failures,
+                unchanged=unchanged,
             ):
                 n += 1
                 bar.update(1)
-        click.echo(f"rebuilt {n} bundles from events")
+        click.echo(
+            f"bundles from events: {n} rebuilt, {len(unchanged)} unchanged "
+            "(already what their events say, signed by this key)"
+        )
         with tqdm(desc="index", unit="bundle", disable=None) as bar:
             update = do_reindex(st, progress=bar.update)
     click.echo(update.line())
@@ -195,7 +197,7 @@ def _retention_option(fn: Any) -> Any:
 
 
 @click.command()
-@_store_option
+@store_option()
 @_retention_option
 @wait_option
 def reindex(store: str, retention_hours: float, lease_wait: float) -> None:
@@ -220,7 +222,7 @@ def reindex(store: str, retention_hours: float, lease_wait: float) -> None:
 
 
 @click.command()
-@_store_option
+@store_option()
 @_retention_option
 @click.option(
     "--z-order",

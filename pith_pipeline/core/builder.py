@@ -29,7 +29,7 @@ from pith_pipeline.core.events import (
     signature_block,
 )
 from pith_pipeline.core.keys import PublicKey, Signer
-from pith_pipeline.core.merge import CURRENT_LISTS, MERGE_VERSION, _entry, normalize_aliases
+from pith_pipeline.core.merge import CURRENT_LISTS, MERGE_VERSION, normalize_aliases, state_entry
 from pith_pipeline.core.pith_record import (
     PithNumber,
     canonical_record,
@@ -288,8 +288,8 @@ class FreshBuilder:
         }
         for name in CURRENT_LISTS:
             current[name] = []
-        current["graph_snapshots"].append(_entry(snapshot))
-        current["record_created"] = _entry(created)
+        current["graph_snapshots"].append(state_entry(snapshot))
+        current["record_created"] = state_entry(created)
         state: dict[str, Any] = {
             "state_type": "pith_open_graph_state",
             "state_version": "1.0",

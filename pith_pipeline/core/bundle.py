@@ -10,12 +10,14 @@ from typing import Any
 from pith_pipeline.core.canonical_json import dumps, dumps_trusted, fast_safe
 from pith_pipeline.core.events import BUNDLE_SIGNED_MESSAGE, signature_block
 from pith_pipeline.core.keys import PublicKey, Signer
+from pith_pipeline.core.layout import (
+    PUBLIC_KEY_FILE as PUBLIC_KEY_FILE,  # the key document, named by the layout
+)
 from pith_pipeline.core.merge import MERGE_VERSION, merge
 from pith_pipeline.core.pith_record import PithNumber
 
 BUNDLE_TYPE = "pith_open_graph_bundle"
 BUNDLE_VERSION = "1.0"
-PUBLIC_KEY_FILE = "pith-signing-key.json"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,11 +70,6 @@ def _key_json(key: PublicKey) -> dict[str, Any]:
             _KEY_JSON.clear()
         hit = _KEY_JSON[id(key)] = (key, key.to_json())
     return dict(hit[1])  # flat str/None values: a shallow copy is a full copy
-
-
-def bundle_paths(body: str) -> tuple[str, str, str]:
-    """Storage keys (and URL paths) of a record's bundle, state and well-known bundle."""
-    return (f"pith/{body}/bundle.json", f"pith/{body}/state.json", f".well-known/pith/{body}/bundle.json")
 
 
 def bundle_sha256(bundle: dict[str, Any], *, trusted: bool = False) -> str:

@@ -200,3 +200,23 @@ class Ed25519Signer(Signer):
 
     def __reduce__(self) -> Any:
         raise TypeError("signers holding private keys are not pickled")
+
+
+def read_key_document(data: bytes, where: str) -> list[PublicKey]:
+    """Every key a `pith-signing-key.json` lists (its head alone for a one-key document).
+
+    The one parser of key documents, with one error: a document that cannot be used is
+    an `IntegrityError` naming `where`. It decides whose signatures count, so a damaged
+    one is never read around, whoever reads it (a run, `verify`, the audit, a monitor).
+    """
+    from pith_pipeline.core.canonical_json import loads
+    from pith_pipeline.errors import IntegrityError
+
+    try:
+        doc = loads(data)
+        entries = doc.get("keys", [doc]) if isinstance(doc, dict) else None
+        if not isinstance(entries, list):
+            raise ValueError("not a key document")
+        return [PublicKey.from_json(k) for k in entries]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise IntegrityError(f"not a usable key document ({exc})", key=where) from None

@@ -134,7 +134,9 @@ def _order_key(event: Mapping[str, Any]) -> tuple[str, int, str]:
     return (event["created_at"], 0 if event["event_type"] == "record_created" else 1, event["event_id"])
 
 
-def _entry(event: Mapping[str, Any]) -> dict[str, Any]:
+def state_entry(event: Mapping[str, Any]) -> dict[str, Any]:
+    """How an event appears in a state's `current` lists (spec section 7): the builder
+    writes a new record's state directly, so it shares this shape with the merge."""
     return {
         "event_id": event["event_id"],
         "target": event["target"],
@@ -217,9 +219,9 @@ def merge(
     for e in applied:
         list_name = EVENT_TYPES[e["event_type"]][1]
         if list_name is not None and e["event_id"] not in superseded:
-            current[list_name].append(_entry(e))
+            current[list_name].append(state_entry(e))
     current["record_created"] = (
-        _entry(applied_creation)
+        state_entry(applied_creation)
         if applied_creation and applied_creation["event_id"] not in superseded
         else None
     )

@@ -1,13 +1,13 @@
-"""Timestamps as the format writes them, and the clock the builder reads.
+"""Timestamps as the format writes them, and the `Clock` type the builder is given.
 
-`SOURCE_DATE_EPOCH` (reproducible-builds convention) pins every timestamp the
-builder writes to one instant, so two builds of the same input are byte-identical.
+The core never reads the time or the environment itself: callers pass a clock.
+`pith_pipeline.clock.system_clock` is the one the commands use (it honours
+`SOURCE_DATE_EPOCH`); tests pass fixed ones.
 """
 
 from __future__ import annotations
 
 import email.utils
-import os
 import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
@@ -30,12 +30,10 @@ _RFC2822 = re.compile(
 )
 
 
-def system_clock() -> datetime:
-    """Now, or SOURCE_DATE_EPOCH when it is set."""
-    sde = os.environ.get("SOURCE_DATE_EPOCH")
-    if sde:
-        return datetime.fromtimestamp(int(sde), tz=UTC)
-    return datetime.now(tz=UTC)
+def epoch_clock(seconds: int) -> Clock:
+    """A clock stopped at `seconds` after the Unix epoch (reproducible builds)."""
+    instant = datetime.fromtimestamp(seconds, tz=UTC)
+    return lambda: instant
 
 
 def iso_seconds(dt: datetime) -> str:

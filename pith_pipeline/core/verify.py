@@ -8,7 +8,6 @@ warning when the state accounts for it with the same reason, a failure otherwise
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,8 @@ from pith_pipeline.core.events import (
     SIGNATURE_STATUS,
 )
 from pith_pipeline.core.keys import PublicKey, verify_signature
+from pith_pipeline.core.layout import EVENT_OBJECT as EVENT_OBJECT
+from pith_pipeline.core.layout import resigned_suffix
 from pith_pipeline.core.merge import merge, validate_event
 from pith_pipeline.core.pith_record import PithNumber, arxiv_doi
 from pith_pipeline.errors import CanonicalJSONError
@@ -616,13 +617,6 @@ def verify_bundle(
 
 
 # -- the event store (objects at events/<ID>/<content_sha256>[.sig-<key>].json) --------
-
-EVENT_OBJECT = re.compile(r"events/([A-Z2-7]{26})/([0-9a-f]{64})(?:\.sig-([A-Za-z0-9._-]+))?\.json")
-
-
-def resigned_suffix(key_id: str) -> str:
-    """How a re-signed copy's name carries its key id (`signing.rotation.resigned_key`)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", key_id)
 
 
 class KeyRing:

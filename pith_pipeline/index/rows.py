@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pith_pipeline.core.layout import event_key
 from pith_pipeline.core.timeutil import parse_iso
 from pith_pipeline.errors import InputError
 from pith_pipeline.index.schema import TABLES
@@ -143,7 +144,7 @@ def rows_from_bundle(bundle: dict[str, Any], *, bundle_key: str, bundle_sha256: 
                 "prev_event": e.get("prev_event"),
                 "correction_kind": payload.get("kind") if e.get("event_type") == "correction" else None,
                 "valid": e.get("event_id") not in invalid,
-                "event_key": f"events/{body}/{e.get('content_sha256')}.json",
+                "event_key": event_key(body, str(e.get("content_sha256"))),
             }
         )
     for a in aliases:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT
 from pith_pipeline.index.delta import location
 from pith_pipeline.index.query import connect, needs_views, read_error
-from pith_pipeline.index.runs import RUN_MANIFEST_FORMAT
 from pith_pipeline.index.schema import TABLES
 from pith_pipeline.index.writer import all_bundle_keys, live_files, open_table, table_exists
 from pith_pipeline.storage.base import Store

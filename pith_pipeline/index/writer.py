@@ -32,8 +32,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import loads
-from pith_pipeline.core.timeutil import Clock, system_clock
+from pith_pipeline.core.layout import bundle_key
+from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.disk_backed import sorted_unique
 from pith_pipeline.errors import StorageError
 from pith_pipeline.index.delta import INDEX_PREFIX, Location, _unwrap, location
@@ -76,10 +78,6 @@ class IndexUpdate:
 
 
 # -- bundles in -----------------------------------------------------------------
-
-
-def bundle_key(subject: str) -> str:
-    return f"pith/{subject.rsplit(':', 1)[-1]}/bundle.json"
 
 
 def _read_bundle(store: Store, key: str) -> Rows:
@@ -332,8 +330,11 @@ def _refuse_legacy(store: Store) -> None:
         )
 
 
-def _indexed_bundles(store: Store, loc: Location, keys: set[str], months: set[str]) -> dict[str, str]:
-    """Pith number -> `bundle_sha256` of the indexed `records` rows of `keys`, from `months`.
+def _indexed_bundles(
+    store: Store, loc: Location, keys: set[str], months: set[str], version: int | None = None
+) -> dict[str, str]:
+    """Pith number -> `bundle_sha256` of the indexed `records` rows of `keys`, from `months`
+    (of the table's `version`, default the newest).
 
     A row is a function of its bundle's bytes, so an equal hash means an equal row:
     two narrow columns are read instead of whole rows.
@@ -342,6 +343,8 @@ def _indexed_bundles(store: Store, loc: Location, keys: set[str], months: set[st
 
     spec = TABLES["records"]
     dt = open_table(loc, spec, create=True)
+    if version is not None:
+        dt.load_as_version(version)
     files = [f for f in live_files(dt, spec) if f["partition"] in months]
     if not files:
         return {}
@@ -357,13 +360,16 @@ def _indexed_bundles(store: Store, loc: Location, keys: set[str], months: set[st
     return out
 
 
-def _changed(store: Store, loc: Location, per_bundle: list[tuple[str, Rows]]) -> list[tuple[str, Rows]]:
-    """Bundles whose `records` row differs from the index: the only ones to (re)merge."""
+def _changed(
+    store: Store, loc: Location, per_bundle: list[tuple[str, Rows]], version: int | None = None
+) -> list[tuple[str, Rows]]:
+    """Bundles whose `records` row differs from the index (at `version`, default the
+    newest): the only ones to (re)merge."""
     spec = TABLES["records"]
     fresh = {r["pith_number"]: r for _, rows in per_bundle for r in rows.records}
     if not fresh:
         return []
-    current = _indexed_bundles(store, loc, set(fresh), {r[spec.partition] for r in fresh.values()})
+    current = _indexed_bundles(store, loc, set(fresh), {r[spec.partition] for r in fresh.values()}, version)
     return [
         (k, rows)
         for k, rows in per_bundle
@@ -531,12 +537,12 @@ def compact(
         dt, committed = _commit_retry(loc, spec, optimize)
         if committed:
             _record_commits(update, name, [dt.version()])
-        update.versions[name] = dt.version()
         deleted = dt.vacuum(
             retention_hours=math.ceil(retention_hours), dry_run=False, enforce_retention_duration=False
         )
         update.deleted.extend(_as_store_path(loc, name, p) for p in deleted)
         dt.cleanup_metadata()
+        update.versions[name] = _version_now(dt)  # vacuum commits too: the version status shows
         if progress:
             progress(1)
     return update
@@ -592,9 +598,11 @@ def reindex(
     del clock
     loc = location(store)
     keys = all_bundle_keys(store)
-    update = IndexUpdate(subjects_checked=len(keys), subjects_changed=len(keys))
+    update = IndexUpdate(subjects_checked=len(keys))
     legacy = _legacy_present(store)
     real = _unwrap(store)
+    # the records table as it was, to count the records whose rows really change
+    before = None if legacy else _readable_version(loc, TABLES["records"])
     for name, spec in TABLES.items():
         prefix = f"{INDEX_PREFIX}{name}/"
         if legacy or not _repairable(loc, spec):
@@ -612,8 +620,12 @@ def reindex(
     for start in range(0, max(len(keys), 1), REINDEX_CHUNK):
         rows = Rows()
         chunk = keys[start : start + REINDEX_CHUNK]
-        for _, r in read_bundles(store, chunk, workers=workers, progress=progress):
+        per_bundle = list(read_bundles(store, chunk, workers=workers, progress=progress))
+        changed = per_bundle if before is None else _changed_or_all(store, loc, per_bundle, before)
+        update.subjects_changed += len(changed)
+        for _, r in per_bundle:
             rows.extend(r)
+        del per_bundle, changed
         for name, spec in TABLES.items():
             table = to_table(spec, rows.table(name))
             versions = _overwrite(loc, spec, table) if first else merge_rows(loc, spec, table)
@@ -623,12 +635,39 @@ def reindex(
     tidy_partitions(loc, dict.fromkeys(TABLES), update, max_files=DEFAULT_MAX_PARTS, run_id=None)
     for name, spec in TABLES.items():
         dt = open_table(loc, spec, create=True)
-        update.versions[name] = dt.version()
         deleted = dt.vacuum(
             retention_hours=math.ceil(retention_hours), dry_run=False, enforce_retention_duration=False
         )
         update.deleted.extend(_as_store_path(loc, name, p) for p in deleted)
+        update.versions[name] = _version_now(dt)  # vacuum commits too: the version status shows
     return update
+
+
+def _readable_version(loc: Location, spec: TableSpec) -> int | None:
+    """The table's version when it exists and can be read, else None (a reindex starts it anew)."""
+    if not table_exists(loc, spec):
+        return None
+    try:
+        return int(open_table(loc, spec).version())
+    except Exception:  # any failure to read the log: every record counts as changed
+        return None
+
+
+def _changed_or_all(
+    store: Store, loc: Location, per_bundle: list[tuple[str, Rows]], version: int
+) -> list[tuple[str, Rows]]:
+    """`_changed` against the table as it was before the reindex; all of them when
+    that version cannot be read (a damaged file is what a reindex repairs)."""
+    try:
+        return _changed(store, loc, per_bundle, version)
+    except Exception:  # only the count depends on it; the reindex goes on
+        return per_bundle
+
+
+def _version_now(dt: Any) -> int:
+    """The table's newest version, commits of its own `vacuum` included."""
+    dt.update_incremental()
+    return int(dt.version())
 
 
 def _remove_legacy_files(real: Store, prefix: str) -> list[str]:

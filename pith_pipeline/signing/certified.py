@@ -26,19 +26,15 @@ from typing import Any
 
 import nacl.signing
 
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.certificate import issue_certificate
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, Signer, fingerprint_b32
-from pith_pipeline.core.timeutil import iso_micros, system_clock
+from pith_pipeline.core.timeutil import iso_micros
 from pith_pipeline.errors import SigningError
 
 DEFAULT_VALIDITY = timedelta(hours=48)
 VALIDITY_ENV = "PITH_CERT_HOURS"
 RUN_ID_ENV = "PITH_RUN_ID"
-
-
-def cert_key(key_id: str) -> str:
-    """Store key of a published certificate."""
-    return f"keys/certs/{key_id}.json"
 
 
 class CertifiedSigner(Signer):

@@ -119,7 +119,7 @@ def refuse_lost_default_key(store: Any, key_file: Path) -> None:
     lists keys, making a new one would only lead to the refusal above, with a fresh
     unused key left behind. Say what to do instead.
     """
-    from pith_pipeline.signing.rotation import read_key_document
+    from pith_pipeline.core.keys import read_key_document
 
     data = store.get(PUBLIC_KEY_FILE)
     if not data:

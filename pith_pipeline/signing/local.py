@@ -21,10 +21,10 @@ import nacl.signing
 
 from pith_pipeline.core.canonical_json import dumps_pretty
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, fingerprint_b32
+from pith_pipeline.core.layout import PUBLIC_KEY_FILE as PUBLIC_KEY_FILE
 from pith_pipeline.errors import KeyFileError
 
 PRIVATE_KEY_FILE = "pith-private-key.json"
-PUBLIC_KEY_FILE = "pith-signing-key.json"
 KEY_FILE_KIND = "pith_ed25519_private_key"
 
 # A key id is published in every signature and names files (keys/certs/<id>.json), so

@@ -29,7 +29,7 @@ from lxml import etree
 
 from pith_pipeline.core.arxiv_record import ArxivRecord, Version
 from pith_pipeline.errors import InputError
-from pith_pipeline.sources.jsonl import Item, Rejected
+from pith_pipeline.items import Item, Rejected
 
 OAI_NS = "http://www.openarchives.org/OAI/2.0/"
 ARXIVRAW_NS = "http://arxiv.org/OAI/arXivRaw/"

@@ -44,9 +44,10 @@ import httpx2
 from oaipmh_scythe import Scythe
 from oaipmh_scythe.config import HTTPConfig
 
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.core.timeutil import Clock, iso_seconds, parse_iso_day, system_clock
+from pith_pipeline.core.timeutil import Clock, iso_seconds, parse_iso_day
 from pith_pipeline.errors import (
     InputError,
     RequestDeadlineError,
@@ -55,9 +56,9 @@ from pith_pipeline.errors import (
     TerminalError,
     TransientError,
 )
+from pith_pipeline.items import Rejected
 from pith_pipeline.sources.arxivraw import MalformedPageError, Page, oai_identifier, parse_page
 from pith_pipeline.sources.capped import deadline_scope, deadline_transport, read_capped
-from pith_pipeline.sources.jsonl import Rejected
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.base import Store
 

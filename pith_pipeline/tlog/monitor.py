@@ -73,16 +73,12 @@ def _write_state(path: Path, state: dict[str, Any]) -> None:
 
 
 def registry_keys(key_doc_fetch: Callable[[], bytes | None], where: str) -> dict[str, PublicKey]:
-    from pith_pipeline.errors import InputError
-    from pith_pipeline.signing.rotation import read_key_document
+    from pith_pipeline.core.keys import read_key_document
 
     raw = key_doc_fetch()
     if raw is None:
         raise IntegrityError(f"{where}: the registry's key document is missing")
-    try:
-        return {k.key_id: k for k in read_key_document(raw, where)}
-    except InputError as exc:
-        raise IntegrityError(str(exc)) from None
+    return {k.key_id: k for k in read_key_document(raw, where)}
 
 
 def monitor(

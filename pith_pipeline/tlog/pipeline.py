@@ -28,6 +28,7 @@ from typing import Any
 from pith_pipeline.core.canonical_json import dumps, dumps_pretty, loads
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
+from pith_pipeline.core.layout import PUBLIC_KEY_FILE
 from pith_pipeline.disk_backed import SpillList
 from pith_pipeline.errors import IntegrityError, KeyFileError, TerminalError
 from pith_pipeline.storage.base import Store
@@ -49,7 +50,7 @@ from pith_pipeline.tlog.tiles import TILE_WIDTH
 LOG_LEASE = "log"
 LOG_SIGNER_ENV = "PITH_LOG_SIGNER"
 LOG_ORIGIN_ENV = "PITH_LOG_ORIGIN"
-KEY_DOCUMENT = "pith-signing-key.json"
+KEY_DOCUMENT = PUBLIC_KEY_FILE
 INDEX_DIR = "index/"
 # 256 lookup objects: a run rewrites at most 256 of them, whatever its size; each is
 # about 570 KB (uncompressed) at 2,000,000 entries
@@ -317,7 +318,8 @@ def _append_keys(store: Store, log: LogSigner, ordered: Iterable[str], problems:
 
 
 def _appended_doc(result: AppendResult) -> dict[str, Any]:
-    from pith_pipeline.core.timeutil import iso_seconds, system_clock
+    from pith_pipeline.clock import system_clock
+    from pith_pipeline.core.timeutil import iso_seconds
 
     return {
         "size": result.size,

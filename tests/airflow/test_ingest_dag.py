@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from store_doubles import PUBLISHED, FailingStore, WriteBudget
 
 pytestmark = pytest.mark.airflow
 
@@ -148,33 +149,6 @@ def assert_xcoms_carry_only_keys_and_counts(pith_env: dict[str, str], runs: int)
         assert '"abstract' not in value and '"title' not in value and "signature_b64" not in value
 
 
-class FailingStore:
-    """The real store, but the first publish attempt dies after a few published writes."""
-
-    def __init__(self, inner: Any, budget: dict[str, int]) -> None:
-        self.inner = inner
-        self.budget = budget
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def _maybe_fail(self, key: str) -> None:
-        from pith_pipeline.errors import StorageError
-
-        if key.startswith(("events/", "pith/", ".well-known/", "arxiv/")):
-            self.budget["writes"] -= 1
-            if self.budget["writes"] == 0:
-                raise StorageError(f"injected failure writing {key}", transient=True)
-
-    def put(self, key: str, data: bytes, **kw: Any) -> None:
-        self._maybe_fail(key)
-        self.inner.put(key, data, **kw)
-
-    def put_once(self, key: str, data: bytes, **kw: Any) -> bool:
-        self._maybe_fail(key)
-        return bool(self.inner.put_once(key, data, **kw))
-
-
 def test_publish_failure_then_retry_gives_complete_output_without_duplicates(
     dagbag: Any, pith_env: dict[str, str], oai_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,14 +156,14 @@ def test_publish_failure_then_retry_gives_complete_output_without_duplicates(
     from pith_pipeline.storage.base import open_store
 
     _url, server = oai_server
-    budget = {"writes": 7}
+    budget = WriteBudget(after=6, failures=1, only=PUBLISHED)  # the 7th published write fails once
     real = at._store
     monkeypatch.setattr(at, "_store", lambda settings: FailingStore(real(settings), budget))
     store = open_store(pith_env["PITH_STORE"])
 
     dr = run(dagbag, DAY1)
 
-    assert budget["writes"] < 0  # the failure happened, and later writes went through
+    assert budget.failed == 1 and budget.writes > 7  # the failure happened, and later writes went through
     # papers are published by the mapped build tasks, each under its shards' leases
     retried = [ti for ti in dr.get_task_instances() if ti.task_id == "build" and ti.try_number == 2]
     assert len(retried) == 1

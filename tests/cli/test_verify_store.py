@@ -48,7 +48,7 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Any:
 
 def publish(store: Store) -> None:
     """A store as a run leaves it: bundles, then the index and the run manifest."""
-    from pith_pipeline.index import finish_run
+    from pith_pipeline.runs.manifest import finish_run
 
     clock = StepClock(datetime(2026, 1, 5, tzinfo=UTC))
     summary = Publisher(store, SIGNER, BuildConfig(), clock=clock).publish(iter_jsonl(SAMPLE))

@@ -10,8 +10,8 @@ import pytest
 from index_helpers import Runner, fixed_clock
 
 from pith_pipeline.core.keys import Ed25519Signer
-from pith_pipeline.index import finish_run
 from pith_pipeline.pipeline import Publisher, RunSummary
+from pith_pipeline.runs.manifest import finish_run
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.base import Store, open_store
 

@@ -12,18 +12,15 @@ from typing import Any
 import boto3
 import pytest
 from index_helpers import Runner, fixed_clock, record_with_versions, snapshot
+from store_doubles import FailingStore, WriteBudget
 
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.verify import verify_bundle
 from pith_pipeline.errors import StorageError, WriteConflictError
-from pith_pipeline.index import (
-    compact,
-    finish_run,
-    run_query,
-    status,
-)
+from pith_pipeline.index import compact, run_query, status
 from pith_pipeline.index.writer import commit_key
 from pith_pipeline.pipeline import Publisher
+from pith_pipeline.runs.manifest import finish_run
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.local import LocalStore
@@ -106,52 +103,9 @@ def test_overlapping_windows(any_store: Store, sample: list[str], run: Runner) -
     assert_one_row_per_key(any_store, 18)
 
 
-class FailingStore:
-    """Passes through to a real store, then fails like S3 does after `after` writes."""
-
-    def __init__(self, inner: Store, after: int, *, only: str = "") -> None:
-        self.inner, self.after, self.only, self.url = inner, after, only, inner.url
-        self.writes = 0
-
-    def _tick(self, key: str) -> None:
-        if key.startswith(self.only):
-            self.writes += 1
-            if self.writes > self.after:
-                raise StorageError(f"PUT {key}: SlowDown (HTTP 503)", transient=True)
-
-    def get(self, key: str) -> bytes | None:
-        return self.inner.get(key)
-
-    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
-        return self.inner.get_tagged(key)
-
-    def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
-
-    def list(self, prefix: str) -> Any:
-        return self.inner.list(prefix)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-
-    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
-        self._tick(key)
-        self.inner.put(key, data, content_type=content_type)
-
-    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
-        self._tick(key)
-        return self.inner.put_once(key, data, content_type=content_type)
-
-    def put_if_match(
-        self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
-    ) -> bool:
-        self._tick(key)
-        return self.inner.put_if_match(key, data, tag, content_type=content_type)
-
-
 def test_s3_error_half_way_then_rerun_completes(s3_store: Store, sample: list[str], run: Runner) -> None:
     with pytest.raises(StorageError, match="SlowDown"):
-        run(FailingStore(s3_store, after=70), sample)
+        run(FailingStore(s3_store, WriteBudget(after=70)), sample)
     assert not list(s3_store.list("runs/"))  # no run manifest: the run did not complete
     assert not list(s3_store.list("index/"))  # and indexes were not touched
     summary, key = run(s3_store, sample)
@@ -290,9 +244,9 @@ def test_finish_run_is_safe_to_repeat(any_store: Store, sample: list[str], run: 
 @pytest.mark.parametrize("n", [0, 1, 7])
 def test_run_manifest_streamed_equals_plain_json(tmp_path: Any, n: int) -> None:
     from pith_pipeline.core.canonical_json import dumps_pretty
-    from pith_pipeline.index.runs import write_manifest
     from pith_pipeline.index.writer import IndexUpdate
     from pith_pipeline.pipeline import Ledger, RunSummary
+    from pith_pipeline.runs.manifest import write_manifest
 
     written = Ledger(limit=2)  # spilled to SQLite, as in a large run
     for i in range(n):

@@ -30,8 +30,9 @@ from pith_pipeline.core.bundle import Site
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.merge import merge
 from pith_pipeline.errors import SigningError
+from pith_pipeline.items import Rejected
 from pith_pipeline.pipeline import BuildConfig, Publisher
-from pith_pipeline.sources.jsonl import Rejected, iter_jsonl, parse_line
+from pith_pipeline.sources.jsonl import iter_jsonl, parse_line
 from pith_pipeline.storage.local import LocalStore
 from pith_pipeline.storage.memory import MemoryStore
 

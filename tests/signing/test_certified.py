@@ -14,11 +14,10 @@ from conftest import KMS_ALIAS, SAMPLE
 from testclock import StepClock
 
 from pith_pipeline.core.certificate import certificate_problem
-from pith_pipeline.core.keys import Ed25519Signer, PublicKey
+from pith_pipeline.core.keys import Ed25519Signer, PublicKey, read_key_document
 from pith_pipeline.core.verify import verify_bundle
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.signing.certified import CertifiedSigner
-from pith_pipeline.signing.rotation import read_key_document
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.local import LocalStore
 from pith_pipeline.testing.kms_server import LocalKmsServer
@@ -44,7 +43,10 @@ def test_published_key_document_and_certificate(certified_store) -> None:  # typ
     root, signer = certified_store
     doc = json.loads((root / "pith-signing-key.json").read_text())
     assert doc["key_id"] == ROOT.key_id  # the root heads the document
-    keys = {k.key_id: k for k in read_key_document((root / "pith-signing-key.json").read_bytes())}
+    keys = {
+        k.key_id: k
+        for k in read_key_document((root / "pith-signing-key.json").read_bytes(), "pith-signing-key.json")
+    }
     assert set(keys) == {ROOT.key_id, signer.key_id}
     eph = keys[signer.key_id]
     assert eph.certificate is not None and eph.certificate["run_id"] == "backfill-test"
@@ -58,7 +60,7 @@ def test_published_key_document_and_certificate(certified_store) -> None:  # typ
 
 def test_certified_bundles_verify_through_the_root(certified_store) -> None:  # type: ignore[no-untyped-def]
     root, _signer = certified_store
-    trusted = read_key_document((root / "pith-signing-key.json").read_bytes())
+    trusted = read_key_document((root / "pith-signing-key.json").read_bytes(), "pith-signing-key.json")
     roots_only = [k for k in trusted if k.certificate is None]
     for p in root.glob("pith/*/bundle.json"):
         b = json.loads(p.read_bytes())

@@ -14,11 +14,11 @@ from conftest import SAMPLE
 from testclock import StepClock
 
 from pith_pipeline.core.bundle import build_bundle
-from pith_pipeline.core.keys import Ed25519Signer, PublicKey
+from pith_pipeline.core.keys import Ed25519Signer, PublicKey, read_key_document
 from pith_pipeline.core.verify import verify_bundle
 from pith_pipeline.errors import InputError
 from pith_pipeline.pipeline import BuildConfig, Publisher
-from pith_pipeline.signing.rotation import read_key_document, reissue
+from pith_pipeline.reissue import reissue
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.local import LocalStore
 
@@ -36,7 +36,7 @@ def bundles(root: Path) -> dict[str, dict[str, Any]]:
 
 
 def trusted(root: Path) -> list[PublicKey]:
-    return read_key_document((root / "pith-signing-key.json").read_bytes())
+    return read_key_document((root / "pith-signing-key.json").read_bytes(), "pith-signing-key.json")
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from pith_pipeline.core.arxiv_record import ArxivRecord
+from pith_pipeline.items import Rejected
 from pith_pipeline.sources.arxivraw import Deleted, MalformedPageError, parse_page
-from pith_pipeline.sources.jsonl import Rejected
 
 OAI = Path(__file__).resolve().parents[1] / "data" / "oai"
 

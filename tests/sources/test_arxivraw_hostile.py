@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from pith_pipeline.items import Rejected
 from pith_pipeline.sources.arxivraw import MalformedPageError, parse_page
-from pith_pipeline.sources.jsonl import Rejected
 
 DATE = "Mon, 1 Jan 2024 00:00:00 GMT"
 FIELDS = {

@@ -15,8 +15,9 @@ from click.testing import CliRunner
 
 from pith_pipeline.cli import cli
 from pith_pipeline.core.arxiv_record import ArxivRecord
+from pith_pipeline.items import Rejected
 from pith_pipeline.signing.local import generate_key
-from pith_pipeline.sources.jsonl import Rejected, iter_jsonl
+from pith_pipeline.sources.jsonl import iter_jsonl
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "arxiv-sample.jsonl"
 

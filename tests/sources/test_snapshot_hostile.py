@@ -14,8 +14,9 @@ import pytest
 from pith_pipeline.cli import main
 from pith_pipeline.core.limits import InputLimits
 from pith_pipeline.errors import DamagedInputError
+from pith_pipeline.items import Rejected
 from pith_pipeline.signing.local import generate_key
-from pith_pipeline.sources.jsonl import Rejected, iter_jsonl, parse_line
+from pith_pipeline.sources.jsonl import iter_jsonl, parse_line
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "arxiv-sample.jsonl"
 

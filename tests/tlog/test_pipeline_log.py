@@ -164,7 +164,7 @@ def test_a_damaged_stored_event_is_named_and_not_logged(tmp_path: Path, sample_l
 def test_finish_run_appends_and_records_the_checkpoint_in_the_run_manifest(
     tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pith_pipeline.index import finish_run
+    from pith_pipeline.runs.manifest import finish_run
     from pith_pipeline.signing.local import generate_key
 
     priv, _pub, _doc = generate_key(tmp_path / "logkey")

@@ -1,4 +1,5 @@
-"""Key rotation and receipt re-issue.
+"""Key rotation and receipt re-issue: the loader re-signing a store (beside
+`pipeline.Publisher`, which it drives; `signing/` holds only the signers).
 
 Rotation: the store's `pith-signing-key.json` lists every key that ever signed
 there; rotating to a new key sets `rotates_at` on the keys it replaces (their
@@ -32,13 +33,12 @@ Running it again with the same key changes nothing.
 from __future__ import annotations
 
 import base64
-import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from pith_pipeline.core.bundle import PUBLIC_KEY_FILE
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps_compact, loads
 from pith_pipeline.core.events import (
     EVENT_SIGNED_MESSAGE,
@@ -49,30 +49,12 @@ from pith_pipeline.core.events import (
     signature_block,
 )
 from pith_pipeline.core.keys import PublicKey, Signer
+from pith_pipeline.core.layout import bundle_paths, event_key, resigned_event_key
 from pith_pipeline.core.pith_record import PithNumber
-from pith_pipeline.core.timeutil import Clock, iso_micros, iso_seconds, system_clock
+from pith_pipeline.core.timeutil import Clock, iso_micros, iso_seconds
 from pith_pipeline.core.verify import RECEIPT_REISSUED
-from pith_pipeline.errors import InputError
-from pith_pipeline.pipeline import BuildConfig, Publisher, event_key
+from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.storage.base import Store
-
-
-def read_key_document(data: bytes, where: str = PUBLIC_KEY_FILE) -> list[PublicKey]:
-    """Every key a `pith-signing-key.json` lists (its head alone for a one-key document)."""
-    try:
-        doc = loads(data)
-        entries = doc.get("keys", [doc]) if isinstance(doc, dict) else None
-        if not isinstance(entries, list):
-            raise ValueError("not a key document")
-        return [PublicKey.from_json(k) for k in entries]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{where}: not a usable key document ({exc})") from None
-
-
-def resigned_key(body: str, content_sha256: str, key_id: str) -> str:
-    """Store key of an event's copy re-signed with `key_id` (beside the write-once original)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", key_id)
-    return f"events/{body}/{content_sha256}.sig-{safe}.json"
 
 
 def rotate_keys(pub: Publisher, now: str) -> list[str]:
@@ -169,7 +151,7 @@ class Reissuer:
                 ),
             }
             self.pub._put_once(
-                resigned_key(body, e["content_sha256"], self.signer.key_id), dumps_compact(copy)
+                resigned_event_key(body, e["content_sha256"], self.signer.key_id), dumps_compact(copy)
             )
             events.append(copy)
         self.summary.events_resigned += len(todo)
@@ -190,7 +172,6 @@ class Reissuer:
         self.summary.subjects += 1
 
     def _bundle_signed_by_me(self, subject: str) -> bool:
-        from pith_pipeline.core.bundle import bundle_paths
 
         raw = self.store.get(bundle_paths(PithNumber.parse(subject).body)[0])
         if raw is None:

@@ -1,4 +1,4 @@
-"""The end of a run: indexes, then the run manifest.
+"""The end of a run: indexes, then the run manifest (`runs/<run_id>/manifest.json`).
 
 Publishing order, end to end: events (write-once) -> bundle and state -> arXiv
 pointer (all per record, in `pipeline.Publisher`) -> indexes -> run manifest. The
@@ -15,19 +15,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
-from pith_pipeline.core.timeutil import Clock, iso_seconds, system_clock
+from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT, RUNS, quarantine_key, run_manifest_key
+from pith_pipeline.core.timeutil import Clock, iso_seconds
 from pith_pipeline.disk_backed import Ledger, iter_sorted, sorted_unique
 from pith_pipeline.errors import WriteConflictError
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
 from pith_pipeline.pipeline import RunSummary
 from pith_pipeline.storage.base import Store, put_once_file
-
-RUN_MANIFEST_FORMAT = "pith-run-manifest-v1"
-
-
-def run_manifest_key(run_id: str) -> str:
-    return f"runs/{run_id}/manifest.json"
 
 
 def reproducible_run_id(store: Store, clock: Clock, *inputs: bytes) -> str:
@@ -38,7 +34,7 @@ def reproducible_run_id(store: Store, clock: Clock, *inputs: bytes) -> str:
     """
     import hashlib
 
-    done = sum(1 for k in store.list("runs/") if k.endswith("/manifest.json"))
+    done = sum(1 for k in store.list(RUNS) if k.endswith("/manifest.json"))
     digest = hashlib.sha256(b"\0".join([*inputs, str(done).encode()])).hexdigest()
     return f"{clock():%Y%m%dT%H%M%SZ}-{digest[:6]}"
 
@@ -163,7 +159,7 @@ def write_manifest(
             "subjects_checked": index.subjects_checked,
             "subjects_changed": index.subjects_changed,
         },
-        "quarantine": f"quarantine/{summary.run_id}.jsonl" if summary.quarantined else None,
+        "quarantine": quarantine_key(summary.run_id) if summary.quarantined else None,
         "finished_at": iso_seconds(clock()),
     }
     if logged is not None and logged.result is not None:

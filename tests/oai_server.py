@@ -1,5 +1,8 @@
 """A local stand-in for arXiv: OAI-PMH (`/oai`) and the Atom search API (`/api/query`).
 
+The one test server of the suite (the `oai_server` fixture in tests/conftest.py serves
+recorded records by day through it; tests/sources use it directly).
+
 Listens on 127.0.0.1 on a free port, in a thread, and serves the recorded responses
 in tests/data/oai (arXiv's real formats). Scripted faults (503 with Retry-After in
 either form, a refused resumption token, a truncated page, a dropped connection) are
@@ -21,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "oai"
+DATA = Path(__file__).resolve().parent / "data" / "oai"
 OAI = "{http://www.openarchives.org/OAI/2.0/}"
 ATOM = "{http://www.w3.org/2005/Atom}"
 FIRST = "<first page>"
@@ -120,11 +123,80 @@ def _feed(entries: list[bytes]) -> bytes:
     return head + b"".join(entries) + b"</feed>\n"
 
 
-class FakeArxiv:
-    """The server. Use as a context manager; `url` is `http://127.0.0.1:<port>`."""
+class RecordedDays:
+    """`ListRecords` over records by day: from/until (inclusive days) and resumption
+    tokens, page size 4. Tests can hold a day's first request (`hold`) and see that it
+    arrived (`arrived`); `requests` and `times` log what came."""
 
-    def __init__(self, repo: Repository) -> None:
+    PAGE = 4
+
+    def __init__(self, days: dict[str, list[bytes]]) -> None:
+
+        self.days = days
+        self.requests: list[dict[str, str]] = []
+        #: when each request arrived (time.monotonic), for politeness tests
+        self.times: list[float] = []
+        #: from-date -> event: a ListRecords for that day waits until the event is set
+        self.hold: dict[str, threading.Event] = {}
+        self.arrived: dict[str, threading.Event] = {}
+
+    def listing(self, from_: str, until: str) -> list[bytes]:
+        return [r for day in sorted(self.days) if from_ <= day <= until for r in self.days[day]]
+
+    def respond(self, params: dict[str, str]) -> bytes:
+        import time
+        from datetime import UTC, datetime
+
+        self.times.append(time.monotonic())
+        self.requests.append(params)
+        now = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        head = (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<OAI-PMH xmlns="{OAI[1:-1]}">'
+            f"<responseDate>{now}</responseDate>"
+            '<request verb="ListRecords">http://127.0.0.1/oai</request>'
+        )
+        if params.get("verb") != "ListRecords":
+            return (head + '<error code="badVerb">only ListRecords here</error></OAI-PMH>').encode()
+        if "resumptionToken" in params:
+            from_, until, offset = params["resumptionToken"].split("|")
+            start = int(offset)
+        else:
+            from_, until, start = params["from"], params["until"], 0
+            if from_ in self.arrived:
+                self.arrived[from_].set()
+            if from_ in self.hold:
+                self.hold[from_].wait(30)
+        records = self.listing(from_, until)
+        if not records:
+            return (head + '<error code="noRecordsMatch">empty list</error></OAI-PMH>').encode()
+        page = records[start : start + self.PAGE]
+        nxt = start + self.PAGE
+        token = (
+            f'<resumptionToken cursor="{start}" completeListSize="{len(records)}">'
+            f"{from_}|{until}|{nxt}</resumptionToken>"
+            if nxt < len(records)
+            else f'<resumptionToken cursor="{start}" completeListSize="{len(records)}"/>'
+        )
+        return (
+            head.encode() + b"<ListRecords>" + b"".join(page) + token.encode() + b"</ListRecords></OAI-PMH>"
+        )
+
+    def release(self) -> None:
+        """Let every held request go (at the end of a test)."""
+        for event in self.hold.values():
+            event.set()
+
+
+class FakeArxiv:
+    """The server. Use as a context manager; `url` is `http://127.0.0.1:<port>`.
+
+    With `listing`, OAI-PMH requests are answered from its records by day instead of
+    the repository's recorded pages (the daily DAG and ingest tests).
+    """
+
+    def __init__(self, repo: Repository, *, listing: RecordedDays | None = None) -> None:
         self.repo = repo
+        self.listing = listing
         self.log: list[Logged] = []
         self.faults: dict[str, list[Fault | Callable[[], Fault]]] = defaultdict(list)
         self._lock = threading.Lock()
@@ -203,6 +275,8 @@ class FakeArxiv:
 
     def _answer(self, path: str, params: dict[str, str]) -> tuple[int, bytes, str]:
         xml = "text/xml; charset=utf-8"
+        if path == "/oai" and self.listing is not None:
+            return 200, self.listing.respond(params), xml
         if path == "/oai":
             verb = params.get("verb")
             if verb == "ListRecords":

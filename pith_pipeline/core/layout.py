@@ -1,0 +1,105 @@
+"""Where each object lives in a store: the one place store keys are spelled.
+
+A store is a tree of write-once and derived objects; their keys are also the URL
+paths a mirror serves, so a key changed in one place and not another would publish
+objects nobody finds. Every module builds keys with these functions. Pure string
+functions (the core imports no I/O), so the layout can be read on its own:
+
+    pith-signing-key.json                       the key document (every signing key)
+    keys/certs/<key_id>.json                    certificates of short-lived keys
+    events/<ID>/<content_sha256>.json           events (write-once; the source of truth)
+    events/<ID>/<content_sha256>.sig-<key>.json an event re-signed with another key
+    pith/<ID>/bundle.json, pith/<ID>/state.json a record's bundle and merged state
+    .well-known/pith/<ID>/bundle.json           the bundle again, where mirrors look
+    arxiv/<arXiv id>.json                       pointer from an arXiv id to its record
+    quarantine/<run_id>.jsonl                   a run's rejected input, with reasons
+    runs/<run_id>/manifest.json                 a finished run (written last)
+    runs/backfill/<run_id>/chunk-<NNNN>.json    a backfill's finished chunks
+    index/<table>/...                           the Delta index tables
+"""
+
+from __future__ import annotations
+
+import re
+
+PUBLIC_KEY_FILE = "pith-signing-key.json"
+EVENTS = "events/"
+BUNDLES = "pith/"
+WELL_KNOWN = ".well-known/pith/"
+POINTERS = "arxiv/"
+QUARANTINE = "quarantine/"
+RUNS = "runs/"
+INDEX = "index/"
+
+
+def body_of(subject: str) -> str:
+    """`ID` of a Pith number (`pith:ID` or a bare `ID`), as keys spell it."""
+    return subject.rsplit(":", 1)[-1]
+
+
+def bundle_paths(body: str) -> tuple[str, str, str]:
+    """Storage keys (and URL paths) of a record's bundle, state and well-known bundle."""
+    return (f"{BUNDLES}{body}/bundle.json", f"{BUNDLES}{body}/state.json", f"{WELL_KNOWN}{body}/bundle.json")
+
+
+def bundle_key(subject: str) -> str:
+    """The bundle of a Pith number (or of its `ID`)."""
+    return bundle_paths(body_of(subject))[0]
+
+
+def event_prefix(body: str) -> str:
+    """Where a record's events are listed."""
+    return f"{EVENTS}{body}/"
+
+
+def event_key(body: str, content_sha256: str) -> str:
+    """An event object: named by its content hash, so its name proves its bytes."""
+    return f"{EVENTS}{body}/{content_sha256}.json"
+
+
+#: An event object's key: `events/<ID>/<content_sha256>[.sig-<key>].json`.
+EVENT_OBJECT = re.compile(r"events/([A-Z2-7]{26})/([0-9a-f]{64})(?:\.sig-([A-Za-z0-9._-]+))?\.json")
+
+
+def resigned_suffix(key_id: str) -> str:
+    """How a re-signed copy's name carries its key id (only characters safe in a key)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", key_id)
+
+
+def resigned_event_key(body: str, content_sha256: str, key_id: str) -> str:
+    """An event's copy re-signed with `key_id` (beside the write-once original)."""
+    return f"{EVENTS}{body}/{content_sha256}.sig-{resigned_suffix(key_id)}.json"
+
+
+def pointer_key(arxiv_id: str) -> str:
+    """The pointer from an arXiv id to the Pith number of its record."""
+    return f"{POINTERS}{arxiv_id}.json"
+
+
+def certificate_key(key_id: str) -> str:
+    """The certificate of a short-lived (certified) key, beside the key document."""
+    return f"keys/certs/{key_id}.json"
+
+
+def quarantine_key(run_id: str) -> str:
+    """A run's rejected input, one JSON line per record with its reason."""
+    return f"{QUARANTINE}{run_id}.jsonl"
+
+
+#: The `format` of a run manifest (`status` reads the newest one).
+RUN_MANIFEST_FORMAT = "pith-run-manifest-v1"
+
+
+def run_manifest_key(run_id: str) -> str:
+    """A finished run's manifest (its presence says the run completed)."""
+    return f"{RUNS}{run_id}/manifest.json"
+
+
+def backfill_prefix(run_id: str) -> str:
+    """Where a backfill records its finished chunks."""
+    return f"{RUNS}backfill/{run_id}/"
+
+
+def backfill_chunk_key(run_id: str, index: int) -> str:
+    """One finished chunk of a backfill."""
+    return f"{backfill_prefix(run_id)}chunk-{index:04d}.json"

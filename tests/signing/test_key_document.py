@@ -1,0 +1,53 @@
+"""One parser for key documents, with one error, whoever reads the document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pith_pipeline.audit import keyring_of_store
+from pith_pipeline.cli import main
+from pith_pipeline.core.keys import read_key_document
+from pith_pipeline.errors import IntegrityError
+from pith_pipeline.pipeline import Publisher
+from pith_pipeline.signing.local import generate_key, load_signer
+from pith_pipeline.storage.local import LocalStore
+from pith_pipeline.storage.memory import MemoryStore
+from pith_pipeline.tlog.monitor import registry_keys
+
+DAMAGED = [b"[1, 2]", b'{"keys": {}}', b'{"key_id": "k"}', b"not json"]
+
+
+@pytest.mark.parametrize("data", DAMAGED)
+def test_a_damaged_document_is_an_integrity_error_naming_where(data: bytes) -> None:
+    with pytest.raises(IntegrityError) as caught:
+        read_key_document(data, "s3://b/p/pith-signing-key.json")
+    assert caught.value.key == "s3://b/p/pith-signing-key.json"
+    assert str(caught.value).startswith("s3://b/p/pith-signing-key.json: not a usable key document (")
+
+
+def test_every_reader_meets_the_same_error(tmp_path: Path) -> None:
+    priv, _pub, _doc = generate_key(tmp_path / "keys")
+    store = MemoryStore()
+    store.put("pith-signing-key.json", b"[1, 2]")
+    with pytest.raises(IntegrityError, match="not a usable key document"):
+        Publisher(store, load_signer(priv))
+    with pytest.raises(IntegrityError, match="not a usable key document"):
+        registry_keys(lambda: b"[1, 2]", "https://example.org/pith-signing-key.json")
+    _ring, findings = keyring_of_store(store)
+    assert [f.line() for f in findings] == [
+        "pith-signing-key.json: not a usable key document (not a key document)"
+    ]
+
+
+def test_keys_show_names_a_damaged_document_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = LocalStore(tmp_path / "store")
+    store.put("pith-signing-key.json", b"[1, 2]")
+    with pytest.raises(SystemExit) as ended:
+        main(["keys", "show", "--store", str(tmp_path / "store")])
+    assert ended.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pith-signing-key.json: not a usable key document" in err[0]

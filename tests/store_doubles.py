@@ -1,0 +1,59 @@
+"""Stores for tests that need a store to fail: one place, shared by every test directory.
+
+(`MemoryStore`, a whole store in a dict, is in the package: `pith_pipeline.storage.memory`,
+and runs the store contract tests with the local and S3 stores.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pith_pipeline.errors import StorageError
+
+#: The prefixes a run publishes under (events, bundles, their copies, pointers).
+PUBLISHED = ("events/", "pith/", ".well-known/", "arxiv/")
+
+
+@dataclass
+class WriteBudget:
+    """When writes fail: after `after` writes of keys under `only`, the next `failures`
+    writes fail (every later one when None). Shared by several `FailingStore`s when a
+    test's code opens the store more than once (an Airflow task per try)."""
+
+    after: int
+    failures: int | None = None
+    only: tuple[str, ...] = ("",)
+    writes: int = 0
+    failed: int = 0
+
+    def tick(self, key: str) -> None:
+        if not key.startswith(self.only):
+            return
+        self.writes += 1
+        if self.writes > self.after and (self.failures is None or self.failed < self.failures):
+            self.failed += 1
+            raise StorageError(f"PUT {key}: SlowDown (HTTP 503)", transient=True)
+
+
+class FailingStore:
+    """A real store whose writes fail as S3's do (SlowDown, transient) by a `WriteBudget`;
+    reads and everything else pass through."""
+
+    def __init__(self, inner: Any, budget: WriteBudget) -> None:
+        self.inner, self.budget, self.url = inner, budget, inner.url
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def put(self, key: str, data: bytes, **kw: Any) -> None:
+        self.budget.tick(key)
+        self.inner.put(key, data, **kw)
+
+    def put_once(self, key: str, data: bytes, **kw: Any) -> bool:
+        self.budget.tick(key)
+        return bool(self.inner.put_once(key, data, **kw))
+
+    def put_if_match(self, key: str, data: bytes, tag: str | None, **kw: Any) -> bool:
+        self.budget.tick(key)
+        return bool(self.inner.put_if_match(key, data, tag, **kw))
