@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
-from pith_pipeline.errors import PithError, StorageError, TransientError, WriteConflictError
+from pith_pipeline.errors import StorageError, TerminalError, TransientError, WriteConflictError
 from pith_pipeline.storage.base import Store
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def parse_shards(text: str) -> frozenset[int]:
     return frozenset(out)
 
 
-class LeaseConfigError(PithError):
+class LeaseConfigError(TerminalError):
     """A shard selection that names no valid shard."""
 
 
