@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from pith_pipeline.errors import TerminalError
@@ -233,6 +235,30 @@ class Resolved:
         return mask(self.setting, self.value)
 
 
+#: The flags of the command being run (`given`): the first step of the rule for code
+#: that the command reaches without a parameter for them.
+_GIVEN: ContextVar[Mapping[str, str] | None] = ContextVar("pith_pipeline_config_given", default=None)
+
+
+@contextmanager
+def given(**flags: str | None) -> Iterator[None]:
+    """Within the block, `resolve` sees these flags as given on the command line.
+
+    Why: a flag such as `--log-signer` is needed where a command's run ends deep
+    inside (`tlog.pipeline.log_run`). It used to travel there by writing
+    `os.environ`, which outlived the command and leaked into every child process;
+    this scope ends with the block and stays in this thread.
+    """
+    unknown = sorted(set(flags) - set(BY_NAME))
+    if unknown:
+        raise KeyError(f"not settings: {', '.join(unknown)}")
+    token = _GIVEN.set({**(_GIVEN.get() or {}), **{k: v for k, v in flags.items() if v}})
+    try:
+        yield
+    finally:
+        _GIVEN.reset(token)
+
+
 def resolve(
     name: str,
     *,
@@ -242,6 +268,7 @@ def resolve(
 ) -> Resolved:
     """Setting `name` by the one rule: flag > Airflow Variable > environment > default."""
     s = BY_NAME[name]
+    flag = flag or (_GIVEN.get() or {}).get(name)
     if flag:
         return Resolved(s, flag, "flag", s.flag)
     if variable is not None:
@@ -270,8 +297,8 @@ def resolve_all(
 
 
 def from_env(name: str, env: Mapping[str, str] | None = None) -> str | None:
-    """Setting `name` from the environment, else its default: for modules deep inside
-    that were given no value by their caller."""
+    """Setting `name` from the running command's flags (`given`), the environment, else
+    its default: for modules deep inside that were given no value by their caller."""
     return resolve(name, env=env).value
 
 

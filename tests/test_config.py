@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from pith_pipeline import config
 from pith_pipeline.config import BY_NAME, SETTINGS, SettingError, resolve
@@ -75,6 +77,56 @@ def test_every_pith_variable_the_package_names_is_in_the_table() -> None:
     assert sorted(named - set(config.BY_ENV)) == []
 
 
+def _pith_constants() -> dict[str, str]:
+    """Module-level NAME = "PITH_..." constants anywhere in the package."""
+    out: dict[str, str] = {}
+    for path in _package_sources():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                value = node.value.value
+                if isinstance(value, str) and value.startswith("PITH_"):
+                    out.update({t.id: value for t in node.targets if isinstance(t, ast.Name)})
+    return out
+
+
+def _env_reads(tree: ast.AST, constants: dict[str, str]) -> list[str]:
+    """`x.get(V)`, `getenv(V)`, `x[V]` and `x.setdefault/pop(V)` for a PITH_ variable V."""
+
+    def pith(arg: ast.expr) -> str | None:
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("PITH_"):
+            return arg.value
+        if isinstance(arg, ast.Name) and arg.id in constants:
+            return constants[arg.id]
+        return None
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in ("get", "getenv", "pop", "setdefault", "__getitem__") and (var := pith(node.args[0])):
+                found.append(f"line {node.lineno}: {name}({var})")
+        if isinstance(node, ast.Subscript) and (var := pith(node.slice)):
+            found.append(f"line {node.lineno}: [{var}]")
+    return found
+
+
+def test_only_config_reads_pith_variables() -> None:
+    constants = _pith_constants()
+    offenders = {}
+    for path in _package_sources():
+        if path.name == "config.py" and path.parent == PACKAGE:
+            continue
+        reads = _env_reads(ast.parse(path.read_text(encoding="utf-8")), constants)
+        if reads:
+            offenders[str(path.relative_to(PACKAGE))] = reads
+    assert offenders == {}
+
+
+def test_the_reader_check_sees_a_read() -> None:
+    tree = ast.parse('import os\nA = os.environ.get("PITH_X")\nB = os.environ[K]\nos.getenv(K)\n')
+    assert len(_env_reads(tree, {"K": "PITH_Y"})) == 3
+
+
 def test_the_docs_show_the_table() -> None:
     text = DOC.read_text(encoding="utf-8")
     assert config.markdown_table() in text, "regenerate it: python -m pith_pipeline.config"
@@ -105,3 +157,46 @@ def test_airflow_retries_come_from_the_table() -> None:
 
     assert at.default_args(env={})["retries"] == int(BY_NAME["retries"].default or 0)
     assert at.default_args(env={"PITH_RETRIES": "7"})["retries"] == 7
+
+
+def test_a_flag_given_to_a_command_ends_with_it() -> None:
+    env = {"PITH_LOG_SIGNER": "file:from-env"}
+    with config.given(log_signer="file:from-flag"):
+        assert resolve("log_signer", env=env).source == "flag"
+        assert config.from_env("log_signer", env) == "file:from-flag"
+    assert config.from_env("log_signer", env) == "file:from-env"
+
+
+def test_log_signer_reaches_the_run_end_without_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--log-signer used to be copied into os.environ, outliving the command."""
+    import os
+
+    import click
+
+    from pith_pipeline.cli.options import site_options
+
+    seen = []
+
+    @click.command()
+    @site_options
+    def cmd(base_url: str, registry_name: str, signer_id: str) -> None:
+        seen.append(config.from_env("log_signer"))
+
+    monkeypatch.delenv("PITH_LOG_SIGNER", raising=False)
+    result = CliRunner().invoke(cmd, ["--log-signer", f"file:{SECRET}"])
+    assert result.exit_code == 0, result.output
+    assert seen == [f"file:{SECRET}"]
+    assert "PITH_LOG_SIGNER" not in os.environ and config.from_env("log_signer") is None
+
+
+def test_cli_defaults_are_the_table_defaults() -> None:
+    from pith_pipeline.parallel import DEFAULT_CHUNK
+    from pith_pipeline.pipeline import BuildConfig
+
+    assert str(DEFAULT_CHUNK) == BY_NAME["worker_chunk"].default
+    b = BuildConfig()
+    assert (b.base_url, b.registry_name, b.signer_id) == (
+        BY_NAME["base_url"].default,
+        BY_NAME["registry_name"].default,
+        BY_NAME["signer_id"].default,
+    )

@@ -7,12 +7,12 @@ against the signed checkpoint, decides. Nothing unsigned is believed.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pith_pipeline.config import from_env
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.errors import IntegrityError
 from pith_pipeline.tlog import merkle
@@ -50,7 +50,7 @@ class LogLocation:
 
     def verifier(self, vkey: str | None = None) -> Verifier:
         """The pinned key (`vkey`, else `PITH_LOG_VKEY`), else the one the registry names."""
-        vkey = vkey or os.environ.get(LOG_VKEY_ENV)
+        vkey = vkey or from_env("log_vkey")
         if vkey:
             try:
                 return Verifier.parse(vkey)
