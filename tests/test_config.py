@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -200,3 +201,46 @@ def test_cli_defaults_are_the_table_defaults() -> None:
         BY_NAME["registry_name"].default,
         BY_NAME["signer_id"].default,
     )
+
+
+# -- pith-pipeline config -----------------------------------------------------------
+def _run_config(args: list[str], env: dict[str, str]) -> str:
+    from pith_pipeline.cli import cli
+
+    result = CliRunner().invoke(cli, ["config", *args], env=env)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_config_prints_every_setting_and_where_it_came_from() -> None:
+    env = {"PITH_BASE_URL": "https://env.example", "PITH_STORE": "/env-store"}
+    out = _run_config(["--store", "/flag-store"], env)
+    lines = {line.split()[0]: line for line in out.splitlines()}
+    assert set(BY_NAME) <= set(lines)
+    assert lines["store"].split()[1:] == ["flag", "--store", "/flag-store"]
+    assert lines["base_url"].split()[1:] == ["env", "PITH_BASE_URL", "https://env.example"]
+    assert lines["retries"].split()[1:] == ["default", "3"]
+
+
+def test_config_never_prints_a_secret() -> None:
+    env = {
+        "PITH_SIGNER": f"kms:alias/{SECRET}",
+        "PITH_LOG_SIGNER": f"file:/keys/{SECRET}.json",
+        "PITH_ENVELOPE_KMS_KEY": f"alias/{SECRET}",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_SESSION_TOKEN": SECRET,
+    }
+    text = _run_config([], env)
+    doc = json.loads(_run_config(["--json"], env))
+    assert SECRET not in text and SECRET not in json.dumps(doc)
+    by_name = {s["name"]: s for s in doc["settings"]}
+    assert by_name["signer"] == {
+        "name": "signer",
+        "env": "PITH_SIGNER",
+        "value": "kms:****",
+        "source": "env",
+        "origin": "PITH_SIGNER",
+        "secret": True,
+    }
+    assert doc["aws"]["AWS_SECRET_ACCESS_KEY"] == config.MASK
+    assert SECRET not in _run_config(["--signer", f"file:{SECRET}"], {})
