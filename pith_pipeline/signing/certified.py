@@ -25,15 +25,15 @@ from typing import Any
 
 import nacl.signing
 
-from pith_pipeline.config import from_env
+from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.certificate import issue_certificate
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, Signer, fingerprint_b32
 from pith_pipeline.core.timeutil import iso_micros, system_clock
 from pith_pipeline.errors import SigningError
 
 DEFAULT_VALIDITY = timedelta(hours=48)
-VALIDITY_ENV = "PITH_CERT_HOURS"
-RUN_ID_ENV = "PITH_RUN_ID"
+VALIDITY_ENV = env_name("cert_hours")
+RUN_ID_ENV = env_name("run_id")
 
 
 def cert_key(key_id: str) -> str:

@@ -36,16 +36,16 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from pith_pipeline import __version__
-from pith_pipeline.config import from_env
+from pith_pipeline.config import env_name, from_env
 from pith_pipeline.errors import TransientError
 
 log = logging.getLogger(__name__)
 
 #: arXiv's published limit: one request every 3 seconds.
 ARXIV_MIN_INTERVAL = 3.0
-USER_AGENT_ENV = "PITH_USER_AGENT"
-CONTACT_ENV = "PITH_CONTACT"
-POLITENESS_DIR_ENV = "PITH_POLITENESS_DIR"
+USER_AGENT_ENV = env_name("user_agent")
+CONTACT_ENV = env_name("contact")
+POLITENESS_DIR_ENV = env_name("politeness_dir")
 
 
 def politeness_dir() -> Path:

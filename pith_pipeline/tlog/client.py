@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pith_pipeline.config import from_env
+from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.errors import IntegrityError
 from pith_pipeline.tlog import merkle
@@ -20,7 +20,7 @@ from pith_pipeline.tlog.log import CHECKPOINT, LOG_PREFIX, Fetch, TileReader, ht
 from pith_pipeline.tlog.note import Checkpoint, Verifier, open_checkpoint
 from pith_pipeline.tlog.pipeline import KEY_DOCUMENT, lookup, verifier_from_key_doc
 
-LOG_VKEY_ENV = "PITH_LOG_VKEY"
+LOG_VKEY_ENV = env_name("log_vkey")
 
 
 @dataclass(slots=True)

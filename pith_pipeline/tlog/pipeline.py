@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pith_pipeline.config import from_env
+from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.canonical_json import dumps, dumps_pretty, loads
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
@@ -47,8 +47,8 @@ from pith_pipeline.tlog.note import Checkpoint, Verifier
 from pith_pipeline.tlog.tiles import TILE_WIDTH
 
 LOG_LEASE = "log"
-LOG_SIGNER_ENV = "PITH_LOG_SIGNER"
-LOG_ORIGIN_ENV = "PITH_LOG_ORIGIN"
+LOG_SIGNER_ENV = env_name("log_signer")
+LOG_ORIGIN_ENV = env_name("log_origin")
 KEY_DOCUMENT = "pith-signing-key.json"
 INDEX_DIR = "index/"
 # 256 lookup objects: a run rewrites at most 256 of them, whatever its size; each is
