@@ -30,16 +30,25 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# Only the standard library and the error classes at import time: DAG files import
-# this module while the scheduler parses them. Everything else is imported lazily.
+# Only the standard library, the settings table and the error classes at import time:
+# DAG files import this module while the scheduler parses them. Everything else is imported lazily.
+from pith_pipeline.config import (
+    DEFAULT_BASE_URL,
+    DEFAULT_OAI_URL,
+    DEFAULT_REGISTRY_NAME,
+    DEFAULT_SIGNER_ID,
+    DEFAULT_STORE,
+    integer,
+    number,
+    resolve,
+)
 from pith_pipeline.core.layout import quarantine_key
 from pith_pipeline.errors import InputError, StorageError, WriteConflictError
 
@@ -56,24 +65,21 @@ if TYPE_CHECKING:
 MAX_CHUNKS = 1000
 #: Snapshot byte ranges are at least this big, so small files are one chunk.
 MIN_SNAPSHOT_CHUNK_BYTES = 64 * 1024 * 1024
-DEFAULT_OAI_URL = "https://oaipmh.arxiv.org/oai"
-DEFAULT_BASE_URL = "https://pith.example.org"  # = pith_pipeline.pipeline.DEFAULT_BASE_URL
-DEFAULT_STORE = "./pith-store"
 #: The Airflow pool every arXiv request goes through (one slot: arXiv asks for one
 #: client connection at a time).
 ARXIV_POOL = "arxiv_oai"
 
-#: Setting name -> (environment variable / Airflow Variable name, default).
-SETTINGS_ENV: dict[str, tuple[str, str | None]] = {
-    "store": ("PITH_STORE", DEFAULT_STORE),
-    "signer": ("PITH_SIGNER", None),
-    "oai_url": ("PITH_OAI_URL", DEFAULT_OAI_URL),
-    "base_url": ("PITH_BASE_URL", DEFAULT_BASE_URL),
-    "registry_name": ("PITH_REGISTRY_NAME", "Pith Pipeline"),
-    "signer_id": ("PITH_SIGNER_ID", "pith-pipeline"),
-    "oai_min_interval": ("PITH_OAI_MIN_INTERVAL", None),
-    "lease_wait": ("PITH_LEASE_WAIT", None),
-}
+#: The settings a task reads (a field of `Settings` each), by the rule of `config.resolve`.
+TASK_SETTINGS = (
+    "store",
+    "signer",
+    "oai_url",
+    "base_url",
+    "registry_name",
+    "signer_id",
+    "oai_min_interval",
+    "lease_wait",
+)
 
 #: Seconds a task waits for another writer of the same papers before failing (and
 #: being retried by Airflow): long, because waiting is the normal case when
@@ -86,14 +92,16 @@ SHARD_GROUPS = 4
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    """Where to read, write and sign; from PITH_* variables (see `load_settings`)."""
+    """Where to read, write and sign; from PITH_* variables (see `load_settings`).
+
+    The defaults are the table's (`pith_pipeline.config.SETTINGS`)."""
 
     store: str = DEFAULT_STORE
     signer: str | None = None
     oai_url: str = DEFAULT_OAI_URL
     base_url: str = DEFAULT_BASE_URL
-    registry_name: str = "Pith Pipeline"
-    signer_id: str = "pith-pipeline"
+    registry_name: str = DEFAULT_REGISTRY_NAME
+    signer_id: str = DEFAULT_SIGNER_ID
     #: Seconds between OAI-PMH requests; unset means arXiv's policy (3 s). Lower it
     #: only for a local mirror or test server.
     oai_min_interval: str | None = None
@@ -117,29 +125,30 @@ class Settings:
         return BuildConfig(base_url=self.base_url, registry_name=self.registry_name, signer_id=self.signer_id)
 
 
+def airflow_variable(name: str) -> str | None:
+    """The Airflow Variable `name`, or None: the lookup `config.resolve` is given in tasks."""
+    from airflow.sdk import Variable
+
+    value = Variable.get(name, default=None)
+    return value if isinstance(value, str) and value else None
+
+
 def load_settings(
     env: Mapping[str, str] | None = None, *, airflow_variables: bool = False, **overrides: str | None
 ) -> Settings:
-    """Settings from Airflow Variables (when asked), then environment, then defaults.
+    """Settings by the one rule (`config.resolve`): `overrides` (the flags), then Airflow
+    Variables (when asked), then environment, then the table's defaults.
 
     The names are the same everywhere: `PITH_STORE`, `PITH_SIGNER`, `PITH_OAI_URL`,
     `PITH_BASE_URL`, `PITH_REGISTRY_NAME`, `PITH_SIGNER_ID`. An Airflow Variable of
     that name wins over the worker's environment, so operators can change a
     deployment from the UI.
     """
-    env = os.environ if env is None else env
-    lookup: Callable[[str], str | None] = lambda _name: None  # noqa: E731
-    if airflow_variables:
-        from airflow.sdk import Variable
-
-        def lookup(name: str) -> str | None:
-            value = Variable.get(name, default=None)
-            return value if isinstance(value, str) and value else None
-
-    values: dict[str, Any] = {}
-    for field_name, (var, default) in SETTINGS_ENV.items():
-        value = overrides.get(field_name) or lookup(var) or env.get(var) or default
-        values[field_name] = value
+    variable = airflow_variable if airflow_variables else None
+    values: dict[str, Any] = {
+        name: resolve(name, flag=overrides.get(name), variable=variable, env=env).value
+        for name in TASK_SETTINGS
+    }
     return Settings(**values)
 
 
@@ -147,16 +156,17 @@ def default_args(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Owner, retries with exponential backoff, and no retry for terminal errors.
 
     `PITH_RETRIES` (3) and `PITH_RETRY_DELAY_SECONDS` (60, doubling up to an hour)
-    tune them per deployment. A `TerminalError` (bad configuration, a write-once
-    conflict) fails at once: retrying cannot fix it.
+    tune them per deployment (environment only: DAG files call this while the
+    scheduler parses them, where reading Airflow Variables would cost a database
+    query per parse). A `TerminalError` (bad configuration, a write-once conflict,
+    a storage or signing failure no retry can fix) fails at once.
     """
     from airflow.sdk import ExceptionRetryPolicy, RetryAction, RetryRule
 
-    env = os.environ if env is None else env
     return {
         "owner": "pith-pipeline",
-        "retries": int(env.get("PITH_RETRIES", "3")),
-        "retry_delay": timedelta(seconds=float(env.get("PITH_RETRY_DELAY_SECONDS", "60"))),
+        "retries": integer("retries", env),
+        "retry_delay": timedelta(seconds=number("retry_delay_seconds", env)),
         "retry_exponential_backoff": 2.0,
         "max_retry_delay": timedelta(hours=1),
         "retry_policy": ExceptionRetryPolicy(
@@ -441,7 +451,7 @@ def plan_snapshot_chunks(
     if gz or size == 0:
         return [{**base, "index": 0, "start": 0, "end": None}]
     if min_bytes is None:
-        min_bytes = int(os.environ.get("PITH_SNAPSHOT_CHUNK_BYTES", MIN_SNAPSHOT_CHUNK_BYTES))
+        min_bytes = integer("snapshot_chunk_bytes")
     step = max(1, min_bytes, math.ceil(size / max_chunks))
     chunks = []
     for i, start in enumerate(range(0, size, step)):

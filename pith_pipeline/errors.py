@@ -1,10 +1,11 @@
 """One root error for the whole package.
 
 Every error a user can meet derives from `PithError`; the CLI catches only that
-root and prints `diagnostics()`. `transient` tells a retry policy (Airflow's, or
-our own backoff) whether trying again can help. Errors keep their constructor
-arguments in `args` so they pickle across process boundaries (Airflow workers,
-multiprocessing pools).
+root and prints `diagnostics()`. Every error is either a `TransientError` (trying
+again can help) or a `TerminalError` (it cannot): the class decides, so a retry
+policy (Airflow's, or our own backoff) needs nothing else; `transient` mirrors it.
+Errors keep their constructor arguments in `args` so they pickle across process
+boundaries (Airflow workers, multiprocessing pools).
 """
 
 from __future__ import annotations
@@ -79,33 +80,71 @@ class KeyFileError(TerminalError):
 
 
 class BackendError(PithError):
-    """A back end (signer, store) failed; `transient` says whether a retry can help.
+    """A back end (signer, store) failed; the class says whether a retry can help.
 
-    The flag is per instance because the same call fails either way (throttling is
-    transient, access denied is not); it survives pickling for Airflow workers.
+    The same call fails either way (throttling is transient, access denied is not),
+    so `StorageError(msg, transient=...)` and `SigningError(msg, transient=...)` give
+    an instance of their transient or terminal subclass (`TransientStorageError`,
+    `TerminalStorageError`, ...). Why classes, not a flag: a retry policy that only
+    knows class names (Airflow's `ExceptionRetryPolicy`) fails fast on every
+    `TerminalError`, and a flag outside that hierarchy let a non-transient storage
+    error (AccessDenied, a missing staged chunk) be retried. It survives pickling for
+    Airflow workers.
     """
 
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message, transient)
-        self.transient = transient
+    #: (terminal, transient) subclass that `cls(message, transient=...)` gives
+    _kinds: tuple[type[BackendError], type[BackendError]] | None = None
+
+    def __new__(cls, message: str, *, transient: bool | None = None) -> BackendError:
+        kinds = cls.__dict__.get("_kinds")
+        if kinds is not None:
+            cls = kinds[bool(transient)]  # the class decides
+        return super().__new__(cls, message)
+
+    def __init__(self, message: str, *, transient: bool | None = None) -> None:
+        if transient is not None and bool(transient) != self.transient:
+            raise TypeError(f"{type(self).__name__} is {'' if self.transient else 'not '}transient")
+        super().__init__(message)
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_backend_error, (type(self), str(self.args[0]), self.transient))
+        return (_rebuild_backend_error, (type(self), str(self.args[0])))
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-def _rebuild_backend_error(cls: type[BackendError], message: str, transient: bool) -> BackendError:
-    return cls(message, transient=transient)
+def _rebuild_backend_error(cls: type[BackendError], message: str) -> BackendError:
+    return cls(message)
 
 
 class SigningError(BackendError):
-    """A signer failed; `transient` says whether to retry."""
+    """A signer failed: `SigningError(msg, transient=...)` picks the subclass below."""
+
+
+class TransientSigningError(SigningError, TransientError):
+    """A signer failure a retry may fix (throttling, a KMS hiccup, a timeout)."""
+
+
+class TerminalSigningError(SigningError, TerminalError):
+    """A signer failure a retry cannot fix (permission, key state, key usage)."""
+
+
+SigningError._kinds = (TerminalSigningError, TransientSigningError)
 
 
 class StorageError(BackendError):
-    """A storage back end failed; `transient` says whether to retry."""
+    """A storage back end failed: `StorageError(msg, transient=...)` picks the subclass below."""
+
+
+class TransientStorageError(StorageError, TransientError):
+    """A storage failure a retry may fix (throttling, 5xx, timeouts, conditional-write races)."""
+
+
+class TerminalStorageError(StorageError, TerminalError):
+    """A storage failure a retry cannot fix (access denied, no bucket, a missing object)."""
+
+
+StorageError._kinds = (TerminalStorageError, TransientStorageError)
 
 
 class WriteConflictError(TerminalError):

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.timeutil import Clock
-from pith_pipeline.errors import InputError, PithError
+from pith_pipeline.errors import InputError, TransientError
 from pith_pipeline.items import Item, Rejected
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
 from pith_pipeline.storage.base import Store
@@ -252,7 +252,7 @@ def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
         raise _picklable(exc) from None
 
 
-class WorkerError(PithError):
+class WorkerError(TransientError):
     """An error in a worker process that could not be sent back as itself."""
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Protocol
 
+from pith_pipeline import config
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import (
@@ -59,7 +60,7 @@ class LeaseCheck(Protocol):
     def check(self) -> None: ...
 
 
-DEFAULT_BASE_URL = "https://pith.example.org"
+DEFAULT_BASE_URL = config.DEFAULT_BASE_URL  # the settings table is the one place for defaults
 #: Failed papers named in a run's summary and manifest (the count is always exact).
 MAX_PROBLEMS = 1000
 
@@ -69,8 +70,8 @@ class BuildConfig:
     """Registry identity; every field has a default that works for a local store."""
 
     base_url: str = DEFAULT_BASE_URL
-    registry_name: str = "Pith Pipeline"
-    signer_id: str = "pith-pipeline"
+    registry_name: str = config.DEFAULT_REGISTRY_NAME
+    signer_id: str = config.DEFAULT_SIGNER_ID
     builder_version: str = BUILDER_VERSION
 
     @property

@@ -13,6 +13,7 @@ import click
 
 from pith_pipeline import __version__
 from pith_pipeline.cli import backfill, core, ingest, signing, storage
+from pith_pipeline.cli import config as config_cli
 from pith_pipeline.cli import log as log_cli
 from pith_pipeline.errors import PithError
 
@@ -34,7 +35,7 @@ def cli() -> None:
     """
 
 
-for module in (core, ingest, storage, signing, backfill, log_cli):
+for module in (core, ingest, storage, signing, backfill, log_cli, config_cli):
     module.register(cli)
 
 

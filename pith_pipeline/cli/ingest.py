@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import click
 from tqdm import tqdm
 
+from pith_pipeline import config
 from pith_pipeline.cli.options import (
     build_config,
     fail_if_incomplete,
@@ -31,6 +32,7 @@ from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
 from pith_pipeline.storage.base import open_store
 from pith_pipeline.storage.lease import parse_shards, writer_lease
 
+DEFAULT_STORE = config.DEFAULT_STORE
 DEFAULT_KEY_DIR = Path("pith-keys")
 
 

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
+from pith_pipeline import config
 from pith_pipeline.errors import IncompleteRunError
-from pith_pipeline.pipeline import DEFAULT_BASE_URL, BuildConfig, RunSummary
+from pith_pipeline.pipeline import BuildConfig, RunSummary
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: The store every command reads or writes when neither --store nor PITH_STORE is given:
 #: the one `ingest --sample` makes, so a newcomer's next command finds it.
-DEFAULT_STORE = "./pith-store"
+DEFAULT_STORE = config.DEFAULT_STORE
 
 STORE_HELP = "The store: a directory or s3://bucket/prefix (endpoint: AWS_ENDPOINT_URL). (env PITH_STORE)"
 
@@ -22,47 +24,65 @@ STORE_HELP = "The store: a directory or s3://bucket/prefix (endpoint: AWS_ENDPOI
 def store_option(help: str = STORE_HELP) -> Callable[[F], F]:
     """--store (env PITH_STORE, default ./pith-store): the same default on every command."""
     return click.option(
-        "--store", envvar="PITH_STORE", default=DEFAULT_STORE, show_default=True, metavar="STORE", help=help
+        "--store",
+        envvar=envvar("store"),
+        default=DEFAULT_STORE,
+        show_default=True,
+        metavar="STORE",
+        help=help,
     )
 
 
-def _set_log_signer(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    """The log key reaches the end of the run (`tlog.pipeline.log_run`) as PITH_LOG_SIGNER."""
-    if value:
-        import os
+def envvar(name: str) -> str | list[str]:
+    """The environment variable(s) of setting `name`, from the table (`config.SETTINGS`)."""
+    s = config.setting(name)
+    return list(s.envs) if s.aliases else s.env
 
-        os.environ["PITH_LOG_SIGNER"] = value
+
+def _with_log_signer(fn: F) -> F:
+    """Run the command with its --log-signer given to `config` (`config.given`).
+
+    Why: the log key is used where the run ends, deep inside (`tlog.pipeline.log_run`
+    asks `config.from_env("log_signer")`); the scope ends with the command, where
+    writing os.environ outlived it and leaked into child processes.
+    """
+
+    @functools.wraps(fn)
+    def run(*args: Any, log_signer: str | None = None, **kwargs: Any) -> Any:
+        with config.given(log_signer=log_signer):
+            return fn(*args, **kwargs)
+
+    return cast(F, run)
 
 
 def site_options(fn: F) -> F:
     """--base-url, --registry-name, --signer-id, --log-signer."""
     fn = click.option(
         "--log-signer",
-        envvar="PITH_LOG_SIGNER",
+        "log_signer",
+        envvar=envvar("log_signer"),
         metavar="SPEC",
-        expose_value=False,
-        callback=_set_log_signer,
         help="Key of the store's transparency log (as --signer; env PITH_LOG_SIGNER): every "
         "event a run publishes is appended to log/. Required once a store has a log.",
-    )(fn)
+    )(_with_log_signer(fn))
     fn = click.option(
         "--signer-id",
-        envvar="PITH_SIGNER_ID",
-        default="pith-pipeline",
+        envvar=envvar("signer_id"),
+        default=config.DEFAULT_SIGNER_ID,
         show_default=True,
         help="Name of this registry in event signer blocks.",
     )(fn)
     fn = click.option(
         "--registry-name",
-        envvar="PITH_REGISTRY_NAME",
-        default="Pith Pipeline",
+        envvar=envvar("registry_name"),
+        default=config.DEFAULT_REGISTRY_NAME,
         show_default=True,
         help="Human name used in mirror hints.",
     )(fn)
     fn = click.option(
         "--base-url",
-        envvar="PITH_BASE_URL",
-        default=DEFAULT_BASE_URL,
+        envvar=envvar("base_url"),
+        default=config.DEFAULT_BASE_URL,
         show_default=True,
         help="Public URL the store is served at (links, mirror hints, key URL).",
     )(fn)
@@ -90,7 +110,7 @@ def signer_option(*, required: bool = True, dest: str = "signer_spec") -> Callab
         dest,
         required=required,
         metavar="SPEC",
-        envvar=["PITH_SIGNER", "PITH_KEY"],
+        envvar=envvar("signer"),
         help=SIGNER_HELP,
     )
 
@@ -110,7 +130,7 @@ def workers_option(fn: F) -> F:
     fn = click.option(
         "--worker-chunk",
         "worker_chunk",
-        envvar="PITH_WORKER_CHUNK",
+        envvar=envvar("worker_chunk"),
         type=click.IntRange(min=1),
         default=DEFAULT_CHUNK,
         hidden=True,
@@ -118,7 +138,7 @@ def workers_option(fn: F) -> F:
     )(fn)
     fn = click.option(
         "--workers",
-        envvar="PITH_WORKERS",
+        envvar=envvar("workers"),
         type=click.IntRange(min=1),
         default=usable_cores,
         show_default="usable cores",
@@ -139,7 +159,7 @@ def wait_option(fn: F) -> F:
     return click.option(
         "--wait",
         "lease_wait",
-        envvar="PITH_LEASE_WAIT",
+        envvar=envvar("lease_wait"),
         type=click.FloatRange(min=0),
         default=0.0,
         show_default=True,
@@ -153,7 +173,7 @@ def shards_option(fn: F) -> F:
     return click.option(
         "--shards",
         "shards_spec",
-        envvar="PITH_SHARDS",
+        envvar=envvar("shards"),
         default=None,
         metavar="SPEC",
         help="Publish only the papers of these shards (0-15, e.g. 0-7 or 1,3,5; a paper's "

@@ -18,7 +18,6 @@ one KMS call per run.
 from __future__ import annotations
 
 import dataclasses
-import os
 import secrets
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -27,14 +26,15 @@ from typing import Any
 import nacl.signing
 
 from pith_pipeline.clock import system_clock
+from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.certificate import issue_certificate
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, Signer, fingerprint_b32
 from pith_pipeline.core.timeutil import iso_micros
 from pith_pipeline.errors import SigningError
 
 DEFAULT_VALIDITY = timedelta(hours=48)
-VALIDITY_ENV = "PITH_CERT_HOURS"
-RUN_ID_ENV = "PITH_RUN_ID"
+VALIDITY_ENV = env_name("cert_hours")
+RUN_ID_ENV = env_name("run_id")
 
 
 class CertifiedSigner(Signer):
@@ -54,7 +54,7 @@ class CertifiedSigner(Signer):
         # reproducible build fall inside the certificate's window
         now = now or system_clock()
         validity = validity or _validity_from_env()
-        self.run_id = run_id or os.environ.get(RUN_ID_ENV) or f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+        self.run_id = run_id or from_env("run_id") or f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
         sk = (generate or _new_key)()
         public = bytes(sk.verify_key)
         self.key_id = f"pith-eph-{now:%Y%m%d}-{fingerprint_b32(public)[:10].lower()}"
@@ -174,7 +174,7 @@ def _new_key() -> nacl.signing.SigningKey:
 
 
 def _validity_from_env() -> timedelta:
-    raw = os.environ.get(VALIDITY_ENV)
+    raw = from_env("cert_hours")
     if not raw:
         return DEFAULT_VALIDITY
     try:

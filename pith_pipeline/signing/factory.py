@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 
+from pith_pipeline.config import env_name
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import KeyFileError
 
-SIGNER_ENV = "PITH_SIGNER"
+SIGNER_ENV = env_name("signer")
 
 
 SCHEMES = "file:PATH, kms:KEY_ID_OR_ALIAS, kms-envelope:LOCATION, certified:ROOT_SPEC"

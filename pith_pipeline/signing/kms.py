@@ -34,6 +34,7 @@ from typing import Any
 import nacl.exceptions
 import nacl.signing
 
+from pith_pipeline.aws_errors import classify as aws_classify
 from pith_pipeline.core.keys import Signer, fingerprint_b32
 from pith_pipeline.errors import SigningError
 
@@ -45,24 +46,6 @@ KEY_SPEC = "ECC_NIST_EDWARDS25519"
 ED25519_SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")
 SELF_TEST_DIGEST = hashlib.sha256(b"pith-pipeline signer self-test").digest()
 
-TRANSIENT_CODES = frozenset(
-    {
-        "ThrottlingException",
-        "Throttling",
-        "ThrottledException",
-        "RequestLimitExceeded",
-        "TooManyRequestsException",
-        "LimitExceededException",
-        "KMSInternalException",
-        "DependencyTimeoutException",
-        "KeyUnavailableException",
-        "ServiceUnavailable",
-        "ServiceUnavailableException",
-        "InternalFailure",
-        "RequestTimeout",
-        "RequestTimeoutException",
-    }
-)
 HINTS = {
     "AccessDeniedException": "the caller's IAM policy or the key policy does not allow this "
     "call (kms:Sign / kms:GetPublicKey / kms:Decrypt)",
@@ -105,34 +88,22 @@ def make_kms_client(
 def classify(exc: BaseException) -> tuple[bool, str]:
     """(transient, description) for an exception raised by a botocore call.
 
+    Transient or not by the one AWS table (`aws_errors`, shared with the S3 store); a
+    failure it cannot name is terminal here, since it is most likely configuration.
     The description carries the AWS error code and HTTP status only: AWS's free
     text is left out so nothing the service echoes back can reach a log.
     """
-    from botocore import exceptions as bex
-
-    if isinstance(exc, bex.ClientError):
-        err = exc.response.get("Error", {}) if isinstance(exc.response, dict) else {}
-        code = str(err.get("Code", "Unknown"))
-        meta = exc.response.get("ResponseMetadata", {}) if isinstance(exc.response, dict) else {}
-        status = int(meta.get("HTTPStatusCode", 0) or 0)
-        transient = code in TRANSIENT_CODES or status >= 500 or status == 429
+    failure = aws_classify(exc)
+    if failure.kind == "client":
+        code = failure.code or "Unknown"
         hint = HINTS.get(code, "")
-        desc = f"{code} (HTTP {status})" + (f": {hint}" if hint else "")
-        return transient, desc
-    if isinstance(exc, bex.NoCredentialsError | bex.PartialCredentialsError):
+        desc = f"{code} (HTTP {failure.status})" + (f": {hint}" if hint else "")
+        return bool(failure.transient), desc
+    if failure.kind == "credentials":
         return False, "no AWS credentials found (set AWS_PROFILE or AWS_ACCESS_KEY_ID/...)"
-    if isinstance(exc, bex.NoRegionError):
+    if failure.kind == "region":
         return False, "no AWS region configured (set AWS_REGION or AWS_DEFAULT_REGION)"
-    if isinstance(
-        exc,
-        bex.ConnectTimeoutError
-        | bex.ReadTimeoutError
-        | bex.EndpointConnectionError
-        | bex.ConnectionClosedError
-        | bex.HTTPClientError
-        | TimeoutError
-        | ConnectionError,
-    ):
+    if failure.kind == "connection":
         return True, f"{type(exc).__name__} talking to KMS"
     return False, type(exc).__name__
 

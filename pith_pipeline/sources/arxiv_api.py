@@ -25,6 +25,7 @@ import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 
+from pith_pipeline import config
 from pith_pipeline.core.arxiv_record import is_arxiv_id
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.errors import (
@@ -37,8 +38,8 @@ from pith_pipeline.errors import (
 from pith_pipeline.sources.capped import read_capped
 from pith_pipeline.sources.politeness import Gate
 
-DEFAULT_API_URL = "https://export.arxiv.org/api/query"
-API_URL_ENV = "PITH_ARXIV_API_URL"
+DEFAULT_API_URL = config.DEFAULT_API_URL
+API_URL_ENV = config.env_name("arxiv_api_url")
 _VERSIONED = re.compile(r"(.+?)(v[0-9]+)?", re.ASCII | re.DOTALL)  # fullmatch; the id is checked after
 _ABS_URL = re.compile(r"^https?://[^/]+/abs/")
 

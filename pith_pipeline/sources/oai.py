@@ -44,6 +44,7 @@ import httpx2
 from oaipmh_scythe import Scythe
 from oaipmh_scythe.config import HTTPConfig
 
+from pith_pipeline import config
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
@@ -64,8 +65,8 @@ from pith_pipeline.storage.base import Store
 
 log = logging.getLogger(__name__)
 
-DEFAULT_OAI_URL = "https://oaipmh.arxiv.org/oai"
-OAI_URL_ENV = "PITH_OAI_URL"
+DEFAULT_OAI_URL = config.DEFAULT_OAI_URL
+OAI_URL_ENV = config.env_name("oai_url")
 METADATA_PREFIX = "arXivRaw"
 RAW_ROOT = "raw/oai"
 # store keys can be planted by anyone who can write the store: ASCII digits, no `$`

@@ -36,20 +36,21 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from pith_pipeline import __version__
+from pith_pipeline.config import env_name, from_env
 from pith_pipeline.errors import TransientError
 
 log = logging.getLogger(__name__)
 
 #: arXiv's published limit: one request every 3 seconds.
 ARXIV_MIN_INTERVAL = 3.0
-USER_AGENT_ENV = "PITH_USER_AGENT"
-CONTACT_ENV = "PITH_CONTACT"
-POLITENESS_DIR_ENV = "PITH_POLITENESS_DIR"
+USER_AGENT_ENV = env_name("user_agent")
+CONTACT_ENV = env_name("contact")
+POLITENESS_DIR_ENV = env_name("politeness_dir")
 
 
 def politeness_dir() -> Path:
     """Where the per-endpoint turn files live (shared by every process of a user)."""
-    explicit = os.environ.get(POLITENESS_DIR_ENV)
+    explicit = from_env("politeness_dir")
     if explicit:
         return Path(explicit)
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -114,10 +115,10 @@ class SharedTurn:
 
 def default_user_agent() -> str:
     """Name, version and purpose; a contact address when `PITH_CONTACT` is set."""
-    override = os.environ.get(USER_AGENT_ENV)
+    override = from_env("user_agent")
     if override:
         return override
-    contact = os.environ.get(CONTACT_ENV)
+    contact = from_env("contact")
     tail = f"; mailto:{contact}" if contact else ""
     return (
         f"pith-pipeline/{__version__} (arXiv metadata harvester for Pith bundles; "

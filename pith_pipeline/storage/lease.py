@@ -36,13 +36,14 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
-from pith_pipeline.errors import PithError, StorageError, TransientError, WriteConflictError
+from pith_pipeline import config
+from pith_pipeline.errors import StorageError, TerminalError, TransientError, WriteConflictError
 from pith_pipeline.storage.base import Store
 
 log = logging.getLogger(__name__)
@@ -58,15 +59,16 @@ INDEX_LEASE = "index"
 DEFAULT_TTL = 120.0
 
 
-def lease_ttl(env: dict[str, str] | None = None) -> float:
-    """The TTL for new leases: PITH_LEASE_TTL seconds, else DEFAULT_TTL."""
-    text = (os.environ if env is None else env).get("PITH_LEASE_TTL", "")
+def lease_ttl(env: Mapping[str, str] | None = None) -> float:
+    """The TTL for new leases: the `lease_ttl` setting (PITH_LEASE_TTL), else DEFAULT_TTL."""
+    var = config.env_name("lease_ttl")
+    text = config.resolve("lease_ttl", env=env).value or ""
     try:
         value = float(text) if text else DEFAULT_TTL
     except ValueError:
-        raise LeaseConfigError(f"PITH_LEASE_TTL={text!r}: expected seconds, e.g. 120") from None
+        raise LeaseConfigError(f"{var}={text!r}: expected seconds, e.g. 120") from None
     if value <= 0:
-        raise LeaseConfigError(f"PITH_LEASE_TTL={text!r}: must be positive")
+        raise LeaseConfigError(f"{var}={text!r}: must be positive")
     return value
 
 
@@ -106,7 +108,7 @@ def parse_shards(text: str) -> frozenset[int]:
     return frozenset(out)
 
 
-class LeaseConfigError(PithError):
+class LeaseConfigError(TerminalError):
     """A shard selection that names no valid shard."""
 
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from pith_pipeline.config import from_env
 from pith_pipeline.errors import StorageError, WriteConflictError
 
 #: The directory (under the store root) that holds every temporary file.
@@ -57,10 +58,11 @@ class LocalStore:
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool | None = None) -> None:
         self.root = Path(root).absolute()
         self.url = str(self.root)
-        # fsync per object is the durable default; PITH_LOCAL_FSYNC=0 leaves flushing to
+        # fsync per object is the durable default; PITH_LOCAL_FSYNC=0 (the `local_fsync`
+        # setting, asked of `config` when the caller does not say) leaves flushing to
         # the OS (same files and bytes, weaker only against power loss: for benchmarks
         # and scratch stores, where per-file fsync costs more than building the bundle)
-        self.fsync = os.environ.get("PITH_LOCAL_FSYNC", "1") != "0" if fsync is None else fsync
+        self.fsync = from_env("local_fsync") != "0" if fsync is None else fsync
         self._tmp_prefix = f".tmp-{_host_tag()}-{os.getpid()}-"
 
     def __repr__(self) -> str:

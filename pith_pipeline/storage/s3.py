@@ -22,24 +22,9 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
+from pith_pipeline.aws_errors import classify
 from pith_pipeline.errors import StorageError, WriteConflictError
 
-TRANSIENT_CODES = frozenset(
-    {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "RequestTimeout",
-        "RequestTimeTooSkewed",
-        "InternalError",
-        "ServiceUnavailable",
-        "RequestLimitExceeded",
-        "TooManyRequests",
-        "ConditionalRequestConflict",
-        "OperationAborted",
-        "BadDigest",
-    }
-)
 #: Conditional writes that race another writer (HTTP 409) are retried this many times.
 CONFLICT_RETRIES = 5
 
@@ -97,35 +82,36 @@ class S3Store:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _fail(self, op: str, key: str, exc: Exception) -> StorageError:
-        """A StorageError naming what failed; built from codes only, never the request."""
-        from botocore.exceptions import (
-            ConnectionError as BotoConnectionError,
-        )
-        from botocore.exceptions import (
-            NoCredentialsError,
-            PartialCredentialsError,
-        )
+        """A StorageError naming what failed; built from codes only, never the request.
 
+        Transient or terminal by the one AWS table (`aws_errors`); a failure it cannot
+        name is transient here, because every S3 call this store makes is safe to
+        repeat (reads, and writes that are conditional or replace identical bytes).
+        """
         where = f"{op} s3://{self.bucket}/{self._key(key) if key else self.prefix}"
-        if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        failure = classify(exc)
+        if failure.kind in ("credentials", "region"):
             return StorageError(
                 f"{where}: no usable AWS credentials found (set them in the "
                 "environment, a profile or an instance role)"
+                if failure.kind == "credentials"
+                else f"{where}: no AWS region configured (set AWS_REGION or AWS_DEFAULT_REGION)"
             )
-        if isinstance(exc, BotoConnectionError):
+        if failure.kind == "connection":
             return StorageError(
                 f"{where}: cannot reach the S3 endpoint ({type(exc).__name__})", transient=True
             )
-        code, status = _error_code(exc)
-        if not code and not status:
+        if failure.kind == "other":
             return StorageError(f"{where}: {type(exc).__name__}", transient=True)
-        transient = code in TRANSIENT_CODES or status >= 500 or status in (408, 409, 429)
+        code, status = failure.code, failure.status
         hint = ""
         if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
             hint = " (check the credentials and the bucket policy)"
         elif code == "NoSuchBucket":
             hint = f" (bucket {self.bucket!r} does not exist)"
-        return StorageError(f"{where}: {code or 'error'} (HTTP {status}){hint}", transient=transient)
+        return StorageError(
+            f"{where}: {code or 'error'} (HTTP {status}){hint}", transient=bool(failure.transient)
+        )
 
     # -- reads --------------------------------------------------------------
     def get_tagged(self, key: str) -> tuple[bytes, str] | None:

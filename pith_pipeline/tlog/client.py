@@ -7,12 +7,12 @@ against the signed checkpoint, decides. Nothing unsigned is believed.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.errors import IntegrityError
 from pith_pipeline.tlog import merkle
@@ -20,7 +20,7 @@ from pith_pipeline.tlog.log import CHECKPOINT, LOG_PREFIX, Fetch, TileReader, ht
 from pith_pipeline.tlog.note import Checkpoint, Verifier, open_checkpoint
 from pith_pipeline.tlog.pipeline import KEY_DOCUMENT, lookup, verifier_from_key_doc
 
-LOG_VKEY_ENV = "PITH_LOG_VKEY"
+LOG_VKEY_ENV = env_name("log_vkey")
 
 
 @dataclass(slots=True)
@@ -50,7 +50,7 @@ class LogLocation:
 
     def verifier(self, vkey: str | None = None) -> Verifier:
         """The pinned key (`vkey`, else `PITH_LOG_VKEY`), else the one the registry names."""
-        vkey = vkey or os.environ.get(LOG_VKEY_ENV)
+        vkey = vkey or from_env("log_vkey")
         if vkey:
             try:
                 return Verifier.parse(vkey)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pith_pipeline.core.keys import PublicKey
-from pith_pipeline.errors import IntegrityError, PithError
+from pith_pipeline.errors import IntegrityError, TerminalError
 from pith_pipeline.tlog import merkle
 from pith_pipeline.tlog.log import CHECKPOINT, Fetch, TileReader
 from pith_pipeline.tlog.note import Verifier, open_checkpoint
@@ -29,7 +29,7 @@ from pith_pipeline.tlog.pipeline import KEY_DOCUMENT, entry_problem, iter_entrie
 STATE_FORMAT = "pith-log-monitor-state-v1"
 
 
-class LogProblem(PithError):
+class LogProblem(TerminalError):
     """The log broke a promise: forked, shrank, or holds an entry that does not verify."""
 
     def __init__(self, kind: str, message: str) -> None:

@@ -19,12 +19,12 @@
 from __future__ import annotations
 
 import base64
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.canonical_json import dumps, dumps_pretty, loads
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
@@ -48,8 +48,8 @@ from pith_pipeline.tlog.note import Checkpoint, Verifier
 from pith_pipeline.tlog.tiles import TILE_WIDTH
 
 LOG_LEASE = "log"
-LOG_SIGNER_ENV = "PITH_LOG_SIGNER"
-LOG_ORIGIN_ENV = "PITH_LOG_ORIGIN"
+LOG_SIGNER_ENV = env_name("log_signer")
+LOG_ORIGIN_ENV = env_name("log_origin")
 KEY_DOCUMENT = PUBLIC_KEY_FILE
 INDEX_DIR = "index/"
 # 256 lookup objects: a run rewrites at most 256 of them, whatever its size; each is
@@ -141,7 +141,7 @@ def open_log_signer(spec: str, store: Store, origin: str | None = None) -> LogSi
     listed = doc.get("log") if isinstance(doc.get("log"), dict) else None
     origin = (
         origin
-        or os.environ.get(LOG_ORIGIN_ENV)
+        or from_env("log_origin")
         or (str(listed["origin"]) if listed and listed.get("origin") else None)
         or default_origin(str(doc.get("url", "")))
     )
@@ -149,7 +149,7 @@ def open_log_signer(spec: str, store: Store, origin: str | None = None) -> LogSi
 
 
 def log_from_env(store: Store) -> LogSigner | None:
-    spec = os.environ.get(LOG_SIGNER_ENV)
+    spec = from_env("log_signer")
     return open_log_signer(spec, store) if spec else None
 
 

@@ -1,0 +1,390 @@
+"""Every setting of the pipeline in one table, and the one rule that resolves them.
+
+A setting is found, first match wins, as:
+
+1. a command-line flag (`--store`);
+2. an Airflow Variable of the setting's environment name (DAG tasks only, so an
+   operator can change a deployment from the Airflow UI);
+3. the environment (`PITH_STORE`, then the setting's older aliases);
+4. the default in the table.
+
+An empty value counts as unset at every step, as click treats an empty environment
+variable. Why one table: the defaults used to be written three times (the CLI
+options, the library, the DAG settings) and 27 `PITH_*` variables were read in 16
+modules. The CLI options, the DAG settings and `pith-pipeline config` are built from
+`SETTINGS`; modules deep inside take the value as a parameter and, when they are not
+given one, ask `from_env` here, the only module that reads `PITH_*` variables.
+
+Standard library only: the DAG files import it while the scheduler parses them, and
+the Airflow Variable lookup is passed in (`variable=`), so this module imports no
+Airflow. `AWS_*` variables stay boto3's business; `aws_environment` only lists them,
+masked, for `pith-pipeline config`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from pith_pipeline.errors import TerminalError
+
+DEFAULT_STORE = "./pith-store"
+DEFAULT_OAI_URL = "https://oaipmh.arxiv.org/oai"
+DEFAULT_API_URL = "https://export.arxiv.org/api/query"
+DEFAULT_BASE_URL = "https://pith.example.org"
+DEFAULT_REGISTRY_NAME = "Pith Pipeline"
+DEFAULT_SIGNER_ID = "pith-pipeline"
+
+#: Where a resolved value came from, strongest first.
+SOURCES = ("flag", "variable", "env", "default")
+#: What `mask` prints instead of a secret.
+MASK = "****"
+
+#: An Airflow Variable lookup: the value of the Variable `name`, or None.
+Variable = Callable[[str], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One row of the table.
+
+    `default` is the text the setting has when nothing sets it (None: unset, and
+    `default_text` says what the code does then). `secret` settings are masked
+    wherever they are shown: a signer spec names a key file or a KMS key.
+    """
+
+    name: str
+    env: str
+    default: str | None
+    meaning: str
+    secret: bool = False
+    #: older environment names, read after `env`
+    aliases: tuple[str, ...] = ()
+    #: how to describe the default when `default` is None or not the whole story
+    default_text: str | None = None
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        return (self.env, *self.aliases)
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # -- where to read, write and sign
+    Setting("store", "PITH_STORE", DEFAULT_STORE, "The store: a directory or s3://bucket/prefix."),
+    Setting(
+        "signer",
+        "PITH_SIGNER",
+        None,
+        "Signing key spec: file:PATH, kms:KEY, kms-envelope:PATH|s3://..., certified:ROOT_SPEC.",
+        secret=True,
+        aliases=("PITH_KEY",),
+        default_text="none (ingest generates a local key for a local store)",
+    ),
+    Setting("oai_url", "PITH_OAI_URL", DEFAULT_OAI_URL, "OAI-PMH endpoint to harvest."),
+    Setting("arxiv_api_url", "PITH_ARXIV_API_URL", DEFAULT_API_URL, "arXiv search API (ingest --ids)."),
+    Setting(
+        "oai_min_interval",
+        "PITH_OAI_MIN_INTERVAL",
+        None,
+        "Seconds between OAI-PMH requests in DAG tasks; lower it only for a local mirror.",
+        default_text="arXiv's policy, 3 s",
+    ),
+    # -- the registry's identity
+    Setting("base_url", "PITH_BASE_URL", DEFAULT_BASE_URL, "Public URL the store is served at."),
+    Setting("registry_name", "PITH_REGISTRY_NAME", DEFAULT_REGISTRY_NAME, "Human name used in mirror hints."),
+    Setting(
+        "signer_id", "PITH_SIGNER_ID", DEFAULT_SIGNER_ID, "Name of this registry in event signer blocks."
+    ),
+    # -- the transparency log
+    Setting(
+        "log_signer",
+        "PITH_LOG_SIGNER",
+        None,
+        "Key of the store's transparency log (a signer spec); required once a store has a log.",
+        secret=True,
+    ),
+    Setting(
+        "log_origin",
+        "PITH_LOG_ORIGIN",
+        None,
+        "Origin line of the log's checkpoints.",
+        default_text="the one the key document names, else HOST/log for the base URL's host",
+    ),
+    Setting(
+        "log_vkey",
+        "PITH_LOG_VKEY",
+        None,
+        "The log's verifier key to pin (name+id+key) when reading the log.",
+        default_text="the one the key document names",
+    ),
+    # -- signing
+    Setting(
+        "envelope_kms_key",
+        "PITH_ENVELOPE_KMS_KEY",
+        None,
+        "Symmetric KMS key that wraps the seed (keys envelope-create).",
+        secret=True,
+    ),
+    Setting("cert_hours", "PITH_CERT_HOURS", "48", "Hours a per-run certified key is valid."),
+    Setting(
+        "run_id",
+        "PITH_RUN_ID",
+        None,
+        "Run id in a per-run certified key's certificate.",
+        default_text="the UTC time and a random suffix",
+    ),
+    # -- how to run
+    Setting(
+        "workers",
+        "PITH_WORKERS",
+        None,
+        "Worker processes that build, sign and write records; 1 disables workers.",
+        default_text="the usable cores",
+    ),
+    Setting("worker_chunk", "PITH_WORKER_CHUNK", "500", "Records per message to a worker (tuning)."),
+    Setting(
+        "shards",
+        "PITH_SHARDS",
+        None,
+        "Publish only these shards of papers (0-15, e.g. 0-7 or 1,3,5).",
+        default_text="all",
+    ),
+    Setting(
+        "lease_wait",
+        "PITH_LEASE_WAIT",
+        None,
+        "Seconds to wait for another writer of the same papers (or index).",
+        default_text="0 for commands (fail at once, naming the writer); 1800 in DAG tasks",
+    ),
+    Setting("lease_ttl", "PITH_LEASE_TTL", "120", "Seconds a writer lease lasts without renewal."),
+    Setting(
+        "local_fsync",
+        "PITH_LOCAL_FSYNC",
+        "1",
+        "0 leaves flushing of a local store to the OS (benchmarks and scratch stores).",
+    ),
+    Setting(
+        "snapshot_chunk_bytes",
+        "PITH_SNAPSHOT_CHUNK_BYTES",
+        str(64 * 1024 * 1024),
+        "Smallest byte range of a snapshot file one DAG task builds.",
+    ),
+    # -- politeness towards arXiv
+    Setting(
+        "user_agent",
+        "PITH_USER_AGENT",
+        None,
+        "User-Agent of every request to arXiv.",
+        default_text="pith-pipeline/VERSION (purpose; the contact when set)",
+    ),
+    Setting("contact", "PITH_CONTACT", None, "Contact address added to the User-Agent (mailto:)."),
+    Setting(
+        "politeness_dir",
+        "PITH_POLITENESS_DIR",
+        None,
+        "Directory of the per-endpoint turn files shared by every process of a user.",
+        default_text="$XDG_CACHE_HOME/pith-pipeline/politeness (~/.cache/...)",
+    ),
+    # -- Airflow retries
+    Setting(
+        "retries", "PITH_RETRIES", "3", "Retries of a failed DAG task (terminal errors are not retried)."
+    ),
+    Setting(
+        "retry_delay_seconds",
+        "PITH_RETRY_DELAY_SECONDS",
+        "60",
+        "First delay before a DAG task's retry; doubles up to an hour.",
+    ),
+)
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+BY_ENV: dict[str, Setting] = {e: s for s in SETTINGS for e in s.envs}
+
+
+def setting(name: str) -> Setting:
+    """The row of `name`; a KeyError names a setting that is not in the table."""
+    return BY_NAME[name]
+
+
+def env_name(name: str) -> str:
+    """The environment variable (and Airflow Variable) of setting `name`."""
+    return BY_NAME[name].env
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A setting's value and where it came from (`source` in `SOURCES`; `origin` names
+    the flag, Variable or environment variable that gave it)."""
+
+    setting: Setting
+    value: str | None
+    source: str
+    origin: str = ""
+
+    @property
+    def shown(self) -> str:
+        """The value as it may be printed: secrets masked, unset as "(unset)"."""
+        return mask(self.setting, self.value)
+
+
+#: The flags of the command being run (`given`): the first step of the rule for code
+#: that the command reaches without a parameter for them.
+_GIVEN: ContextVar[Mapping[str, str] | None] = ContextVar("pith_pipeline_config_given", default=None)
+
+
+@contextmanager
+def given(**flags: str | None) -> Iterator[None]:
+    """Within the block, `resolve` sees these flags as given on the command line.
+
+    Why: a flag such as `--log-signer` is needed where a command's run ends deep
+    inside (`tlog.pipeline.log_run`). It used to travel there by writing
+    `os.environ`, which outlived the command and leaked into every child process;
+    this scope ends with the block and stays in this thread.
+    """
+    unknown = sorted(set(flags) - set(BY_NAME))
+    if unknown:
+        raise KeyError(f"not settings: {', '.join(unknown)}")
+    token = _GIVEN.set({**(_GIVEN.get() or {}), **{k: v for k, v in flags.items() if v}})
+    try:
+        yield
+    finally:
+        _GIVEN.reset(token)
+
+
+def resolve(
+    name: str,
+    *,
+    flag: str | None = None,
+    variable: Variable | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Resolved:
+    """Setting `name` by the one rule: flag > Airflow Variable > environment > default."""
+    s = BY_NAME[name]
+    flag = flag or (_GIVEN.get() or {}).get(name)
+    if flag:
+        return Resolved(s, flag, "flag", s.flag)
+    if variable is not None:
+        value = variable(s.env)
+        if value:
+            return Resolved(s, value, "variable", s.env)
+    environ = os.environ if env is None else env
+    for var in s.envs:
+        value = environ.get(var)
+        if value:
+            return Resolved(s, value, "env", var)
+    return Resolved(s, s.default, "default")
+
+
+def resolve_all(
+    flags: Mapping[str, str | None] | None = None,
+    *,
+    variable: Variable | None = None,
+    env: Mapping[str, str] | None = None,
+    names: Iterable[str] | None = None,
+) -> list[Resolved]:
+    """Every setting (or those `names`), in table order."""
+    flags = flags or {}
+    wanted = [s.name for s in SETTINGS] if names is None else list(names)
+    return [resolve(n, flag=flags.get(n), variable=variable, env=env) for n in wanted]
+
+
+def from_env(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Setting `name` from the running command's flags (`given`), the environment, else
+    its default: for modules deep inside that were given no value by their caller."""
+    return resolve(name, env=env).value
+
+
+class SettingError(TerminalError):
+    """A setting whose value cannot be used: names the variable and what it expects."""
+
+
+def number(name: str, env: Mapping[str, str] | None = None) -> float:
+    """Setting `name` (environment, else default) as a number; a bad value is one clear line."""
+    r = resolve(name, env=env)
+    try:
+        return float(r.value or "")
+    except ValueError:
+        raise SettingError(f"{r.origin or r.setting.env}={r.value!r}: expected a number") from None
+
+
+def integer(name: str, env: Mapping[str, str] | None = None) -> int:
+    """Setting `name` (environment, else default) as a whole number."""
+    r = resolve(name, env=env)
+    try:
+        return int(r.value or "")
+    except ValueError:
+        raise SettingError(f"{r.origin or r.setting.env}={r.value!r}: expected a whole number") from None
+
+
+_SPEC_SCHEME = re.compile(r"^(file|kms|kms-envelope|certified):")
+
+
+def mask(s: Setting, value: str | None) -> str:
+    """`value` as it may be printed. A secret shows at most its signer scheme
+    (`kms:****`), which says which back end without naming the key."""
+    if not value:
+        return "(unset)"
+    if not s.secret:
+        return value
+    m = _SPEC_SCHEME.match(value)
+    return f"{m.group(1)}:{MASK}" if m else MASK
+
+
+#: AWS variables whose values say nothing secret; every other AWS_* is masked.
+AWS_SHOWN = frozenset(
+    {
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_PROFILE",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_ENDPOINT_URL_KMS",
+        "AWS_MAX_ATTEMPTS",
+        "AWS_RETRY_MODE",
+    }
+)
+
+
+def aws_environment(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """The AWS_* variables that are set, as (name, value shown): boto3 reads them
+    itself; they are listed so `pith-pipeline config` shows the whole picture."""
+    environ = os.environ if env is None else env
+    return [
+        (k, environ[k] if k in AWS_SHOWN else MASK)
+        for k in sorted(environ)
+        if k.startswith("AWS_") and environ[k]
+    ]
+
+
+def markdown_table() -> str:
+    """The table as Markdown, for docs/configuration.md (a test keeps them equal)."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    rows = [
+        "| Setting | Environment / Airflow Variable | Default | Meaning |",
+        "|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        envs = " ".join(f"`{e}`" for e in s.envs)
+        if len(s.envs) > 1:
+            envs = f"`{s.env}` (or {' '.join(f'`{e}`' for e in s.aliases)})"
+        default = f"`{s.default}`" if s.default is not None else ""
+        if s.default_text:
+            default = s.default_text if not default else f"{default} ({s.default_text})"
+        meaning = s.meaning + (" Secret: masked." if s.secret else "")
+        rows.append(f"| `{s.name}` | {envs} | {cell(default or 'unset')} | {cell(meaning)} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # python -m pith_pipeline.config > table for docs/configuration.md
+    print(markdown_table(), end="")

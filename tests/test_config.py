@@ -1,0 +1,246 @@
+"""One configuration: one table of settings, one resolution rule, one place that reads
+`PITH_*` variables, and `pith-pipeline config` that shows them with secrets masked."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pith_pipeline import config
+from pith_pipeline.config import BY_NAME, SETTINGS, SettingError, resolve
+
+PACKAGE = Path(config.__file__).parent
+DOC = PACKAGE.parent / "docs" / "configuration.md"
+SECRET = "s3cr3t-key-material-0123456789"
+
+
+# -- the rule -----------------------------------------------------------------------
+def test_flag_beats_variable_beats_environment_beats_default() -> None:
+    env = {"PITH_STORE": "/from/env"}
+    variables = {"PITH_STORE": "/from/variable"}
+    lookup = variables.get
+    assert resolve("store", flag="/from/flag", variable=lookup, env=env).source == "flag"
+    assert resolve("store", flag="/from/flag", variable=lookup, env=env).value == "/from/flag"
+    r = resolve("store", variable=lookup, env=env)
+    assert (r.value, r.source, r.origin) == ("/from/variable", "variable", "PITH_STORE")
+    r = resolve("store", variable=lambda _n: None, env=env)
+    assert (r.value, r.source, r.origin) == ("/from/env", "env", "PITH_STORE")
+    r = resolve("store", env={})
+    assert (r.value, r.source) == (config.DEFAULT_STORE, "default")
+
+
+def test_an_empty_value_counts_as_unset() -> None:
+    r = resolve("store", flag="", variable=lambda _n: "", env={"PITH_STORE": ""})
+    assert (r.value, r.source) == (config.DEFAULT_STORE, "default")
+
+
+def test_an_alias_is_read_after_the_name() -> None:
+    assert resolve("signer", env={"PITH_KEY": "file:old"}).origin == "PITH_KEY"
+    r = resolve("signer", env={"PITH_KEY": "file:old", "PITH_SIGNER": "file:new"})
+    assert (r.value, r.origin) == ("file:new", "PITH_SIGNER")
+
+
+def test_a_bad_number_is_one_line_naming_the_variable() -> None:
+    with pytest.raises(SettingError, match=r"^PITH_RETRIES='many': expected a whole number$"):
+        config.integer("retries", {"PITH_RETRIES": "many"})
+    assert config.number("retry_delay_seconds", {}) == 60.0
+
+
+# -- masking ------------------------------------------------------------------------
+@pytest.mark.parametrize("value", [f"file:/keys/{SECRET}.json", f"kms:alias/{SECRET}", f"/keys/{SECRET}"])
+def test_a_secret_never_appears_masked(value: str) -> None:
+    shown = config.mask(BY_NAME["signer"], value)
+    assert SECRET not in shown and config.MASK in shown
+
+
+def test_aws_secrets_are_masked_and_the_region_shown() -> None:
+    env = {"AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "eu-west-1", "X": "1"}
+    shown = dict(config.aws_environment(env))
+    assert shown == {"AWS_SECRET_ACCESS_KEY": config.MASK, "AWS_REGION": "eu-west-1"}
+
+
+# -- one table, one reader ----------------------------------------------------------
+def _package_sources() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_every_pith_variable_the_package_names_is_in_the_table() -> None:
+    named: set[str] = set()
+    for path in _package_sources():
+        named |= set(re.findall(r"\bPITH_[A-Z_]+\b", path.read_text(encoding="utf-8")))
+    named -= {"PITH_NUMBER"}  # a regular expression's name in core/record.py, not a variable
+    assert named, "the scan found nothing: it is not looking where it should"
+    assert sorted(named - set(config.BY_ENV)) == []
+
+
+def _pith_constants() -> dict[str, str]:
+    """Module-level NAME = "PITH_..." constants anywhere in the package."""
+    out: dict[str, str] = {}
+    for path in _package_sources():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                value = node.value.value
+                if isinstance(value, str) and value.startswith("PITH_"):
+                    out.update({t.id: value for t in node.targets if isinstance(t, ast.Name)})
+    return out
+
+
+def _env_reads(tree: ast.AST, constants: dict[str, str]) -> list[str]:
+    """`x.get(V)`, `getenv(V)`, `x[V]` and `x.setdefault/pop(V)` for a PITH_ variable V."""
+
+    def pith(arg: ast.expr) -> str | None:
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("PITH_"):
+            return arg.value
+        if isinstance(arg, ast.Name) and arg.id in constants:
+            return constants[arg.id]
+        return None
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in ("get", "getenv", "pop", "setdefault", "__getitem__") and (var := pith(node.args[0])):
+                found.append(f"line {node.lineno}: {name}({var})")
+        if isinstance(node, ast.Subscript) and (var := pith(node.slice)):
+            found.append(f"line {node.lineno}: [{var}]")
+    return found
+
+
+def test_only_config_reads_pith_variables() -> None:
+    constants = _pith_constants()
+    offenders = {}
+    for path in _package_sources():
+        if path.name == "config.py" and path.parent == PACKAGE:
+            continue
+        reads = _env_reads(ast.parse(path.read_text(encoding="utf-8")), constants)
+        if reads:
+            offenders[str(path.relative_to(PACKAGE))] = reads
+    assert offenders == {}
+
+
+def test_the_reader_check_sees_a_read() -> None:
+    tree = ast.parse('import os\nA = os.environ.get("PITH_X")\nB = os.environ[K]\nos.getenv(K)\n')
+    assert len(_env_reads(tree, {"K": "PITH_Y"})) == 3
+
+
+def test_the_docs_show_the_table() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    assert config.markdown_table() in text, "regenerate it: python -m pith_pipeline.config"
+
+
+def test_every_setting_has_a_meaning_and_a_unique_variable() -> None:
+    envs = [e for s in SETTINGS for e in s.envs]
+    assert len(envs) == len(set(envs))
+    assert all(s.meaning and s.env.startswith("PITH_") for s in SETTINGS)
+
+
+# -- the readers use it -------------------------------------------------------------
+def test_airflow_settings_follow_the_rule() -> None:
+    from pith_pipeline import airflow_tasks as at
+
+    defaults = at.load_settings(env={})
+    for name in at.TASK_SETTINGS:
+        assert getattr(defaults, name) == BY_NAME[name].default
+    assert at.Settings().store == config.DEFAULT_STORE
+    env = {"PITH_STORE": "/env", "PITH_BASE_URL": "https://env.example"}
+    s = at.load_settings(env=env, store="/flag")
+    assert (s.store, s.base_url) == ("/flag", "https://env.example")
+    assert int(BY_NAME["snapshot_chunk_bytes"].default or 0) == at.MIN_SNAPSHOT_CHUNK_BYTES
+
+
+def test_airflow_retries_come_from_the_table() -> None:
+    from pith_pipeline import airflow_tasks as at
+
+    assert at.default_args(env={})["retries"] == int(BY_NAME["retries"].default or 0)
+    assert at.default_args(env={"PITH_RETRIES": "7"})["retries"] == 7
+
+
+def test_a_flag_given_to_a_command_ends_with_it() -> None:
+    env = {"PITH_LOG_SIGNER": "file:from-env"}
+    with config.given(log_signer="file:from-flag"):
+        assert resolve("log_signer", env=env).source == "flag"
+        assert config.from_env("log_signer", env) == "file:from-flag"
+    assert config.from_env("log_signer", env) == "file:from-env"
+
+
+def test_log_signer_reaches_the_run_end_without_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--log-signer used to be copied into os.environ, outliving the command."""
+    import os
+
+    import click
+
+    from pith_pipeline.cli.options import site_options
+
+    seen = []
+
+    @click.command()
+    @site_options
+    def cmd(base_url: str, registry_name: str, signer_id: str) -> None:
+        seen.append(config.from_env("log_signer"))
+
+    monkeypatch.delenv("PITH_LOG_SIGNER", raising=False)
+    result = CliRunner().invoke(cmd, ["--log-signer", f"file:{SECRET}"])
+    assert result.exit_code == 0, result.output
+    assert seen == [f"file:{SECRET}"]
+    assert "PITH_LOG_SIGNER" not in os.environ and config.from_env("log_signer") is None
+
+
+def test_cli_defaults_are_the_table_defaults() -> None:
+    from pith_pipeline.parallel import DEFAULT_CHUNK
+    from pith_pipeline.pipeline import BuildConfig
+
+    assert str(DEFAULT_CHUNK) == BY_NAME["worker_chunk"].default
+    b = BuildConfig()
+    assert (b.base_url, b.registry_name, b.signer_id) == (
+        BY_NAME["base_url"].default,
+        BY_NAME["registry_name"].default,
+        BY_NAME["signer_id"].default,
+    )
+
+
+# -- pith-pipeline config -----------------------------------------------------------
+def _run_config(args: list[str], env: dict[str, str]) -> str:
+    from pith_pipeline.cli import cli
+
+    result = CliRunner().invoke(cli, ["config", *args], env=env)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_config_prints_every_setting_and_where_it_came_from() -> None:
+    env = {"PITH_BASE_URL": "https://env.example", "PITH_STORE": "/env-store"}
+    out = _run_config(["--store", "/flag-store"], env)
+    lines = {line.split()[0]: line for line in out.splitlines()}
+    assert set(BY_NAME) <= set(lines)
+    assert lines["store"].split()[1:] == ["flag", "--store", "/flag-store"]
+    assert lines["base_url"].split()[1:] == ["env", "PITH_BASE_URL", "https://env.example"]
+    assert lines["retries"].split()[1:] == ["default", "3"]
+
+
+def test_config_never_prints_a_secret() -> None:
+    env = {
+        "PITH_SIGNER": f"kms:alias/{SECRET}",
+        "PITH_LOG_SIGNER": f"file:/keys/{SECRET}.json",
+        "PITH_ENVELOPE_KMS_KEY": f"alias/{SECRET}",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_SESSION_TOKEN": SECRET,
+    }
+    text = _run_config([], env)
+    doc = json.loads(_run_config(["--json"], env))
+    assert SECRET not in text and SECRET not in json.dumps(doc)
+    by_name = {s["name"]: s for s in doc["settings"]}
+    assert by_name["signer"] == {
+        "name": "signer",
+        "env": "PITH_SIGNER",
+        "value": "kms:****",
+        "source": "env",
+        "origin": "PITH_SIGNER",
+        "secret": True,
+    }
+    assert doc["aws"]["AWS_SECRET_ACCESS_KEY"] == config.MASK
+    assert SECRET not in _run_config(["--signer", f"file:{SECRET}"], {})
