@@ -12,6 +12,7 @@ from typing import Any
 import click
 from tqdm import tqdm
 
+from pith_pipeline import config
 from pith_pipeline.cli.options import (
     DEFAULT_STORE,
     build_config,
@@ -247,7 +248,7 @@ def verify(
     from pith_pipeline.audit import Finding, audit_store
 
     if not paths:  # the store the other commands default to
-        paths = (os.environ.get("PITH_STORE") or DEFAULT_STORE,)
+        paths = (config.resolve("store").value or DEFAULT_STORE,)
     reports: list[Report] = []
     unreadable: list[str] = []
     findings: list[Finding] = []
