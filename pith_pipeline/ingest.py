@@ -18,10 +18,11 @@ from typing import Any
 
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.core.timeutil import Clock, parse_iso_day, system_clock
+from pith_pipeline.core.timeutil import Clock, system_clock
 from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
 from pith_pipeline.pipeline import BuildConfig, LeaseCheck, Publisher, RunSummary
+from pith_pipeline.runs.windows import Window, parse_day, window_from_options
 from pith_pipeline.sources.jsonl import Rejected, iter_jsonl
 from pith_pipeline.sources.oai import (
     DEFAULT_OAI_URL,
@@ -30,7 +31,6 @@ from pith_pipeline.sources.oai import (
     Harvester,
     HarvestStats,
     OAIClient,
-    Window,
 )
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.base import Store
@@ -70,27 +70,6 @@ class IngestReport:
         if h.windows_already_complete:
             extra.append(f"{h.windows_already_complete} windows already complete")
         return text + (f"; {'; '.join(extra)}" if extra else "")
-
-
-def split_window(from_: str, until: str, days: int | None, set_spec: str | None = None) -> list[Window]:
-    """[from, until] (inclusive days) as consecutive windows of at most `days` days.
-
-    Backfills go window by window, each with its own checkpoint, so a long range is
-    never one fragile chain of resumption tokens.
-    """
-    if not days:
-        return [Window(from_, until, set_spec)]
-    if days < 1:
-        raise InputError(f"--window-days must be at least 1, not {days}")
-    first, last = _day(from_, "--from"), _day(until, "--until")
-    assert first is not None and last is not None
-    start, end = first.date(), last.date()
-    out = []
-    while start <= end:
-        stop = min(end, start + timedelta(days=days - 1))
-        out.append(Window(start.isoformat(), stop.isoformat(), set_spec))
-        start = stop + timedelta(days=1)
-    return out
 
 
 class Ingest:
@@ -203,8 +182,9 @@ class Ingest:
                 "--incremental needs an earlier complete window in "
                 f"{self.store.url}; give --from for the first harvest"
             )
-        end = (today or datetime.now(tz=UTC).date()).isoformat()
-        return self.windows([Window(min(last, end), end, set_spec)], refresh=True, **kw)
+        today = today or datetime.now(tz=UTC).date()
+        start = min(parse_day(last, "the last harvested day"), today)
+        return self.windows([Window(start, today + timedelta(days=1), set_spec)], refresh=True, **kw)
 
     def records(
         self,
@@ -267,17 +247,18 @@ class Ingest:
     ) -> IngestReport:
         """The bulk snapshot (JSON lines, `.json.gz` too), streamed and filtered.
 
-        `from_`/`until` are inclusive days on the v1 submission date.
+        `[from_, until)` days on the v1 submission date.
         """
-        since = _day(from_, "--from")
-        before = _day(until, "--until")
+        window = window_from_options(from_, until)
+        since = None if window.start is None else datetime(*window.start.timetuple()[:3], tzinfo=UTC)
+        before = None if window.end is None else datetime(*window.end.timetuple()[:3], tzinfo=UTC)
         try:
             self._publish_items(
                 iter_jsonl(
                     path,
                     categories=categories,
                     submitted_from=since,
-                    submitted_until=before + timedelta(days=1) if before else None,
+                    submitted_until=before,
                     limits=self.limits,
                 )
             )
@@ -320,13 +301,3 @@ class Ingest:
             transport=repo.transport(),
             raw_root=SAMPLE_RAW_ROOT,
         )
-
-
-def _day(value: str | None, name: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        d = parse_iso_day(value)
-    except ValueError:
-        raise InputError(f"{name} must be a date YYYY-MM-DD, not {value!r}") from None
-    return datetime(d.year, d.month, d.day, tzinfo=UTC)

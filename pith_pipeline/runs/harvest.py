@@ -25,10 +25,8 @@ def harvest_window(settings: Settings, window: Window, *, store: Store | None = 
     """
     from pith_pipeline.airflow_tasks import _store
     from pith_pipeline.sources.oai import Harvester, OAIClient
-    from pith_pipeline.sources.oai import Window as OAIWindow
 
     store = store or _store(settings)
-    oai_window = OAIWindow(from_=window.oai_from, until=window.oai_until)
     gate = None
     if settings.oai_min_interval:
         from pith_pipeline.sources.politeness import Gate, Politeness
@@ -36,16 +34,16 @@ def harvest_window(settings: Settings, window: Window, *, store: Store | None = 
         gate = Gate(Politeness(min_interval=float(settings.oai_min_interval)))
     with OAIClient(settings.oai_url, gate=gate) as client:
         harvester = Harvester(store, client)
-        for _page in harvester.harvest(oai_window):
+        for _page in harvester.harvest(window):
             pass  # stored write-once as they arrive; the build reads them back
-        checkpoint = harvester.load_checkpoint(oai_window)
+        checkpoint = harvester.load_checkpoint(window)
     if checkpoint is None or not checkpoint.complete:
         raise StorageError(
             f"harvest of {window.id} ended without a complete checkpoint in {store.url}", transient=True
         )
     pages = [
         k
-        for k in harvester.stored_pages(oai_window)
+        for k in harvester.stored_pages(window)
         if (m := _ATTEMPT.search(k)) and int(m.group(1)) == checkpoint.attempt
     ]
     return {

@@ -93,6 +93,6 @@ def iter_snapshot_range(chunk: Mapping[str, Any]) -> Iterator[Item]:
             if not line.strip():
                 continue
             item = parse_line(line, where)
-            if isinstance(item, ArxivRecord) and not (window.start <= record_datestamp(item) < window.end):
+            if isinstance(item, ArxivRecord) and not window.contains(record_datestamp(item)):
                 continue
             yield item

@@ -86,7 +86,7 @@ def test_cli_snapshot_mode(tmp_path: Path) -> None:
             "--from",
             "1999-01-01",
             "--until",
-            "2007-12-31",
+            "2008-01-01",
             "--store",
             str(tmp_path / "s"),
             "--key",
