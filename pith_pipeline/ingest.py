@@ -247,21 +247,21 @@ class Ingest:
     ) -> IngestReport:
         """The bulk snapshot (JSON lines, `.json.gz` too), streamed and filtered.
 
-        `[from_, until)` days on the v1 submission date.
+        `[from_, until)` days on the record's datestamp (`update_date`, its last
+        change), the same rule as OAI-PMH and `backfill --source snapshot`, so one
+        range selects the same records from either source.
         """
+        from pith_pipeline.core.model import ArxivRecord
+        from pith_pipeline.sources.snapshot_ranges import record_datestamp
+
         window = window_from_options(from_, until)
-        since = None if window.start is None else datetime(*window.start.timetuple()[:3], tzinfo=UTC)
-        before = None if window.end is None else datetime(*window.end.timetuple()[:3], tzinfo=UTC)
-        try:
-            self._publish_items(
-                iter_jsonl(
-                    path,
-                    categories=categories,
-                    submitted_from=since,
-                    submitted_until=before,
-                    limits=self.limits,
-                )
+        items: Iterable[Any] = iter_jsonl(path, categories=categories, limits=self.limits)
+        if window.start is not None or window.end is not None:
+            items = (
+                i for i in items if not isinstance(i, ArxivRecord) or window.contains(record_datestamp(i))
             )
+        try:
+            self._publish_items(items)
         except DamagedInputError:
             self.publisher.flush_quarantine()  # the rejects before the damage are kept
             raise

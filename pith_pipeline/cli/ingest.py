@@ -98,7 +98,7 @@ def _print_report(report: IngestReport, store_url: str) -> None:
     "from_",
     metavar="DATE",
     help="First day (YYYY-MM-DD, inclusive) of the records' datestamp (last change; "
-    "for --snapshot the v1 submission date).",
+    "for --snapshot its update_date).",
 )
 @click.option(
     "--until",
@@ -227,7 +227,7 @@ def ingest(
       --ids 1909.11150,hep-lat/0305021 single papers (search API, then OAI GetRecord)
       --query "cat:cs.LG AND submittedDate:[202401010000 TO 202401012359]"
       --snapshot FILE [--category C] [--from D --until D]
-                                       arXiv's bulk snapshot, streamed, filtered by v1 date
+                                       arXiv's bulk snapshot, streamed, filtered by update_date
       --incremental [--set S]          from the last harvested day to today (daily runs)
       --replay [--from D --until D]    rebuild from stored raw pages, no network
     \b

@@ -2,7 +2,8 @@
 
 `ingest`, `backfill`, the DAGs and the library all read `[from, until)` like a
 Python range; `--through` names the last day for those who think inclusively
-(and for scripts written when `ingest --until` was inclusive).
+(and for scripts written when `ingest --until` was inclusive). Snapshots are
+filtered by one rule: the record's datestamp (`update_date`), like OAI-PMH.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from click.testing import CliRunner
 from pith_pipeline.cli import cli
 from pith_pipeline.errors import InputError
 from pith_pipeline.runs.windows import Window, parse_day, window_from_options, windows_of_days
+from pith_pipeline.storage.local import LocalStore
 
 SAMPLE = Path(__file__).parents[1] / "data" / "arxiv-sample.jsonl"
 D = date.fromisoformat
@@ -102,6 +104,71 @@ def test_windows_of_days_cover_the_range_once() -> None:
         windows_of_days(Window(D("2024-01-30"), D("2024-02-04")), -1)
     with pytest.raises(InputError, match="needs both --from and --until"):
         windows_of_days(Window(D("2024-01-30"), None), 2)
+
+
+def _ingest_snapshot(out: Path, key: Path, *dates: str) -> tuple[int, str, int]:
+    res = CliRunner().invoke(
+        cli,
+        [
+            "ingest",
+            "--snapshot",
+            str(SAMPLE),
+            *dates,
+            "--store",
+            str(out),
+            "--key",
+            str(key),
+            "--workers",
+            "1",
+        ],
+    )
+    store = LocalStore(out)
+    n = len([k for k in store.list("pith/") if k.endswith("/bundle.json") and k.count("/") == 2])
+    return res.exit_code, res.output, n
+
+
+def test_snapshot_ingest_and_backfill_select_the_same_records(tmp_path: Path, key: Path) -> None:
+    """Both filter on the record's datestamp (update_date, as OAI-PMH does), [from, until)."""
+    from pith_pipeline.sources.jsonl import iter_jsonl
+    from pith_pipeline.sources.snapshot_ranges import record_datestamp
+
+    inside = {
+        r.id
+        for r in iter_jsonl(SAMPLE)
+        if not hasattr(r, "reason") and D("2000-01-01") <= record_datestamp(r) < D("2010-01-01")
+    }
+    assert 0 < len(inside) < 30
+    code, output, n = _ingest_snapshot(tmp_path / "a", key, "--from", "2000-01-01", "--until", "2010-01-01")
+    assert code == 0, output
+    assert n == len(inside)
+    assert "--until 2010-01-01 is exclusive" in output  # the changed meaning is named
+    code, output, n = _ingest_snapshot(tmp_path / "b", key, "--from", "2000-01-01", "--through", "2009-12-31")
+    assert code == 0, output
+    assert n == len(inside)
+    assert "exclusive" not in output
+    res = CliRunner().invoke(
+        cli,
+        [
+            "backfill",
+            "--from",
+            "2000-01-01",
+            "--until",
+            "2010-01-01",
+            "--source",
+            "snapshot",
+            "--snapshot",
+            str(SAMPLE),
+            "--store",
+            str(tmp_path / "c"),
+            "--signer",
+            f"file:{key}",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    c = LocalStore(tmp_path / "c")
+    assert len([k for k in c.list("pith/") if k.endswith("/bundle.json") and k.count("/") == 2]) == len(
+        inside
+    )
 
 
 def test_backfill_takes_through_too(tmp_path: Path, key: Path) -> None:
