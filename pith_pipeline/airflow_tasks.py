@@ -23,6 +23,12 @@ transaction for its window, so a retry or a re-run gives the same result:
 
 Values passed between steps (Airflow XComs) are keys and counts only: never
 records, bundles or signer material.
+
+What is not Airflow-shaped lives elsewhere, and `pith-pipeline backfill` uses it
+without this module: windows and run names in `runs/windows.py`, chunk planning in
+`runs/chunks.py`, the harvest step in `runs/harvest.py`, backfill planning in
+`runs/backfill_plan.py`, snapshot byte ranges in `sources/snapshot_ranges.py`, the
+staging store in `storage/staging.py`, and maintenance in `maintenance.py`.
 """
 
 from __future__ import annotations
@@ -35,9 +41,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-# Only the standard library, the error classes and standard-library-only modules of
-# this package at import time: DAG files import
-# this module while the scheduler parses them. Everything else is imported lazily.
+# Only the standard library, the error classes and this package's standard-library-only
+# modules at import time: DAG files import this module while the scheduler parses
+# them. Everything else is imported lazily.
 from pith_pipeline.errors import InputError, StorageError
 from pith_pipeline.runs.chunks import iter_chunk_items
 from pith_pipeline.storage.staging import staged_key, staging_prefix
