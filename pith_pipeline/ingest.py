@@ -251,7 +251,7 @@ class Ingest:
         change), the same rule as OAI-PMH and `backfill --source snapshot`, so one
         range selects the same records from either source.
         """
-        from pith_pipeline.core.model import ArxivRecord
+        from pith_pipeline.core.arxiv_record import ArxivRecord
         from pith_pipeline.sources.snapshot_ranges import record_datestamp
 
         window = window_from_options(from_, until)

@@ -18,7 +18,7 @@ from pith_pipeline.runs.chunks import MAX_CHUNKS
 from pith_pipeline.runs.windows import Window
 
 if TYPE_CHECKING:
-    from pith_pipeline.core.model import ArxivRecord
+    from pith_pipeline.core.arxiv_record import ArxivRecord
     from pith_pipeline.sources.jsonl import Item
 
 #: Snapshot byte ranges are at least this big, so small files are one chunk.
@@ -68,7 +68,7 @@ def iter_snapshot_range(chunk: Mapping[str, Any]) -> Iterator[Item]:
     """Lines that *start* in [start, end): each line belongs to exactly one chunk."""
     import gzip
 
-    from pith_pipeline.core.model import ArxivRecord
+    from pith_pipeline.core.arxiv_record import ArxivRecord
     from pith_pipeline.sources.jsonl import parse_line
 
     path = Path(chunk["path"])
