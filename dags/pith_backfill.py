@@ -24,6 +24,7 @@ from typing import Any
 from airflow.sdk import Asset, Param, dag, task
 
 from pith_pipeline import airflow_tasks as at  # standard library only at import time
+from pith_pipeline.runs.backfill_plan import SOURCES  # standard library only at import time
 
 INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
 
@@ -51,7 +52,7 @@ INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
             description="Day after the last one (exclusive), YYYY-MM-DD.",
         ),
         "source": Param(
-            "oai", enum=list(at.SOURCES), description="oai: harvest arXiv's OAI-PMH; snapshot: read a file."
+            "oai", enum=list(SOURCES), description="oai: harvest arXiv's OAI-PMH; snapshot: read a file."
         ),
         "snapshot_path": Param(
             None,
@@ -65,8 +66,9 @@ def pith_backfill() -> None:
     def plan(params: Any = None) -> list[dict[str, Any]]:
         """Windows still to do (those with a run manifest are complete and skipped)."""
         from pith_pipeline import airflow_tasks as t
+        from pith_pipeline.runs.backfill_plan import plan_backfill
 
-        return t.plan_backfill(
+        return plan_backfill(
             t.load_settings(airflow_variables=True),
             params["from"],
             params["until"],
@@ -78,15 +80,17 @@ def pith_backfill() -> None:
     def harvest(request: dict[str, Any]) -> dict[str, Any]:
         """One window's raw pages (OAI), or its byte ranges (snapshot): keys and counts."""
         from pith_pipeline import airflow_tasks as t
+        from pith_pipeline.runs.backfill_plan import harvest_for
 
-        return t.harvest_for(t.load_settings(airflow_variables=True), request)
+        return harvest_for(t.load_settings(airflow_variables=True), request)
 
     @task(multiple_outputs=False)
     def chunks(harvested: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Every window's chunks, at most MAX_CHUNKS (under max_map_length)."""
         from pith_pipeline import airflow_tasks as t
+        from pith_pipeline.runs.backfill_plan import plan_chunks_for
 
-        return t.plan_chunks_for(t.mapped_results(harvested))
+        return plan_chunks_for(t.mapped_results(harvested))
 
     @task(max_active_tis_per_dagrun=4, multiple_outputs=False)
     def build(item: dict[str, Any]) -> dict[str, Any]:
@@ -110,8 +114,9 @@ def pith_backfill() -> None:
     ) -> list[dict[str, Any]]:
         """Indexes, then one run manifest per window; drops staging objects."""
         from pith_pipeline import airflow_tasks as t
+        from pith_pipeline.runs.backfill_plan import finish_windows
 
-        return t.finish_windows(
+        return finish_windows(
             t.load_settings(airflow_variables=True),
             t.mapped_results(harvested),
             t.mapped_results(built),

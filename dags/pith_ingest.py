@@ -52,22 +52,24 @@ def pith_ingest() -> None:
     ) -> dict[str, Any]:
         """Raw OAI-PMH pages of the window into raw/; returns their keys and a count."""
         from pith_pipeline import airflow_tasks as t
+        from pith_pipeline.runs.harvest import harvest_window
+        from pith_pipeline.runs.windows import window_for_run
 
-        window = t.window_for_run(
+        window = window_for_run(
             data_interval_start,
             data_interval_end,
             logical_date=logical_date,
             run_type=str(getattr(dag_run, "run_type", "") or ""),
             conf=getattr(dag_run, "conf", None),
         )
-        return t.harvest_window(t.load_settings(airflow_variables=True), window)
+        return harvest_window(t.load_settings(airflow_variables=True), window)
 
     @task(multiple_outputs=False)
     def plan(harvested: dict[str, Any]) -> list[dict[str, Any]]:
         """At most MAX_CHUNKS chunks of pages, so the mapped build fits max_map_length."""
-        from pith_pipeline import airflow_tasks as t
+        from pith_pipeline.runs.chunks import plan_page_chunks
 
-        return t.plan_page_chunks(harvested["pages"])
+        return plan_page_chunks(harvested["pages"])
 
     @task(max_active_tis_per_dagrun=4, multiple_outputs=False)
     def build(chunk: dict[str, Any], harvested: dict[str, Any]) -> dict[str, Any]:

@@ -57,8 +57,9 @@ def pith_maintenance() -> None:
     def rebuild(params: Any = None) -> dict[str, Any]:
         """Only when asked: bundles from events and/or indexes from bundles."""
         from pith_pipeline import airflow_tasks as t
+        from pith_pipeline.maintenance import rebuild_from_events
 
-        return t.rebuild_from_events(
+        return rebuild_from_events(
             t.load_settings(airflow_variables=True),
             bundles=bool(params["rebuild_bundles"]),
             indexes=bool(params["rebuild_indexes"]),
@@ -68,8 +69,9 @@ def pith_maintenance() -> None:
     def compact(rebuilt: dict[str, Any], params: Any = None) -> dict[str, Any]:
         """Compact the Delta index tables, then vacuum files older versions no longer need."""
         from pith_pipeline import airflow_tasks as t
+        from pith_pipeline.maintenance import compact_indexes
 
-        return t.compact_indexes(
+        return compact_indexes(
             t.load_settings(airflow_variables=True), retention_hours=float(params["retention_hours"])
         )
 
@@ -77,8 +79,9 @@ def pith_maintenance() -> None:
     def verify_sample(compacted: dict[str, Any], params: Any = None, run_id: Any = None) -> dict[str, Any]:
         """Verify a random sample of published bundles; fail naming every mismatch."""
         from pith_pipeline import airflow_tasks as t
+        from pith_pipeline.maintenance import verify_sample
 
-        return t.verify_sample(
+        return verify_sample(
             t.load_settings(airflow_variables=True), size=int(params["sample_size"]), seed=str(run_id)
         )
 

@@ -12,11 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pith_pipeline import airflow_tasks as at
 from pith_pipeline.core.layout import backfill_chunk_key, backfill_prefix
+from pith_pipeline.runs.backfill_plan import harvest_for, plan_backfill, plan_chunks_for
 from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.staging import staged_key
+
+if TYPE_CHECKING:
+    # Settings and the step bodies below still live in airflow_tasks (being moved to
+    # config.py and the loader); they are imported where used, not at import time.
+    from pith_pipeline.airflow_tasks import Settings
 
 Progress = Callable[[int], None]
 
@@ -48,7 +55,7 @@ def _checkpoint(store: Store, run_id: str, index: int, built: dict[str, Any]) ->
 
 
 def run_window(
-    settings: at.Settings,
+    settings: Settings,
     request: dict[str, Any],
     *,
     store: Store,
@@ -59,15 +66,15 @@ def run_window(
     """One planned window, start to finish; every step is safe to repeat."""
     from pith_pipeline.core.canonical_json import loads
 
-    harvested = at.harvest_for(settings, request, store=store)
+    harvested = harvest_for(settings, request, store=store)
     run_id = str(harvested["run_id"])
-    chunks = [c["chunk"] for c in at.plan_chunks_for([harvested])]
+    chunks = [c["chunk"] for c in plan_chunks_for([harvested])]
     staged: list[str] = []
     written = 0
     for chunk in chunks:
         index = int(chunk["index"])
         done = store.get(backfill_chunk_key(run_id, index))
-        if done is not None and store.exists(at.staged_key(run_id, index)):
+        if done is not None and store.exists(staged_key(run_id, index)):
             staged.append(loads(done)["staged"])
             result.chunks_resumed += 1
         else:
@@ -88,7 +95,7 @@ def run_window(
 
 
 def run_backfill(
-    settings: at.Settings,
+    settings: Settings,
     start: str,
     until: str,
     source: str = "oai",
@@ -101,7 +108,7 @@ def run_backfill(
 
     store = at._store(settings)
     signer = at._signer(settings)
-    requests = at.plan_backfill(settings, start, until, source, snapshot_path, store=store)
+    requests = plan_backfill(settings, start, until, source, snapshot_path, store=store)
     result = BackfillResult(windows_planned=len(requests))
     unit = "chunk" if source == "snapshot" else "day"
     total = None if source == "snapshot" else len(requests)

@@ -19,11 +19,12 @@ from typing import Any
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.core.timeutil import Clock, parse_iso_day
+from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.items import Rejected
 from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
 from pith_pipeline.pipeline import BuildConfig, LeaseCheck, Publisher, RunSummary
+from pith_pipeline.runs.windows import Window, parse_day, window_from_options
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.sources.oai import (
     DEFAULT_OAI_URL,
@@ -32,7 +33,6 @@ from pith_pipeline.sources.oai import (
     Harvester,
     HarvestStats,
     OAIClient,
-    Window,
 )
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.base import Store
@@ -72,27 +72,6 @@ class IngestReport:
         if h.windows_already_complete:
             extra.append(f"{h.windows_already_complete} windows already complete")
         return text + (f"; {'; '.join(extra)}" if extra else "")
-
-
-def split_window(from_: str, until: str, days: int | None, set_spec: str | None = None) -> list[Window]:
-    """[from, until] (inclusive days) as consecutive windows of at most `days` days.
-
-    Backfills go window by window, each with its own checkpoint, so a long range is
-    never one fragile chain of resumption tokens.
-    """
-    if not days:
-        return [Window(from_, until, set_spec)]
-    if days < 1:
-        raise InputError(f"--window-days must be at least 1, not {days}")
-    first, last = _day(from_, "--from"), _day(until, "--until")
-    assert first is not None and last is not None
-    start, end = first.date(), last.date()
-    out = []
-    while start <= end:
-        stop = min(end, start + timedelta(days=days - 1))
-        out.append(Window(start.isoformat(), stop.isoformat(), set_spec))
-        start = stop + timedelta(days=1)
-    return out
 
 
 class Ingest:
@@ -205,8 +184,9 @@ class Ingest:
                 "--incremental needs an earlier complete window in "
                 f"{self.store.url}; give --from for the first harvest"
             )
-        end = (today or datetime.now(tz=UTC).date()).isoformat()
-        return self.windows([Window(min(last, end), end, set_spec)], refresh=True, **kw)
+        today = today or datetime.now(tz=UTC).date()
+        start = min(parse_day(last, "the last harvested day"), today)
+        return self.windows([Window(start, today + timedelta(days=1), set_spec)], refresh=True, **kw)
 
     def records(
         self,
@@ -269,20 +249,21 @@ class Ingest:
     ) -> IngestReport:
         """The bulk snapshot (JSON lines, `.json.gz` too), streamed and filtered.
 
-        `from_`/`until` are inclusive days on the v1 submission date.
+        `[from_, until)` days on the record's datestamp (`update_date`, its last
+        change), the same rule as OAI-PMH and `backfill --source snapshot`, so one
+        range selects the same records from either source.
         """
-        since = _day(from_, "--from")
-        before = _day(until, "--until")
-        try:
-            self._publish_items(
-                iter_jsonl(
-                    path,
-                    categories=categories,
-                    submitted_from=since,
-                    submitted_until=before + timedelta(days=1) if before else None,
-                    limits=self.limits,
-                )
+        from pith_pipeline.core.arxiv_record import ArxivRecord
+        from pith_pipeline.sources.snapshot_ranges import record_datestamp
+
+        window = window_from_options(from_, until)
+        items: Iterable[Any] = iter_jsonl(path, categories=categories, limits=self.limits)
+        if window.start is not None or window.end is not None:
+            items = (
+                i for i in items if not isinstance(i, ArxivRecord) or window.contains(record_datestamp(i))
             )
+        try:
+            self._publish_items(items)
         except DamagedInputError:
             self.publisher.flush_quarantine()  # the rejects before the damage are kept
             raise
@@ -322,13 +303,3 @@ class Ingest:
             transport=repo.transport(),
             raw_root=SAMPLE_RAW_ROOT,
         )
-
-
-def _day(value: str | None, name: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        d = parse_iso_day(value)
-    except ValueError:
-        raise InputError(f"{name} must be a date YYYY-MM-DD, not {value!r}") from None
-    return datetime(d.year, d.month, d.day, tzinfo=UTC)

@@ -103,13 +103,13 @@ def test_snapshot_backfill_publishes_every_record_in_range(
 
 def test_snapshot_window_selects_by_date(tmp_path: Path, key: Path) -> None:
     """Only records whose latest change falls in [from, until) are published."""
-    from pith_pipeline import airflow_tasks as at
     from pith_pipeline.sources.jsonl import iter_jsonl
+    from pith_pipeline.sources.snapshot_ranges import record_datestamp
 
     inside = [
         r
         for r in iter_jsonl(SAMPLE)
-        if not hasattr(r, "reason") and "2000-01-01" <= at.record_datestamp(r).isoformat() < "2010-01-01"
+        if not hasattr(r, "reason") and "2000-01-01" <= record_datestamp(r).isoformat() < "2010-01-01"
     ]
     out = tmp_path / "store"
     res = CliRunner().invoke(

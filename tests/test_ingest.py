@@ -12,8 +12,6 @@ import pytest
 from click.testing import CliRunner
 
 from pith_pipeline.cli import cli
-from pith_pipeline.ingest import split_window
-from pith_pipeline.sources.oai import Window
 
 # Pith numbers the public registry publishes for three of the sample's records
 REGISTRY = {
@@ -62,25 +60,3 @@ def test_s3_store_needs_an_explicit_key(tmp_path: Path, monkeypatch: pytest.Monk
     assert isinstance(result.exception, InputError)
     assert "needs an explicit key" in str(result.exception)
     assert not os.path.exists(tmp_path / "pith-keys")
-
-
-def test_split_window() -> None:
-    assert split_window("2024-01-30", "2024-02-03", 2, "cs") == [
-        Window("2024-01-30", "2024-01-31", "cs"),
-        Window("2024-02-01", "2024-02-02", "cs"),
-        Window("2024-02-03", "2024-02-03", "cs"),
-    ]
-    assert split_window("2024-01-01", "2024-01-01", None) == [Window("2024-01-01", "2024-01-01")]
-
-
-def test_window_checks_its_arguments() -> None:
-    from pith_pipeline.errors import InputError
-
-    with pytest.raises(InputError, match="after --until"):
-        Window("2024-02-01", "2024-01-01")
-    with pytest.raises(InputError, match="not an OAI set spec"):
-        Window("2024-01-01", None, "cs/../x")
-    assert (
-        Window("2024-01-01", "2024-01-02", "physics:hep-th").label == "2024-01-01_2024-01-02_physics~hep-th"
-    )
-    assert Window().params() == {"verb": "ListRecords", "metadataPrefix": "arXivRaw"}

@@ -14,7 +14,8 @@ def register(group: click.Group) -> None:
 @click.option(
     "--from", "start", required=True, metavar="YYYY-MM-DD", help="First OAI datestamp day (inclusive)."
 )
-@click.option("--until", required=True, metavar="YYYY-MM-DD", help="Day after the last one (exclusive).")
+@click.option("--until", metavar="YYYY-MM-DD", help="Day after the last one (exclusive).")
+@click.option("--through", metavar="YYYY-MM-DD", help="Last day (inclusive), instead of --until.")
 @click.option(
     "--source",
     type=click.Choice(["oai", "snapshot"]),
@@ -61,7 +62,8 @@ def register(group: click.Group) -> None:
 )
 def backfill(
     start: str,
-    until: str,
+    until: str | None,
+    through: str | None,
     source: str,
     snapshot_path: str | None,
     store: str | None,
@@ -71,6 +73,9 @@ def backfill(
     progress: bool | None,
 ) -> None:
     """Publish every day of [--from, --until) not yet published; resumable.
+
+    --until is exclusive, as on every command (docs/date-ranges.md); --through
+    names the last day instead.
 
     Each day is one window, exactly as the daily Airflow run would do it (run id
     `ingest-<day>`): harvest into raw/, build and sign, publish, update the indexes,
@@ -87,9 +92,15 @@ def backfill(
     from pith_pipeline import airflow_tasks as at
     from pith_pipeline.backfill import run_backfill
     from pith_pipeline.errors import InputError
+    from pith_pipeline.runs.windows import window_from_options
 
+    if until is None and through is None:
+        raise click.UsageError("give --until (the day after the last) or --through (the last day)")
+    first, end = window_from_options(start, until, through=through).bounds("backfill")
     if source == "snapshot" and not snapshot_path:
         raise InputError("--source snapshot needs --snapshot FILE")
     settings = at.load_settings(store=store, signer=signer, oai_url=oai_url, base_url=base_url)
-    result = run_backfill(settings, start, until, source, snapshot_path, progress=progress)
-    click.echo(f"backfill {start}..{until} ({source}): {result.line()}")
+    result = run_backfill(
+        settings, first.isoformat(), end.isoformat(), source, snapshot_path, progress=progress
+    )
+    click.echo(f"backfill {first}..{end} ({source}): {result.line()}")

@@ -25,9 +25,10 @@ from pith_pipeline.cli.options import (
 )
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import InputError
-from pith_pipeline.ingest import Ingest, IngestReport, split_window
+from pith_pipeline.ingest import Ingest, IngestReport
+from pith_pipeline.runs.windows import Window, until_notice, window_from_options, windows_of_days
 from pith_pipeline.sources.arxiv_api import API_URL_ENV, DEFAULT_API_URL
-from pith_pipeline.sources.oai import DEFAULT_OAI_URL, OAI_URL_ENV, HarvestedPage, Window
+from pith_pipeline.sources.oai import DEFAULT_OAI_URL, OAI_URL_ENV, HarvestedPage
 from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
 from pith_pipeline.storage.base import open_store
 from pith_pipeline.storage.lease import parse_shards, writer_lease
@@ -98,10 +99,15 @@ def _print_report(report: IngestReport, store_url: str) -> None:
     "--from",
     "from_",
     metavar="DATE",
-    help="Window start (YYYY-MM-DD, inclusive). OAI: datestamp = last change; "
-    "--snapshot: v1 submission date.",
+    help="First day (YYYY-MM-DD, inclusive) of the records' datestamp (last change; "
+    "for --snapshot its update_date).",
 )
-@click.option("--until", metavar="DATE", help="Window end (YYYY-MM-DD, inclusive).")
+@click.option(
+    "--until",
+    metavar="DATE",
+    help="Day after the last one (YYYY-MM-DD, exclusive), as everywhere; inclusive before 2026-12.",
+)
+@click.option("--through", metavar="DATE", help="Last day (YYYY-MM-DD, inclusive), instead of --until.")
 @click.option("--set", "set_spec", metavar="SET", help="OAI set, e.g. cs, math, physics:hep-th.")
 @click.option(
     "--window-days",
@@ -145,7 +151,7 @@ def _print_report(report: IngestReport, store_url: str) -> None:
 @click.option(
     "--incremental",
     is_flag=True,
-    help="OAI window from the last complete window's --until (that day again) to today; for daily runs.",
+    help="OAI window from the last complete window's last day (that day again) to today; for daily runs.",
 )
 @click.option(
     "--refresh", is_flag=True, help="Harvest a window again even when its checkpoint says it is complete."
@@ -181,6 +187,7 @@ def _print_report(report: IngestReport, store_url: str) -> None:
 def ingest(
     from_: str | None,
     until: str | None,
+    through: str | None,
     set_spec: str | None,
     window_days: int | None,
     ids: str | None,
@@ -211,18 +218,19 @@ def ingest(
     Sources (pick one):
       --sample                         the bundled sample of real arXiv records (offline)
       --from DATE --until DATE [--set S]
-                                       OAI-PMH ListRecords in arXivRaw: what changed then
+                                       OAI-PMH ListRecords in arXivRaw: what changed in
+                                       [--from, --until) (--through DATE: the last day)
       --ids 1909.11150,hep-lat/0305021 single papers (search API, then OAI GetRecord)
       --query "cat:cs.LG AND submittedDate:[202401010000 TO 202401012359]"
       --snapshot FILE [--category C] [--from D --until D]
-                                       arXiv's bulk snapshot, streamed, filtered by v1 date
+                                       arXiv's bulk snapshot, streamed, filtered by update_date
       --incremental [--set S]          from the last harvested day to today (daily runs)
       --replay [--from D --until D]    rebuild from stored raw pages, no network
     \b
     Examples:
       pith-pipeline ingest --sample
-      pith-pipeline ingest --from 2024-01-01 --until 2024-01-01 --store out/ --key k.json
-      pith-pipeline ingest --from 2007-01-01 --until 2007-12-31 --window-days 7 --set cs
+      pith-pipeline ingest --from 2024-01-01 --until 2024-01-02 --store out/ --key k.json
+      pith-pipeline ingest --from 2007-01-01 --through 2007-12-31 --window-days 7 --set cs
       pith-pipeline ingest --snapshot arxiv-metadata-oai-snapshot.json.gz --category cs.LG
     \b
     Requests to arXiv are spaced by at least 3 s, one at a time, with Retry-After and
@@ -236,7 +244,7 @@ def ingest(
     published, are named, and the run exits 3.
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    window_given = from_ is not None or until is not None or set_spec is not None
+    window_given = from_ is not None or until is not None or through is not None or set_spec is not None
     chosen = [
         name
         for name, on in (
@@ -248,8 +256,12 @@ def ingest(
         )
         if on
     ]
-    if incremental and (from_ or until):
+    if incremental and (from_ or until or through):
         raise click.UsageError("--incremental chooses --from/--until itself")
+    window = window_from_options(from_, until, through=through, set_spec=set_spec)
+    notice = until_notice(until, window)
+    if notice:
+        click.echo(notice, err=True)
     if window_given and not snapshot and not replay and not sample and not incremental:
         chosen.append("--from/--until")
     if len(chosen) > 1:
@@ -325,9 +337,8 @@ def ingest(
             with lease:
                 report = _run(
                     run,
-                    from_=from_,
-                    until=until,
-                    set_spec=set_spec,
+                    window=window,
+                    dates_given=window_given,
                     window_days=window_days,
                     ids=ids,
                     query=query,
@@ -344,10 +355,10 @@ def ingest(
                 )
     from pith_pipeline.runs.manifest import finish_run  # pyarrow: only once there is work to index
 
-    window = {
+    manifest_window = {  # until exclusive, as everywhere (docs/date-ranges.md)
         "source": (chosen or ["--replay"])[0],
-        "from": from_,
-        "until": until,
+        "from": window.oai_from,
+        "until": None if window.end is None else window.end.isoformat(),
         "set": set_spec,
         "replay": replay,
     }
@@ -355,7 +366,9 @@ def ingest(
         run_index_lease(st, "ingest", run.run_id, lease_wait),
         tqdm(desc="index", unit="rec", disable=None) as bar,
     ):
-        manifest_key = finish_run(st, report.summary, window, clock=run.publisher.clock, progress=bar.update)
+        manifest_key = finish_run(
+            st, report.summary, manifest_window, clock=run.publisher.clock, progress=bar.update
+        )
     _print_report(report, st.url)
     click.echo(f"run manifest: {manifest_key}")
     if sample:
@@ -372,9 +385,8 @@ def _open(spec: str) -> Signer:
 def _run(
     run: Ingest,
     *,
-    from_: str | None,
-    until: str | None,
-    set_spec: str | None,
+    window: Window,
+    dates_given: bool,
     window_days: int | None,
     ids: str | None,
     query: str | None,
@@ -396,16 +408,19 @@ def _run(
     if sample:
         return run.sample()
     if replay:
-        windows: list[Any] = (
-            _windows(from_, until, set_spec, window_days) if (from_ or until or set_spec) else [None]
-        )
+        windows: list[Any] = windows_of_days(window, window_days) if dates_given else [None]
         for w in windows:
             run.replay(w)
         return run.report
     if snapshot is not None:
-        return run.snapshot(snapshot, categories=set(categories) or None, from_=from_, until=until)
+        return run.snapshot(
+            snapshot,
+            categories=set(categories) or None,
+            from_=window.oai_from,
+            until=None if window.end is None else window.end.isoformat(),
+        )
     if incremental:
-        return run.incremental(set_spec=set_spec, oai_url=oai_url, politeness=politeness)
+        return run.incremental(set_spec=window.set_spec, oai_url=oai_url, politeness=politeness)
     if ids is not None:
         return run.lookup(
             ids=[i for i in ids.split(",") if i.strip()],
@@ -418,15 +433,5 @@ def _run(
             query=query, api_url=api_url, oai_url=oai_url, politeness=politeness, max_results=max_results
         )
     return run.windows(
-        _windows(from_, until, set_spec, window_days), oai_url=oai_url, politeness=politeness, refresh=refresh
+        windows_of_days(window, window_days), oai_url=oai_url, politeness=politeness, refresh=refresh
     )
-
-
-def _windows(
-    from_: str | None, until: str | None, set_spec: str | None, window_days: int | None
-) -> list[Window]:
-    if window_days:
-        if not (from_ and until):
-            raise InputError("--window-days needs both --from and --until")
-        return split_window(from_, until, window_days, set_spec)
-    return [Window(from_, until, set_spec)]

@@ -48,9 +48,8 @@ from pith_pipeline import config
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.core.timeutil import Clock, iso_seconds, parse_iso_day
+from pith_pipeline.core.timeutil import Clock, iso_seconds
 from pith_pipeline.errors import (
-    InputError,
     RequestDeadlineError,
     ResponseTooLargeError,
     ResumptionLoopError,
@@ -58,6 +57,7 @@ from pith_pipeline.errors import (
     TransientError,
 )
 from pith_pipeline.items import Rejected
+from pith_pipeline.runs.windows import METADATA_PREFIX, Window
 from pith_pipeline.sources.arxivraw import MalformedPageError, Page, oai_identifier, parse_page
 from pith_pipeline.sources.capped import deadline_scope, deadline_transport, read_capped
 from pith_pipeline.sources.politeness import Gate, Politeness
@@ -67,7 +67,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_OAI_URL = config.DEFAULT_OAI_URL
 OAI_URL_ENV = config.env_name("oai_url")
-METADATA_PREFIX = "arXivRaw"
 RAW_ROOT = "raw/oai"
 # store keys can be planted by anyone who can write the store: ASCII digits, no `$`
 _PAGE = re.compile(r"/attempt-([0-9]+)/page-([0-9]+)\.xml\.gz\Z")
@@ -82,57 +81,6 @@ def gz(data: bytes) -> bytes:
 
 def gunzip(data: bytes) -> bytes:
     return gzip.decompress(data)
-
-
-def _check_date(value: str | None, name: str) -> str | None:
-    if value is None:
-        return None
-    try:
-        parse_iso_day(value)
-    except ValueError:
-        raise InputError(f"{name} must be a date YYYY-MM-DD, not {value!r}") from None
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """One `ListRecords` request: records whose datestamp (last change) is in [from, until]."""
-
-    from_: str | None = None
-    until: str | None = None
-    set_spec: str | None = None
-    metadata_prefix: str = METADATA_PREFIX
-
-    def __post_init__(self) -> None:
-        _check_date(self.from_, "--from")
-        _check_date(self.until, "--until")
-        if self.from_ and self.until and self.from_ > self.until:
-            raise InputError(f"--from {self.from_} is after --until {self.until}")
-        if self.set_spec is not None and not re.fullmatch(r"[A-Za-z0-9\-:.]+", self.set_spec):
-            raise InputError(f"not an OAI set spec: {self.set_spec!r} (e.g. cs, physics:hep-th)")
-
-    @property
-    def label(self) -> str:
-        base = f"{self.from_ or 'earliest'}_{self.until or 'latest'}"
-        return f"{base}_{self.set_spec.replace(':', '~')}" if self.set_spec else base
-
-    def params(self) -> dict[str, str]:
-        q = {"verb": "ListRecords", "metadataPrefix": self.metadata_prefix}
-        if self.from_:
-            q["from"] = self.from_
-        if self.until:
-            q["until"] = self.until
-        if self.set_spec:
-            q["set"] = self.set_spec
-        return q
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "from": self.from_,
-            "until": self.until,
-            "set": self.set_spec,
-            "metadataPrefix": self.metadata_prefix,
-        }
 
 
 @dataclass(slots=True)
@@ -153,7 +101,7 @@ class Checkpoint:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "window": self.window.to_json(),
+            "window": self.window.oai_json(),
             "oai_url": self.oai_url,
             "attempt": self.attempt,
             "pages_done": self.pages_done,

@@ -16,8 +16,8 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data" / "arxiv-sample.jsonl"
 def test_snapshot_backfill_then_maintenance(
     dagbag: Any, pith_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pith_pipeline import airflow_tasks as at
     from pith_pipeline.core.canonical_json import loads
+    from pith_pipeline.maintenance import published_bundle_keys
     from pith_pipeline.storage.base import open_store
 
     monkeypatch.setenv("PITH_SNAPSHOT_CHUNK_BYTES", "20000")
@@ -35,7 +35,7 @@ def test_snapshot_backfill_then_maintenance(
     build = [ti for ti in dr.get_task_instances() if ti.task_id == "build"]
     assert len(build) > 1  # mapped over several byte ranges
     manifest = loads(store.get("runs/snapshot-1990-01-01--2030-01-01/manifest.json") or b"")
-    bundles = at.published_bundle_keys(store)
+    bundles = published_bundle_keys(store)
     assert len(bundles) == manifest["counts"]["built"] > 0
 
     dr = dagbag.get_dag("pith_maintenance").test(

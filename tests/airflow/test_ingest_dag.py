@@ -153,6 +153,7 @@ def test_publish_failure_then_retry_gives_complete_output_without_duplicates(
     dagbag: Any, pith_env: dict[str, str], oai_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pith_pipeline import airflow_tasks as at
+    from pith_pipeline.maintenance import verify_sample
     from pith_pipeline.storage.base import open_store
 
     _url, server = oai_server
@@ -171,7 +172,7 @@ def test_publish_failure_then_retry_gives_complete_output_without_duplicates(
     check_window(store, day1, "ingest-2024-01-02")
     events = [k for k in store.list("events/")]
     assert len(events) == len(set(events))
-    result = at.verify_sample(at.load_settings(), size=100, seed="all")
+    result = verify_sample(at.load_settings(), size=100, seed="all")
     assert result["checked"] == len(set(day1.values()))
 
 
@@ -199,7 +200,7 @@ def test_a_day_arxiv_cannot_have_fails_loudly(dagbag: Any, pith_env: dict[str, s
 
 
 def test_the_daily_dag_starts_on_arxivs_first_day(dagbag: Any) -> None:
-    from pith_pipeline.airflow_tasks import ARXIV_FIRST_DAY
+    from pith_pipeline.runs.windows import ARXIV_FIRST_DAY
 
     dag = dagbag.get_dag("pith_ingest")
     assert dag.start_date.date() == ARXIV_FIRST_DAY and dag.catchup is False

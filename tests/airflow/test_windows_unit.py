@@ -6,8 +6,9 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from pith_pipeline.airflow_tasks import ARXIV_FIRST_DAY, mapped_results, window_for_run
+from pith_pipeline.airflow_tasks import mapped_results
 from pith_pipeline.errors import InputError
+from pith_pipeline.runs.windows import ARXIV_FIRST_DAY, window_for_run
 
 TODAY = date(2026, 12, 3)
 MIDNIGHT = datetime(2026, 12, 2, tzinfo=UTC)

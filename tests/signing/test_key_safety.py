@@ -310,8 +310,8 @@ def test_every_way_to_name_a_key_checks_the_key_id_first(local_kms: object) -> N
 def test_a_certified_runs_root_key_and_a_staged_airflow_build_are_checked_too(tmp_path: Path) -> None:
     """The root key behind `certified:file:...` is the secret one; an Airflow build
     publishes through a staging wrapper that reads through to the local store."""
-    from pith_pipeline.airflow_tasks import StagingStore
     from pith_pipeline.signing.factory import open_signer
+    from pith_pipeline.storage.staging import StagingStore
 
     store = tmp_path / "store"
     priv, _pub, _doc = generate_key(store / "keys")

@@ -19,13 +19,14 @@ from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.limits import InputLimits
 from pith_pipeline.errors import ResponseTooLargeError, ResumptionLoopError, TransientError
 from pith_pipeline.ingest import Ingest
+from pith_pipeline.runs.windows import window_from_options
 from pith_pipeline.signing.local import generate_key, load_signer
 from pith_pipeline.sources.arxiv_api import ArxivAPI
-from pith_pipeline.sources.oai import OAIClient, Window
+from pith_pipeline.sources.oai import OAIClient
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.local import LocalStore
 
-W = Window("2024-01-01", "2024-01-03")
+W = window_from_options("2024-01-01", None, through="2024-01-03")
 FAST = Politeness(min_interval=0.0, backoff_initial=0.01, max_retries=0, timeout=5.0)
 P1 = data("listrecords-2024-01-01-p1.xml")  # 3 records, 1 deleted, token 7134892|4, completeListSize 9
 P2 = data("listrecords-2024-01-01-p2.xml")  # token 7134892|7
@@ -40,7 +41,7 @@ def serve(*pages: tuple[str, bytes]) -> FakeArxiv:
     repo = Repository()
     for token, body in pages:
         if token == FIRST:
-            repo.first_by_window[(W.from_, W.until)] = body
+            repo.first_by_window[(W.oai_from, W.oai_until)] = body
         else:
             repo.pages[token] = body
     return FakeArxiv(repo)
@@ -196,6 +197,6 @@ def test_window_and_snapshot_dates_are_strict(value: str, tmp_path: Path, signer
     from pith_pipeline.errors import InputError
 
     with pytest.raises(InputError, match="YYYY-MM-DD"):
-        Window(value, "2024-01-03")
+        window_from_options(value, "2024-01-03")
     with pytest.raises(InputError, match="YYYY-MM-DD"):
         Ingest(LocalStore(tmp_path / "s"), signer).snapshot(tmp_path / "none.jsonl", from_=value)

@@ -123,7 +123,7 @@ def test_window_from_the_command_line(tmp_path: Path, server: FakeArxiv, key: Pa
     args = (
         "--from",
         "2024-01-01",
-        "--until",
+        "--through",  # the last day; --until 2024-01-04 is the same window
         "2024-01-03",
         "--store",
         str(store),
@@ -147,7 +147,7 @@ def test_window_days_split_a_backfill(tmp_path: Path, server: FakeArxiv, key: Pa
         "--from",
         "2024-01-08",
         "--until",
-        "2024-01-11",
+        "2024-01-12",
         "--window-days",
         "2",
         "--store",
@@ -292,9 +292,13 @@ def test_incremental_continues_from_the_last_complete_window(
     fast = Politeness(min_interval=0.05)
     with pytest.raises(Exception, match="needs an earlier complete window"):
         run.incremental(today=date(2024, 1, 10), oai_url=server.oai_url, politeness=fast)
-    from pith_pipeline.sources.oai import Window
+    from pith_pipeline.runs.windows import window_from_options
 
-    run.windows([Window("2024-01-01", "2024-01-03")], oai_url=server.oai_url, politeness=fast)
+    run.windows(
+        [window_from_options("2024-01-01", None, through="2024-01-03")],
+        oai_url=server.oai_url,
+        politeness=fast,
+    )
     run.incremental(today=date(2024, 1, 10), oai_url=server.oai_url, politeness=fast)
     assert (server.log[-1].params["from"], server.log[-1].params["until"]) == ("2024-01-03", "2024-01-10")
     code, _out, err = invoke(

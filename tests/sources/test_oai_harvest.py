@@ -35,13 +35,14 @@ from oai_server import (
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import TerminalError, TransientError, WriteConflictError
 from pith_pipeline.ingest import Ingest
+from pith_pipeline.runs.windows import Window, window_from_options
 from pith_pipeline.signing.local import generate_key, load_signer
-from pith_pipeline.sources.oai import Harvester, OAIClient, Window
+from pith_pipeline.sources.oai import Harvester, OAIClient
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.local import LocalStore
 
-W1 = Window("2024-01-01", "2024-01-03")
-W2 = Window("2024-01-10", "2024-01-10")
+W1 = window_from_options("2024-01-01", None, through="2024-01-03")
+W2 = window_from_options("2024-01-10", None, through="2024-01-10")
 T2, T3 = "7134892|4", "7134892|7"  # the resumption tokens written in pages 1 and 2
 INTERVAL = 0.3
 FAST = Politeness(min_interval=0.05, backoff_initial=0.05, max_retries=3, timeout=5.0)
@@ -357,7 +358,7 @@ def test_complete_window_costs_no_request_unless_refreshed(
 
 def test_empty_window_and_oai_errors(tmp_path: Path, signer: Signer, server: FakeArxiv) -> None:
     store = LocalStore(tmp_path / "s")
-    r = harvest(store, signer, server, Window("1980-01-01", "1980-01-02")).report
+    r = harvest(store, signer, server, window_from_options("1980-01-01", "1980-01-03")).report
     assert r.counts()["fetched"] == 0
     cp = json.loads(store.get("raw/oai/arXivRaw/1980-01-01_1980-01-02/checkpoint.json") or b"")
     assert cp["complete"] and cp["pages_done"] == 1

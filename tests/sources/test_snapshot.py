@@ -7,7 +7,7 @@ import email.utils
 import gzip
 import io
 import json
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
@@ -87,7 +87,7 @@ def test_cli_snapshot_mode(tmp_path: Path) -> None:
             "--from",
             "1999-01-01",
             "--until",
-            "2007-12-31",
+            "2008-01-01",
             "--store",
             str(tmp_path / "s"),
             "--key",
@@ -95,12 +95,15 @@ def test_cli_snapshot_mode(tmp_path: Path) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    lines = [json.loads(x) for x in SNAPSHOT.read_text().splitlines()]
+    from pith_pipeline.sources.snapshot_ranges import record_datestamp
+
+    # [--from, --until) on the record's datestamp (update_date), as OAI-PMH and backfill
     want = {
-        x["id"]
-        for x in lines
-        if "hep-th" in x["categories"].split()
-        and datetime(1999, 1, 1, tzinfo=UTC) <= v1(x) < datetime(2008, 1, 1, tzinfo=UTC)
+        r.id
+        for r in iter_jsonl(SNAPSHOT)
+        if isinstance(r, ArxivRecord)
+        and "hep-th" in r.categories.split()
+        and date(1999, 1, 1) <= record_datestamp(r) < date(2008, 1, 1)
     }
     assert f"fetched {len(want)}, built {len(want)}" in result.output and len(want) >= 3
     assert {p.stem for p in (tmp_path / "s/arxiv").rglob("*.json")} == {i.split("/")[-1] for i in want}

@@ -1,4 +1,5 @@
-"""One contract, two back ends: every test runs on a local directory and on S3 (moto)."""
+"""One contract for every store: each test runs on a local directory, S3 (moto), memory,
+and the staging wrapper a build writes through."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pith_pipeline.errors import StorageError, WriteConflictError
 from pith_pipeline.storage.base import Store, open_store
 
 
-@pytest.fixture(params=["local", "s3", "memory"])
+@pytest.fixture(params=["local", "s3", "memory", "staging"])
 def store(request: pytest.FixtureRequest, tmp_path: object) -> Store:
     if request.param == "local":
         return open_store(str(tmp_path))
@@ -18,6 +19,10 @@ def store(request: pytest.FixtureRequest, tmp_path: object) -> Store:
         from pith_pipeline.storage.memory import MemoryStore
 
         return MemoryStore()
+    if request.param == "staging":
+        from pith_pipeline.storage.staging import StagingStore
+
+        return StagingStore(open_store(str(tmp_path)))
     url = request.getfixturevalue("s3_store_url")
     return open_store(url)
 
@@ -114,3 +119,20 @@ def test_compare_and_swap(store: Store) -> None:
     assert store.get(key) == b"v2"
     got2 = store.get_tagged(key)
     assert got2 is not None and got2[1] != tag1
+
+
+def test_staging_keeps_writes_and_deletes_out_of_the_store_below(tmp_path: Path) -> None:
+    """What a build writes through the staging wrapper stays in it: the published
+    store below is read, never changed, until the staged writes are published."""
+    from pith_pipeline.storage.staging import StagingStore
+
+    base = open_store(str(tmp_path))
+    base.put("pith/A/bundle.json", b"published")
+    staging = StagingStore(base)
+    staging.put("pith/B/bundle.json", b"new")
+    staging.put_once("events/B/1.json", b"event")
+    staging.delete("pith/A/bundle.json")
+    assert staging.get("pith/A/bundle.json") is None and not staging.exists("pith/A/bundle.json")
+    assert list(staging.list("pith/")) == ["pith/B/bundle.json"]
+    assert base.get("pith/A/bundle.json") == b"published"
+    assert list(base.list("")) == ["pith/A/bundle.json"]

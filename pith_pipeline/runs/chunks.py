@@ -1,0 +1,80 @@
+"""Chunks of a run's input: the unit of the mapped build (one Airflow task each).
+
+Standard library only at import time: DAG files import this while the scheduler
+parses them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pith_pipeline.errors import InputError, StorageError
+
+if TYPE_CHECKING:
+    from pith_pipeline.items import Item
+    from pith_pipeline.storage.base import Store
+
+#: Below Airflow's default `max_map_length` (1024), with room to spare.
+MAX_CHUNKS = 1000
+#: The mapped build of an OAI window runs one task per page group and shard group, so
+#: tasks of different shard groups publish at once and tasks of one group take turns.
+SHARD_GROUPS = 4
+
+
+def chunk_list(items: list[Any], max_chunks: int = MAX_CHUNKS) -> list[list[Any]]:
+    """Split into at most `max_chunks` contiguous, non-empty, near-equal parts."""
+    if not items:
+        return []
+    size = max(1, math.ceil(len(items) / max_chunks))
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def plan_page_chunks(
+    page_keys: list[str], max_chunks: int = MAX_CHUNKS, groups: int = SHARD_GROUPS
+) -> list[dict[str, Any]]:
+    """Chunks of raw OAI pages for the mapped build (each a small JSON-able dict).
+
+    Each page group is split into `groups` shard groups: a task publishes only the
+    papers of its shards, under their writer leases, so tasks of different groups run
+    at once and never write the same paper. Rejected records are counted and
+    quarantined by the group that holds shard 0 only.
+    """
+    from pith_pipeline.storage.lease import SHARDS
+
+    parts = chunk_list(sorted(page_keys), max(1, max_chunks // max(1, groups))) or [[]]
+    groups = max(1, min(groups, SHARDS))
+    bounds = [(g * SHARDS // groups, (g + 1) * SHARDS // groups - 1) for g in range(groups)]
+    return [  # an empty window still gets its (empty) manifest
+        {
+            "index": i * groups + g,
+            "kind": "oai",
+            "pages": part,
+            "shards": f"{lo}-{hi}",
+            "rejects": g == 0,
+        }
+        for i, part in enumerate(parts)
+        for g, (lo, hi) in enumerate(bounds)
+    ]
+
+
+def iter_chunk_items(store: Store, chunk: Mapping[str, Any]) -> Iterator[Item]:
+    """The records (and rejects) of one planned chunk."""
+    if chunk["kind"] == "snapshot":
+        from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range
+
+        yield from iter_snapshot_range(chunk)
+    elif chunk["kind"] == "oai":
+        from pith_pipeline.sources.arxivraw import parse_page
+        from pith_pipeline.sources.oai import gunzip
+
+        for key in chunk["pages"]:
+            data = store.get(key)
+            if data is None:
+                raise StorageError(
+                    f"raw page {key} is missing from {store.url}; re-run the harvest task for this window"
+                )
+            yield from parse_page(gunzip(data), key).items
+    else:
+        raise InputError(f"unknown chunk kind {chunk['kind']!r}")

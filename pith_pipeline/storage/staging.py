@@ -1,0 +1,101 @@
+"""A store that reads through to the published one and keeps every write in memory."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pith_pipeline.errors import StorageError, WriteConflictError
+
+if TYPE_CHECKING:
+    from pith_pipeline.storage.base import Store
+
+
+class StagingStore:
+    """Reads through to the published store; keeps every write in memory.
+
+    Building against it sees exactly what a direct publish would, yet publishes
+    nothing: the writes become one staged object that `publish` replays. It keeps
+    the whole `Store` contract (the contract tests run on it too), so code that
+    works on a store works the same through it. A delete is staged like any write:
+    the object below is hidden from this wrapper, never removed.
+    """
+
+    def __init__(self, base: Store) -> None:
+        self.base = base
+        self.url = base.url
+        #: key -> (bytes, written write-once); None bytes: deleted here.
+        self.writes: dict[str, tuple[bytes | None, bool]] = {}
+
+    def __repr__(self) -> str:
+        return f"StagingStore({self.base!r}, {len(self.writes)} writes)"
+
+    @staticmethod
+    def _check(key: str) -> str:
+        """The same key rule as every back end, so a bad key fails here, not at publish."""
+        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in key.split("/")):
+            raise StorageError(f"invalid storage key {key!r}")
+        return key
+
+    def get(self, key: str) -> bytes | None:
+        if self._check(key) in self.writes:
+            return self.writes[key][0]
+        return self.base.get(key)
+
+    def exists(self, key: str) -> bool:
+        if self._check(key) in self.writes:
+            return self.writes[key][0] is not None
+        return self.base.exists(key)
+
+    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
+        once = self.writes.get(self._check(key), (b"", False))[1]
+        self.writes[key] = (bytes(data), once)
+
+    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
+        existing = self.get(key)
+        if existing is not None:
+            if existing == data:
+                return False
+            raise WriteConflictError(
+                f"{key} already exists in {self.url} with different "
+                "content; write-once objects are never overwritten"
+            )
+        self.writes[key] = (bytes(data), True)
+        return True
+
+    def put_once_file(
+        self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"
+    ) -> bool:
+        """Staged writes are held in memory, so the file is read whole."""
+        return self.put_once(key, Path(src).read_bytes(), content_type=content_type)
+
+    def list(self, prefix: str) -> Iterator[str]:
+        keys = set(self.base.list(prefix)) | {k for k in self.writes if k.startswith(prefix)}
+        return iter(sorted(k for k in keys if self.writes.get(k, (b"", False))[0] is not None))
+
+    def delete(self, key: str) -> None:
+        self.writes[self._check(key)] = (None, False)
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        data = self.get(key)
+        return None if data is None else (data, hashlib.sha256(data).hexdigest())
+
+    def put_if_match(
+        self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
+    ) -> bool:
+        current = self.get_tagged(key)
+        if (current[1] if current else None) != tag:
+            return False
+        self.put(key, data)
+        return True
+
+
+def staging_prefix(run_id: str) -> str:
+    return f"staging/{run_id}/"
+
+
+def staged_key(run_id: str, index: int) -> str:
+    return f"{staging_prefix(run_id)}chunk-{index:04d}.jsonl"
