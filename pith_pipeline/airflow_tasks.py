@@ -723,25 +723,29 @@ def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any
     for key in sorted(set(staged_keys)):
         header, staged = _read_staged(store, key)
         c = header["counts"]
-        # a record outside a task's shards is counted by the task that owns it
-        summary.fetched += c["fetched"] - c.get("skipped", 0)
-        summary.built += c["built"]
-        summary.unchanged += c["unchanged"]
-        summary.superseded += c["superseded"]
-        summary.quarantined += c["quarantined"]
-        summary.failed += c.get("failed", 0)
-        summary.problems.extend(str(p) for p in header.get("problems", []))
-        summary.pith_numbers.extend(header["built"])
-        summary.seen.extend(header["identities"])
-        summary.written.update(header.get("written", {}))
+        part = RunSummary.part(
+            run_id,
+            # a record outside a task's shards is counted by the task that owns it
+            fetched=c["fetched"] - c.get("skipped", 0),
+            built=c["built"],
+            unchanged=c["unchanged"],
+            superseded=c["superseded"],
+            quarantined=c["quarantined"],
+            failed=c.get("failed", 0),
+        )
+        part.problems.extend(str(p) for p in header.get("problems", []))
+        part.pith_numbers.extend(header["built"])
+        part.seen.extend(header["identities"])
+        part.written.update(header.get("written", {}))
         for obj in staged:  # staged objects of a run started before the upgrade
-            summary.written[obj["key"]] = sha256_hex(obj["data"].encode("utf-8"))
+            part.written[obj["key"]] = sha256_hex(obj["data"].encode("utf-8"))
         if header.get("quarantine"):
             from pith_pipeline.core.canonical_json import dumps_compact
 
-            summary.written[quarantine_key(run_id)] = sha256_hex(
+            part.written[quarantine_key(run_id)] = sha256_hex(
                 b"".join(dumps_compact(e) + b"\n" for e in header["quarantine"])
             )
+        summary.add(part)
     summary.pith_numbers.sort()
     summary.seen = sorted(set(summary.seen))
     return summary

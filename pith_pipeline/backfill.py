@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pith_pipeline import airflow_tasks as at
+from pith_pipeline.pipeline import RunSummary
 from pith_pipeline.storage.base import Store
 
 Progress = Callable[[int], None]
@@ -27,12 +28,18 @@ class BackfillResult:
     windows_planned: int = 0
     windows_done: int = 0
     chunks_resumed: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
+    total: RunSummary = field(default_factory=lambda: RunSummary.part("backfill"))
     manifests: list[str] = field(default_factory=list)
+    windows_added: int = 0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.total.counts() if self.windows_added else {}
 
     def add(self, counts: dict[str, Any]) -> None:
-        for k in ("fetched", "built", "unchanged", "superseded", "quarantined"):
-            self.counts[k] = self.counts.get(k, 0) + int(counts.get(k, 0))
+        """Add a finished window's counts (`finish_window`'s answer) to the total."""
+        self.total.add(RunSummary.part("backfill", **{k: int(counts.get(k, 0)) for k in RunSummary.COUNTERS}))
+        self.windows_added += 1
 
     def line(self) -> str:
         c = ", ".join(f"{k} {v}" for k, v in self.counts.items()) or "nothing to do"

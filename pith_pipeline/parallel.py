@@ -133,19 +133,11 @@ class WorkerSpec:
 
 @dataclass(slots=True)
 class ChunkResult:
-    """What one chunk did, as plain data: the parent folds it into the run's summary."""
+    """What one chunk did, as plain data: the parent adds `summary` to the run's."""
 
     pid: int
+    summary: RunSummary
     records: int = 0
-    built: int = 0
-    unchanged: int = 0
-    superseded: int = 0
-    failed: int = 0
-    skipped: int = 0
-    problems: list[str] = field(default_factory=list)
-    written: list[tuple[str, str]] = field(default_factory=list)
-    seen: list[str] = field(default_factory=list)
-    pith_numbers: list[str] = field(default_factory=list)
     # (input sequence number, quarantine entry): the parent writes them in input order
     rejects: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
@@ -232,8 +224,8 @@ def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
             raise _STATE["error"]
         pub: Publisher = _STATE["pub"]
         run_id = pub.summary.run_id
-        pub.summary = RunSummary(run_id)  # per chunk: the worker's memory stays flat
-        out = ChunkResult(os.getpid(), records=len(chunk))
+        pub.summary = RunSummary.part(run_id)  # per chunk: the worker's memory stays flat
+        out = ChunkResult(os.getpid(), pub.summary, records=len(chunk))
         parent_pid = _STATE.get("parent_pid")
         for seq, rec in chunk:
             if parent_pid is not None:  # no new paper once the run's owner is gone
@@ -241,12 +233,6 @@ def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
             entry = pub.publish_item(rec)
             if entry is not None:
                 out.rejects.append((seq, entry))
-        s = pub.summary
-        out.built, out.unchanged, out.superseded = s.built, s.unchanged, s.superseded
-        out.failed, out.skipped, out.problems = s.failed, s.skipped, list(s.problems)
-        out.written = list(s.written.items())
-        out.seen = list(s.seen)
-        out.pith_numbers = list(s.pith_numbers)
         return out
     except BaseException as exc:
         raise _picklable(exc) from None
@@ -412,7 +398,6 @@ class ParallelPublisher:
 
     def _route(self, seq: int, rec: ArxivRecord) -> None:
         pub = self.publisher
-        pub.summary.fetched += 1
         if pub.lease is not None:  # the workers write under the parent's lease
             pub.lease.check()
         w = worker_for(rec.id, self.workers)
@@ -452,20 +437,8 @@ class ParallelPublisher:
                 self._merge(_result(queue.popleft()))
 
     def _merge(self, res: ChunkResult) -> None:
-        s = self.publisher.summary
         self.worker_pids.add(res.pid)
-        s.built += res.built
-        s.unchanged += res.unchanged
-        s.superseded += res.superseded
-        s.quarantined += len(res.rejects)
-        s.skipped += res.skipped
-        for problem in res.problems:
-            s.fail(problem)
-        s.failed += res.failed - len(res.problems)
-        for key, sha in res.written:
-            s.written[key] = sha
-        s.seen.extend(res.seen)
-        s.pith_numbers.extend(res.pith_numbers)
+        self.publisher.summary.add(res.summary)
         self._rejects.extend(res.rejects)
         if self._progress:
             self._progress(res.records)

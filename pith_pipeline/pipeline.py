@@ -116,6 +116,46 @@ class RunSummary:
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(problem)
 
+    #: the counters `add` sums (every one `counts` reports, plus `failed` and `skipped`)
+    COUNTERS: ClassVar[tuple[str, ...]] = (
+        "fetched",
+        "built",
+        "unchanged",
+        "superseded",
+        "quarantined",
+        "failed",
+        "skipped",
+    )
+
+    def add(self, other: RunSummary) -> RunSummary:
+        """Fold another summary of the same run into this one, and return this one.
+
+        Why one method: a run's parts (a thread's paper, a worker's chunk, an Airflow
+        task's staged chunk, a backfill's window) are each counted as a `RunSummary`
+        and added up here, so a new counter is added in one place, not in four. The
+        named problems stay capped at `MAX_PROBLEMS` while `failed` stays exact.
+        """
+        for name in self.COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        room = max(0, MAX_PROBLEMS - len(self.problems))
+        self.problems.extend(other.problems[:room])
+        for key, sha in other.written.items():
+            self.written[key] = sha
+        self.pith_numbers.extend(other.pith_numbers)
+        self.seen.extend(other.seen)
+        return self
+
+    @classmethod
+    def part(cls, run_id: str, **counts: int) -> RunSummary:
+        """A summary held in plain lists and a dict (a thread's or a worker's share of
+        a run: small, picklable, and never spilled to a temporary database)."""
+        part = cls(run_id, written={}, pith_numbers=[], seen=[])
+        for name, n in counts.items():
+            if name not in cls.COUNTERS:
+                raise TypeError(f"RunSummary has no counter {name!r}")
+            setattr(part, name, n)
+        return part
+
 
 def event_key(body: str, content_sha256: str) -> str:
     return f"events/{body}/{content_sha256}.json"
