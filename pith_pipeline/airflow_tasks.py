@@ -614,6 +614,7 @@ def build_chunk(
     the counts. Returns `{"staged": key, "records": n, "built": n, ...}`.
     """
     from pith_pipeline.core.canonical_json import dumps_compact
+    from pith_pipeline.loader import Loader, numbered
     from pith_pipeline.pipeline import Publisher
     from pith_pipeline.sources.jsonl import Rejected
     from pith_pipeline.storage.lease import parse_shards, writer_lease
@@ -633,12 +634,13 @@ def build_chunk(
     ) as lease:
         pub.lease = lease
         pub.publish_key_document()
-        for item in iter_chunk_items(base, chunk):
-            if isinstance(item, Rejected) and not rejects:
-                continue  # another shard group's task quarantines it
-            entry = pub.publish_item(item)
-            if entry is not None:
-                pub.quarantine.append(entry)
+        items = (
+            item
+            for item in iter_chunk_items(base, chunk)
+            # a reject is quarantined by one task only (the others leave it out)
+            if rejects or not isinstance(item, Rejected)
+        )
+        pub.quarantine.extend(entry for _seq, entry in Loader(pub).run(numbered(items)))
     identities = sorted(pub.summary.seen)
     counts = {"records": len(identities), **pub.summary.counts()}
     header: dict[str, Any] = {

@@ -33,7 +33,7 @@ import os
 import pickle
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, Future, wait
 from concurrent.futures.process import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import InputError, PithError
+from pith_pipeline.loader import Loader
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
 from pith_pipeline.sources.jsonl import Item, Rejected
 from pith_pipeline.storage.base import Store
@@ -129,6 +130,8 @@ class WorkerSpec:
     certified: CertifiedHandoff | None = None
     # the shards the run publishes (None: all); the parent holds their leases
     shards: frozenset[int] | None = None
+    # papers each worker publishes at once (its `Loader`)
+    io_concurrency: int = 1
 
 
 @dataclass(slots=True)
@@ -200,7 +203,13 @@ def _init_worker(spec: WorkerSpec, parent_pid: int | None = None) -> None:
         store = _open_store(spec.store)
         signer = spec.certified.signer() if spec.certified is not None else open_signer(spec.signer_spec)
         _STATE["pub"] = Publisher(
-            store, signer, spec.config, clock=spec.clock, run_id=spec.run_id, shards=spec.shards
+            store,
+            signer,
+            spec.config,
+            clock=spec.clock,
+            run_id=spec.run_id,
+            shards=spec.shards,
+            io_concurrency=spec.io_concurrency,
         )
     except BaseException as exc:  # re-raised by the first chunk
         _STATE["error"] = exc
@@ -218,22 +227,23 @@ def _picklable(exc: BaseException) -> BaseException:
 
 
 def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
-    """Publish records in order through `Publisher.publish_item`, as one process does."""
+    """Publish records through the `Loader`, as one process does."""
     try:
         if "error" in _STATE:
             raise _STATE["error"]
         pub: Publisher = _STATE["pub"]
         run_id = pub.summary.run_id
         pub.summary = RunSummary.part(run_id)  # per chunk: the worker's memory stays flat
-        out = ChunkResult(os.getpid(), pub.summary, records=len(chunk))
         parent_pid = _STATE.get("parent_pid")
-        for seq, rec in chunk:
-            if parent_pid is not None:  # no new paper once the run's owner is gone
-                _exit_if_orphaned(parent_pid)
-            entry = pub.publish_item(rec)
-            if entry is not None:
-                out.rejects.append((seq, entry))
-        return out
+
+        def records() -> Iterator[tuple[int, Item]]:
+            for seq, rec in chunk:
+                if parent_pid is not None:  # no new paper once the run's owner is gone
+                    _exit_if_orphaned(parent_pid)
+                yield seq, rec
+
+        rejects = Loader(pub).run(records())
+        return ChunkResult(os.getpid(), pub.summary, records=len(chunk), rejects=rejects)
     except BaseException as exc:
         raise _picklable(exc) from None
 
@@ -305,6 +315,7 @@ class ParallelPublisher:
             publisher.summary.run_id,
             handoff,
             publisher.shards,
+            publisher.io_concurrency,
         )
         self._pools: list[ProcessPoolExecutor] | None = None
         self._queues: list[deque[Future[ChunkResult]]] = []
@@ -365,8 +376,8 @@ class ParallelPublisher:
             for item in items:
                 seq = self._seq
                 self._seq += 1
-                if isinstance(item, Rejected):
-                    self._publish_here(seq, item, rejects)
+                if isinstance(item, Rejected):  # counted here, in input order
+                    rejects.extend(Loader(pub, io_concurrency=1).run([(seq, item)], progress=progress))
                 elif self._pools is not None:
                     self._route(seq, item)
                 else:
@@ -376,8 +387,8 @@ class ParallelPublisher:
                         for s, rec in pending:
                             self._route(s, rec)
                         pending = []
-            for seq, rec in pending:  # a small run: in this process, as ever
-                self._publish_here(seq, rec, rejects)
+            if pending:  # a small run: in this process, as ever
+                rejects.extend(Loader(pub).run(pending, progress=progress))
             if self._pools is not None:
                 self._drain()
         except BaseException:
@@ -388,13 +399,6 @@ class ParallelPublisher:
             pub.quarantine.extend(entry for _seq, entry in rejects)
         pub.flush_quarantine()
         return pub.summary
-
-    def _publish_here(self, seq: int, item: Item, rejects: list[tuple[int, dict[str, Any]]]) -> None:
-        entry = self.publisher.publish_item(item)
-        if entry is not None:
-            rejects.append((seq, entry))
-        if self._progress:
-            self._progress(1)
 
     def _route(self, seq: int, rec: ArxivRecord) -> None:
         pub = self.publisher

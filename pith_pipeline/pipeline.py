@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+import threading
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -191,10 +192,14 @@ class Publisher:
         shards: frozenset[int] | None = None,
         rotating: bool = False,
         today: Callable[[], date] | None = None,
+        io_concurrency: int | None = None,
     ) -> None:
         """`today`: the real date, for refusing records dated after tomorrow; not the
         build clock, which SOURCE_DATE_EPOCH pins to what is written, not to when the
-        run happens."""
+        run happens. `io_concurrency`: papers published at once by `publish` (the
+        `Loader`); None: the store's default (`loader.default_io_concurrency`)."""
+        from pith_pipeline.loader import check_io_concurrency, default_io_concurrency
+
         self.store = store
         self.signer = signer
         self.config = config or BuildConfig()
@@ -203,6 +208,11 @@ class Publisher:
         self.lease = lease
         self.shards = shards
         self.today = today or _utc_today
+        self.io_concurrency = check_io_concurrency(
+            io_concurrency if io_concurrency is not None else default_io_concurrency(store)
+        )
+        # a thread publishing one paper for the `Loader` counts it in a summary of its own
+        self._local = threading.local()
         self.summary = RunSummary(run_id or new_run_id(clock()))
         self.quarantine: list[dict[str, Any]] = []
         self.rotating = rotating
@@ -212,6 +222,16 @@ class Publisher:
         self._signer_checked = False
         self._fresh: dict[tuple[str, ...], FreshBuilder] = {}
         self._last_written: tuple[bytes | None, str] = (None, "")
+
+    @property
+    def summary(self) -> RunSummary:
+        """The run's summary; inside `publish_counted`, the one paper's."""
+        part: RunSummary | None = getattr(self._local, "summary", None)
+        return part if part is not None else self._summary
+
+    @summary.setter
+    def summary(self, value: RunSummary) -> None:
+        self._summary = value
 
     # -- keys ---------------------------------------------------------------
     def _stored_keys(self, raw: bytes | None) -> dict[str, PublicKey]:
@@ -300,10 +320,12 @@ class Publisher:
     def _record_write(self, key: str, data: bytes) -> None:
         import hashlib
 
-        # a bundle is written twice (pith/ and .well-known/) as one bytes object: hash it once
-        if data is not self._last_written[0]:
-            self._last_written = (data, hashlib.sha256(data).hexdigest())
-        self.summary.written[key] = self._last_written[1]
+        # a bundle is written twice (pith/ and .well-known/) as one bytes object: hash it
+        # once (read once: another thread may replace the pair meanwhile)
+        last = self._last_written
+        if data is not last[0]:
+            last = self._last_written = (data, hashlib.sha256(data).hexdigest())
+        self.summary.written[key] = last[1]
 
     # -- reads -----------------------------------------------------------
     def subject_events(self, body: str) -> list[dict[str, Any]]:
@@ -388,17 +410,20 @@ class Publisher:
             return self.rejection(_build_failure(item, exc))
         return None
 
+    def publish_counted(self, item: Item) -> tuple[dict[str, Any] | None, RunSummary]:
+        """`publish_item`, counted in a summary of its own that the caller adds to the
+        run's: what a `Loader` thread runs, so that threads never update one summary."""
+        part = self._local.summary = RunSummary.part(self._summary.run_id)
+        try:
+            return self.publish_item(item), part
+        finally:
+            self._local.summary = None
+
     def publish(self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None) -> RunSummary:
-        """Build, sign and publish every record; quarantine every reject."""
-        self.publish_key_document()
-        for item in items:
-            entry = self.publish_item(item)
-            if entry is not None:
-                self.quarantine.append(entry)
-            if progress:
-                progress(1)
-        self.flush_quarantine()
-        return self.summary
+        """Build, sign and publish every record; quarantine every reject (the `Loader`)."""
+        from pith_pipeline.loader import Loader
+
+        return Loader(self).publish(items, progress=progress)
 
     def flush_quarantine(self) -> None:
         if self.quarantine:

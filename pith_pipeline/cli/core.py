@@ -15,6 +15,7 @@ from tqdm import tqdm
 from pith_pipeline.cli.options import (
     build_config,
     fail_if_incomplete,
+    io_concurrency_option,
     lease_notice,
     run_index_lease,
     shards_option,
@@ -97,6 +98,7 @@ def print_summary(summary: RunSummary, store_url: str) -> None:
 )
 @signer_option(dest="key_path")
 @workers_option
+@io_concurrency_option
 @shards_option
 @wait_option
 @site_options
@@ -106,6 +108,7 @@ def build(
     key_path: str,
     workers: int,
     worker_chunk: int,
+    io_concurrency: int | None,
     shards_spec: str | None,
     lease_wait: float,
     base_url: str,
@@ -137,7 +140,12 @@ def build(
             digest = hashlib.file_digest(fh, "sha256").digest()
         run_id = reproducible_run_id(st, system_clock, digest)
     pub = Publisher(
-        st, signer, build_config(base_url, registry_name, signer_id), run_id=run_id, shards=shards
+        st,
+        signer,
+        build_config(base_url, registry_name, signer_id),
+        run_id=run_id,
+        shards=shards,
+        io_concurrency=io_concurrency,
     )
     lease = writer_lease(
         st, command="build", run_id=pub.summary.run_id, shards=shards, wait=lease_wait, on_wait=lease_notice
