@@ -17,7 +17,12 @@ and duplicate of one arXiv id is published by one thread after the other, in inp
 order, because the pointer, supersedes and corrections are read-modify-write per
 paper; different papers share no object (the key document is published before the
 loop, the quarantine after it). At most `backlog` records wait beyond those in
-flight (back-pressure), so memory stays bounded whatever the input.
+flight, and `learn_batch` more are read ahead (back-pressure), so memory stays
+bounded whatever the input.
+
+Why read ahead: a paper the store has never seen needs no request before its
+writes, and one listing page tells that for a whole batch of papers
+(`Publisher.learn_new`); so a new paper costs its six writes and a share of a LIST.
 
 With N = 1 (the default for a local directory) nothing changes: records are
 published one after another in this thread, and a fixed clock gives the same bytes.
@@ -51,6 +56,9 @@ LOCAL_IO_CONCURRENCY = 1
 MAX_IO_CONCURRENCY = 256
 #: records waiting beyond those in flight, per unit of concurrency (back-pressure)
 BACKLOG_PER_SLOT = 4
+
+#: records read ahead to learn, with a few LISTs, which papers are new (`learn_new`)
+LEARN_BATCH = 256
 
 #: (input sequence number, quarantine entry)
 Reject = tuple[int, dict[str, Any]]
@@ -91,6 +99,7 @@ class Loader:
         n = io_concurrency if io_concurrency is not None else publisher.io_concurrency
         self.io_concurrency = check_io_concurrency(n)
         self.backlog = BACKLOG_PER_SLOT * self.io_concurrency
+        self.learn_batch = LEARN_BATCH
         if self.io_concurrency > 1:
             reserve_connections(publisher.store, self.io_concurrency)
 
@@ -111,21 +120,26 @@ class Loader:
         stops the loop: papers already in flight finish, no new one starts, and the
         error is raised (what was published stays published; a rerun completes it).
         """
-        if self.io_concurrency == 1:
-            return self._run_here(items, progress)
-        return _Concurrent(self, progress).run(items)
+        try:
+            if self.io_concurrency == 1:
+                return self._run_here(items, progress)
+            return _Concurrent(self, progress).run(items)
+        finally:
+            self.publisher.forget_learned()
 
     def _run_here(
         self, items: Iterable[tuple[int, Item]], progress: Callable[[int], None] | None
     ) -> list[Reject]:
         pub = self.publisher
         rejects: list[Reject] = []
-        for seq, item in items:
-            entry = pub.publish_item(item)
-            if entry is not None:
-                rejects.append((seq, entry))
-            if progress:
-                progress(1)
+        for batch in batches(items, self.learn_batch):
+            pub.learn_new(item for _seq, item in batch)
+            for seq, item in batch:
+                entry = pub.publish_item(item)
+                if entry is not None:
+                    rejects.append((seq, entry))
+                if progress:
+                    progress(1)
         return rejects
 
 
@@ -142,6 +156,7 @@ class _Concurrent:
         self.pub = loader.publisher
         self.n = loader.io_concurrency
         self.limit = self.n + loader.backlog
+        self.learn_batch = loader.learn_batch
         self.progress = progress
         self.lock = threading.Lock()
         # papers with a thread on them -> their later records, waiting in input order
@@ -155,28 +170,18 @@ class _Concurrent:
     def run(self, items: Iterable[tuple[int, Item]]) -> list[Reject]:
         pool = ThreadPoolExecutor(max_workers=self.n, thread_name_prefix="pith-load")
         try:
-            for seq, item in items:
-                while self.outstanding >= self.limit:  # back-pressure
-                    self._fold(self.done.get())
+            for batch in batches(items, self.learn_batch):
                 self._fold_ready()
                 if self.error is not None:
                     break
-                paper = _paper(item)
-                if paper is None:  # a reject: counted here, no request
-                    entry = self.pub.publish_item(item)
-                    if entry is not None:
-                        self.rejects.append((seq, entry))
-                    if self.progress:
-                        self.progress(1)
-                    continue
-                self.outstanding += 1
                 with self.lock:
-                    waiting = self.busy.get(paper)
-                    if waiting is not None:
-                        waiting.append((seq, item))
-                        continue
-                    self.busy[paper] = deque()
-                pool.submit(self._work, paper, seq, item)
+                    busy = set(self.busy)
+                self.pub.learn_new((item for _seq, item in batch), busy=busy)
+                for seq, item in batch:
+                    if not self._dispatch(pool, seq, item):
+                        break
+                if self.error is not None:
+                    break
             while self.outstanding:
                 self._fold(self.done.get())
         finally:
@@ -186,6 +191,31 @@ class _Concurrent:
             raise self.error
         self.rejects.sort(key=lambda r: r[0])
         return self.rejects
+
+    def _dispatch(self, pool: ThreadPoolExecutor, seq: int, item: Item) -> bool:
+        """Hand one record to a thread (or to its paper's queue); False: stop reading."""
+        while self.outstanding >= self.limit:  # back-pressure
+            self._fold(self.done.get())
+        self._fold_ready()
+        if self.error is not None:
+            return False
+        paper = _paper(item)
+        if paper is None:  # a reject: counted here, no request
+            entry = self.pub.publish_item(item)
+            if entry is not None:
+                self.rejects.append((seq, entry))
+            if self.progress:
+                self.progress(1)
+            return True
+        self.outstanding += 1
+        with self.lock:
+            waiting = self.busy.get(paper)
+            if waiting is not None:
+                waiting.append((seq, item))
+                return True
+            self.busy[paper] = deque()
+        pool.submit(self._work, paper, seq, item)
+        return True
 
     def _work(self, paper: str, seq: int, item: Item) -> None:
         """Publish one paper's records, one after another, on this thread."""
@@ -227,6 +257,18 @@ class _Concurrent:
                 self.progress(1)
         if entry is not None:
             self.rejects.append((seq, entry))
+
+
+def batches(items: Iterable[tuple[int, Item]], size: int) -> Iterator[list[tuple[int, Item]]]:
+    """Numbered items in lists of up to `size` (read ahead, so memory stays bounded)."""
+    batch: list[tuple[int, Item]] = []
+    for pair in items:
+        batch.append(pair)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def numbered(items: Iterable[Item], start: int = 0) -> Iterator[tuple[int, Item]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Container, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Protocol
@@ -213,6 +213,10 @@ class Publisher:
         )
         # a thread publishing one paper for the `Loader` counts it in a summary of its own
         self._local = threading.local()
+        # keys `learn_new` found absent, and the identities it computed on the way
+        self._known_lock = threading.Lock()
+        self._absent: set[str] = set()
+        self._idents: dict[tuple[str, int], Identity] = {}
         self.summary = RunSummary(run_id or new_run_id(clock()))
         self.quarantine: list[dict[str, Any]] = []
         self.rotating = rotating
@@ -305,10 +309,72 @@ class Publisher:
                 return
         raise IntegrityError("kept changing under concurrent writers; run again", key=PUBLIC_KEY_FILE)
 
+    # -- what the run knows without asking the store ----------------------------
+    def learn_new(self, records: Iterable[Item], *, busy: Container[str] = ()) -> int:
+        """Learn which of these papers the store has never seen; returns the LIST
+        requests it took (0 on a store without `list_after`: papers ask one by one).
+
+        Why: on S3 a new paper would otherwise cost a LIST of `events/<ID>/` and a GET
+        of its arXiv pointer before its writes. One listing page (up to 1000 keys
+        after a given key) answers for every paper of the batch whose key sorts
+        before the page's last key, so a batch of new papers costs a few LISTs, and
+        never more than one per paper (`absent_keys`).
+
+        What is learned is "no object under this key": it stays true until this run
+        writes there, and every writer of an event or pointer reads it first (and so
+        uses it up, `_known_absent`). `busy`: arXiv ids with a record still being
+        published; their keys are not learned, as that record may be about to write
+        them.
+        """
+        lister = getattr(self.store, "list_after", None)
+        if lister is None:
+            return 0
+        idents: dict[tuple[str, int], Identity] = {}
+        for rec in records:
+            if isinstance(rec, Rejected) or rec.id in busy:
+                continue
+            if self.shards is not None and shard_of(rec.id) not in self.shards:
+                continue
+            try:
+                idents[(rec.id, rec.version)] = Identity.of(rec)
+            except Exception:  # a record that cannot be built: publish_item quarantines it
+                continue
+        pointers = sorted({pointer_key(i.record.id) for i in idents.values()})
+        bodies = sorted({f"events/{i.body}/" for i in idents.values()})
+        absent_pointers, n1 = absent_keys(lister, "arxiv/", pointers)
+        absent_bodies, n2 = absent_keys(lister, "events/", bodies)
+        with self._known_lock:
+            self._idents = idents
+            self._absent.update(absent_pointers)
+            self._absent.update(absent_bodies)
+        return n1 + n2
+
+    def forget_learned(self) -> None:
+        """Drop what `learn_new` learned (a loop's end: another may write meanwhile)."""
+        with self._known_lock:
+            self._absent.clear()
+            self._idents = {}
+
+    def _known_absent(self, key: str) -> bool:
+        """True once if `learn_new` found nothing under `key` (used up by the reader)."""
+        if not self._absent:
+            return False
+        with self._known_lock:
+            if key in self._absent:
+                self._absent.discard(key)
+                return True
+        return False
+
+    def _identity(self, rec: ArxivRecord) -> Identity:
+        known = self._idents.get((rec.id, rec.version))
+        return known if known is not None and known.record is rec else Identity.of(rec)
+
     # -- writes ----------------------------------------------------------
-    def _put(self, key: str, data: bytes) -> None:
-        """Replace a derived object only when its bytes change."""
-        if self.store.get(key) == data:
+    def _put(self, key: str, data: bytes, *, changed: bool = False) -> None:
+        """Replace a derived object only when its bytes change. `changed`: the caller
+        knows they do (a new paper's bundle, a pointer that gains a record), so the
+        stored bytes are not read first."""
+        if not changed and self.store.get(key) == data:
             return
         self.store.put(key, data)
         self._record_write(key, data)
@@ -340,6 +406,8 @@ class Publisher:
         """
         from pith_pipeline.audit import subject_events
 
+        if self._known_absent(f"events/{body}/"):
+            return []
         got = subject_events(self.store, body, self._keyring())
         got.raise_for_problems()
         return list(got.events)
@@ -353,8 +421,19 @@ class Publisher:
         return self._ring
 
     def _pointer(self, arxiv_id: str) -> dict[str, Any]:
+        """The paper's arXiv pointer; read once per `publish_record` (which keeps it
+        as it writes it: the paper is this thread's, under the run's lease)."""
+        cache: dict[str, dict[str, Any]] | None = getattr(self._local, "pointers", None)
+        if cache is not None and arxiv_id in cache:
+            return cache[arxiv_id]
+        pointer = self._read_pointer(arxiv_id)
+        if cache is not None:
+            cache[arxiv_id] = pointer
+        return pointer
+
+    def _read_pointer(self, arxiv_id: str) -> dict[str, Any]:
         key = pointer_key(arxiv_id)
-        raw = self.store.get(key)
+        raw = None if self._known_absent(key) else self.store.get(key)
         if not raw:
             return {"arxiv_id": arxiv_id, "records": []}
         try:
@@ -431,7 +510,14 @@ class Publisher:
             self._put(f"quarantine/{self.summary.run_id}.jsonl", body)
 
     def publish_record(self, rec: ArxivRecord) -> Identity:
-        ident = Identity.of(rec)
+        self._local.pointers = {}
+        try:
+            return self._publish_record(rec)
+        finally:
+            self._local.pointers = None
+
+    def _publish_record(self, rec: ArxivRecord) -> Identity:
+        ident = self._identity(rec)
         existing = self.subject_events(ident.body)
         if any(e.get("event_type") == "record_created" for e in existing):
             self.summary.unchanged += 1
@@ -450,10 +536,11 @@ class Publisher:
             _check_index_rows(fresh.bundle)  # before anything of the record is published
             for ev, data in zip(fresh.events, fresh.event_bytes, strict=True):
                 self._put_event(event_key(ident.body, ev["content_sha256"]), data)
+            # no stored event: whatever a bundle there holds, it is not these bytes
             bkey, skey, wkey = bundle_paths(ident.body)
-            self._put(bkey, fresh.bundle_bytes)
-            self._put(skey, fresh.state_bytes)
-            self._put(wkey, fresh.bundle_bytes)
+            self._put(bkey, fresh.bundle_bytes, changed=True)
+            self._put(skey, fresh.state_bytes, changed=True)
+            self._put(wkey, fresh.bundle_bytes, changed=True)
             built_events = fresh.events
         else:
             built = build_record_events(
@@ -593,7 +680,8 @@ class Publisher:
         )
         pointer["records"].sort(key=lambda r: (r["version"], r["created_at"], r["pith_number"]))
         pointer["latest"] = pointer["records"][-1]["pith_number"]
-        self._put(pointer_key(ident.record.id), dumps_pretty(pointer) + b"\n")
+        # it gains a record, so its bytes change: written without reading them again
+        self._put(pointer_key(ident.record.id), dumps_pretty(pointer) + b"\n", changed=True)
 
     def _check_signer(self, event: dict[str, Any]) -> None:
         """Verify the run's first fresh signature once: later ones are trusted (see `merge`)."""
@@ -693,6 +781,46 @@ class Publisher:
         self._put(skey, dumps_compact(bundle["state"]))
         self._put(wkey, data)
         return bundle
+
+
+#: keys per listing page (S3's most)
+LIST_PAGE = 1000
+
+
+def absent_keys(
+    lister: Callable[[str, str, int], Sequence[str]], prefix: str, names: Sequence[str]
+) -> tuple[set[str], int]:
+    """Which of the sorted `names` (keys, or key prefixes ending in `/`, all under
+    `prefix`) have no object, by listing pages of keys; and how many pages it took.
+
+    Each page starts just before the first undecided name, so it decides at least
+    that one (at most one request per name); it decides every later name that sorts
+    before its last key, or all of them when it is the listing's last page.
+    """
+    absent: set[str] = set()
+    requests = 0
+    i = 0
+    while i < len(names):
+        first = i
+        page = lister(prefix, names[i][:-1], LIST_PAGE)
+        requests += 1
+        end = len(page) < LIST_PAGE
+        last = page[-1] if page else ""
+        k = 0
+        while i < len(names):
+            name = names[i]
+            while k < len(page) and page[k] < name:
+                k += 1
+            if k < len(page) and page[k].startswith(name):
+                i += 1  # there
+            elif end or (last > name and not last.startswith(name)):
+                absent.add(name)
+                i += 1
+            else:
+                break  # past this page: the next one starts here
+        if i == first:  # a page of stray keys just below the name: leave the rest unknown
+            break
+    return absent, requests
 
 
 def _check_index_rows(bundle: dict[str, Any]) -> None:

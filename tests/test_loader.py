@@ -107,13 +107,17 @@ def test_many_papers_in_flight_write_what_one_at_a_time_writes(sample_lines: lis
     s8 = _publish(many, items, 8)
     assert many.violations == []
     assert many.objects == one.objects  # same bytes, quarantine file included
-    assert s8.counts() == s1.counts() == {
-        "fetched": 33,
-        "built": 31,
-        "unchanged": 1,
-        "superseded": 1,
-        "quarantined": 1,
-    }
+    assert (
+        s8.counts()
+        == s1.counts()
+        == {
+            "fetched": 33,
+            "built": 31,
+            "unchanged": 1,
+            "superseded": 1,
+            "quarantined": 1,
+        }
+    )
     assert dict(s8.written) == dict(s1.written)
     assert sorted(s8.pith_numbers) == sorted(s1.pith_numbers)
     assert sorted(s8.seen) == sorted(s1.seen)
@@ -146,12 +150,14 @@ def test_the_quarantine_is_written_last_in_input_order(sample_lines: list[str]) 
 
 def test_records_waiting_are_bounded(sample_lines: list[str]) -> None:
     """Back-pressure: the input is read at most `io_concurrency + backlog` records
-    ahead of those already counted, however slow the store."""
+    (plus the batch read ahead to learn which papers are new) ahead of those already
+    counted, however slow the store."""
     items = _items(sample_lines)
     store = OrderCheckingStore(jitter=0.003)
     pub = Publisher(store, SIGNER, BuildConfig(), clock=_fixed, run_id="run-1", io_concurrency=2)
     loader = Loader(pub)
     loader.backlog = 1
+    loader.learn_batch = 2
     done = 0
     ahead: list[int] = []
 
@@ -166,7 +172,7 @@ def test_records_waiting_are_bounded(sample_lines: list[str]) -> None:
 
     loader.publish(reading(), progress=progress)
     assert done == len(items)
-    assert max(ahead) <= 3  # 2 in flight + 1 waiting
+    assert max(ahead) <= 5  # 2 in flight + 1 waiting + 2 read ahead
     assert max(ahead) >= 1  # and more than one was in flight at some point
 
 
@@ -202,3 +208,113 @@ def test_io_concurrency_defaults_per_store_and_is_checked() -> None:
     assert store.max_connections == 48
     store.reserve_connections(8)  # never shrinks
     assert store.max_connections == 48
+
+
+# -- only the requests a paper needs -----------------------------------------------
+
+
+class NoListing(MemoryStore):
+    """A store without `list_after`: every paper asks the store about itself."""
+
+    list_after = None
+
+
+class CountingStore(MemoryStore):
+    """Counts requests by kind, as S3 would bill them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[tuple[str, str]] = []
+
+    def _count(self, kind: str, key: str) -> None:
+        with self._lock:
+            self.requests.append((kind, key))
+
+    def get(self, key: str) -> bytes | None:
+        self._count("GET", key)
+        return super().get(key)
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        self._count("GET", key)
+        return super().get_tagged(key)
+
+    def exists(self, key: str) -> bool:
+        self._count("HEAD", key)
+        return super().exists(key)
+
+    def list(self, prefix: str) -> Iterator[str]:
+        self._count("LIST", prefix)
+        return super().list(prefix)
+
+    def list_after(self, prefix: str, start_after: str, limit: int) -> Any:
+        self._count("LIST", prefix)
+        return super().list_after(prefix, start_after, limit)
+
+    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
+        self._count("PUT", key)
+        super().put(key, data, content_type=content_type)
+
+    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
+        self._count("PUT", key)
+        return super().put_once(key, data, content_type=content_type)
+
+    def put_if_match(self, key: str, data: bytes, tag: str | None, **kw: Any) -> bool:
+        self._count("PUT", key)
+        return super().put_if_match(key, data, tag, **kw)
+
+
+#: a new paper's writes: two events, bundle, state, .well-known copy, arXiv pointer
+WRITES_PER_NEW_PAPER = 6
+
+
+@pytest.mark.parametrize("io", [1, 4])
+def test_a_new_paper_costs_only_its_writes(sample_lines: list[str], io: int) -> None:
+    items = [parse_line(line.encode(), f"input:{n}") for n, line in enumerate(sample_lines, 1)]
+    store = CountingStore()
+    summary = _publish(store, items, io)
+    assert summary.built == len(items) == 30
+    per_paper = [
+        (k, key)
+        for k, key in store.requests
+        if key.startswith(("events/", "pith/", ".well-known/", "arxiv/"))
+    ]
+    kinds = {k for k, _key in per_paper}
+    assert [k for k, _key in per_paper].count("PUT") == WRITES_PER_NEW_PAPER * 30
+    assert kinds == {"PUT", "LIST"}  # no per-paper GET, HEAD
+    assert len(per_paper) - WRITES_PER_NEW_PAPER * 30 <= 2  # one LIST page of pointers, one of events
+    assert len(store.requests) <= WRITES_PER_NEW_PAPER * 30 + 6  # + the key document's CAS
+
+
+def test_what_is_learned_changes_no_byte(sample_lines: list[str]) -> None:
+    """Learning which papers are new (one listing) writes what asking per paper writes,
+    on a fresh store and on one that already holds some of the papers."""
+    items = _items(sample_lines)
+    learning, asking = MemoryStore(), NoListing()
+    for store in (learning, asking):
+        _publish(store, items[:12], 1)
+    s1 = _publish(learning, items, 4)
+    s2 = _publish(asking, items, 4)
+    assert learning.objects == asking.objects
+    assert s1.counts() == s2.counts()
+    assert s1.unchanged >= 11
+
+
+def test_a_paper_whose_run_died_after_its_events_is_not_built_again(sample_lines: list[str]) -> None:
+    """Events stored, no bundle, no pointer (killed in between): a listing finds the
+    events, so the paper is finished from them, not given a second creation."""
+    items = [parse_line(line.encode(), f"input:{n}") for n, line in enumerate(sample_lines[:3], 1)]
+    store = MemoryStore()
+    _publish(store, items, 1)
+    before = dict(store.objects)
+    body = next(k.split("/")[1] for k in before if k.startswith("pith/"))
+    arxiv_id = next(k for k in before if k.startswith("arxiv/") and body in before[k].decode())
+    for key in (
+        f"pith/{body}/bundle.json",
+        f"pith/{body}/state.json",
+        f".well-known/pith/{body}/bundle.json",
+        arxiv_id,
+    ):
+        del store.objects[key]
+    again = _publish(store, items, 4)
+    assert (again.built, again.unchanged) == (0, 3)
+    assert store.objects == before

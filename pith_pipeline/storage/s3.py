@@ -19,7 +19,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -233,6 +233,22 @@ class S3Store:
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("LIST", prefix, exc) from None
         return iter(sorted(keys))
+
+    def list_after(self, prefix: str, start_after: str, limit: int) -> Sequence[str]:
+        """Up to `limit` keys under `prefix` that sort after `start_after`, sorted:
+        one LIST request, whatever the bucket holds (`loader`: which papers are new)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        after = f"{self.prefix}/{start_after}" if self.prefix else start_after
+        try:
+            resp = self.client.list_objects_v2(
+                Bucket=self.bucket, Prefix=full, StartAfter=after, MaxKeys=max(1, min(limit, 1000))
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("LIST", prefix, exc) from None
+        return sorted(obj["Key"][strip:] for obj in resp.get("Contents", ()))
 
     # -- writes -------------------------------------------------------------
     def _put_object(self, key: str, data: bytes, content_type: str, **extra: str) -> None:
