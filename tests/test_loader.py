@@ -318,3 +318,32 @@ def test_a_paper_whose_run_died_after_its_events_is_not_built_again(sample_lines
     again = _publish(store, items, 4)
     assert (again.built, again.unchanged) == (0, 3)
     assert store.objects == before
+
+
+def test_s3_lists_pages_after_a_key_and_publishes_many_papers_at_once(
+    s3_store_url: str, sample_lines: list[str]
+) -> None:
+    """On moto's server: `list_after` pages as the memory store does, and a run with
+    papers in flight writes what one at a time writes."""
+    from pith_pipeline.storage.s3 import S3Store
+
+    s3 = S3Store.from_url(s3_store_url)
+    mem = MemoryStore()
+    for key in ("arxiv/1.json", "arxiv/2.json", "arxiv/3.json", "events/A/x.json", "events/B/y.json"):
+        s3.put(key, b"{}")
+        mem.put(key, b"{}")
+    for prefix, after, limit in (
+        ("arxiv/", "arxiv/1.jso", 2),
+        ("arxiv/", "arxiv/3", 10),
+        ("events/", "events/A", 5),
+    ):
+        assert list(s3.list_after(prefix, after, limit)) == list(mem.list_after(prefix, after, limit))
+    items = _items(sample_lines)
+    s3_run = S3Store.from_url(s3_store_url + "/run")
+    summary = _publish(s3_run, items, 8)
+    assert s3_run.max_connections >= 8
+    one = MemoryStore()
+    _publish(one, items, 1)
+    assert summary.built == 31
+    assert {k: s3_run.get(k) for k in one.objects} == one.objects
+    assert sorted(s3_run.list("")) == sorted(one.objects)
