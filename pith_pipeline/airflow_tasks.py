@@ -603,6 +603,7 @@ def build_chunk(
     *,
     signer: Signer | None = None,
     store: Store | None = None,
+    io_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """Build, sign and publish one chunk, holding the writer leases of its shards.
 
@@ -611,7 +612,8 @@ def build_chunk(
     happen under one lease (a concurrent window of `backfill create` waits its turn).
     The staged object now holds only the chunk's counts, the objects it wrote and its
     quarantine entries; `publish` merges the quarantine, `index` and `manifest` read
-    the counts. Returns `{"staged": key, "records": n, "built": n, ...}`.
+    the counts. Papers are published by the `Loader`, `io_concurrency` at once (None:
+    the store's default, 32 on S3). Returns `{"staged": key, "records": n, "built": n, ...}`.
     """
     from pith_pipeline.core.canonical_json import dumps_compact
     from pith_pipeline.loader import Loader, numbered
@@ -623,7 +625,9 @@ def build_chunk(
     signer = signer or _signer(settings)
     shards = parse_shards(str(chunk["shards"])) if chunk.get("shards") else None
     rejects = bool(chunk.get("rejects", True))
-    pub = Publisher(base, signer, settings.build_config, run_id=run_id, shards=shards)
+    pub = Publisher(
+        base, signer, settings.build_config, run_id=run_id, shards=shards, io_concurrency=io_concurrency
+    )
     with writer_lease(
         base,
         command=f"airflow build chunk {int(chunk['index'])}",

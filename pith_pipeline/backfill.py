@@ -61,6 +61,7 @@ def run_window(
     signer: Any,
     result: BackfillResult,
     on_chunk: Progress | None = None,
+    io_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """One planned window, start to finish; every step is safe to repeat."""
     from pith_pipeline.core.canonical_json import loads
@@ -77,7 +78,9 @@ def run_window(
             staged.append(loads(done)["staged"])
             result.chunks_resumed += 1
         else:
-            built = at.build_chunk(settings, run_id, chunk, signer=signer, store=store)
+            built = at.build_chunk(
+                settings, run_id, chunk, signer=signer, store=store, io_concurrency=io_concurrency
+            )
             written += at.publish_staged(settings, [built["staged"]], store=store)["written"]
             _checkpoint(store, run_id, index, built)
             staged.append(built["staged"])
@@ -101,6 +104,7 @@ def run_backfill(
     snapshot_path: str | None = None,
     *,
     progress: bool | None = None,
+    io_concurrency: int | None = None,
 ) -> BackfillResult:
     """Publish every window of [start, until) not yet complete; resumable after a kill."""
     from tqdm import tqdm
@@ -122,6 +126,7 @@ def run_backfill(
                 signer=signer,
                 result=result,
                 on_chunk=bar.update if source == "snapshot" else None,
+                io_concurrency=io_concurrency,
             )
             if source != "snapshot":
                 bar.update(1)

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -347,3 +348,36 @@ def test_s3_lists_pages_after_a_key_and_publishes_many_papers_at_once(
     assert summary.built == 31
     assert {k: s3_run.get(k) for k in one.objects} == one.objects
     assert sorted(s3_run.list("")) == sorted(one.objects)
+
+
+def test_build_takes_io_concurrency(tmp_path: Path, asset: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`build --io-concurrency 4` into a directory publishes what the default (1) does
+    (the index tables' commit logs carry their own timestamps)."""
+    from click.testing import CliRunner
+
+    from pith_pipeline.cli import cli
+    from pith_pipeline.signing.local import generate_key
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1780000000")
+    key = generate_key(tmp_path / "keys", key_id="test-key")[0]
+    trees = []
+    for io in ("1", "4"):
+        store = tmp_path / f"io-{io}"
+        args = [
+            "build",
+            "--input",
+            str(asset("arxiv-sample.jsonl")),
+            "--store",
+            str(store),
+            "--key",
+            str(key),
+        ]
+        result = CliRunner().invoke(cli, [*args, "--workers", "1", "--io-concurrency", io])
+        assert result.exit_code == 0, result.output
+        published = ("events/", "pith/", ".well-known/", "arxiv/", "quarantine/", "pith-signing-key.json")
+        files = {str(p.relative_to(store)): p for p in sorted(store.rglob("*")) if p.is_file()}
+        trees.append({k: p.read_bytes() for k, p in files.items() if k.startswith(published)})
+    assert trees[0] == trees[1]
+    assert sum(1 for k in trees[0] if k.startswith("pith/") and k.endswith("bundle.json")) == 30
+    bad = CliRunner().invoke(cli, [*args, "--io-concurrency", "0"])
+    assert bad.exit_code == 2 and "io-concurrency" in bad.output
