@@ -100,8 +100,8 @@ class Loader:
         self.io_concurrency = check_io_concurrency(n)
         self.backlog = BACKLOG_PER_SLOT * self.io_concurrency
         self.learn_batch = LEARN_BATCH
-        if self.io_concurrency > 1:
-            reserve_connections(publisher.store, self.io_concurrency)
+        if self.io_concurrency > 1:  # + the calling thread's and the lease renewer's
+            reserve_connections(publisher.store, self.io_concurrency + 2)
 
     def publish(self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None) -> RunSummary:
         """A whole run: the key document, every item, then the quarantine file."""
