@@ -10,8 +10,11 @@ Each mode publishes the same generated papers into a fresh prefix of one bucket,
   - `io-concurrency 1`: one request at a time (the baseline);
   - `io-concurrency N`: the loader's default on S3 (32), or `--io N`.
 
-Printed per mode: papers/s, requests per new paper (publishing, and with the index
-and run manifest when `--index`), and the ratio of the two rates.
+Printed per mode: papers/s while publishing (key document, papers, quarantine) and
+with taking and releasing the writer lease (16 shard objects, a fixed cost per run),
+requests per new paper (lease included; with the index and run manifest when
+`--index`), and the ratios of the rates. The proxy runs in its own process, so it
+shares no interpreter lock with the pipeline's threads.
 
     python benchmarks/s3_bench.py --papers 200
     python benchmarks/s3_bench.py --papers 200 --io 1 --io 32 --io 64 --index
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import os
 import socket
 import subprocess
@@ -46,6 +50,7 @@ from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.loader import S3_IO_CONCURRENCY
 from pith_pipeline.sources.jsonl import Item, parse_line
 
+COUNTS_PATH = "/__proxy_counts__"
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade", "te"}
 
 
@@ -124,6 +129,13 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         pass
 
     def _forward(self) -> None:
+        if self.path == COUNTS_PATH:  # the benchmark reads (and resets) the counts
+            data = json.dumps(dict(self.server.reset())).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         kind = self.command
@@ -157,11 +169,40 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
 
 
+def serve_proxy(upstream: str, latency: float) -> None:
+    """The proxy in a process of its own (`--proxy`): it then shares no interpreter
+    lock with the pipeline's threads, as a real network would not. Prints its URL."""
+    proxy = LatencyProxy(upstream, latency)
+    print(proxy.url, flush=True)
+    proxy.serve_forever()
+
+
+@contextmanager
+def proxy_process(upstream: str, latency: float) -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--proxy", upstream, "--latency", str(latency)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def proxy_counts(url: str) -> Counter[str]:
+    """The requests the proxy forwarded since the last call (and reset them)."""
+    with urllib.request.urlopen(url + COUNTS_PATH, timeout=30) as resp:
+        return Counter(json.loads(resp.read()))
+
+
 def papers(n: int) -> list[Item]:
     return [parse_line(line, f"bench:{i}") for i, line in enumerate(generate(n), 1)]
 
 
-def run_mode(bucket: str, items: list[Item], io: int, proxy: LatencyProxy, *, index: bool) -> dict[str, Any]:
+def run_mode(bucket: str, items: list[Item], io: int, proxy: str, *, index: bool) -> dict[str, Any]:
     """Publish `items` into a fresh prefix as `build` does; time and count requests."""
     from pith_pipeline.index.runs import finish_run
     from pith_pipeline.loader import Loader
@@ -171,19 +212,24 @@ def run_mode(bucket: str, items: list[Item], io: int, proxy: LatencyProxy, *, in
 
     store = S3Store(bucket, f"io-{io}-{uuid.uuid4().hex[:6]}")
     signer = Ed25519Signer(bytes(range(32)), "bench-key")
-    proxy.reset()
-    t0 = time.perf_counter()
+    proxy_counts(proxy)
+    start = time.perf_counter()
     pub = Publisher(store, signer, BuildConfig(), io_concurrency=io)
     with writer_lease(store, command="bench", run_id=pub.summary.run_id) as lease:
         pub.lease = lease
+        t0 = time.perf_counter()
         summary = Loader(pub).publish(items)
-    publish_s = time.perf_counter() - t0
-    publish_requests = proxy.reset()
+        publish_s = time.perf_counter() - t0
+    total_s = time.perf_counter() - start
+    publish_requests = proxy_counts(proxy)
     out: dict[str, Any] = {
         "io": io,
         "built": summary.built,
         "seconds": publish_s,
         "papers_per_s": summary.built / publish_s,
+        # with taking and releasing the writer lease (16 shard objects, one at a time)
+        "total_seconds": total_s,
+        "papers_per_s_with_lease": summary.built / total_s,
         "requests": dict(publish_requests),
         "per_paper": sum(publish_requests.values()) / max(1, summary.built),
     }
@@ -191,7 +237,7 @@ def run_mode(bucket: str, items: list[Item], io: int, proxy: LatencyProxy, *, in
         t1 = time.perf_counter()
         finish_run(store, summary, {"bench": "s3"})
         out["index_seconds"] = time.perf_counter() - t1
-        index_requests = proxy.reset()
+        index_requests = proxy_counts(proxy)
         out["index_requests"] = dict(index_requests)
         out["per_paper_with_index"] = (sum(publish_requests.values()) + sum(index_requests.values())) / max(
             1, summary.built
@@ -210,50 +256,53 @@ def main(argv: list[str] | None = None) -> int:
         help=f"io-concurrency of a mode (repeatable; default: 1 and {S3_IO_CONCURRENCY})",
     )
     ap.add_argument("--index", action="store_true", help="also update the index and write the run manifest")
+    ap.add_argument("--proxy", metavar="UPSTREAM", help=argparse.SUPPRESS)  # the proxy's own process
     args = ap.parse_args(argv)
+    if args.proxy:
+        serve_proxy(args.proxy, args.latency)
+        return 0
     modes = args.io or [1, S3_IO_CONCURRENCY]
     items = papers(args.papers)
-    with moto_server() as upstream:
-        proxy = LatencyProxy(upstream, args.latency)
-        threading.Thread(target=proxy.serve_forever, daemon=True).start()
-        try:
-            os.environ.update(
-                AWS_ACCESS_KEY_ID="bench",
-                AWS_SECRET_ACCESS_KEY="bench",
-                AWS_DEFAULT_REGION="us-east-1",
-                AWS_ENDPOINT_URL=proxy.url,
-                AWS_CONFIG_FILE="/dev/null",
-                AWS_SHARED_CREDENTIALS_FILE="/dev/null",
-            )
-            for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
-                os.environ.pop(name, None)
-            import boto3
+    with moto_server() as upstream, proxy_process(upstream, args.latency) as proxy:
+        os.environ.update(
+            AWS_ACCESS_KEY_ID="bench",
+            AWS_SECRET_ACCESS_KEY="bench",
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_ENDPOINT_URL=proxy,
+            AWS_CONFIG_FILE="/dev/null",
+            AWS_SHARED_CREDENTIALS_FILE="/dev/null",
+        )
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+            os.environ.pop(name, None)
+        import boto3
 
-            bucket = f"pith-bench-{uuid.uuid4().hex[:8]}"
-            boto3.client("s3", endpoint_url=upstream).create_bucket(Bucket=bucket)
-            print(f"{args.papers} new papers per mode, {args.latency * 1000:.0f} ms added per request")
-            results = []
-            for io in modes:
-                r = run_mode(bucket, items, io, proxy, index=args.index)
-                results.append(r)
-                reqs = ", ".join(f"{k} {v}" for k, v in sorted(r["requests"].items()))
-                line = (
-                    f"io-concurrency {io:>3}: {r['papers_per_s']:7.2f} papers/s "
-                    f"({r['seconds']:.1f} s), {r['per_paper']:.2f} requests per new paper ({reqs})"
+        bucket = f"pith-bench-{uuid.uuid4().hex[:8]}"
+        boto3.client("s3", endpoint_url=upstream).create_bucket(Bucket=bucket)
+        print(f"{args.papers} new papers per mode, {args.latency * 1000:.0f} ms added per request")
+        results = []
+        for io in modes:
+            r = run_mode(bucket, items, io, proxy, index=args.index)
+            results.append(r)
+            reqs = ", ".join(f"{k} {v}" for k, v in sorted(r["requests"].items()))
+            line = (
+                f"io-concurrency {io:>3}: {r['papers_per_s']:7.2f} papers/s "
+                f"({r['seconds']:.1f} s; {r['papers_per_s_with_lease']:.2f}/s, {r['total_seconds']:.1f} s "
+                f"with the writer lease), {r['per_paper']:.2f} requests per new paper ({reqs})"
+            )
+            if args.index:
+                line += (
+                    f"; with index and run manifest {r['per_paper_with_index']:.2f} "
+                    f"(index {r['index_seconds']:.1f} s)"
                 )
-                if args.index:
-                    line += (
-                        f"; with index and run manifest {r['per_paper_with_index']:.2f} "
-                        f"(index {r['index_seconds']:.1f} s)"
-                    )
-                print(line, flush=True)
-        finally:
-            proxy.shutdown()
-            proxy.server_close()
-    base = results[0]["papers_per_s"]
+            print(line, flush=True)
+    first = results[0]
     for r in results[1:]:
-        ratio = r["papers_per_s"] / base
-        print(f"io-concurrency {r['io']} / io-concurrency {results[0]['io']}: {ratio:.1f}x")
+        ratio = r["papers_per_s"] / first["papers_per_s"]
+        with_lease = r["papers_per_s_with_lease"] / first["papers_per_s_with_lease"]
+        print(
+            f"io-concurrency {r['io']} / io-concurrency {first['io']}: {ratio:.1f}x "
+            f"({with_lease:.1f}x with the writer lease)"
+        )
     return 0
 
 
