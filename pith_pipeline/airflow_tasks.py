@@ -224,6 +224,7 @@ def build_chunk(
     *,
     signer: Signer | None = None,
     store: Store | None = None,
+    io_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """Build, sign and publish one chunk, holding the writer leases of its shards.
 
@@ -232,10 +233,12 @@ def build_chunk(
     happen under one lease (a concurrent window of `backfill create` waits its turn).
     The staged object now holds only the chunk's counts, the objects it wrote and its
     quarantine entries; `publish` merges the quarantine, `index` and `manifest` read
-    the counts. Returns `{"staged": key, "records": n, "built": n, ...}`.
+    the counts. Papers are published by the `Loader`, `io_concurrency` at once (None:
+    the store's default, 32 on S3). Returns `{"staged": key, "records": n, "built": n, ...}`.
     """
     from pith_pipeline.core.canonical_json import dumps_compact
     from pith_pipeline.items import Rejected
+    from pith_pipeline.loader import Loader, numbered
     from pith_pipeline.pipeline import Publisher
     from pith_pipeline.storage.lease import parse_shards, writer_lease
 
@@ -243,7 +246,9 @@ def build_chunk(
     signer = signer or _signer(settings)
     shards = parse_shards(str(chunk["shards"])) if chunk.get("shards") else None
     rejects = bool(chunk.get("rejects", True))
-    pub = Publisher(base, signer, settings.build_config, run_id=run_id, shards=shards)
+    pub = Publisher(
+        base, signer, settings.build_config, run_id=run_id, shards=shards, io_concurrency=io_concurrency
+    )
     with writer_lease(
         base,
         command=f"airflow build chunk {int(chunk['index'])}",
@@ -254,12 +259,13 @@ def build_chunk(
     ) as lease:
         pub.lease = lease
         pub.publish_key_document()
-        for item in iter_chunk_items(base, chunk):
-            if isinstance(item, Rejected) and not rejects:
-                continue  # another shard group's task quarantines it
-            entry = pub.publish_item(item)
-            if entry is not None:
-                pub.quarantine.append(entry)
+        items = (
+            item
+            for item in iter_chunk_items(base, chunk)
+            # a reject is quarantined by one task only (the others leave it out)
+            if rejects or not isinstance(item, Rejected)
+        )
+        pub.quarantine.extend(entry for _seq, entry in Loader(pub).run(numbered(items)))
     identities = sorted(pub.summary.seen)
     counts = {"records": len(identities), **pub.summary.counts()}
     header: dict[str, Any] = {
@@ -340,25 +346,29 @@ def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any
     for key in sorted(set(staged_keys)):
         header, staged = _read_staged(store, key)
         c = header["counts"]
-        # a record outside a task's shards is counted by the task that owns it
-        summary.fetched += c["fetched"] - c.get("skipped", 0)
-        summary.built += c["built"]
-        summary.unchanged += c["unchanged"]
-        summary.superseded += c["superseded"]
-        summary.quarantined += c["quarantined"]
-        summary.failed += c.get("failed", 0)
-        summary.problems.extend(str(p) for p in header.get("problems", []))
-        summary.pith_numbers.extend(header["built"])
-        summary.seen.extend(header["identities"])
-        summary.written.update(header.get("written", {}))
+        part = RunSummary.part(
+            run_id,
+            # a record outside a task's shards is counted by the task that owns it
+            fetched=c["fetched"] - c.get("skipped", 0),
+            built=c["built"],
+            unchanged=c["unchanged"],
+            superseded=c["superseded"],
+            quarantined=c["quarantined"],
+            failed=c.get("failed", 0),
+        )
+        part.problems.extend(str(p) for p in header.get("problems", []))
+        part.pith_numbers.extend(header["built"])
+        part.seen.extend(header["identities"])
+        part.written.update(header.get("written", {}))
         for obj in staged:  # staged objects of a run started before the upgrade
-            summary.written[obj["key"]] = sha256_hex(obj["data"].encode("utf-8"))
+            part.written[obj["key"]] = sha256_hex(obj["data"].encode("utf-8"))
         if header.get("quarantine"):
             from pith_pipeline.core.canonical_json import dumps_compact
 
-            summary.written[quarantine_key(run_id)] = sha256_hex(
+            part.written[quarantine_key(run_id)] = sha256_hex(
                 b"".join(dumps_compact(e) + b"\n" for e in header["quarantine"])
             )
+        summary.add(part)
     summary.pith_numbers.sort()
     summary.seen = sorted(set(summary.seen))
     return summary

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pith_pipeline import airflow_tasks as at
 from pith_pipeline.core.layout import backfill_chunk_key, backfill_prefix
+from pith_pipeline.pipeline import RunSummary
 from pith_pipeline.runs.backfill_plan import harvest_for, plan_backfill, plan_chunks_for
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.staging import staged_key
@@ -34,12 +36,18 @@ class BackfillResult:
     windows_planned: int = 0
     windows_done: int = 0
     chunks_resumed: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
+    total: RunSummary = field(default_factory=lambda: RunSummary.part("backfill"))
     manifests: list[str] = field(default_factory=list)
+    windows_added: int = 0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.total.counts() if self.windows_added else {}
 
     def add(self, counts: dict[str, Any]) -> None:
-        for k in ("fetched", "built", "unchanged", "superseded", "quarantined"):
-            self.counts[k] = self.counts.get(k, 0) + int(counts.get(k, 0))
+        """Add a finished window's counts (`finish_window`'s answer) to the total."""
+        self.total.add(RunSummary.part("backfill", **{k: int(counts.get(k, 0)) for k in RunSummary.COUNTERS}))
+        self.windows_added += 1
 
     def line(self) -> str:
         c = ", ".join(f"{k} {v}" for k, v in self.counts.items()) or "nothing to do"
@@ -61,9 +69,9 @@ def run_window(
     signer: Any,
     result: BackfillResult,
     on_chunk: Progress | None = None,
+    io_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """One planned window, start to finish; every step is safe to repeat."""
-    from pith_pipeline import airflow_tasks as at
     from pith_pipeline.core.canonical_json import loads
 
     harvested = harvest_for(settings, request, store=store)
@@ -78,7 +86,9 @@ def run_window(
             staged.append(loads(done)["staged"])
             result.chunks_resumed += 1
         else:
-            built = at.build_chunk(settings, run_id, chunk, signer=signer, store=store)
+            built = at.build_chunk(
+                settings, run_id, chunk, signer=signer, store=store, io_concurrency=io_concurrency
+            )
             written += at.publish_staged(settings, [built["staged"]], store=store)["written"]
             _checkpoint(store, run_id, index, built)
             staged.append(built["staged"])
@@ -102,11 +112,10 @@ def run_backfill(
     snapshot_path: str | None = None,
     *,
     progress: bool | None = None,
+    io_concurrency: int | None = None,
 ) -> BackfillResult:
     """Publish every window of [start, until) not yet complete; resumable after a kill."""
     from tqdm import tqdm
-
-    from pith_pipeline import airflow_tasks as at
 
     store = at._store(settings)
     signer = at._signer(settings)
@@ -125,6 +134,7 @@ def run_backfill(
                 signer=signer,
                 result=result,
                 on_chunk=bar.update if source == "snapshot" else None,
+                io_concurrency=io_concurrency,
             )
             if source != "snapshot":
                 bar.update(1)

@@ -93,15 +93,24 @@ class Ingest:
         lease: LeaseCheck | None = None,
         shards: frozenset[int] | None = None,
         limits: InputLimits = DEFAULT_LIMITS,
+        io_concurrency: int | None = None,
     ) -> None:
         """`workers` > 1 publishes in that many processes, each opening `signer_spec`
         (the spec `signer` came from); without a spec the run stays in one process.
         `lease`/`shards`: as for `Publisher` (the caller holds the lease).
-        `limits`: HTTP response cap and deadline, snapshot line cap (docs/input-limits.md)."""
+        `limits`: HTTP response cap and deadline, snapshot line cap (docs/input-limits.md).
+        `io_concurrency`: papers published at once (`loader`); None: the store's default."""
         self.store = store
         self.limits = limits
         self.publisher = Publisher(
-            store, signer, config, clock=clock, run_id=run_id, lease=lease, shards=shards
+            store,
+            signer,
+            config,
+            clock=clock,
+            run_id=run_id,
+            lease=lease,
+            shards=shards,
+            io_concurrency=io_concurrency,
         )
         self.parallel = (
             ParallelPublisher(self.publisher, workers=workers, signer_spec=signer_spec, chunk_size=chunk_size)

@@ -33,7 +33,7 @@ import os
 import pickle
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, Future, wait
 from concurrent.futures.process import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -44,6 +44,7 @@ from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import InputError, TransientError
 from pith_pipeline.items import Item, Rejected
+from pith_pipeline.loader import Loader
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
 from pith_pipeline.storage.base import Store
 
@@ -129,23 +130,17 @@ class WorkerSpec:
     certified: CertifiedHandoff | None = None
     # the shards the run publishes (None: all); the parent holds their leases
     shards: frozenset[int] | None = None
+    # papers each worker publishes at once (its `Loader`)
+    io_concurrency: int = 1
 
 
 @dataclass(slots=True)
 class ChunkResult:
-    """What one chunk did, as plain data: the parent folds it into the run's summary."""
+    """What one chunk did, as plain data: the parent adds `summary` to the run's."""
 
     pid: int
+    summary: RunSummary
     records: int = 0
-    built: int = 0
-    unchanged: int = 0
-    superseded: int = 0
-    failed: int = 0
-    skipped: int = 0
-    problems: list[str] = field(default_factory=list)
-    written: list[tuple[str, str]] = field(default_factory=list)
-    seen: list[str] = field(default_factory=list)
-    pith_numbers: list[str] = field(default_factory=list)
     # (input sequence number, quarantine entry): the parent writes them in input order
     rejects: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
@@ -208,7 +203,13 @@ def _init_worker(spec: WorkerSpec, parent_pid: int | None = None) -> None:
         store = _open_store(spec.store)
         signer = spec.certified.signer() if spec.certified is not None else open_signer(spec.signer_spec)
         _STATE["pub"] = Publisher(
-            store, signer, spec.config, clock=spec.clock, run_id=spec.run_id, shards=spec.shards
+            store,
+            signer,
+            spec.config,
+            clock=spec.clock,
+            run_id=spec.run_id,
+            shards=spec.shards,
+            io_concurrency=spec.io_concurrency,
         )
     except BaseException as exc:  # re-raised by the first chunk
         _STATE["error"] = exc
@@ -226,28 +227,23 @@ def _picklable(exc: BaseException) -> BaseException:
 
 
 def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
-    """Publish records in order through `Publisher.publish_item`, as one process does."""
+    """Publish records through the `Loader`, as one process does."""
     try:
         if "error" in _STATE:
             raise _STATE["error"]
         pub: Publisher = _STATE["pub"]
         run_id = pub.summary.run_id
-        pub.summary = RunSummary(run_id)  # per chunk: the worker's memory stays flat
-        out = ChunkResult(os.getpid(), records=len(chunk))
+        pub.summary = RunSummary.part(run_id)  # per chunk: the worker's memory stays flat
         parent_pid = _STATE.get("parent_pid")
-        for seq, rec in chunk:
-            if parent_pid is not None:  # no new paper once the run's owner is gone
-                _exit_if_orphaned(parent_pid)
-            entry = pub.publish_item(rec)
-            if entry is not None:
-                out.rejects.append((seq, entry))
-        s = pub.summary
-        out.built, out.unchanged, out.superseded = s.built, s.unchanged, s.superseded
-        out.failed, out.skipped, out.problems = s.failed, s.skipped, list(s.problems)
-        out.written = list(s.written.items())
-        out.seen = list(s.seen)
-        out.pith_numbers = list(s.pith_numbers)
-        return out
+
+        def records() -> Iterator[tuple[int, Item]]:
+            for seq, rec in chunk:
+                if parent_pid is not None:  # no new paper once the run's owner is gone
+                    _exit_if_orphaned(parent_pid)
+                yield seq, rec
+
+        rejects = Loader(pub).run(records())
+        return ChunkResult(os.getpid(), pub.summary, records=len(chunk), rejects=rejects)
     except BaseException as exc:
         raise _picklable(exc) from None
 
@@ -319,6 +315,7 @@ class ParallelPublisher:
             publisher.summary.run_id,
             handoff,
             publisher.shards,
+            publisher.io_concurrency,
         )
         self._pools: list[ProcessPoolExecutor] | None = None
         self._queues: list[deque[Future[ChunkResult]]] = []
@@ -379,8 +376,8 @@ class ParallelPublisher:
             for item in items:
                 seq = self._seq
                 self._seq += 1
-                if isinstance(item, Rejected):
-                    self._publish_here(seq, item, rejects)
+                if isinstance(item, Rejected):  # counted here, in input order
+                    rejects.extend(Loader(pub, io_concurrency=1).run([(seq, item)], progress=progress))
                 elif self._pools is not None:
                     self._route(seq, item)
                 else:
@@ -390,8 +387,8 @@ class ParallelPublisher:
                         for s, rec in pending:
                             self._route(s, rec)
                         pending = []
-            for seq, rec in pending:  # a small run: in this process, as ever
-                self._publish_here(seq, rec, rejects)
+            if pending:  # a small run: in this process, as ever
+                rejects.extend(Loader(pub).run(pending, progress=progress))
             if self._pools is not None:
                 self._drain()
         except BaseException:
@@ -403,16 +400,8 @@ class ParallelPublisher:
         pub.flush_quarantine()
         return pub.summary
 
-    def _publish_here(self, seq: int, item: Item, rejects: list[tuple[int, dict[str, Any]]]) -> None:
-        entry = self.publisher.publish_item(item)
-        if entry is not None:
-            rejects.append((seq, entry))
-        if self._progress:
-            self._progress(1)
-
     def _route(self, seq: int, rec: ArxivRecord) -> None:
         pub = self.publisher
-        pub.summary.fetched += 1
         if pub.lease is not None:  # the workers write under the parent's lease
             pub.lease.check()
         w = worker_for(rec.id, self.workers)
@@ -452,20 +441,8 @@ class ParallelPublisher:
                 self._merge(_result(queue.popleft()))
 
     def _merge(self, res: ChunkResult) -> None:
-        s = self.publisher.summary
         self.worker_pids.add(res.pid)
-        s.built += res.built
-        s.unchanged += res.unchanged
-        s.superseded += res.superseded
-        s.quarantined += len(res.rejects)
-        s.skipped += res.skipped
-        for problem in res.problems:
-            s.fail(problem)
-        s.failed += res.failed - len(res.problems)
-        for key, sha in res.written:
-            s.written[key] = sha
-        s.seen.extend(res.seen)
-        s.pith_numbers.extend(res.pith_numbers)
+        self.publisher.summary.add(res.summary)
         self._rejects.extend(res.rejects)
         if self._progress:
             self._progress(res.records)

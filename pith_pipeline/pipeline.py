@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+import threading
+from collections.abc import Callable, Container, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Protocol
@@ -126,6 +127,46 @@ class RunSummary:
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(problem)
 
+    #: the counters `add` sums (every one `counts` reports, plus `failed` and `skipped`)
+    COUNTERS: ClassVar[tuple[str, ...]] = (
+        "fetched",
+        "built",
+        "unchanged",
+        "superseded",
+        "quarantined",
+        "failed",
+        "skipped",
+    )
+
+    def add(self, other: RunSummary) -> RunSummary:
+        """Fold another summary of the same run into this one, and return this one.
+
+        Why one method: a run's parts (a thread's paper, a worker's chunk, an Airflow
+        task's staged chunk, a backfill's window) are each counted as a `RunSummary`
+        and added up here, so a new counter is added in one place, not in four. The
+        named problems stay capped at `MAX_PROBLEMS` while `failed` stays exact.
+        """
+        for name in self.COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        room = max(0, MAX_PROBLEMS - len(self.problems))
+        self.problems.extend(other.problems[:room])
+        for key, sha in other.written.items():
+            self.written[key] = sha
+        self.pith_numbers.extend(other.pith_numbers)
+        self.seen.extend(other.seen)
+        return self
+
+    @classmethod
+    def part(cls, run_id: str, **counts: int) -> RunSummary:
+        """A summary held in plain lists and a dict (a thread's or a worker's share of
+        a run: small, picklable, and never spilled to a temporary database)."""
+        part = cls(run_id, written={}, pith_numbers=[], seen=[])
+        for name, n in counts.items():
+            if name not in cls.COUNTERS:
+                raise TypeError(f"RunSummary has no counter {name!r}")
+            setattr(part, name, n)
+        return part
+
 
 def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
@@ -153,10 +194,14 @@ class Publisher:
         shards: frozenset[int] | None = None,
         rotating: bool = False,
         today: Callable[[], date] | None = None,
+        io_concurrency: int | None = None,
     ) -> None:
         """`today`: the real date, for refusing records dated after tomorrow; not the
         build clock, which SOURCE_DATE_EPOCH pins to what is written, not to when the
-        run happens."""
+        run happens. `io_concurrency`: papers published at once by `publish` (the
+        `Loader`); None: the store's default (`loader.default_io_concurrency`)."""
+        from pith_pipeline.loader import check_io_concurrency, default_io_concurrency
+
         self.store = store
         self.signer = signer
         self.config = config or BuildConfig()
@@ -165,6 +210,15 @@ class Publisher:
         self.lease = lease
         self.shards = shards
         self.today = today or _utc_today
+        self.io_concurrency = check_io_concurrency(
+            io_concurrency if io_concurrency is not None else default_io_concurrency(store)
+        )
+        # a thread publishing one paper for the `Loader` counts it in a summary of its own
+        self._local = threading.local()
+        # keys `learn_new` found absent, and the identities it computed on the way
+        self._known_lock = threading.Lock()
+        self._absent: set[str] = set()
+        self._idents: dict[tuple[str, int], Identity] = {}
         self.summary = RunSummary(run_id or new_run_id(clock()))
         self.quarantine: list[dict[str, Any]] = []
         self.rotating = rotating
@@ -174,6 +228,16 @@ class Publisher:
         self._signer_checked = False
         self._fresh: dict[tuple[str, ...], FreshBuilder] = {}
         self._last_written: tuple[bytes | None, str] = (None, "")
+
+    @property
+    def summary(self) -> RunSummary:
+        """The run's summary; inside `publish_counted`, the one paper's."""
+        part: RunSummary | None = getattr(self._local, "summary", None)
+        return part if part is not None else self._summary
+
+    @summary.setter
+    def summary(self, value: RunSummary) -> None:
+        self._summary = value
 
     # -- keys ---------------------------------------------------------------
     def _stored_keys(self, raw: bytes | None) -> dict[str, PublicKey]:
@@ -243,10 +307,72 @@ class Publisher:
                 return
         raise IntegrityError("kept changing under concurrent writers; run again", key=PUBLIC_KEY_FILE)
 
+    # -- what the run knows without asking the store ----------------------------
+    def learn_new(self, records: Iterable[Item], *, busy: Container[str] = ()) -> int:
+        """Learn which of these papers the store has never seen; returns the LIST
+        requests it took (0 on a store without `list_after`: papers ask one by one).
+
+        Why: on S3 a new paper would otherwise cost a LIST of `events/<ID>/` and a GET
+        of its arXiv pointer before its writes. One listing page (up to 1000 keys
+        after a given key) answers for every paper of the batch whose key sorts
+        before the page's last key, so a batch of new papers costs a few LISTs, and
+        never more than one per paper (`absent_keys`).
+
+        What is learned is "no object under this key": it stays true until this run
+        writes there, and every writer of an event or pointer reads it first (and so
+        uses it up, `_known_absent`). `busy`: arXiv ids with a record still being
+        published; their keys are not learned, as that record may be about to write
+        them.
+        """
+        lister = getattr(self.store, "list_after", None)
+        if lister is None:
+            return 0
+        idents: dict[tuple[str, int], Identity] = {}
+        for rec in records:
+            if isinstance(rec, Rejected) or rec.id in busy:
+                continue
+            if self.shards is not None and shard_of(rec.id) not in self.shards:
+                continue
+            try:
+                idents[(rec.id, rec.version)] = Identity.of(rec)
+            except Exception:  # a record that cannot be built: publish_item quarantines it
+                continue
+        pointers = sorted({pointer_key(i.record.id) for i in idents.values()})
+        bodies = sorted({f"events/{i.body}/" for i in idents.values()})
+        absent_pointers, n1 = absent_keys(lister, "arxiv/", pointers)
+        absent_bodies, n2 = absent_keys(lister, "events/", bodies)
+        with self._known_lock:
+            self._idents = idents
+            self._absent.update(absent_pointers)
+            self._absent.update(absent_bodies)
+        return n1 + n2
+
+    def forget_learned(self) -> None:
+        """Drop what `learn_new` learned (a loop's end: another may write meanwhile)."""
+        with self._known_lock:
+            self._absent.clear()
+            self._idents = {}
+
+    def _known_absent(self, key: str) -> bool:
+        """True once if `learn_new` found nothing under `key` (used up by the reader)."""
+        if not self._absent:
+            return False
+        with self._known_lock:
+            if key in self._absent:
+                self._absent.discard(key)
+                return True
+        return False
+
+    def _identity(self, rec: ArxivRecord) -> Identity:
+        known = self._idents.get((rec.id, rec.version))
+        return known if known is not None and known.record is rec else Identity.of(rec)
+
     # -- writes ----------------------------------------------------------
-    def _put(self, key: str, data: bytes) -> None:
-        """Replace a derived object only when its bytes change."""
-        if self.store.get(key) == data:
+    def _put(self, key: str, data: bytes, *, changed: bool = False) -> None:
+        """Replace a derived object only when its bytes change. `changed`: the caller
+        knows they do (a new paper's bundle, a pointer that gains a record), so the
+        stored bytes are not read first."""
+        if not changed and self.store.get(key) == data:
             return
         self.store.put(key, data)
         self._record_write(key, data)
@@ -258,10 +384,12 @@ class Publisher:
     def _record_write(self, key: str, data: bytes) -> None:
         import hashlib
 
-        # a bundle is written twice (pith/ and .well-known/) as one bytes object: hash it once
-        if data is not self._last_written[0]:
-            self._last_written = (data, hashlib.sha256(data).hexdigest())
-        self.summary.written[key] = self._last_written[1]
+        # a bundle is written twice (pith/ and .well-known/) as one bytes object: hash it
+        # once (read once: another thread may replace the pair meanwhile)
+        last = self._last_written
+        if data is not last[0]:
+            last = self._last_written = (data, hashlib.sha256(data).hexdigest())
+        self.summary.written[key] = last[1]
 
     # -- reads -----------------------------------------------------------
     def subject_events(self, body: str) -> list[dict[str, Any]]:
@@ -276,6 +404,8 @@ class Publisher:
         """
         from pith_pipeline.audit import subject_events
 
+        if self._known_absent(f"events/{body}/"):
+            return []
         got = subject_events(self.store, body, self._keyring())
         got.raise_for_problems()
         return list(got.events)
@@ -289,8 +419,19 @@ class Publisher:
         return self._ring
 
     def _pointer(self, arxiv_id: str) -> dict[str, Any]:
+        """The paper's arXiv pointer; read once per `publish_record` (which keeps it
+        as it writes it: the paper is this thread's, under the run's lease)."""
+        cache: dict[str, dict[str, Any]] | None = getattr(self._local, "pointers", None)
+        if cache is not None and arxiv_id in cache:
+            return cache[arxiv_id]
+        pointer = self._read_pointer(arxiv_id)
+        if cache is not None:
+            cache[arxiv_id] = pointer
+        return pointer
+
+    def _read_pointer(self, arxiv_id: str) -> dict[str, Any]:
         key = pointer_key(arxiv_id)
-        raw = self.store.get(key)
+        raw = None if self._known_absent(key) else self.store.get(key)
         if not raw:
             return {"arxiv_id": arxiv_id, "records": []}
         try:
@@ -346,17 +487,20 @@ class Publisher:
             return self.rejection(_build_failure(item, exc))
         return None
 
+    def publish_counted(self, item: Item) -> tuple[dict[str, Any] | None, RunSummary]:
+        """`publish_item`, counted in a summary of its own that the caller adds to the
+        run's: what a `Loader` thread runs, so that threads never update one summary."""
+        part = self._local.summary = RunSummary.part(self._summary.run_id)
+        try:
+            return self.publish_item(item), part
+        finally:
+            self._local.summary = None
+
     def publish(self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None) -> RunSummary:
-        """Build, sign and publish every record; quarantine every reject."""
-        self.publish_key_document()
-        for item in items:
-            entry = self.publish_item(item)
-            if entry is not None:
-                self.quarantine.append(entry)
-            if progress:
-                progress(1)
-        self.flush_quarantine()
-        return self.summary
+        """Build, sign and publish every record; quarantine every reject (the `Loader`)."""
+        from pith_pipeline.loader import Loader
+
+        return Loader(self).publish(items, progress=progress)
 
     def flush_quarantine(self) -> None:
         if self.quarantine:
@@ -364,7 +508,14 @@ class Publisher:
             self._put(quarantine_key(self.summary.run_id), body)
 
     def publish_record(self, rec: ArxivRecord) -> Identity:
-        ident = Identity.of(rec)
+        self._local.pointers = {}
+        try:
+            return self._publish_record(rec)
+        finally:
+            self._local.pointers = None
+
+    def _publish_record(self, rec: ArxivRecord) -> Identity:
+        ident = self._identity(rec)
         existing = self.subject_events(ident.body)
         if any(e.get("event_type") == "record_created" for e in existing):
             self.summary.unchanged += 1
@@ -383,10 +534,11 @@ class Publisher:
             _check_index_rows(fresh.bundle)  # before anything of the record is published
             for ev, data in zip(fresh.events, fresh.event_bytes, strict=True):
                 self._put_event(event_key(ident.body, ev["content_sha256"]), data)
+            # no stored event: whatever a bundle there holds, it is not these bytes
             bkey, skey, wkey = bundle_paths(ident.body)
-            self._put(bkey, fresh.bundle_bytes)
-            self._put(skey, fresh.state_bytes)
-            self._put(wkey, fresh.bundle_bytes)
+            self._put(bkey, fresh.bundle_bytes, changed=True)
+            self._put(skey, fresh.state_bytes, changed=True)
+            self._put(wkey, fresh.bundle_bytes, changed=True)
             built_events = fresh.events
         else:
             built = build_record_events(
@@ -526,7 +678,8 @@ class Publisher:
         )
         pointer["records"].sort(key=lambda r: (r["version"], r["created_at"], r["pith_number"]))
         pointer["latest"] = pointer["records"][-1]["pith_number"]
-        self._put(pointer_key(ident.record.id), dumps_pretty(pointer) + b"\n")
+        # it gains a record, so its bytes change: written without reading them again
+        self._put(pointer_key(ident.record.id), dumps_pretty(pointer) + b"\n", changed=True)
 
     def _check_signer(self, event: dict[str, Any]) -> None:
         """Verify the run's first fresh signature once: later ones are trusted (see `merge`)."""
@@ -686,6 +839,46 @@ def _published_as(store: Store, signer: Signer, body: str, bundle: dict[str, Any
     ):
         return False
     return store.get(skey) == dumps_compact(old["state"]) and store.get(wkey) == data
+
+
+#: keys per listing page (S3's most)
+LIST_PAGE = 1000
+
+
+def absent_keys(
+    lister: Callable[[str, str, int], Sequence[str]], prefix: str, names: Sequence[str]
+) -> tuple[set[str], int]:
+    """Which of the sorted `names` (keys, or key prefixes ending in `/`, all under
+    `prefix`) have no object, by listing pages of keys; and how many pages it took.
+
+    Each page starts just before the first undecided name, so it decides at least
+    that one (at most one request per name); it decides every later name that sorts
+    before its last key, or all of them when it is the listing's last page.
+    """
+    absent: set[str] = set()
+    requests = 0
+    i = 0
+    while i < len(names):
+        first = i
+        page = lister(prefix, names[i][:-1], LIST_PAGE)
+        requests += 1
+        end = len(page) < LIST_PAGE
+        last = page[-1] if page else ""
+        k = 0
+        while i < len(names):
+            name = names[i]
+            while k < len(page) and page[k] < name:
+                k += 1
+            if k < len(page) and page[k].startswith(name):
+                i += 1  # there
+            elif end or (last > name and not last.startswith(name)):
+                absent.add(name)
+                i += 1
+            else:
+                break  # past this page: the next one starts here
+        if i == first:  # a page of stray keys just below the name: leave the rest unknown
+            break
+    return absent, requests
 
 
 def _check_index_rows(bundle: dict[str, Any]) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from pith_pipeline.cli.options import io_concurrency_option
+
 
 def register(group: click.Group) -> None:
     """Add this module's commands to the `pith-pipeline` group."""
@@ -60,6 +62,7 @@ def register(group: click.Group) -> None:
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar (default: when the output is a terminal)."
 )
+@io_concurrency_option
 def backfill(
     start: str,
     until: str | None,
@@ -71,6 +74,7 @@ def backfill(
     oai_url: str | None,
     base_url: str | None,
     progress: bool | None,
+    io_concurrency: int | None,
 ) -> None:
     """Publish every day of [--from, --until) not yet published; resumable.
 
@@ -101,6 +105,12 @@ def backfill(
         raise InputError("--source snapshot needs --snapshot FILE")
     settings = at.load_settings(store=store, signer=signer, oai_url=oai_url, base_url=base_url)
     result = run_backfill(
-        settings, first.isoformat(), end.isoformat(), source, snapshot_path, progress=progress
+        settings,
+        first.isoformat(),
+        end.isoformat(),
+        source,
+        snapshot_path,
+        progress=progress,
+        io_concurrency=io_concurrency,
     )
     click.echo(f"backfill {first}..{end} ({source}): {result.line()}")

@@ -17,6 +17,7 @@ from pith_pipeline.cli.options import (
     DEFAULT_STORE,
     build_config,
     fail_if_incomplete,
+    io_concurrency_option,
     lease_notice,
     run_index_lease,
     shards_option,
@@ -98,6 +99,7 @@ def print_summary(summary: RunSummary, store_url: str) -> None:
 @store_option("Where to publish: a directory or s3://bucket/prefix. (env PITH_STORE)")
 @signer_option(dest="key_path")
 @workers_option
+@io_concurrency_option
 @shards_option
 @wait_option
 @site_options
@@ -107,6 +109,7 @@ def build(
     key_path: str,
     workers: int,
     worker_chunk: int,
+    io_concurrency: int | None,
     shards_spec: str | None,
     lease_wait: float,
     base_url: str,
@@ -138,7 +141,12 @@ def build(
             digest = hashlib.file_digest(fh, "sha256").digest()
         run_id = reproducible_run_id(st, system_clock, digest)
     pub = Publisher(
-        st, signer, build_config(base_url, registry_name, signer_id), run_id=run_id, shards=shards
+        st,
+        signer,
+        build_config(base_url, registry_name, signer_id),
+        run_id=run_id,
+        shards=shards,
+        io_concurrency=io_concurrency,
     )
     lease = writer_lease(
         st, command="build", run_id=pub.summary.run_id, shards=shards, wait=lease_wait, on_wait=lease_notice

@@ -14,6 +14,7 @@ from pith_pipeline import config
 from pith_pipeline.cli.options import (
     build_config,
     fail_if_incomplete,
+    io_concurrency_option,
     lease_notice,
     run_index_lease,
     shards_option,
@@ -181,6 +182,7 @@ def _print_report(report: IngestReport, store_url: str) -> None:
 @store_option("Where to publish: a directory or s3://bucket/prefix (env PITH_STORE).")
 @signer_option(required=False)
 @workers_option
+@io_concurrency_option
 @shards_option
 @wait_option
 @site_options
@@ -206,6 +208,7 @@ def ingest(
     signer_spec: str | None,
     workers: int,
     worker_chunk: int,
+    io_concurrency: int | None,
     shards_spec: str | None,
     lease_wait: float,
     base_url: str,
@@ -324,6 +327,7 @@ def ingest(
             signer_spec=signer_spec,
             chunk_size=worker_chunk,
             shards=shards,
+            io_concurrency=io_concurrency,
         ) as run:
             lease = writer_lease(
                 st,

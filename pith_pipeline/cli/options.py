@@ -148,6 +148,30 @@ def workers_option(fn: F) -> F:
     return fn
 
 
+IO_CONCURRENCY_HELP = (
+    "Papers published at once, each its own requests to the store in their usual order "
+    "(events, then bundle and state, then the arXiv pointer). Default: 32 on S3, where "
+    "each request waits on the network, 1 for a directory. Per worker process. "
+    "(env PITH_IO_CONCURRENCY)"
+)
+
+
+def io_concurrency_option(fn: F) -> F:
+    """--io-concurrency N (env PITH_IO_CONCURRENCY); None: the store's default."""
+    from pith_pipeline.loader import MAX_IO_CONCURRENCY
+
+    return click.option(
+        "--io-concurrency",
+        "io_concurrency",
+        envvar="PITH_IO_CONCURRENCY",
+        type=click.IntRange(min=1, max=MAX_IO_CONCURRENCY),
+        default=None,
+        show_default="32 on S3, 1 locally",
+        metavar="N",
+        help=IO_CONCURRENCY_HELP,
+    )(fn)
+
+
 LEASE_WAIT_HELP = (
     "Seconds to wait for another writer of the same papers (or index) to finish before "
     "giving up; 0 fails at once, naming the writer. (env PITH_LEASE_WAIT)"

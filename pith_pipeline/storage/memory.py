@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from pith_pipeline.errors import StorageError, WriteConflictError
@@ -63,6 +63,12 @@ class MemoryStore:
 
     def list(self, prefix: str) -> Iterator[str]:
         return iter(sorted(k for k in list(self.objects) if k.startswith(prefix)))
+
+    def list_after(self, prefix: str, start_after: str, limit: int) -> Sequence[str]:
+        """Up to `limit` keys under `prefix` after `start_after` (as `S3Store.list_after`)."""
+        with self._lock:
+            keys = sorted(k for k in self.objects if k.startswith(prefix) and k > start_after)
+        return keys[: max(1, limit)]
 
     def delete(self, key: str) -> None:
         with self._lock:

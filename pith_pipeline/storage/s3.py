@@ -17,14 +17,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 from pith_pipeline.aws_errors import classify
 from pith_pipeline.errors import StorageError, WriteConflictError
 
+#: botocore's own connection pool size, kept unless a loader asks for more.
+DEFAULT_MAX_CONNECTIONS = 10
 #: Conditional writes that race another writer (HTTP 409) are retried this many times.
 CONFLICT_RETRIES = 5
 
@@ -56,7 +59,12 @@ class S3Store:
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self._client = client
+        self._own_client = client is None
         self._session: Any | None = None
+        # connections the client keeps open: botocore's default (10) unless a loader
+        # with more requests in flight asks for more (`reserve_connections`)
+        self._max_connections = DEFAULT_MAX_CONNECTIONS
+        self._client_lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str) -> S3Store:
@@ -72,9 +80,31 @@ class S3Store:
     # -- client -------------------------------------------------------------
     @property
     def client(self) -> Any:
+        """The boto3 client, made once (under a lock: a loader's threads share it)."""
         if self._client is None:
-            self._session, self._client = make_client()
+            with self._client_lock:
+                if self._client is None:
+                    self._session, self._client = make_client(max_connections=self._max_connections)
         return self._client
+
+    def reserve_connections(self, n: int) -> None:
+        """Keep at least `n` connections open, for `n` requests in flight at once.
+
+        Why: botocore's pool holds 10; with more threads sending, requests past the
+        tenth open a connection each and drop it afterwards (and log a warning), so
+        the pool must match the loader's concurrency. A client given to the
+        constructor is used as it is.
+        """
+        with self._client_lock:
+            if n <= self._max_connections:
+                return
+            self._max_connections = n
+            if self._own_client and self._client is not None:
+                self._session, self._client = make_client(max_connections=n)
+
+    @property
+    def max_connections(self) -> int:
+        return self._max_connections
 
     def _key(self, key: str) -> str:
         if not key or key.startswith("/") or any(p in ("", ".", "..") for p in key.split("/")):
@@ -189,6 +219,22 @@ class S3Store:
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("LIST", prefix, exc) from None
         return iter(sorted(keys))
+
+    def list_after(self, prefix: str, start_after: str, limit: int) -> Sequence[str]:
+        """Up to `limit` keys under `prefix` that sort after `start_after`, sorted:
+        one LIST request, whatever the bucket holds (`loader`: which papers are new)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        after = f"{self.prefix}/{start_after}" if self.prefix else start_after
+        try:
+            resp = self.client.list_objects_v2(
+                Bucket=self.bucket, Prefix=full, StartAfter=after, MaxKeys=max(1, min(limit, 1000))
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("LIST", prefix, exc) from None
+        return sorted(obj["Key"][strip:] for obj in resp.get("Contents", ()))
 
     # -- writes -------------------------------------------------------------
     def _put_object(self, key: str, data: bytes, content_type: str, **extra: str) -> None:
@@ -321,8 +367,9 @@ class S3Store:
         return pafs.S3FileSystem(**kwargs), root
 
 
-def make_client() -> tuple[Any, Any]:
-    """A boto3 session and its S3 client: standard retry mode, bounded timeouts."""
+def make_client(*, max_connections: int = 10) -> tuple[Any, Any]:
+    """A boto3 session and its S3 client: standard retry mode, bounded timeouts, a
+    connection pool of `max_connections` (one per request in flight)."""
     try:
         import boto3
         from botocore.config import Config
@@ -337,6 +384,7 @@ def make_client() -> tuple[Any, Any]:
         retries={"mode": "standard", "max_attempts": attempts},
         connect_timeout=10,
         read_timeout=60,
+        max_pool_connections=max_connections,
         # S3-compatible servers (MinIO, moto) rarely serve virtual-host names
         s3={"addressing_style": "path"} if custom_endpoint else {},
     )

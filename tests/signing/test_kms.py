@@ -189,3 +189,25 @@ def test_kms_signs_a_log_checkpoint_note_and_a_certified_key_refuses(local_kms: 
         signer.sign_message(bytes(5000))
     with pytest.raises(SigningError, match="cannot sign transparency log checkpoints"):
         LogSigner.from_signer(CertifiedSigner(signer), "x/log").sign_checkpoint(cp)
+
+
+def test_papers_in_flight_sign_with_kms_at_once(local_kms: LocalKmsServer) -> None:
+    """The loader's threads share one KMS signer: several papers are signed at once
+    (its rate limiter and call counter are locked), and every bundle verifies."""
+    from pith_pipeline.core.canonical_json import loads
+    from pith_pipeline.core.verify import verify_bundle
+    from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.sources.jsonl import iter_jsonl
+    from pith_pipeline.storage.memory import MemoryStore
+
+    signer = KmsSigner(KMS_ALIAS, concurrency=4, max_rps=1000)
+    local_kms.state.latency = 0.02
+    store = MemoryStore()
+    summary = Publisher(store, signer, io_concurrency=6).publish(iter_jsonl(SAMPLE))
+    assert summary.built == 30
+    assert local_kms.state.max_in_flight >= 2
+    bundles = [
+        loads(v) for k, v in store.objects.items() if k.startswith("pith/") and k.endswith("bundle.json")
+    ]
+    assert len(bundles) == 30
+    assert all(verify_bundle(b, pinned_fingerprint=signer.fingerprint).ok for b in bundles)

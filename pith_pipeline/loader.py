@@ -1,0 +1,276 @@
+"""The one publish loop: every path that publishes records goes through `Loader`.
+
+`build`, `ingest` and `backfill` in one process (`Publisher.publish`), each worker
+process's chunk (`parallel.publish_chunk`), a parallel run's records kept in the
+parent (`ParallelPublisher`) and each Airflow build task (`airflow_tasks.build_chunk`)
+hand their items to a `Loader`. What happens to one record stays
+`Publisher.publish_item`; the loader decides how many records are in flight and
+adds up what each did (`RunSummary.add`).
+
+Why several records in flight: a store far away (S3: tens of milliseconds per
+request) leaves one process idle most of the time when it waits on one request at a
+time. With `io_concurrency` N > 1 up to N papers are published at once by a bounded
+pool of threads (boto3 releases the GIL while it waits on the network, and the
+signing and JSON work in between is short), each paper's requests in their usual
+order: its events, then its bundle and state, then its arXiv pointer. Every version
+and duplicate of one arXiv id is published by one thread after the other, in input
+order, because the pointer, supersedes and corrections are read-modify-write per
+paper; different papers share no object (the key document is published before the
+loop, the quarantine after it). At most `backlog` records wait beyond those in
+flight, and `learn_batch` more are read ahead (back-pressure), so memory stays
+bounded whatever the input.
+
+Why read ahead: a paper the store has never seen needs no request before its
+writes, and one listing page tells that for a whole batch of papers
+(`Publisher.learn_new`); so a new paper costs its six writes and a share of a LIST.
+
+With N = 1 (the default for a local directory) nothing changes: records are
+published one after another in this thread, and a fixed clock gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from pith_pipeline.errors import InputError
+from pith_pipeline.items import Item, Rejected
+
+if TYPE_CHECKING:
+    from pith_pipeline.pipeline import Publisher, RunSummary
+    from pith_pipeline.storage.base import Store
+
+log = logging.getLogger(__name__)
+
+#: requests in flight on S3 by default: about what one core keeps busy building and
+#: signing while the requests wait (a distant region: 100 ms each)
+S3_IO_CONCURRENCY = 32
+#: a local directory: one at a time, as before (its writes are short; the group
+#: commit makes them durable together)
+LOCAL_IO_CONCURRENCY = 1
+MAX_IO_CONCURRENCY = 256
+#: records waiting beyond those in flight, per unit of concurrency (back-pressure)
+BACKLOG_PER_SLOT = 4
+
+#: records read ahead to learn, with a few LISTs, which papers are new (`learn_new`)
+LEARN_BATCH = 256
+
+#: (input sequence number, quarantine entry)
+Reject = tuple[int, dict[str, Any]]
+#: what a thread hands back per record: (sequence number, quarantine entry, the
+#: record's counts, its error); counts None: not published (the loop was stopping)
+Done = tuple[int, "dict[str, Any] | None", "RunSummary | None", BaseException | None]
+
+
+def default_io_concurrency(store: Store) -> int:
+    """Requests in flight when `--io-concurrency` is not given: many on S3, one locally."""
+    return S3_IO_CONCURRENCY if store.url.startswith("s3://") else LOCAL_IO_CONCURRENCY
+
+
+def check_io_concurrency(n: int) -> int:
+    if not 1 <= n <= MAX_IO_CONCURRENCY:
+        raise InputError(f"--io-concurrency must be between 1 and {MAX_IO_CONCURRENCY}, not {n}")
+    return n
+
+
+def reserve_connections(store: Store, n: int) -> None:
+    """Let the store keep `n` connections open (S3: boto3's `max_pool_connections`),
+    so that `n` requests in flight do not queue for, or churn, a smaller pool."""
+    method = getattr(store, "reserve_connections", None)
+    if method is not None:
+        method(n)
+
+
+def _paper(item: Item) -> str | None:
+    """The arXiv id whose records must go one after another (None: no paper)."""
+    return None if isinstance(item, Rejected) else item.id
+
+
+class Loader:
+    """Publishes items through one `Publisher`, up to `io_concurrency` papers at once."""
+
+    def __init__(self, publisher: Publisher, *, io_concurrency: int | None = None) -> None:
+        self.publisher = publisher
+        n = io_concurrency if io_concurrency is not None else publisher.io_concurrency
+        self.io_concurrency = check_io_concurrency(n)
+        self.backlog = BACKLOG_PER_SLOT * self.io_concurrency
+        self.learn_batch = LEARN_BATCH
+        if self.io_concurrency > 1:  # + the calling thread's and the lease renewer's
+            reserve_connections(publisher.store, self.io_concurrency + 2)
+
+    def publish(self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None) -> RunSummary:
+        """A whole run: the key document, every item, then the quarantine file."""
+        pub = self.publisher
+        pub.publish_key_document()
+        pub.quarantine.extend(entry for _seq, entry in self.run(enumerate(items), progress=progress))
+        pub.flush_quarantine()
+        return pub.summary
+
+    def run(
+        self, items: Iterable[tuple[int, Item]], *, progress: Callable[[int], None] | None = None
+    ) -> list[Reject]:
+        """Publish numbered items; returns their quarantine entries in input order.
+
+        Counts go to the publisher's summary. The first store, signer or lease error
+        stops the loop: papers already in flight finish, no new one starts, and the
+        error is raised (what was published stays published; a rerun completes it).
+        """
+        try:
+            if self.io_concurrency == 1:
+                return self._run_here(items, progress)
+            return _Concurrent(self, progress).run(items)
+        finally:
+            self.publisher.forget_learned()
+
+    def _run_here(
+        self, items: Iterable[tuple[int, Item]], progress: Callable[[int], None] | None
+    ) -> list[Reject]:
+        pub = self.publisher
+        rejects: list[Reject] = []
+        for batch in batches(items, self.learn_batch):
+            pub.learn_new(item for _seq, item in batch)
+            for seq, item in batch:
+                entry = pub.publish_item(item)
+                if entry is not None:
+                    rejects.append((seq, entry))
+                if progress:
+                    progress(1)
+        return rejects
+
+
+class _Concurrent:
+    """One concurrent loop: a thread pool, per-paper queues, and a results queue.
+
+    Only the calling thread touches the run's summary and calls `progress`: each
+    paper is counted in a summary of its own (`Publisher.counting`) that the calling
+    thread adds to the run's (`RunSummary.add`), so spilled ledgers and progress
+    bars are only ever used from the thread that made them.
+    """
+
+    def __init__(self, loader: Loader, progress: Callable[[int], None] | None) -> None:
+        self.pub = loader.publisher
+        self.n = loader.io_concurrency
+        self.limit = self.n + loader.backlog
+        self.learn_batch = loader.learn_batch
+        self.progress = progress
+        self.lock = threading.Lock()
+        # papers with a thread on them -> their later records, waiting in input order
+        self.busy: dict[str, deque[tuple[int, Item]]] = {}
+        self.done: queue.SimpleQueue[Done] = queue.SimpleQueue()
+        self.outstanding = 0
+        self.stop = False
+        self.error: BaseException | None = None
+        self.rejects: list[Reject] = []
+
+    def run(self, items: Iterable[tuple[int, Item]]) -> list[Reject]:
+        pool = ThreadPoolExecutor(max_workers=self.n, thread_name_prefix="pith-load")
+        try:
+            for batch in batches(items, self.learn_batch):
+                self._fold_ready()
+                if self.error is not None:
+                    break
+                with self.lock:
+                    busy = set(self.busy)
+                self.pub.learn_new((item for _seq, item in batch), busy=busy)
+                for seq, item in batch:
+                    if not self._dispatch(pool, seq, item):
+                        break
+                if self.error is not None:
+                    break
+            while self.outstanding:
+                self._fold(self.done.get())
+        finally:
+            self.stop = True
+            pool.shutdown(wait=True, cancel_futures=True)
+        if self.error is not None:
+            raise self.error
+        self.rejects.sort(key=lambda r: r[0])
+        return self.rejects
+
+    def _dispatch(self, pool: ThreadPoolExecutor, seq: int, item: Item) -> bool:
+        """Hand one record to a thread (or to its paper's queue); False: stop reading."""
+        while self.outstanding >= self.limit:  # back-pressure
+            self._fold(self.done.get())
+        self._fold_ready()
+        if self.error is not None:
+            return False
+        paper = _paper(item)
+        if paper is None:  # a reject: counted here, no request
+            entry = self.pub.publish_item(item)
+            if entry is not None:
+                self.rejects.append((seq, entry))
+            if self.progress:
+                self.progress(1)
+            return True
+        self.outstanding += 1
+        with self.lock:
+            waiting = self.busy.get(paper)
+            if waiting is not None:
+                waiting.append((seq, item))
+                return True
+            self.busy[paper] = deque()
+        pool.submit(self._work, paper, seq, item)
+        return True
+
+    def _work(self, paper: str, seq: int, item: Item) -> None:
+        """Publish one paper's records, one after another, on this thread."""
+        while True:
+            if self.stop:
+                self.done.put((seq, None, None, None))
+            else:
+                try:
+                    entry, part = self.pub.publish_counted(item)
+                    self.done.put((seq, entry, part, None))
+                except BaseException as exc:  # handed to the calling thread, which raises it
+                    self.stop = True
+                    self.done.put((seq, None, None, exc))
+            with self.lock:
+                waiting = self.busy[paper]
+                if not waiting:
+                    del self.busy[paper]
+                    return
+                seq, item = waiting.popleft()
+
+    def _fold_ready(self) -> None:
+        while True:
+            try:
+                got = self.done.get_nowait()
+            except queue.Empty:
+                return
+            self._fold(got)
+
+    def _fold(self, got: Done) -> None:
+        seq, entry, part, exc = got
+        self.outstanding -= 1
+        if exc is not None:
+            if self.error is None:
+                self.error = exc
+            return
+        if part is not None:
+            self.pub.summary.add(part)
+            if self.progress:
+                self.progress(1)
+        if entry is not None:
+            self.rejects.append((seq, entry))
+
+
+def batches(items: Iterable[tuple[int, Item]], size: int) -> Iterator[list[tuple[int, Item]]]:
+    """Numbered items in lists of up to `size` (read ahead, so memory stays bounded)."""
+    batch: list[tuple[int, Item]] = []
+    for pair in items:
+        batch.append(pair)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def numbered(items: Iterable[Item], start: int = 0) -> Iterator[tuple[int, Item]]:
+    """Items with their input sequence numbers (quarantine entries keep input order)."""
+    return enumerate(items, start)
