@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pith_pipeline import airflow_tasks as at
 from pith_pipeline.core.layout import backfill_chunk_key, backfill_prefix
 from pith_pipeline.pipeline import RunSummary
 from pith_pipeline.runs.backfill_plan import harvest_for, plan_backfill, plan_chunks_for
@@ -72,6 +71,7 @@ def run_window(
     io_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """One planned window, start to finish; every step is safe to repeat."""
+    from pith_pipeline import airflow_tasks as at
     from pith_pipeline.core.canonical_json import loads
 
     harvested = harvest_for(settings, request, store=store)
@@ -116,6 +116,8 @@ def run_backfill(
 ) -> BackfillResult:
     """Publish every window of [start, until) not yet complete; resumable after a kill."""
     from tqdm import tqdm
+
+    from pith_pipeline import airflow_tasks as at
 
     store = at._store(settings)
     signer = at._signer(settings)

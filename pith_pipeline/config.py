@@ -151,6 +151,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("worker_chunk", "PITH_WORKER_CHUNK", "500", "Records per message to a worker (tuning)."),
     Setting(
+        "io_concurrency",
+        "PITH_IO_CONCURRENCY",
+        None,
+        "Papers published at once per process, each its own requests in their usual order.",
+        default_text="32 on S3, 1 for a directory",
+    ),
+    Setting(
         "shards",
         "PITH_SHARDS",
         None,

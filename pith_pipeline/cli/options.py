@@ -163,7 +163,7 @@ def io_concurrency_option(fn: F) -> F:
     return click.option(
         "--io-concurrency",
         "io_concurrency",
-        envvar="PITH_IO_CONCURRENCY",
+        envvar=envvar("io_concurrency"),
         type=click.IntRange(min=1, max=MAX_IO_CONCURRENCY),
         default=None,
         show_default="32 on S3, 1 locally",
