@@ -45,7 +45,7 @@ from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import InputError, PithError
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
 from pith_pipeline.sources.jsonl import Item, Rejected
-from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.base import Store, barrier
 
 if TYPE_CHECKING:
     from pith_pipeline.signing.certified import CertifiedHandoff
@@ -241,6 +241,7 @@ def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
             entry = pub.publish_item(rec)
             if entry is not None:
                 out.rejects.append((seq, entry))
+        barrier(pub.store)  # the chunk is durable before the parent counts it done
         s = pub.summary
         out.built, out.unchanged, out.superseded = s.built, s.unchanged, s.superseded
         out.failed, out.skipped, out.problems = s.failed, s.skipped, list(s.problems)

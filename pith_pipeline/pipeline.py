@@ -40,7 +40,7 @@ from pith_pipeline.errors import (
 )
 from pith_pipeline.sources.jsonl import Item, Rejected
 from pith_pipeline.spill import Ledger, SpillList
-from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.base import Store, barrier
 from pith_pipeline.storage.lease import shard_of
 
 
@@ -240,6 +240,7 @@ class Publisher:
             data = dumps_pretty(doc) + b"\n"
             if got is not None and got[0] == data:
                 return
+            barrier(self.store)  # the certificates it lists are durable before it names them
             if self.store.put_if_match(PUBLIC_KEY_FILE, data, got[1] if got else None):
                 self._record_write(PUBLIC_KEY_FILE, data)
                 return
