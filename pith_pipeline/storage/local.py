@@ -60,7 +60,7 @@ def _host_tag() -> str:
     return "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:40] or "host"
 
 
-def _os_error(op: str, path: Path, exc: OSError) -> StorageError:
+def _os_error(op: str, path: str | Path, exc: OSError) -> StorageError:
     """One line naming what failed where; transient only where waiting can help."""
     reason = exc.strerror or type(exc).__name__
     hints = {
@@ -127,6 +127,9 @@ class LocalStore:
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool | None = None) -> None:
         self.root = Path(root).absolute()
         self.url = str(self.root)
+        # paths as strings: pathlib costs more per write than the write's syscalls
+        self._root = str(self.root)
+        self._tmp = f"{self._root}/{TMP_DIR}"
         # durable at each barrier is the default; PITH_LOCAL_FSYNC=0 leaves flushing to
         # the OS (same files and bytes, weaker only against power loss: for benchmarks
         # and scratch stores)
@@ -155,26 +158,43 @@ class LocalStore:
     def __repr__(self) -> str:
         return f"LocalStore({str(self.root)!r})"
 
-    def _path(self, key: str) -> Path:
+    def _fs(self, key: str) -> str:
+        """The file's path for a key; a key that is not a plain relative path (or
+        names the temporary directory) is refused."""
         parts = key.split("/") if key else []
         if (
             not key
-            or key.startswith("/")
+            or key[0] == "/"
             or any(p in ("", ".", "..") for p in parts)
             or parts[0] == TMP_DIR
             or "\x00" in key
         ):
             raise StorageError(f"invalid storage key {key!r}")
-        return self.root / key
+        return f"{self._root}/{key}"
+
+    def _path(self, key: str) -> Path:
+        return Path(self._fs(key))
 
     def get(self, key: str) -> bytes | None:
-        path = self._path(key)
+        path = self._fs(key)
         try:
-            return path.read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
             raise _os_error("cannot read", path, exc) from None
+        try:
+            size = os.fstat(fd).st_size
+            chunks = [os.read(fd, size + 1)]  # a short read is the end of the file
+            while len(chunks[-1]) > size or (len(chunks) > 1 and chunks[-1]):
+                chunks.append(os.read(fd, 1 << 20))  # it grew while being read
+            return b"".join(chunks)
+        except IsADirectoryError:
+            return None
+        except OSError as exc:
+            raise _os_error("cannot read", path, exc) from None
+        finally:
+            os.close(fd)
 
     def get_capped(self, key: str, limit: int) -> bytes | None:
         """Like `get`, but an object over `limit` bytes is refused unread (`base.get_capped`)."""
@@ -196,20 +216,20 @@ class LocalStore:
         return data
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        return os.path.isfile(self._fs(key))
 
     # -- writes ------------------------------------------------------------------
-    def _tmp_dir(self) -> Path:
-        tmp = self.root / TMP_DIR
+    def _tmp_dir(self) -> str:
+        tmp = self._tmp
         if not self._tmp_ready:
             try:
-                tmp.mkdir(parents=True, exist_ok=True)
+                os.makedirs(tmp, exist_ok=True)
             except OSError as exc:
                 raise _os_error("cannot create", tmp, exc) from None
             self._tmp_ready = True
         return tmp
 
-    def _open_tmp(self, tmp_dir: Path) -> tuple[int, str]:
+    def _open_tmp(self, tmp_dir: str) -> tuple[int, str]:
         """A new temporary file, opened for writing: (fd, path)."""
         if self._pid != os.getpid():  # forked since: our own names and group
             self._pid = os.getpid()
@@ -234,38 +254,45 @@ class LocalStore:
         to the group the next barrier makes durable."""
         fd, tmp = self._open_tmp(self._tmp_dir())
         try:
-            with os.fdopen(fd, "wb", buffering=0 if src is None else -1) as fh:
-                if src is not None:
-                    with open(src, "rb") as inp:
-                        shutil.copyfileobj(inp, fh, 1 << 20)
-                else:
-                    view = memoryview(data or b"")
-                    while view:  # a raw write may be short
-                        view = view[fh.write(view) or 0 :]
-                if self._chmod:
-                    os.fchmod(fh.fileno(), FILE_MODE)
+            if src is not None:
+                with os.fdopen(fd, "wb") as fh, open(src, "rb") as inp:
+                    shutil.copyfileobj(inp, fh, 1 << 20)
+                    fh.flush()
+                    if self._chmod:
+                        os.fchmod(fd, FILE_MODE)
+            else:
+                try:
+                    done = os.write(fd, data or b"")
+                    if done < len(data or b""):  # a short write: the rest
+                        view = memoryview(data or b"")[done:]
+                        while view:
+                            view = view[os.write(fd, view) :]
+                    if self._chmod:
+                        os.fchmod(fd, FILE_MODE)
+                finally:
+                    os.close(fd)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise _os_error("cannot write", Path(tmp), exc) from None
+            raise _os_error("cannot write", tmp, exc) from None
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
         return tmp
 
-    def _parent(self, path: Path, *, known: bool = True) -> None:
+    def _parent(self, path: str | Path, *, known: bool = True) -> None:
         """Make sure `path`'s directory exists. Directories made or seen are remembered
         (`known=False` after a concurrent `delete` pruned one); each one made is added
         to the group, with its parent, so the next barrier makes the entry durable."""
-        parent = str(path.parent)
+        parent = os.path.dirname(path)
         if known and parent in self._known_dirs:
             return
         made: list[str] = []
         try:
             _makedirs(parent, made)
         except OSError as exc:
-            raise _os_error("cannot create", path.parent, exc) from None
+            raise _os_error("cannot create", parent, exc) from None
         if len(self._known_dirs) >= MAX_KNOWN_DIRS:
             self._known_dirs.clear()
         self._known_dirs.add(parent)
@@ -327,7 +354,7 @@ class LocalStore:
                 _LIVE.add(self)
             raise _os_error("cannot make durable", self.root, exc) from None
 
-    def _place(self, op: Callable[[str, Path], None], tmp: str, path: Path) -> None:
+    def _place(self, op: Callable[[str, str], None], tmp: str, path: str) -> None:
         """`op(tmp, path)`, once more if a concurrent `delete` pruned the directory
         between our mkdir and the rename or link."""
         try:
@@ -337,10 +364,10 @@ class LocalStore:
                 raise
             self._parent(path, known=False)
             op(tmp, path)
-        self._written(str(path), str(path.parent))
+        self._written(path, os.path.dirname(path))
 
     def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
-        path = self._path(key)
+        path = self._fs(key)
         self._parent(path)
         tmp = self._write_tmp(data)
         try:
@@ -351,9 +378,9 @@ class LocalStore:
             raise _os_error("cannot write", path, exc) from None
 
     def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
-        path = self._path(key)
+        path = self._fs(key)
         self._parent(path)
-        return self._link_once(key, path, self._write_tmp(data), lambda: path.read_bytes() == data)
+        return self._link_once(key, path, self._write_tmp(data), lambda: self.get(key) == data)
 
     def put_once_file(
         self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"
@@ -361,13 +388,13 @@ class LocalStore:
         """`put_once` of a file, copied in chunks (never read whole)."""
         from pith_pipeline.storage.base import file_sha256
 
-        path = self._path(key)
+        path = self._fs(key)
         self._parent(path)
         return self._link_once(
             key, path, self._write_tmp(src=src), lambda: file_sha256(path) == file_sha256(src)
         )
 
-    def _link_once(self, key: str, path: Path, tmp: str, same: Callable[[], bool]) -> bool:
+    def _link_once(self, key: str, path: str, tmp: str, same: Callable[[], bool]) -> bool:
         """Link the written temporary file into place unless `path` exists (atomic
         create-if-absent); an existing object with the same content counts as done."""
         try:
@@ -430,11 +457,11 @@ class LocalStore:
         return None if data is None else (data, hashlib.sha256(data).hexdigest())
 
     @contextlib.contextmanager
-    def _locked(self, path: Path) -> Iterator[None]:
+    def _locked(self, path: str) -> Iterator[None]:
         """An advisory lock on the object's directory, so check-then-replace is one step
         for writers; it leaves no lock file behind."""
         self._parent(path)
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -444,7 +471,7 @@ class LocalStore:
     def put_if_match(
         self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
     ) -> bool:
-        path = self._path(key)
+        path = self._fs(key)
         with self._locked(path):
             current = self.get_tagged(key)
             if (current[1] if current else None) != tag:
@@ -456,7 +483,7 @@ class LocalStore:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise _os_error("cannot write", path, exc) from None
-            self._written(str(path), str(path.parent))
+            self._written(path, os.path.dirname(path))
             return True
 
     # -- housekeeping -------------------------------------------------------------
