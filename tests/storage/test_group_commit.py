@@ -332,3 +332,35 @@ def test_a_build_killed_before_its_barrier_is_completed_by_the_rerun(
                 assert st.exists(key), key
     assert len(subjects) >= len(ids)
     assert len(list(st.list("runs/"))) == 1  # the rerun's manifest
+
+
+@pytest.mark.parametrize("method", ["fsync", "syncfs"])
+def test_a_failed_barrier_stops_before_the_manifest_and_is_tried_again(
+    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    import errno
+
+    from pith_pipeline.errors import StorageError
+    from pith_pipeline.index.runs import write_manifest
+
+    monkeypatch.delenv("PITH_LOG_SIGNER", raising=False)
+    if method == "fsync":
+        monkeypatch.setattr(local, "_syncfs", None)
+    store = LocalStore(tmp_path / "store", fsync=True)
+    pub = _publish(store, sample_lines[:3], tmp_path)
+
+    def broken(fd: int) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    if method == "syncfs":
+        monkeypatch.setattr(local, "_syncfs", broken)
+    else:
+        assert store._pending_files
+        monkeypatch.setattr(os, "fsync", broken)
+    with pytest.raises(StorageError, match=r"cannot make durable .*Input/output error"):
+        write_manifest(store, pub.summary)
+    assert list(store.list("runs/")) == []  # nothing claims the run
+    assert store._dirty  # the group is kept for the next barrier
+    monkeypatch.undo()
+    key = write_manifest(store, pub.summary)
+    assert store.exists(key) and not store._dirty
