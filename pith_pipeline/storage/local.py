@@ -37,7 +37,6 @@ import shutil
 import socket
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -110,13 +109,24 @@ def _load_syncfs() -> Callable[[int], int] | None:
 #: None where the platform has no syncfs(2); a barrier then fsyncs file by file
 _syncfs: Callable[[int], int] | None = _load_syncfs()
 #: every store with unsynced writes, synced at interpreter exit
-_LIVE: weakref.WeakSet[LocalStore] = weakref.WeakSet()
+#: every store with unsynced writes, synced at interpreter exit; held strongly, so a
+#: store dropped before its barrier is still synced
+_LIVE: set[LocalStore] = set()
 
 
 @atexit.register
 def _sync_at_exit() -> None:
+    """Sync every store with unsynced writes; with syncfs, once per file system (all
+    writes are done by now, so one flush covers every store on it)."""
+    flushed: set[int] = set()
     for store in list(_LIVE):
         with contextlib.suppress(Exception):  # exiting: a failure here has no one to tell
+            if _syncfs is not None:
+                dev = os.stat(store._root).st_dev
+                if dev in flushed:
+                    store._dirty = False
+                    continue
+                flushed.add(dev)
             store.sync()
 
 

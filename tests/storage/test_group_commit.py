@@ -364,3 +364,24 @@ def test_a_failed_barrier_stops_before_the_manifest_and_is_tried_again(
     monkeypatch.undo()
     key = write_manifest(store, pub.summary)
     assert store.exists(key) and not store._dirty
+
+
+DROPPED = """
+import gc, os, sys
+from pith_pipeline.storage import local
+local._syncfs = lambda fd: print("syncfs", os.readlink(f"/proc/self/fd/{fd}"), flush=True) or 0
+for name in ("a", "b"):
+    store = local.LocalStore(os.path.join(sys.argv[1], name), fsync=True)
+    store.put("x.json", b"1")
+del store
+gc.collect()
+print("exiting", flush=True)
+"""
+
+
+def test_stores_dropped_before_their_barrier_are_synced_at_exit_once_per_file_system(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", DROPPED, str(tmp_path)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out[0] == "exiting"  # nothing synced before exit: no barrier was reached
+    assert len(out) == 2 and out[1].startswith("syncfs ")  # one flush for both stores (one file system)
