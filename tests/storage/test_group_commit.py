@@ -27,7 +27,7 @@ from testclock import StepClock
 from pith_pipeline.core.bundle import bundle_paths
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.keys import Ed25519Signer
-from pith_pipeline.core.record import PithNumber
+from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage import local
