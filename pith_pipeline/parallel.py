@@ -46,7 +46,7 @@ from pith_pipeline.errors import InputError, TransientError
 from pith_pipeline.items import Item, Rejected
 from pith_pipeline.loader import Loader
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
-from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.base import Store, barrier
 
 if TYPE_CHECKING:
     from pith_pipeline.signing.certified import CertifiedHandoff
@@ -243,6 +243,7 @@ def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
                 yield seq, rec
 
         rejects = Loader(pub).run(records())
+        barrier(pub.store)  # the chunk is durable before the parent counts it done
         return ChunkResult(os.getpid(), pub.summary, records=len(chunk), rejects=rejects)
     except BaseException as exc:
         raise _picklable(exc) from None

@@ -51,7 +51,7 @@ from pith_pipeline.errors import (
     is_record_problem,
 )
 from pith_pipeline.items import Item, Rejected
-from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.base import Store, barrier
 from pith_pipeline.storage.lease import shard_of
 
 
@@ -302,6 +302,7 @@ class Publisher:
             data = dumps_pretty(doc) + b"\n"
             if got is not None and got[0] == data:
                 return
+            barrier(self.store)  # the certificates it lists are durable before it names them
             if self.store.put_if_match(PUBLIC_KEY_FILE, data, got[1] if got else None):
                 self._record_write(PUBLIC_KEY_FILE, data)
                 return

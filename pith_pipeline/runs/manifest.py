@@ -23,7 +23,7 @@ from pith_pipeline.disk_backed import Ledger, iter_sorted, sorted_unique
 from pith_pipeline.errors import WriteConflictError
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
 from pith_pipeline.pipeline import RunSummary
-from pith_pipeline.storage.base import Store, put_once_file
+from pith_pipeline.storage.base import Store, barrier, put_once_file
 
 
 def reproducible_run_id(store: Store, clock: Clock, *inputs: bytes) -> str:
@@ -190,7 +190,9 @@ def write_manifest(
                     "objects": _object_items(_sorted_objects(summary.written, {})),
                 },
             )
+        barrier(store)  # every object it lists is durable before the manifest claims it
         put_once_file(store, key, path)
+    barrier(store)  # and the manifest itself before the run reports it
     return key
 
 
@@ -214,6 +216,7 @@ def finish_run(
     set). Safe to call again after a failure: index updates are idempotent and the
     run manifest is write-once. Returns the run manifest's key.
     """
+    barrier(store)  # the published papers are durable before the index lists them
     update = update_indexes(
         store, touched_subjects(summary), run_id=summary.run_id, clock=clock, progress=progress
     )

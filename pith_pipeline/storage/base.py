@@ -12,6 +12,12 @@ it is. Two kinds of write:
 - `get_tagged` / `put_if_match`: compare-and-swap for the few small objects that
   several writers may update (the index manifest), so one writer's update is never
   silently lost to another's.
+
+Durability is a barrier, `barrier(store)`: a store may hold writes back (the local
+store does not flush each file, it makes them durable together at the barrier), so
+whatever claims work already written (a transparency-log checkpoint, a run
+manifest, a lease release, the key document) is written after a barrier. On S3 a
+write is durable when it returns, and the barrier is a no-op.
 """
 
 from __future__ import annotations
@@ -65,6 +71,19 @@ class Store(Protocol):
         False when another writer got there first; the caller re-reads and retries.
         """
         ...
+
+
+def barrier(store: Store) -> None:
+    """Make every write so far durable, before writing what claims it.
+
+    Calls the store's `sync()` where it has one (the local store's group commit);
+    other stores (S3, memory, wrappers) are durable per write, so there is nothing
+    to do. Not a method of `Store` so that every store and test double need not
+    grow one.
+    """
+    sync = getattr(store, "sync", None)
+    if sync is not None:
+        sync()
 
 
 def put_once_file(

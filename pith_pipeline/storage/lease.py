@@ -44,7 +44,7 @@ from typing import Any
 
 from pith_pipeline import config
 from pith_pipeline.errors import StorageError, TerminalError, TransientError, WriteConflictError
-from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.base import Store, barrier
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +329,11 @@ class WriterLease:
             self._thread.join(timeout=10)
         with self._lock:
             held, self._held = self._held, []
+        if held:
+            # what was written under the lease is durable before the next writer may
+            # start on it; when it cannot be, the leases stay (they expire, or the next
+            # writer sees this process gone) and the error stops the command
+            barrier(self.store)
         for h in reversed(held):
             try:
                 current = self.store.get_tagged(h.key)

@@ -7,20 +7,35 @@ temporary file. A writer killed half-way leaves its temporary file only in `.tmp
 its name carries the writer's host and process id, so the next writer (and
 `compact`) removes the files of dead writers (`sweep_temporary`).
 
+Durability is a group commit (git's `core.fsyncMethod=batch` is the model): a write
+is not flushed on its own; the store remembers what it wrote and `sync()` makes all
+of it durable together, with one `syncfs(2)` on Linux (else an fsync of every file
+and every directory that gained an entry). Callers put a barrier before whatever
+claims the work (the transparency-log checkpoint, the run manifest, a lease
+release, the key document) and every store with unsynced writes is synced at
+interpreter exit, so a crash or power loss loses only work nothing claims yet, and
+the next run redoes it. A write stays atomic (temporary file, then rename or link):
+a process killed at any point leaves the old object or the new one, never a part.
+
 Operating-system failures (a read-only file system, a full disk, permissions)
 become one-line `StorageError`s naming the path, never a traceback.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import fcntl
 import hashlib
+import itertools
 import os
+import secrets
 import shutil
 import socket
-import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,13 +47,20 @@ from pith_pipeline.errors import StorageError, WriteConflictError
 TMP_DIR = ".tmp"
 #: A temporary file older than this is stale whoever wrote it.
 STALE_SECONDS = 3600.0
+#: Without syncfs, a barrier fsyncs every file written since the last one: past this
+#: many the store syncs on its own, so the list of unsynced files stays small.
+MAX_PENDING = 4096
+#: Directories known to exist, per store; cleared past this size (memory stays flat).
+MAX_KNOWN_DIRS = 4096
+#: Mode of every published file, as before: readable by all, written by the owner.
+FILE_MODE = 0o644
 
 
 def _host_tag() -> str:
     return "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:40] or "host"
 
 
-def _os_error(op: str, path: Path, exc: OSError) -> StorageError:
+def _os_error(op: str, path: str | Path, exc: OSError) -> StorageError:
     """One line naming what failed where; transient only where waiting can help."""
     reason = exc.strerror or type(exc).__name__
     hints = {
@@ -52,42 +74,138 @@ def _os_error(op: str, path: Path, exc: OSError) -> StorageError:
     return StorageError(f"{op} {path}: {reason}{hints.get(exc.errno or 0, '')}", transient=transient)
 
 
+def _umask() -> int | None:
+    """The process umask, read without changing it (Linux /proc), or None."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    """libc's `syncfs(fd)` (Linux), or None where there is none."""
+    if not hasattr(os, "sched_getaffinity"):  # not Linux: no syncfs
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+
+    def syncfs(fd: int) -> int:
+        if fn(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        return 0
+
+    return syncfs
+
+
+#: None where the platform has no syncfs(2); a barrier then fsyncs file by file
+_syncfs: Callable[[int], int] | None = _load_syncfs()
+#: every store with unsynced writes, synced at interpreter exit
+#: every store with unsynced writes, synced at interpreter exit; held strongly, so a
+#: store dropped before its barrier is still synced
+_LIVE: set[LocalStore] = set()
+
+
+@atexit.register
+def _sync_at_exit() -> None:
+    """Sync every store with unsynced writes; with syncfs, once per file system (all
+    writes are done by now, so one flush covers every store on it)."""
+    flushed: set[int] = set()
+    for store in list(_LIVE):
+        with contextlib.suppress(Exception):  # exiting: a failure here has no one to tell
+            if _syncfs is not None:
+                dev = os.stat(store._root).st_dev
+                if dev in flushed:
+                    store._dirty = False
+                    continue
+                flushed.add(dev)
+            store.sync()
+
+
 class LocalStore:
-    """Objects are files under `root`; writes go to `.tmp/`, then rename or link."""
+    """Objects are files under `root`; writes go to `.tmp/`, then rename or link;
+    durable together at `sync()`."""
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool | None = None) -> None:
         self.root = Path(root).absolute()
         self.url = str(self.root)
-        # fsync per object is the durable default; PITH_LOCAL_FSYNC=0 (the `local_fsync`
-        # setting, asked of `config` when the caller does not say) leaves flushing to
+        # paths as strings: pathlib costs more per write than the write's syscalls
+        self._root = str(self.root)
+        self._tmp = f"{self._root}/{TMP_DIR}"
+        # durable at each barrier is the default; PITH_LOCAL_FSYNC=0 leaves flushing to
         # the OS (same files and bytes, weaker only against power loss: for benchmarks
-        # and scratch stores, where per-file fsync costs more than building the bundle)
+        # and scratch stores)
         self.fsync = from_env("local_fsync") != "0" if fsync is None else fsync
-        self._tmp_prefix = f".tmp-{_host_tag()}-{os.getpid()}-"
+        self._pid = os.getpid()
+        self._tmp_prefix = self._new_prefix()
+        self._counter = itertools.count()
+        self._tmp_ready = False
+        self._known_dirs: set[str] = set()
+        # the group to commit: files written and directories that gained an entry since
+        # the last barrier (only kept where there is no syncfs), and whether there is any
+        self._lock = threading.Lock()
+        self._dirty = False
+        self._pending_files: list[str] = []
+        self._pending_dirs: set[str] = set()
+        # files are created with their final mode when the umask leaves it alone (the
+        # usual 022), so there is no chmod per file
+        umask = _umask()
+        self._chmod = umask is None or umask & FILE_MODE != 0
+
+    def _new_prefix(self) -> str:
+        # the pid in the name: `sweep_temporary` knows whose file it is; the random
+        # part: a dead writer with the same pid left no name we could collide with
+        return f".tmp-{_host_tag()}-{os.getpid()}-{secrets.token_hex(3)}-"
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.root)!r})"
 
-    def _path(self, key: str) -> Path:
+    def _fs(self, key: str) -> str:
+        """The file's path for a key; a key that is not a plain relative path (or
+        names the temporary directory) is refused."""
         parts = key.split("/") if key else []
         if (
             not key
-            or key.startswith("/")
+            or key[0] == "/"
             or any(p in ("", ".", "..") for p in parts)
             or parts[0] == TMP_DIR
             or "\x00" in key
         ):
             raise StorageError(f"invalid storage key {key!r}")
-        return self.root / key
+        return f"{self._root}/{key}"
+
+    def _path(self, key: str) -> Path:
+        return Path(self._fs(key))
 
     def get(self, key: str) -> bytes | None:
-        path = self._path(key)
+        path = self._fs(key)
         try:
-            return path.read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
             raise _os_error("cannot read", path, exc) from None
+        try:
+            size = os.fstat(fd).st_size
+            chunks = [os.read(fd, size + 1)]  # a short read is the end of the file
+            while len(chunks[-1]) > size or (len(chunks) > 1 and chunks[-1]):
+                chunks.append(os.read(fd, 1 << 20))  # it grew while being read
+            return b"".join(chunks)
+        except IsADirectoryError:
+            return None
+        except OSError as exc:
+            raise _os_error("cannot read", path, exc) from None
+        finally:
+            os.close(fd)
 
     def get_capped(self, key: str, limit: int) -> bytes | None:
         """Like `get`, but an object over `limit` bytes is refused unread (`base.get_capped`)."""
@@ -109,56 +227,145 @@ class LocalStore:
         return data
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        return os.path.isfile(self._fs(key))
 
     # -- writes ------------------------------------------------------------------
-    def _tmp_dir(self) -> Path:
-        tmp = self.root / TMP_DIR
-        try:
-            tmp.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise _os_error("cannot create", tmp, exc) from None
+    def _tmp_dir(self) -> str:
+        tmp = self._tmp
+        if not self._tmp_ready:
+            try:
+                os.makedirs(tmp, exist_ok=True)
+            except OSError as exc:
+                raise _os_error("cannot create", tmp, exc) from None
+            self._tmp_ready = True
         return tmp
+
+    def _open_tmp(self, tmp_dir: str) -> tuple[int, str]:
+        """A new temporary file, opened for writing: (fd, path)."""
+        if self._pid != os.getpid():  # forked since: our own names and group
+            self._pid = os.getpid()
+            self._tmp_prefix = self._new_prefix()
+            self._pending_files, self._pending_dirs, self._dirty = [], set(), False
+        for _attempt in range(100):
+            tmp = f"{tmp_dir}/{self._tmp_prefix}{next(self._counter)}"
+            try:
+                return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE), tmp
+            except FileExistsError:
+                continue
+            except FileNotFoundError:  # `.tmp/` removed under us: make it again
+                self._tmp_ready = False
+                tmp_dir = self._tmp_dir()
+            except OSError as exc:
+                raise _os_error("cannot write in", tmp_dir, exc) from None
+        raise StorageError(f"cannot write in {tmp_dir}: no free temporary file name")
 
     def _write_tmp(self, data: bytes | None = None, *, src: str | os.PathLike[str] | None = None) -> str:
         """A temporary file in `.tmp/` holding `data` (or `src`'s content, copied in
-        chunks), flushed; the caller renames or links it into place."""
-        tmp_dir = self._tmp_dir()
-        # the pid in the name: `sweep_temporary` knows whose file it is
-        if self._tmp_prefix.rsplit("-", 2)[-2] != str(os.getpid()):  # forked since
-            self._tmp_prefix = f".tmp-{_host_tag()}-{os.getpid()}-"
+        chunks); the caller renames or links it into place, then `_written` adds it
+        to the group the next barrier makes durable."""
+        fd, tmp = self._open_tmp(self._tmp_dir())
         try:
-            fd, tmp = tempfile.mkstemp(prefix=self._tmp_prefix, dir=tmp_dir)
-        except OSError as exc:
-            raise _os_error("cannot write in", tmp_dir, exc) from None
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                if src is not None:
-                    with open(src, "rb") as inp:
-                        shutil.copyfileobj(inp, fh, 1 << 20)
-                else:
-                    fh.write(data or b"")
-                fh.flush()
-                if self.fsync:
-                    os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)
+            if src is not None:
+                with os.fdopen(fd, "wb") as fh, open(src, "rb") as inp:
+                    shutil.copyfileobj(inp, fh, 1 << 20)
+                    fh.flush()
+                    if self._chmod:
+                        os.fchmod(fd, FILE_MODE)
+            else:
+                try:
+                    done = os.write(fd, data or b"")
+                    if done < len(data or b""):  # a short write: the rest
+                        view = memoryview(data or b"")[done:]
+                        while view:
+                            view = view[os.write(fd, view) :]
+                    if self._chmod:
+                        os.fchmod(fd, FILE_MODE)
+                finally:
+                    os.close(fd)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise _os_error("cannot write", Path(tmp), exc) from None
+            raise _os_error("cannot write", tmp, exc) from None
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
         return tmp
 
-    def _parent(self, path: Path) -> None:
+    def _parent(self, path: str | Path, *, known: bool = True) -> None:
+        """Make sure `path`'s directory exists. Directories made or seen are remembered
+        (`known=False` after a concurrent `delete` pruned one); each one made is added
+        to the group, with its parent, so the next barrier makes the entry durable."""
+        parent = os.path.dirname(path)
+        if known and parent in self._known_dirs:
+            return
+        made: list[str] = []
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _makedirs(parent, made)
         except OSError as exc:
-            raise _os_error("cannot create", path.parent, exc) from None
+            raise _os_error("cannot create", parent, exc) from None
+        if len(self._known_dirs) >= MAX_KNOWN_DIRS:
+            self._known_dirs.clear()
+        self._known_dirs.add(parent)
+        for d in made:
+            self._written(None, d)
 
-    def _place(self, op: Callable[[str, Path], None], tmp: str, path: Path) -> None:
+    def _written(self, path: str | None, directory: str) -> None:
+        """Add a file (and the directory that gained its entry) to the group."""
+        if not self.fsync:
+            return
+        with self._lock:
+            if not self._dirty:
+                self._dirty = True
+                _LIVE.add(self)
+            if _syncfs is not None:
+                return  # one syncfs covers everything: nothing to remember
+            if path is not None:
+                self._pending_files.append(path)
+            self._pending_dirs.add(directory)
+            full = len(self._pending_files) + len(self._pending_dirs) >= MAX_PENDING
+        if full:
+            self.sync()
+
+    def sync(self) -> None:
+        """The barrier: make every write of this store since the last barrier durable.
+
+        One `syncfs(2)` of the store's file system where the platform has it (one call
+        whatever the number of files; it also flushes other writers' data on that file
+        system), else an fsync of every file written and of every directory that
+        gained an entry (a new file's name is durable only once its directory is).
+        Call it before writing what claims the work; a no-op when nothing was written
+        or with PITH_LOCAL_FSYNC=0.
+        """
+        if self._pid != os.getpid():
+            return  # the group belongs to the process that wrote it
+        with self._lock:
+            if not self._dirty:
+                return
+            files, dirs = self._pending_files, self._pending_dirs
+            self._pending_files, self._pending_dirs, self._dirty = [], set(), False
+            _LIVE.discard(self)
+        try:
+            if _syncfs is not None:
+                fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    _syncfs(fd)
+                finally:
+                    os.close(fd)
+                return
+            for f in files:
+                _fsync_path(f, os.O_RDONLY)
+            for d in sorted(dirs, key=len, reverse=True):  # deepest first
+                _fsync_path(d, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            with self._lock:  # not durable: the next barrier tries again
+                self._pending_files.extend(files)
+                self._pending_dirs.update(dirs)
+                self._dirty = True
+                _LIVE.add(self)
+            raise _os_error("cannot make durable", self.root, exc) from None
+
+    def _place(self, op: Callable[[str, str], None], tmp: str, path: str) -> None:
         """`op(tmp, path)`, once more if a concurrent `delete` pruned the directory
         between our mkdir and the rename or link."""
         try:
@@ -166,11 +373,12 @@ class LocalStore:
         except FileNotFoundError:
             if not os.path.exists(tmp):
                 raise
-            self._parent(path)
+            self._parent(path, known=False)
             op(tmp, path)
+        self._written(path, os.path.dirname(path))
 
     def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
-        path = self._path(key)
+        path = self._fs(key)
         self._parent(path)
         tmp = self._write_tmp(data)
         try:
@@ -181,9 +389,9 @@ class LocalStore:
             raise _os_error("cannot write", path, exc) from None
 
     def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
-        path = self._path(key)
+        path = self._fs(key)
         self._parent(path)
-        return self._link_once(key, path, self._write_tmp(data), lambda: path.read_bytes() == data)
+        return self._link_once(key, path, self._write_tmp(data), lambda: self.get(key) == data)
 
     def put_once_file(
         self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"
@@ -191,13 +399,13 @@ class LocalStore:
         """`put_once` of a file, copied in chunks (never read whole)."""
         from pith_pipeline.storage.base import file_sha256
 
-        path = self._path(key)
+        path = self._fs(key)
         self._parent(path)
         return self._link_once(
             key, path, self._write_tmp(src=src), lambda: file_sha256(path) == file_sha256(src)
         )
 
-    def _link_once(self, key: str, path: Path, tmp: str, same: Callable[[], bool]) -> bool:
+    def _link_once(self, key: str, path: str, tmp: str, same: Callable[[], bool]) -> bool:
         """Link the written temporary file into place unless `path` exists (atomic
         create-if-absent); an existing object with the same content counts as done."""
         try:
@@ -260,11 +468,11 @@ class LocalStore:
         return None if data is None else (data, hashlib.sha256(data).hexdigest())
 
     @contextlib.contextmanager
-    def _locked(self, path: Path) -> Iterator[None]:
+    def _locked(self, path: str) -> Iterator[None]:
         """An advisory lock on the object's directory, so check-then-replace is one step
         for writers; it leaves no lock file behind."""
         self._parent(path)
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -274,7 +482,7 @@ class LocalStore:
     def put_if_match(
         self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
     ) -> bool:
-        path = self._path(key)
+        path = self._fs(key)
         with self._locked(path):
             current = self.get_tagged(key)
             if (current[1] if current else None) != tag:
@@ -286,6 +494,7 @@ class LocalStore:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise _os_error("cannot write", path, exc) from None
+            self._written(path, os.path.dirname(path))
             return True
 
     # -- housekeeping -------------------------------------------------------------
@@ -318,6 +527,41 @@ class LocalStore:
                     os.unlink(entry.path)
                 removed += (name,)
         return removed
+
+
+def _makedirs(path: str, made: list[str]) -> None:
+    """`os.makedirs(path, exist_ok=True)` in one mkdir when the parent exists (the
+    usual case); appends to `made` each directory created and the one holding it."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+        return
+    except FileNotFoundError:
+        head = os.path.dirname(path)
+        if not head or head == path:
+            raise
+        _makedirs(head, made)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
+            return
+    made.append(path)
+    made.append(os.path.dirname(path))
+
+
+def _fsync_path(path: str, flags: int) -> None:
+    try:
+        fd = os.open(path, flags | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return  # replaced or deleted since: what stands there now was synced by its writer
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _alive(pid: int) -> bool:

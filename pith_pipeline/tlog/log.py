@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import IntegrityError
-from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.base import Store, barrier
 from pith_pipeline.tlog import merkle
 from pith_pipeline.tlog.note import Checkpoint, Verifier, open_checkpoint, sign_note
 from pith_pipeline.tlog.tiles import (
@@ -302,6 +302,7 @@ def append_entries(
     if before_checkpoint is not None:
         before_checkpoint(old.size, size)
     signed = log.sign_checkpoint(cp)
+    barrier(store)  # tiles, entries and the events they log are durable before the checkpoint
     if not store.put_if_match(
         prefix + CHECKPOINT, signed, tagged[1] if tagged else None, content_type="text/plain; charset=utf-8"
     ):
