@@ -26,6 +26,7 @@ from pith_pipeline.core.builder import (
     build_record_events,
     correction_event,
     sign_bundle,
+    snapshot_for,
 )
 from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, Site, bundle_sha256
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
@@ -339,7 +340,7 @@ class Publisher:
             except Exception:  # a record that cannot be built: publish_item quarantines it
                 continue
         pointers = sorted({pointer_key(i.record.id) for i in idents.values()})
-        bodies = sorted({f"events/{i.body}/" for i in idents.values()})
+        bodies = sorted({event_prefix(i.body) for i in idents.values()})
         absent_pointers, n1 = absent_keys(lister, "arxiv/", pointers)
         absent_bodies, n2 = absent_keys(lister, "events/", bodies)
         with self._known_lock:
@@ -405,7 +406,7 @@ class Publisher:
         """
         from pith_pipeline.audit import subject_events
 
-        if self._known_absent(f"events/{body}/"):
+        if self._known_absent(event_prefix(body)):
             return []
         got = subject_events(self.store, body, self._keyring())
         got.raise_for_problems()
@@ -519,6 +520,7 @@ class Publisher:
         ident = self._identity(rec)
         existing = self.subject_events(ident.body)
         if any(e.get("event_type") == "record_created" for e in existing):
+            existing = self._complete_snapshot(ident, existing)
             self.summary.unchanged += 1
             self.summary.seen.append(ident.subject)
             self._ensure_bundle(ident.subject, existing)
@@ -561,6 +563,27 @@ class Publisher:
         self._update_pointer(ident, existing + built_events)
         self.summary.superseded += self.reconcile(rec.id)
         return ident
+
+    def _complete_snapshot(self, ident: Identity, existing: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Write the `graph_snapshot` a run killed between a record's two events left out.
+
+        Only for a `record_created` signed by this run's key: the snapshot is then the
+        same event the killed run would have written (see `snapshot_for`).
+        """
+        if any(e.get("event_type") == "graph_snapshot" for e in existing):
+            return existing
+        mine = [
+            e
+            for e in existing
+            if e.get("event_type") == "record_created"
+            and isinstance(e.get("signature"), dict)
+            and e["signature"].get("key_id") == self.signer.key_id
+        ]
+        if not mine:
+            return existing
+        ev = snapshot_for(ident, mine[0], self.signer, self.config.signer_id)
+        self._put_event(event_key(ident.body, ev["content_sha256"]), dumps_compact(ev))
+        return self.subject_events(ident.body)
 
     def _put_event(self, key: str, data: bytes) -> None:
         """Write-once; a different object already at an event's content-hash name

@@ -352,3 +352,29 @@ def test_a_record_whose_index_row_does_not_fit_is_quarantined_before_publishing(
     assert not (store / "events" / body).exists() and not (store / "pith" / body).exists()
     entry = json.loads((store / "quarantine/run-1.jsonl").read_text().splitlines()[0])
     assert "int32" in json.dumps(entry)
+
+
+def test_a_paper_killed_between_its_two_events_gets_its_graph_snapshot_on_rerun(
+    tmp_path: Path, asset: Any
+) -> None:
+    """A kill after `record_created` but before `graph_snapshot` must not leave the paper
+    with one event for good: the rerun completes it with the same snapshot."""
+    store = tmp_path / "store"
+    publish(store, asset("arxiv-sample.jsonl"))
+    bundle_path = sorted(store.glob("pith/*/bundle.json"))[0]
+    body = bundle_path.parent.name
+    original = json.loads(bundle_path.read_text())
+    snapshot_event = next(e for e in original["events"] if e["event_type"] == "graph_snapshot")
+    (store / "events" / body / f"{snapshot_event['content_sha256']}.json").unlink()
+    for p in (
+        bundle_path,
+        bundle_path.parent / "state.json",
+        store / ".well-known/pith" / body / "bundle.json",
+    ):
+        p.unlink()
+    second = publish(store, asset("arxiv-sample.jsonl"), datetime(2026, 8, 1, tzinfo=UTC))
+    assert second.unchanged == 30
+    rebuilt = json.loads(bundle_path.read_text())
+    assert verify_bundle(rebuilt).ok
+    assert [e["event_id"] for e in rebuilt["events"]] == [e["event_id"] for e in original["events"]]
+    assert rebuilt["state"] == original["state"]

@@ -124,6 +124,29 @@ def build_record_events(
     return RecordEvents(identity, [created, snapshot], aliases)
 
 
+def snapshot_for(
+    identity: Identity, created: dict[str, Any], signer: Signer, signer_id: str
+) -> dict[str, Any]:
+    """The `graph_snapshot` that belongs with a stored `record_created`.
+
+    Why: a run killed between a new record's two events leaves `record_created`
+    alone, and a rerun sees the record as already there. Made with the stored event's
+    `created_at`, signing time and builder version, by the same key (Ed25519 signs
+    deterministically), it is the very event the killed run would have written.
+    """
+    micros = str(created["signature"]["signed_at"])
+    version = str(created["payload"]["receipt"].get("builder_version", BUILDER_VERSION))
+    snapshot = make_event(
+        event_type="graph_snapshot",
+        subject=identity.subject,
+        payload=graph_snapshot_payload(identity.record, identity.canonical, version),
+        signer_info=SignerInfo.for_signer(signer, signer_id),
+        created_at=str(created["created_at"]),
+        trusted=True,
+    )
+    return sign_event(snapshot, signer, micros)
+
+
 def correction_event(
     *, old_subject: str, new_subject: str, arxiv_version: str, signer: Signer, signer_id: str, now: datetime
 ) -> dict[str, Any]:

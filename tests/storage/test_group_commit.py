@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from testclock import StepClock
 
-from pith_pipeline.core.bundle import bundle_paths
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.keys import Ed25519Signer
+from pith_pipeline.core.layout import bundle_paths
 from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
@@ -122,7 +122,7 @@ def _publish(store: LocalStore, lines: list[str], tmp_path: Path) -> Publisher:
 def test_every_file_is_durable_before_the_checkpoint_and_manifest_that_claim_it(
     journal: Journal, tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pith_pipeline.index import finish_run
+    from pith_pipeline.runs.manifest import finish_run
     from pith_pipeline.signing.local import generate_key
 
     priv, _pub, _doc = generate_key(tmp_path / "logkey")
@@ -340,7 +340,7 @@ def test_a_failed_barrier_stops_before_the_manifest_and_is_tried_again(
 ) -> None:
     import errno
 
-    from pith_pipeline.index.runs import write_manifest
+    from pith_pipeline.runs.manifest import write_manifest
 
     from pith_pipeline.errors import StorageError
 
