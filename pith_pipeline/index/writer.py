@@ -230,12 +230,144 @@ def _commit_properties(run_id: str | None) -> Any:
     )
 
 
-def merge_rows(loc: Location, spec: TableSpec, table: pa.Table, *, run_id: str | None = None) -> list[int]:
-    """MERGE `table` (deduplicated here) into `spec`'s Delta table; versions committed."""
+@dataclass(slots=True)
+class MergeReport:
+    """What `merge_rows` wrote: rows appended (new keys) and MERGEd (changed keys), and
+    the partitions each went to (MERGE output holds `string_view`s: see `tidy_partitions`)."""
+
+    appended: int = 0
+    merged: int = 0
+    appended_partitions: set[str] = field(default_factory=set)
+    merged_partitions: set[str] = field(default_factory=set)
+
+
+def _target_rows(
+    loc: Location, dt: Any, spec: TableSpec, partitions: set[str], columns: list[str]
+) -> pa.Table:
+    """`columns` of the version `dt`'s rows in `partitions` (a projected scan, no filter:
+    pyarrow cannot bind a string filter to files of both string kinds, see `query`)."""
+    files = [f for f in live_files(dt, spec) if f["partition"] in partitions]
+    schema = pa.schema([spec.schema.field(c) for c in columns])
+    if not files:
+        return schema.empty_table()
+    if loc.local:
+        from urllib.parse import unquote
+
+        import pyarrow.dataset as ds
+        from pyarrow import fs as pafs
+
+        fmt = ds.ParquetFileFormat()
+        local = pafs.LocalFileSystem()
+        fragments = [
+            fmt.make_fragment(f"{loc.uri(spec.name)}/{unquote(f['path'])}", filesystem=local) for f in files
+        ]
+        file_schema = pa.schema([spec.schema.field(c) for c in columns if c != spec.partition])
+        table = ds.FileSystemDataset(fragments, file_schema, fmt, local).to_table(columns=file_schema.names)
+    else:
+        part = sorted(partitions)
+        table = dt.to_pyarrow_dataset(file_pruning_predicate=[(spec.partition, "in", part)]).to_table(
+            columns=[c for c in columns if c != spec.partition]
+        )
+    return pa.table({c: table.column(c).cast(schema.field(c).type) for c in columns if c != spec.partition})
+
+
+def split_new(loc: Location, dt: Any, spec: TableSpec, source: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(rows whose key version `dt` lacks, rows whose key it holds with other `compare`
+    values); rows it already holds as they are are dropped: nothing to write for them.
+
+    Keys fix their partition (see `schema`), so only the source's partitions are read,
+    and only the key and `compare` columns of them.
+    """
+    import pyarrow.compute as pc
+
+    key = spec.merge_column
+    partitions = set(source.column(spec.partition).unique().to_pylist())
+    target = _target_rows(loc, dt, spec, partitions, [key, *spec.compare])
+    if target.num_rows == 0:
+        return source, source.schema.empty_table()
+    present = pc.is_in(source.column(key), value_set=target.column(key))
+    new = source.filter(pc.invert(present))
+    held = source.filter(present)
+    if held.num_rows == 0 or not spec.compare:
+        return new, held
+    target = target.filter(pc.is_in(target.column(key), value_set=held.column(key)))
+    indexed = {r[key]: tuple(r[c] for c in spec.compare) for r in target.to_pylist()}
+    differs = [
+        indexed.get(r[key]) != tuple(r[c] for c in spec.compare)
+        for r in held.select([key, *spec.compare]).to_pylist()
+    ]
+    return new, held.filter(pa.array(differs, pa.bool_()))
+
+
+def _append_new(
+    loc: Location, spec: TableSpec, source: pa.Table, run_id: str | None
+) -> tuple[list[int], pa.Table, pa.Table]:
+    """Append the rows of keys the table lacks, in one commit.
+
+    Returns (versions committed, rows of keys it holds that differ, rows appended).
+
+    Why not a MERGE: an append reads no target file beyond the key columns and writes
+    plain strings (no rewrite for DuckDB afterwards). It stays one-row-per-key under
+    concurrent writers because the commit is allowed no retry: it succeeds only as the
+    version right after the one the keys were read from, and otherwise the keys are
+    read again from the newer version.
+    """
+    from deltalake import CommitProperties, write_deltalake
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    for attempt in range(COMMIT_ATTEMPTS):
+        dt = open_table(loc, spec, create=True)
+        new, rest = split_new(loc, dt, spec, source)
+        if new.num_rows == 0:
+            return [], rest, new
+        try:
+            write_deltalake(
+                dt,
+                new,
+                mode="append",
+                partition_by=[spec.partition],
+                writer_properties=writer_properties(),
+                commit_properties=CommitProperties(
+                    custom_metadata={"pith.run_id": run_id} if run_id else None, max_commit_retries=0
+                ),
+            )
+        except CommitFailedError:
+            time.sleep(min(2.0, 0.05 * 2**attempt))
+            continue
+        except DeltaError as exc:
+            raise _delta_error(loc, spec, exc) from None
+        return [dt.version()], rest, new
+    raise StorageError(
+        f"{loc.uri(spec.name)}: gave up after {COMMIT_ATTEMPTS} concurrent commits; try again",
+        transient=True,
+    )
+
+
+def merge_rows(
+    loc: Location,
+    spec: TableSpec,
+    table: pa.Table,
+    *,
+    run_id: str | None = None,
+    report: MergeReport | None = None,
+) -> list[int]:
+    """Upsert `table` (deduplicated here) into `spec`'s Delta table; versions committed.
+
+    Rows of keys the table lacks are appended (`_append_new`: one commit, no target
+    file rewritten); rows of keys it holds with other `compare` values are MERGEd (a
+    second commit, copy-on-write of the files holding those keys); rows it holds as
+    they are cost nothing. Each commit keeps one row per key.
+    """
     if table.num_rows == 0:
         return []
-    source = dedupe_sorted(spec, table)
-    versions: list[int] = []
+    report = report if report is not None else MergeReport()
+    versions, source, appended = _append_new(loc, spec, dedupe_sorted(spec, table), run_id)
+    report.appended += appended.num_rows
+    report.appended_partitions.update(appended.column(spec.partition).unique().to_pylist())
+    if source.num_rows == 0:
+        return versions
+    report.merged += source.num_rows
+    report.merged_partitions.update(source.column(spec.partition).unique().to_pylist())
 
     def merge(dt: Any) -> dict[str, Any]:
         m = dt.merge(
