@@ -151,10 +151,14 @@ class Publisher:
         shards: frozenset[int] | None = None,
         rotating: bool = False,
         today: Callable[[], date] | None = None,
+        on_bundle: Callable[[str, dict[str, Any], str], None] | None = None,
     ) -> None:
         """`today`: the real date, for refusing records dated after tomorrow; not the
         build clock, which SOURCE_DATE_EPOCH pins to what is written, not to when the
-        run happens."""
+        run happens. `on_bundle(key, bundle, sha256)`: called after each bundle is
+        written (`index.RowSink.add_bundle`: its index rows, so the index update need
+        not read it back)."""
+        self.on_bundle = on_bundle
         self.store = store
         self.signer = signer
         self.config = config or BuildConfig()
@@ -389,6 +393,7 @@ class Publisher:
             self._put(bkey, fresh.bundle_bytes)
             self._put(skey, fresh.state_bytes)
             self._put(wkey, fresh.bundle_bytes)
+            self._bundle_written(bkey, fresh.bundle, fresh.bundle_bytes)
             built_events = fresh.events
         else:
             built = build_record_events(
@@ -627,7 +632,14 @@ class Publisher:
         self._put(bkey, data)
         self._put(skey, dumps_compact(bundle["state"]))
         self._put(wkey, data)
+        self._bundle_written(bkey, bundle, data)
         return bundle
+
+    def _bundle_written(self, key: str, bundle: dict[str, Any], data: bytes) -> None:
+        if self.on_bundle is not None:
+            import hashlib
+
+            self.on_bundle(key, bundle, hashlib.sha256(data).hexdigest())
 
 
 def _check_index_rows(bundle: dict[str, Any]) -> None:

@@ -5,6 +5,9 @@ The API other parts call (CLI `build`/`ingest`, Airflow tasks):
 
 - `finish_run(store, summary, window)`: after `Publisher.publish`, update the
   indexes from the bundles the run touched, then write `runs/<run_id>/manifest.json`.
+- `RowSink`: index rows of the bundles a run writes (`Publisher(on_bundle=
+  sink.add_bundle)`), spilled to disk; `finish_run(..., rows=sink)` indexes them
+  without reading the bundles back.
 - `update_indexes(store, subjects)` / `write_manifest(store, summary, window=...)`:
   the two halves of `finish_run`, for callers that split them into tasks.
 - `compact(store)`, `reindex(store)`, `run_query(store, sql)`, `status(store)`.
@@ -24,6 +27,7 @@ from pith_pipeline.index.runs import (
     touched_subjects,
     write_manifest,
 )
+from pith_pipeline.index.sink import RowSink
 from pith_pipeline.index.status import format_status, status
 from pith_pipeline.index.writer import (
     DEFAULT_RETENTION_HOURS,
@@ -38,6 +42,7 @@ __all__ = [
     "DEFAULT_RETENTION_HOURS",
     "LEGACY_MANIFEST_KEY",
     "IndexUpdate",
+    "RowSink",
     "check",
     "check_bundle",
     "compact",

@@ -18,6 +18,7 @@ from typing import IO, Any
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.timeutil import Clock, iso_seconds, system_clock
 from pith_pipeline.errors import WriteConflictError
+from pith_pipeline.index.sink import RowSink
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
 from pith_pipeline.pipeline import RunSummary
 from pith_pipeline.spill import Ledger, iter_sorted, sorted_unique
@@ -205,6 +206,7 @@ def finish_run(
     *,
     clock: Clock = system_clock,
     progress: Progress | None = None,
+    rows: RowSink | None = None,
 ) -> str:
     """Finish a publishing run: update the index tables, then write the run manifest.
 
@@ -217,8 +219,12 @@ def finish_run(
     `window` is free-form JSON describing what the run covered (dates, input file,
     set). Safe to call again after a failure: index updates are idempotent and the
     run manifest is write-once. Returns the run manifest's key.
+
+    `rows`: the index rows of the bundles the run wrote (a `RowSink` its publishers
+    fed through `Publisher(on_bundle=sink.add_bundle)`); those bundles are then not
+    read back from the store. The sink's directory is not removed here.
     """
     update = update_indexes(
-        store, touched_subjects(summary), run_id=summary.run_id, clock=clock, progress=progress
+        store, touched_subjects(summary), rows=rows, run_id=summary.run_id, clock=clock, progress=progress
     )
     return write_manifest(store, summary, window=window, index=update, clock=clock)
