@@ -75,6 +75,9 @@ class RowSink:
         pending, self._pending = self._pending, Rows()
         if not pending.records and not pending.events and not pending.aliases:
             return
+        # a bundle written twice in the run (a paper superseded by a newer version in
+        # the same run): its last rows win, as reading the final bundle back would give
+        pending.records = list({r["pith_number"]: r for r in pending.records}.values())
         self._n += 1
         for name, spec in TABLES.items():
             rows = pending.table(name)
@@ -101,6 +104,42 @@ class RowSink:
         if not files:
             return ds.dataset(spec.schema.empty_table())
         return ds.dataset(files, schema=spec.schema, format="parquet")
+
+    def group(self, table: str, partitions: list[str]) -> pa.Table:
+        """`table`'s rows in `partitions`; of `records` rows of one paper, the last written.
+
+        Files of one process sort in write order (`<pid>-<tag>-<n>`), and one paper's
+        bundles are always written by one process, so the last file wins.
+        """
+        import pyarrow.dataset as ds
+
+        spec = TABLES[table]
+        dataset = self.dataset(table)
+        where = ds.field(spec.partition).isin(partitions)
+        if table != "records" or not self.files(table):
+            return dataset.to_table(filter=where)
+        import pyarrow.compute as pc
+
+        parts = []
+        for i, path in enumerate(self.files(table)):  # in write order within a process
+            part = ds.dataset(path, schema=spec.schema, format="parquet").to_table(filter=where)
+            if part.num_rows:
+                parts.append(part.append_column("__f", pa.array([i] * part.num_rows, pa.int32())))
+        if not parts:
+            return spec.schema.empty_table()
+        named = pa.concat_tables(parts)
+        rows = named.drop_columns(["__f"])
+        key = named.column(spec.merge_column)
+        if pc.count_distinct(key).as_py() == named.num_rows:
+            return rows
+        order = pc.sort_indices(named.select(["__f"]), sort_keys=[("__f", "descending")])
+        seen: set[str] = set()
+        keep = []
+        for i, k in zip(order.to_pylist(), key.take(order).to_pylist(), strict=True):
+            if k not in seen:
+                seen.add(k)
+                keep.append(i)
+        return rows.take(pa.array(sorted(keep), pa.int64()))
 
     def subjects(self) -> Iterator[str]:
         """Pith numbers with rows here, sorted and unique (streamed from the files)."""

@@ -504,8 +504,6 @@ def _index_sink(
     group_rows: int,
     progress: Progress | None,
 ) -> None:
-    import pyarrow.dataset as ds
-
     for spec in TABLES.values():  # readers see every table (empty) while the update runs
         open_table(loc, spec, create=True)
     # events and aliases before records: an indexed records row means the subject is complete
@@ -513,7 +511,7 @@ def _index_sink(
         spec = TABLES[name]
         dataset = sink.dataset(name)
         for group in partition_groups(dataset, spec.partition, group_rows):
-            table = dataset.to_table(filter=ds.field(spec.partition).isin(group))
+            table = sink.group(name, group)
             report = MergeReport()
             versions = merge_rows(loc, spec, table, run_id=run_id, report=report)
             if report.appended + report.merged:
