@@ -142,8 +142,6 @@ def run_one(args: argparse.Namespace, n: int, keyfile: Path) -> dict[str, float 
         raise SystemExit(proc.returncode)
     phases = json.loads(next(line for line in err.splitlines() if line.startswith("PHASES "))[7:])
     maxrss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", timing.read_text())
-    if not args.keep:
-        shutil.rmtree(store, ignore_errors=True)
     return {
         "n": n,
         "wall_s": wall,
@@ -196,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         print(f"   {r['index_line']}", flush=True)
+        if not args.keep:
+            shutil.rmtree(args.workdir / f"store-{n}", ignore_errors=True)
     return 0
 
 
