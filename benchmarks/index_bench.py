@@ -10,9 +10,11 @@ titles and author lists of typical length; random SHA-256 hex hashes, which do n
 compress and dominate the size). They are written by the real writer code into a
 local store's `records` Delta table (one commit), then:
 
-- update:   `--update` papers MERGEd into it the way a run does (half new papers in the
-            newest months, half existing papers whose bundle changed), through
-            `writer.merge_rows`, timed per paper;
+- update:   `--update` papers written into it the way a run does, through
+            `writer.merge_rows` (new keys appended, changed keys MERGEd) and
+            `writer.tidy_partitions`, timed per paper: a backfill-like batch of new
+            papers over every month, then a daily-like batch (new papers in the newest
+            month and a tenth as many older papers whose bundle changed);
 - queries through the same DuckDB views as `pith-pipeline query`:
   - pruned:   a month-by-license count for cs.LG in 2019, filtered on the partition
               column `submitted_month` (12 of ~420 partitions are opened);
@@ -42,6 +44,7 @@ from pith_pipeline.index.delta import location
 from pith_pipeline.index.schema import RECORDS, TS
 from pith_pipeline.index.writer import (
     IndexUpdate,
+    MergeReport,
     live_files,
     merge_rows,
     open_table,
@@ -227,18 +230,28 @@ def _timed_merge(store: LocalStore, label: str, batch: pa.Table) -> None:
     before = connect(store).sql("SELECT count(*) FROM records").fetchall()[0][0]
     t = time.perf_counter()
     loc = location(store)
-    merge_rows(loc, RECORDS, batch)
+    report = MergeReport()
+    merge_rows(loc, RECORDS, batch, report=report)
     merged = time.perf_counter() - t
-    # as a run ends: its touched partitions rewritten (z-ordered on primary_cat, plain strings)
-    touched = {"records": set(batch.column("submitted_month").to_pylist())}
-    tidy_partitions(loc, dict(touched), IndexUpdate(), max_files=1, run_id=None)
+    # as a run ends: partitions a MERGE wrote (string views) or holding more than one
+    # file rewritten (z-ordered on primary_cat, plain strings)
+    touched = report.appended_partitions | report.merged_partitions
+    tidy_partitions(
+        loc,
+        {"records": touched},
+        IndexUpdate(),
+        max_files=1,
+        run_id=None,
+        views={"records": report.merged_partitions},
+    )
     secs = time.perf_counter() - t
     n = connect(store).sql("SELECT count(*), count(DISTINCT pith_number) FROM records").fetchall()[0]
     assert n[0] == n[1], n
     files, size = _size(store)
     print(
-        f"MERGE {label}: {batch.num_rows:,} papers ({n[0] - before:,} new rows): {merged:.1f}s MERGE + "
-        f"{secs - merged:.1f}s rewrite of {len(touched['records'])} partitions = "
+        f"update {label}: {batch.num_rows:,} papers ({report.appended:,} appended, {report.merged:,} "
+        f"MERGEd; {n[0] - before:,} new rows): {merged:.1f}s append+MERGE + "
+        f"{secs - merged:.1f}s rewrite of {len(touched)} touched partitions = "
         f"{secs * 1000 / batch.num_rows:.3f} ms per paper; now {files} files, {size / n[0]:.1f} bytes per row"
     )
 

@@ -72,7 +72,7 @@ def main() -> int:
     key = Ed25519Signer(bytes(range(1, 33)), "log")
     log = LogSigner.from_signer(key, "bench.example/log")
 
-    from pith_pipeline.index import finish_run
+    from pith_pipeline.runs.manifest import finish_run
 
     t0 = time.perf_counter()
     pub = Publisher(store, signer, BuildConfig(), clock=lambda: datetime(2026, 7, 1, tzinfo=UTC))

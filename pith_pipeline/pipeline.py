@@ -196,13 +196,18 @@ class Publisher:
         rotating: bool = False,
         today: Callable[[], date] | None = None,
         io_concurrency: int | None = None,
+        on_bundle: Callable[[str, dict[str, Any], str], None] | None = None,
     ) -> None:
         """`today`: the real date, for refusing records dated after tomorrow; not the
         build clock, which SOURCE_DATE_EPOCH pins to what is written, not to when the
         run happens. `io_concurrency`: papers published at once by `publish` (the
-        `Loader`); None: the store's default (`loader.default_io_concurrency`)."""
+        `Loader`); None: the store's default (`loader.default_io_concurrency`).
+        `on_bundle(key, bundle, sha256)`: called after each bundle is written
+        (`index.RowSink.add_bundle`: its index rows, so the index update need not read
+        it back)."""
         from pith_pipeline.loader import check_io_concurrency, default_io_concurrency
 
+        self.on_bundle = on_bundle
         self.store = store
         self.signer = signer
         self.config = config or BuildConfig()
@@ -542,6 +547,7 @@ class Publisher:
             self._put(bkey, fresh.bundle_bytes, changed=True)
             self._put(skey, fresh.state_bytes, changed=True)
             self._put(wkey, fresh.bundle_bytes, changed=True)
+            self._bundle_written(bkey, fresh.bundle, fresh.bundle_bytes)
             built_events = fresh.events
         else:
             built = build_record_events(
@@ -832,6 +838,13 @@ class Publisher:
         self._put(bkey, data)
         self._put(skey, dumps_compact(bundle["state"]))
         self._put(wkey, data)
+        self._bundle_written(bkey, bundle, data)
+
+    def _bundle_written(self, key: str, bundle: dict[str, Any], data: bytes) -> None:
+        if self.on_bundle is not None:
+            import hashlib
+
+            self.on_bundle(key, bundle, hashlib.sha256(data).hexdigest())
 
 
 #: What a rebuild of unchanged events changes anyway (the moment and its signature).

@@ -33,6 +33,9 @@ class TableSpec:
     sort: tuple[str, ...]  # row order inside a file: similar rows together compress well
     update_when: str | None  # MERGE: when a matched target row `t` is replaced by source `s`
     required: tuple[str, ...]
+    #: columns that, equal in the source and the indexed row of a key, mean there is
+    #: nothing to write for it (a records row is a function of its bundle's bytes)
+    compare: tuple[str, ...] = ()
 
     @property
     def merge_column(self) -> str:
@@ -92,6 +95,7 @@ RECORDS = TableSpec(
     # a row from an older bundle never replaces one from a newer bundle
     update_when="t.built_at IS NULL OR s.built_at >= t.built_at",
     required=("pith_number", "submitted_month", "arxiv_id", "primary_cat", "bundle_key"),
+    compare=("bundle_sha256",),
 )
 
 EVENTS = TableSpec(
@@ -124,6 +128,7 @@ EVENTS = TableSpec(
     # the subject's state and is corrected separately (see `writer.merge_rows`)
     update_when=None,
     required=("event_id", "created_month", "subject", "event_type"),
+    compare=("valid",),
 )
 
 ALIASES = TableSpec(
@@ -151,6 +156,7 @@ ALIASES = TableSpec(
         " OR (s.record_created_at = t.record_created_at AND s.pith_number > t.pith_number)))"
     ),
     required=("alias_kind", "alias_value", "alias", "pith_number"),
+    compare=("pith_number", "version", "record_created_at", "created_at"),
 )
 
 TABLES: dict[str, TableSpec] = {t.name: t for t in (RECORDS, EVENTS, ALIASES)}

@@ -41,6 +41,7 @@ from pith_pipeline.errors import StorageError
 from pith_pipeline.index.delta import INDEX_PREFIX, Location, _unwrap, location
 from pith_pipeline.index.rows import Rows, rows_from_bundle
 from pith_pipeline.index.schema import TABLES, TableSpec
+from pith_pipeline.index.sink import RowSink
 from pith_pipeline.storage.base import Store
 
 Progress = Callable[[int], None]
@@ -228,12 +229,144 @@ def _commit_properties(run_id: str | None) -> Any:
     )
 
 
-def merge_rows(loc: Location, spec: TableSpec, table: pa.Table, *, run_id: str | None = None) -> list[int]:
-    """MERGE `table` (deduplicated here) into `spec`'s Delta table; versions committed."""
+@dataclass(slots=True)
+class MergeReport:
+    """What `merge_rows` wrote: rows appended (new keys) and MERGEd (changed keys), and
+    the partitions each went to (MERGE output holds `string_view`s: see `tidy_partitions`)."""
+
+    appended: int = 0
+    merged: int = 0
+    appended_partitions: set[str] = field(default_factory=set)
+    merged_partitions: set[str] = field(default_factory=set)
+
+
+def _target_rows(
+    loc: Location, dt: Any, spec: TableSpec, partitions: set[str], columns: list[str]
+) -> pa.Table:
+    """`columns` of the version `dt`'s rows in `partitions` (a projected scan, no filter:
+    pyarrow cannot bind a string filter to files of both string kinds, see `query`)."""
+    files = [f for f in live_files(dt, spec) if f["partition"] in partitions]
+    schema = pa.schema([spec.schema.field(c) for c in columns])
+    if not files:
+        return schema.empty_table()
+    if loc.local:
+        from urllib.parse import unquote
+
+        import pyarrow.dataset as ds
+        from pyarrow import fs as pafs
+
+        fmt = ds.ParquetFileFormat()
+        local = pafs.LocalFileSystem()
+        fragments = [
+            fmt.make_fragment(f"{loc.uri(spec.name)}/{unquote(f['path'])}", filesystem=local) for f in files
+        ]
+        file_schema = pa.schema([spec.schema.field(c) for c in columns if c != spec.partition])
+        table = ds.FileSystemDataset(fragments, file_schema, fmt, local).to_table(columns=file_schema.names)
+    else:
+        part = sorted(partitions)
+        table = dt.to_pyarrow_dataset(file_pruning_predicate=[(spec.partition, "in", part)]).to_table(
+            columns=[c for c in columns if c != spec.partition]
+        )
+    return pa.table({c: table.column(c).cast(schema.field(c).type) for c in columns if c != spec.partition})
+
+
+def split_new(loc: Location, dt: Any, spec: TableSpec, source: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(rows whose key version `dt` lacks, rows whose key it holds with other `compare`
+    values); rows it already holds as they are are dropped: nothing to write for them.
+
+    Keys fix their partition (see `schema`), so only the source's partitions are read,
+    and only the key and `compare` columns of them.
+    """
+    import pyarrow.compute as pc
+
+    key = spec.merge_column
+    partitions = set(source.column(spec.partition).unique().to_pylist())
+    target = _target_rows(loc, dt, spec, partitions, [key, *spec.compare])
+    if target.num_rows == 0:
+        return source, source.schema.empty_table()
+    present = pc.is_in(source.column(key), value_set=target.column(key))
+    new = source.filter(pc.invert(present))
+    held = source.filter(present)
+    if held.num_rows == 0 or not spec.compare:
+        return new, held
+    target = target.filter(pc.is_in(target.column(key), value_set=held.column(key)))
+    indexed = {r[key]: tuple(r[c] for c in spec.compare) for r in target.to_pylist()}
+    differs = [
+        indexed.get(r[key]) != tuple(r[c] for c in spec.compare)
+        for r in held.select([key, *spec.compare]).to_pylist()
+    ]
+    return new, held.filter(pa.array(differs, pa.bool_()))
+
+
+def _append_new(
+    loc: Location, spec: TableSpec, source: pa.Table, run_id: str | None
+) -> tuple[list[int], pa.Table, pa.Table]:
+    """Append the rows of keys the table lacks, in one commit.
+
+    Returns (versions committed, rows of keys it holds that differ, rows appended).
+
+    Why not a MERGE: an append reads no target file beyond the key columns and writes
+    plain strings (no rewrite for DuckDB afterwards). It stays one-row-per-key under
+    concurrent writers because the commit is allowed no retry: it succeeds only as the
+    version right after the one the keys were read from, and otherwise the keys are
+    read again from the newer version.
+    """
+    from deltalake import CommitProperties, write_deltalake
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    for attempt in range(COMMIT_ATTEMPTS):
+        dt = open_table(loc, spec, create=True)
+        new, rest = split_new(loc, dt, spec, source)
+        if new.num_rows == 0:
+            return [], rest, new
+        try:
+            write_deltalake(
+                dt,
+                new,
+                mode="append",
+                partition_by=[spec.partition],
+                writer_properties=writer_properties(),
+                commit_properties=CommitProperties(
+                    custom_metadata={"pith.run_id": run_id} if run_id else None, max_commit_retries=0
+                ),
+            )
+        except CommitFailedError:
+            time.sleep(min(2.0, 0.05 * 2**attempt))
+            continue
+        except DeltaError as exc:
+            raise _delta_error(loc, spec, exc) from None
+        return [dt.version()], rest, new
+    raise StorageError(
+        f"{loc.uri(spec.name)}: gave up after {COMMIT_ATTEMPTS} concurrent commits; try again",
+        transient=True,
+    )
+
+
+def merge_rows(
+    loc: Location,
+    spec: TableSpec,
+    table: pa.Table,
+    *,
+    run_id: str | None = None,
+    report: MergeReport | None = None,
+) -> list[int]:
+    """Upsert `table` (deduplicated here) into `spec`'s Delta table; versions committed.
+
+    Rows of keys the table lacks are appended (`_append_new`: one commit, no target
+    file rewritten); rows of keys it holds with other `compare` values are MERGEd (a
+    second commit, copy-on-write of the files holding those keys); rows it holds as
+    they are cost nothing. Each commit keeps one row per key.
+    """
     if table.num_rows == 0:
         return []
-    source = dedupe_sorted(spec, table)
-    versions: list[int] = []
+    report = report if report is not None else MergeReport()
+    versions, source, appended = _append_new(loc, spec, dedupe_sorted(spec, table), run_id)
+    report.appended += appended.num_rows
+    report.appended_partitions.update(appended.column(spec.partition).unique().to_pylist())
+    if source.num_rows == 0:
+        return versions
+    report.merged += source.num_rows
+    report.merged_partitions.update(source.column(spec.partition).unique().to_pylist())
 
     def merge(dt: Any) -> dict[str, Any]:
         m = dt.merge(
@@ -330,71 +463,66 @@ def _refuse_legacy(store: Store) -> None:
         )
 
 
-def _indexed_bundles(
-    store: Store, loc: Location, keys: set[str], months: set[str], version: int | None = None
-) -> dict[str, str]:
-    """Pith number -> `bundle_sha256` of the indexed `records` rows of `keys`, from `months`
-    (of the table's `version`, default the newest).
-
-    A row is a function of its bundle's bytes, so an equal hash means an equal row:
-    two narrow columns are read instead of whole rows.
-    """
-    from pith_pipeline.index.query import dataset_of
-
-    spec = TABLES["records"]
-    dt = open_table(loc, spec, create=True)
-    if version is not None:
-        dt.load_as_version(version)
-    files = [f for f in live_files(dt, spec) if f["partition"] in months]
-    if not files:
-        return {}
-    # no pushed-down filter on a string column: pyarrow cannot bind one to files of
-    # both string kinds (see `query`); the touched months are read and filtered here
-    table = dataset_of(store, loc, spec, files).to_table(columns=["pith_number", "bundle_sha256"])
-    out = {}
-    for pn, sha in zip(
-        table.column("pith_number").to_pylist(), table.column("bundle_sha256").to_pylist(), strict=True
-    ):
-        if pn in keys:
-            out[pn] = sha
-    return out
-
-
-def _changed(
-    store: Store, loc: Location, per_bundle: list[tuple[str, Rows]], version: int | None = None
-) -> list[tuple[str, Rows]]:
-    """Bundles whose `records` row differs from the index (at `version`, default the
-    newest): the only ones to (re)merge."""
-    spec = TABLES["records"]
-    fresh = {r["pith_number"]: r for _, rows in per_bundle for r in rows.records}
-    if not fresh:
-        return []
-    current = _indexed_bundles(store, loc, set(fresh), {r[spec.partition] for r in fresh.values()}, version)
-    return [
-        (k, rows)
-        for k, rows in per_bundle
-        if any(current.get(r["pith_number"]) != r["bundle_sha256"] for r in rows.records)
-    ]
-
-
 # -- incremental update -------------------------------------------------------------
 
 
-def _merge_all(
-    loc: Location, rows: Rows, update: IndexUpdate, run_id: str | None, touched: dict[str, set[str] | None]
+GROUP_ROWS = 100_000  # rows of one table per commit of an update (memory bound)
+
+
+def partition_groups(dataset: Any, column: str, max_rows: int) -> list[list[str]]:
+    """The partition values of `dataset`, in order, in groups of at most `max_rows` rows
+    (a partition larger than that is a group alone).
+
+    Why groups of partitions, not batches of papers: a run then writes each partition
+    it touches once per table (one file, not one per batch), so nothing is left to
+    compact and the commits stay few however large the run.
+    """
+    import pyarrow.compute as pc
+
+    counts = pc.value_counts(dataset.to_table(columns=[column]).column(column))
+    per = sorted((str(v["values"]), int(v["counts"])) for v in counts.to_pylist())
+    groups: list[list[str]] = []
+    size = 0
+    for value, n in per:
+        if not groups or size + n > max_rows:
+            groups.append([])
+            size = 0
+        groups[-1].append(value)
+        size += n
+    return groups
+
+
+def _index_sink(
+    loc: Location,
+    sink: RowSink,
+    update: IndexUpdate,
+    run_id: str | None,
+    touched: dict[str, set[str] | None],
+    views: dict[str, set[str]],
+    group_rows: int,
+    progress: Progress | None,
 ) -> None:
+    for spec in TABLES.values():  # readers see every table (empty) while the update runs
+        open_table(loc, spec, create=True)
     # events and aliases before records: an indexed records row means the subject is complete
     for name in ("events", "aliases", "records"):
         spec = TABLES[name]
-        table_rows = rows.table(name)
-        if not table_rows:
-            continue
-        versions = merge_rows(loc, spec, to_table(spec, table_rows), run_id=run_id)
-        update.rows[name] = update.rows.get(name, 0) + len(table_rows)
-        seen = touched.setdefault(name, set())
-        if seen is not None:
-            seen.update(str(r[spec.partition]) for r in table_rows)
-        _record_commits(update, name, versions)
+        dataset = sink.dataset(name)
+        for group in partition_groups(dataset, spec.partition, group_rows):
+            table = sink.group(name, group)
+            report = MergeReport()
+            versions = merge_rows(loc, spec, table, run_id=run_id, report=report)
+            if report.appended + report.merged:
+                update.rows[name] = update.rows.get(name, 0) + report.appended + report.merged
+            if name == "records":
+                update.subjects_changed += report.appended + report.merged
+                if progress:
+                    progress(table.num_rows)
+            seen = touched.setdefault(name, set())
+            if seen is not None:
+                seen.update(report.appended_partitions | report.merged_partitions)
+            views.setdefault(name, set()).update(report.merged_partitions)
+            _record_commits(update, name, versions)
 
 
 def tidy_partitions(
@@ -404,15 +532,19 @@ def tidy_partitions(
     *,
     max_files: int,
     run_id: str | None,
+    views: dict[str, set[str]] | None = None,
 ) -> None:
-    """Rewrite the partitions a change touched into plain, sorted files (one commit per table).
+    """Rewrite the partitions a change left untidy into plain, sorted files (one commit
+    per table that has any).
 
-    Why: a MERGE writes its files with `string_view` columns, and DuckDB pushes no
-    filter into a scan whose schema has views, so until rewritten such files cost every
-    query its partition pruning (see `query`). `records` partitions (bounded by month)
-    are z-ordered on `primary_cat`, which also clusters a category into few row
-    groups; `events` and `aliases` partitions (which can be large) holding more than
-    `max_files` files are compacted. `touched[name]` None means every partition.
+    Untidy: a partition the change MERGEd into (`views[name]`, or every touched one
+    when `views` is None), or one holding more than `max_files` files. Why: a MERGE
+    writes its files with `string_view` columns, and DuckDB pushes no filter into a
+    scan whose schema has views, so until rewritten such files cost every query its
+    partition pruning (see `query`); appended files hold plain strings. `records`
+    partitions (bounded by month) are z-ordered on `primary_cat`, which also clusters a
+    category into few row groups; `events` and `aliases` partitions (which can be
+    large) are compacted. `touched[name]` None means every partition.
     """
     for name, partitions in touched.items():
         spec = TABLES[name]
@@ -421,9 +553,13 @@ def tidy_partitions(
         per: dict[str, int] = {}
         for f in files:
             per[f["partition"]] = per.get(f["partition"], 0) + 1
-        wanted = set(per) if partitions is None else set(partitions) & set(per)
-        if name != "records":
-            wanted = {p for p in wanted if per[p] > max_files}
+        scope = set(per) if partitions is None else set(partitions) & set(per)
+        merged = scope if views is None else scope & views.get(name, set())
+        wanted = {p for p in scope if per[p] > max_files}
+        if name == "records":
+            wanted |= merged  # events/aliases views are rewritten when compacted
+        else:
+            wanted |= {p for p in merged if per[p] > max_files}
         if not wanted:
             continue
         chosen = sorted(wanted)
@@ -448,57 +584,82 @@ def tidy_partitions(
             _record_commits(update, name, [dt.version()])
 
 
+def _uncovered(subjects: Iterator[str], covered: Iterator[str]) -> Iterator[str]:
+    """Sorted `subjects` (bundle keys) minus sorted `covered` (their bundle keys)."""
+    have = next(covered, None)
+    for key in subjects:
+        while have is not None and have < key:
+            have = next(covered, None)
+        if have != key:
+            yield key
+
+
 def update_indexes(
     store: Store,
     subjects: Iterable[str],
     *,
+    rows: RowSink | Rows | Iterable[Rows] | None = None,
     run_id: str | None = None,
     clock: Clock = system_clock,
     workers: int = 16,
     progress: Progress | None = None,
     batch_size: int = UPDATE_BATCH,
     max_parts: int = DEFAULT_MAX_PARTS,
+    group_rows: int = GROUP_ROWS,
 ) -> IndexUpdate:
-    """Bring the indexes up to date for `subjects` (Pith numbers) from their bundles.
+    """Bring the indexes up to date for `subjects` (Pith numbers) and for `rows`.
 
-    Idempotent: subjects whose indexed row already matches their bundle are skipped,
-    so re-running a window commits nothing, and a run that died before indexing is
-    completed by the next run over the same records. Call it after the bundles are
-    published. Subjects are read `batch_size` at a time (memory does not grow with the
-    run); each batch is one MERGE commit per table. At the end the touched partitions
-    are tidied (`tidy_partitions`: `records` z-ordered, `events`/`aliases` partitions
-    with more than `max_parts` files compacted; one more commit per table).
+    `rows`: index rows the caller already has, of bundles it published (a `RowSink`
+    the publisher fed, or `Rows`): their subjects are not read back from the store.
+    Every other subject's bundle is read (`batch_size` at a time) and its rows join
+    them in a `RowSink` on disk, so memory does not grow with the run.
+
+    The rows are then written one group of partitions at a time (`group_rows` rows of
+    a table per group, `merge_rows`): keys the table lacks are appended, keys whose row
+    differs are MERGEd, rows already indexed as they are cost nothing. So re-running a
+    window commits nothing, and a run that died before indexing is completed by the
+    next run over the same records. Call it after the bundles are published. At the
+    end, partitions left untidy are rewritten (`tidy_partitions`).
     `clock` is unused (Delta stamps its own commits); it is kept so callers need not
     change.
     """
     del clock
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
-    keys = sorted_unique(bundle_key(s) for s in subjects)  # streamed: millions in a backfill
-    update = IndexUpdate()
-    first = next(keys, None)
-    if first is None:
+    if batch_size < 1 or group_rows < 1:
+        raise ValueError("batch_size and group_rows must be at least 1")
+    if isinstance(rows, RowSink):
+        sink, own = rows, False
+    else:
+        sink, own = RowSink(), True
+        for r in [rows] if isinstance(rows, Rows) else rows or ():
+            sink.add(r)
+    try:
+        sink.flush()
+        keys = _uncovered(
+            sorted_unique(bundle_key(s) for s in subjects),  # streamed: millions in a backfill
+            sorted_unique(bundle_key(s) for s in sink.subjects()),
+        )
+        update = IndexUpdate()
+        first = next(keys, None)
+        has_rows = bool(sink.files("records") or sink.files("events") or sink.files("aliases"))
+        if first is None and not has_rows:
+            return update
+        loc = location(store)
+        _refuse_legacy(store)
+        update.subjects_checked = sum(1 for _ in sink.subjects())
+        keys = chain([first], keys) if first is not None else iter(())
+        while batch := list(islice(keys, batch_size)):
+            update.subjects_checked += len(batch)
+            for _, r in read_bundles(store, batch, workers=workers):
+                sink.add(r)
+            sink.flush()
+        touched: dict[str, set[str] | None] = {}
+        views: dict[str, set[str]] = {}
+        _index_sink(loc, sink, update, run_id, touched, views, group_rows, progress)
+        tidy_partitions(loc, dict(touched), update, max_files=max_parts, run_id=run_id, views=views)
         return update
-    loc = location(store)
-    _refuse_legacy(store)
-    keys = chain([first], keys)
-    touched: dict[str, set[str] | None] = {}
-    while batch := list(islice(keys, batch_size)):
-        update.subjects_checked += len(batch)
-        per_bundle = list(read_bundles(store, batch, workers=workers, progress=progress))
-        del batch
-        changed = _changed(store, loc, per_bundle)
-        del per_bundle
-        update.subjects_changed += len(changed)
-        if not changed:
-            continue
-        rows = Rows()
-        for _, r in changed:
-            rows.extend(r)
-        del changed
-        _merge_all(loc, rows, update, run_id, touched)
-    tidy_partitions(loc, dict(touched), update, max_files=max_parts, run_id=run_id)
-    return update
+    finally:
+        if own:
+            sink.close()
 
 
 # -- compaction -------------------------------------------------------------------
@@ -641,6 +802,56 @@ def reindex(
         update.deleted.extend(_as_store_path(loc, name, p) for p in deleted)
         update.versions[name] = _version_now(dt)  # vacuum commits too: the version status shows
     return update
+
+
+def _indexed_bundles(
+    store: Store, loc: Location, keys: set[str], months: set[str], version: int | None = None
+) -> dict[str, str]:
+    """Pith number -> `bundle_sha256` of the indexed `records` rows of `keys`, from `months`
+    (of the table's `version`, default the newest).
+
+    A row is a function of its bundle's bytes, so an equal hash means an equal row:
+    two narrow columns are read instead of whole rows.
+    """
+    from pith_pipeline.index.query import dataset_of
+
+    spec = TABLES["records"]
+    dt = open_table(loc, spec, create=True)
+    if version is not None:
+        dt.load_as_version(version)
+    files = [f for f in live_files(dt, spec) if f["partition"] in months]
+    if not files:
+        return {}
+    # no pushed-down filter on a string column: pyarrow cannot bind one to files of
+    # both string kinds (see `query`); the touched months are read and filtered here
+    table = dataset_of(store, loc, spec, files).to_table(columns=["pith_number", "bundle_sha256"])
+    out = {}
+    for pn, sha in zip(
+        table.column("pith_number").to_pylist(), table.column("bundle_sha256").to_pylist(), strict=True
+    ):
+        if pn in keys:
+            out[pn] = sha
+    return out
+
+
+def _changed(
+    store: Store, loc: Location, per_bundle: list[tuple[str, Rows]], version: int | None = None
+) -> list[tuple[str, Rows]]:
+    """Bundles whose `records` row differs from the index (at `version`, default the
+    newest): the only ones to (re)merge."""
+    spec = TABLES["records"]
+    fresh = {r["pith_number"]: r for _, rows in per_bundle for r in rows.records}
+    if not fresh:
+        return []
+    current = _indexed_bundles(store, loc, set(fresh), {r[spec.partition] for r in fresh.values()}, version)
+    return [
+        (k, rows)
+        for k, rows in per_bundle
+        if any(current.get(r["pith_number"]) != r["bundle_sha256"] for r in rows.records)
+    ]
+
+
+# -- incremental update -------------------------------------------------------------
 
 
 def _readable_version(loc: Location, spec: TableSpec) -> int | None:

@@ -21,6 +21,7 @@ from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT, RUNS, quarantine_key,
 from pith_pipeline.core.timeutil import Clock, iso_seconds
 from pith_pipeline.disk_backed import Ledger, iter_sorted, sorted_unique
 from pith_pipeline.errors import WriteConflictError
+from pith_pipeline.index.sink import RowSink
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
 from pith_pipeline.pipeline import RunSummary
 from pith_pipeline.storage.base import Store, barrier, put_once_file
@@ -203,6 +204,7 @@ def finish_run(
     *,
     clock: Clock = system_clock,
     progress: Progress | None = None,
+    rows: RowSink | None = None,
 ) -> str:
     """Finish a publishing run: update the index tables, then write the run manifest.
 
@@ -215,9 +217,13 @@ def finish_run(
     `window` is free-form JSON describing what the run covered (dates, input file,
     set). Safe to call again after a failure: index updates are idempotent and the
     run manifest is write-once. Returns the run manifest's key.
+
+    `rows`: the index rows of the bundles the run wrote (a `RowSink` its publishers
+    fed through `Publisher(on_bundle=sink.add_bundle)`); those bundles are then not
+    read back from the store. The sink's directory is not removed here.
     """
     barrier(store)  # the published papers are durable before the index lists them
     update = update_indexes(
-        store, touched_subjects(summary), run_id=summary.run_id, clock=clock, progress=progress
+        store, touched_subjects(summary), rows=rows, run_id=summary.run_id, clock=clock, progress=progress
     )
     return write_manifest(store, summary, window=window, index=update, clock=clock)

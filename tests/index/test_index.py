@@ -169,21 +169,79 @@ def test_one_row_per_key_for_query_pyarrow_and_polars(
     assert frame.filter(pl.col("alias") == "arxiv:hep-th/9901001")["pith_number"].to_list() == [newest[0][0]]
 
 
-def test_rerun_commits_nothing_and_batches_commit_once_each(
+def test_rerun_commits_nothing_and_groups_commit_once_each(
     tmp_path: Path, sample: list[str], run: Runner
 ) -> None:
     store = LocalStore(tmp_path / "s")
     run(store, sample, finish=False)
     subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
-    update = update_indexes(store, subjects, batch_size=10)
-    # three batches, one MERGE commit per table each (versions 1..3 after the create),
-    # then one commit tidying the partitions they touched
-    assert update.versions == {"records": 4, "events": 4, "aliases": 4}
-    assert update.commits == {"records": [1, 2, 3, 4], "events": [1, 2, 3, 4], "aliases": [1, 2, 3, 4]}
+    update = update_indexes(store, subjects, batch_size=7, group_rows=10)
+    # 30 papers in groups of partitions of at most 10 rows: one append commit per group
+    # (versions from 1, after the create), and nothing left to tidy
+    assert len(update.commits["records"]) >= 3 and update.files_compacted == 0
+    for name, versions in update.commits.items():
+        assert versions == list(range(1, len(versions) + 1)), name
+    assert update.subjects_checked == update.subjects_changed == 30
     before = sorted(store.list("index/"))
     again = update_indexes(store, subjects, batch_size=10)
     assert again.subjects_changed == 0 and again.commits == {} and sorted(store.list("index/")) == before
     assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records").rows[0] == (30, 30)
+
+
+def test_rows_the_run_has_are_not_read_back(tmp_path: Path, sample: list[str], signer: Any) -> None:
+    """A run's publisher feeds a `RowSink`; the index update then reads no bundle."""
+    from index_helpers import fixed_clock
+
+    from pith_pipeline.index import RowSink
+    from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.runs.manifest import finish_run
+    from pith_pipeline.sources.jsonl import iter_jsonl
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample) + "\n", encoding="utf-8")
+    store = LocalStore(tmp_path / "s")
+    with RowSink(tmp_path / "rows", chunk_papers=7) as sink:
+        pub = Publisher(store, signer, clock=fixed_clock, on_bundle=sink.add_bundle)
+        summary = pub.publish(iter_jsonl(path))
+        sink.flush()  # what a worker process does at the end of its chunk
+        reads: list[str] = []
+        real_get = store.get
+
+        def counting_get(key: str) -> bytes | None:
+            reads.append(key)
+            return real_get(key)
+
+        store.get = counting_get  # type: ignore[method-assign]
+        finish_run(store, summary, {"input": "in"}, clock=fixed_clock, rows=RowSink(tmp_path / "rows"))
+        store.get = real_get  # type: ignore[method-assign]
+    assert not [k for k in reads if k.endswith("/bundle.json")]
+    assert (tmp_path / "rows").is_dir()  # a sink given a directory leaves it to its owner
+    # the same rows as reading the bundles back (`reindex`)
+    sql = {name: f"SELECT * FROM {name} ORDER BY ALL" for name in TABLES}
+    got = {name: run_query(store, q).rows for name, q in sql.items()}
+    assert len(got["records"]) == 30
+    reindex(store)
+    assert {name: run_query(store, q).rows for name, q in sql.items()} == got
+
+
+def test_changed_rows_are_merged_and_rewritten_plain(tmp_path: Path, sample: list[str], run: Runner) -> None:
+    from pith_pipeline.index.writer import read_bundles
+
+    store = LocalStore(tmp_path / "s")
+    run(store, sample[:12])
+    keys = [k for k in store.list("pith/") if k.endswith("/bundle.json")]
+    rows = [rs for _, rs in read_bundles(store, keys)]
+    for rs in rows[:5]:
+        rs.records[0]["title"] = "retitled"
+        rs.records[0]["bundle_sha256"] = "e" * 64
+    update = update_indexes(store, [], rows=rows)
+    # only the 5 changed records rows are written (a MERGE, then the rewrite of its
+    # string-view files); events and aliases, indexed as they are, commit nothing
+    assert set(update.commits) == {"records"} and update.rows == {"records": 5}
+    assert update.files_compacted > 0
+    assert _kinds(store)["records"] == {"string"}
+    assert run_query(store, "SELECT count(*) FROM records WHERE title = 'retitled'").rows == [(5,)]
+    assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records").rows[0] == (12, 12)
 
 
 def _kinds(store: LocalStore) -> dict[str, set[str]]:
@@ -206,17 +264,16 @@ def test_update_leaves_plain_files_one_per_touched_partition(
     store = LocalStore(tmp_path / "s")
     run(store, sample, finish=False)
     subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
-    update = update_indexes(store, subjects, batch_size=4)  # 8 MERGEs per table
-    assert update.files_compacted > 0
-    # the MERGEs' files (string views, which stop DuckDB's filter pushdown) were rewritten
+    update = update_indexes(store, subjects, batch_size=4, group_rows=4)
+    # appended files hold plain strings (no views stopping DuckDB's filter pushdown), and
+    # each partition is written once: nothing to rewrite
+    assert update.files_compacted == 0
     assert _kinds(store) == {"records": {"string"}, "events": {"string"}, "aliases": {"string"}}
     for name, spec in TABLES.items():
         per: dict[str, int] = {}
         for f in live_files(open_table(location(store), spec), spec):
             per[f["partition"]] = per.get(f["partition"], 0) + 1
         assert set(per.values()) == {1}, name
-    # the tidying is one more commit of the run, after its 8 MERGEs
-    assert update.commits["records"] == list(range(1, 10))
     for name, key_sql in KEY_SQL.items():
         got = run_query(store, f"SELECT count(*), count(DISTINCT {key_sql}) FROM {name}").rows[0]
         assert got[0] == got[1] == _keys(store)[name]
@@ -237,6 +294,7 @@ def test_query_reads_files_a_merge_left_as_string_views(
     rows = [r for _, rs in read_bundles(store, keys) for r in rs.records]
     for r in rows:
         r["title"] = "retitled"
+        r["bundle_sha256"] = "e" * 64  # a row is a function of its bundle: another bundle
     # a MERGE whose run died before tidying: its files hold string views
     merge_rows(location(store), TABLES["records"], to_table(TABLES["records"], rows))
     assert "string_view" in _kinds(store)["records"]
@@ -248,7 +306,8 @@ def test_query_reads_files_a_merge_left_as_string_views(
 def test_compaction_is_invisible_to_readers(any_store: Store, sample: list[str], run: Runner) -> None:
     run(any_store, sample[:14], finish=False)
     subjects = [k.split("/")[1] for k in any_store.list("pith/") if k.endswith("/bundle.json")]
-    update_indexes(any_store, subjects, batch_size=3, max_parts=1 << 30)  # small events files
+    for i in range(0, len(subjects), 3):  # small events files: several runs per partition
+        update_indexes(any_store, subjects[i : i + 3], max_parts=1 << 30)
     loc = location(any_store)
     sql = "SELECT primary_cat, count(*), count(DISTINCT pith_number) FROM records GROUP BY ALL ORDER BY ALL"
     before = run_query(any_store, sql).rows

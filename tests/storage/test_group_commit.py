@@ -340,9 +340,8 @@ def test_a_failed_barrier_stops_before_the_manifest_and_is_tried_again(
 ) -> None:
     import errno
 
-    from pith_pipeline.runs.manifest import write_manifest
-
     from pith_pipeline.errors import StorageError
+    from pith_pipeline.runs.manifest import write_manifest
 
     monkeypatch.delenv("PITH_LOG_SIGNER", raising=False)
     if method == "fsync":
