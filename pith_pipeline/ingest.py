@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.keys import Signer
@@ -36,6 +36,9 @@ from pith_pipeline.sources.oai import (
 )
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.base import Store
+
+if TYPE_CHECKING:
+    from pith_pipeline.index.sink import RowSink
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +97,15 @@ class Ingest:
         shards: frozenset[int] | None = None,
         limits: InputLimits = DEFAULT_LIMITS,
         io_concurrency: int | None = None,
+        rows: RowSink | None = None,
     ) -> None:
         """`workers` > 1 publishes in that many processes, each opening `signer_spec`
         (the spec `signer` came from); without a spec the run stays in one process.
         `lease`/`shards`: as for `Publisher` (the caller holds the lease).
         `limits`: HTTP response cap and deadline, snapshot line cap (docs/input-limits.md).
-        `io_concurrency`: papers published at once (`loader`); None: the store's default."""
+        `io_concurrency`: papers published at once (`loader`); None: the store's default.
+        `rows`: where the index rows of the bundles written go (`index.RowSink`), so the
+        index update need not read them back."""
         self.store = store
         self.limits = limits
         self.publisher = Publisher(
@@ -112,8 +118,12 @@ class Ingest:
             shards=shards,
             io_concurrency=io_concurrency,
         )
+        if rows is not None:
+            self.publisher.on_bundle = rows.add_bundle
         self.parallel = (
-            ParallelPublisher(self.publisher, workers=workers, signer_spec=signer_spec, chunk_size=chunk_size)
+            ParallelPublisher(
+                self.publisher, workers=workers, signer_spec=signer_spec, chunk_size=chunk_size, rows=rows
+            )
             if workers != 1
             else None
         )

@@ -49,6 +49,7 @@ from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
 from pith_pipeline.storage.base import Store, barrier
 
 if TYPE_CHECKING:
+    from pith_pipeline.index.sink import RowSink
     from pith_pipeline.signing.certified import CertifiedHandoff
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,8 @@ class WorkerSpec:
     shards: frozenset[int] | None = None
     # papers each worker publishes at once (its `Loader`)
     io_concurrency: int = 1
+    # where the workers put the index rows of the bundles they write (`index.RowSink`)
+    rows_dir: str | None = None
 
 
 @dataclass(slots=True)
@@ -211,6 +214,11 @@ def _init_worker(spec: WorkerSpec, parent_pid: int | None = None) -> None:
             shards=spec.shards,
             io_concurrency=spec.io_concurrency,
         )
+        if spec.rows_dir is not None:
+            from pith_pipeline.index.sink import RowSink
+
+            sink = _STATE["rows"] = RowSink(spec.rows_dir)
+            _STATE["pub"].on_bundle = sink.add_bundle
     except BaseException as exc:  # re-raised by the first chunk
         _STATE["error"] = exc
 
@@ -243,6 +251,8 @@ def publish_chunk(chunk: list[tuple[int, ArxivRecord]]) -> ChunkResult:
                 yield seq, rec
 
         rejects = Loader(pub).run(records())
+        if "rows" in _STATE:  # the parent's index update reads them once the run ends
+            _STATE["rows"].flush()
         barrier(pub.store)  # the chunk is durable before the parent counts it done
         return ChunkResult(os.getpid(), pub.summary, records=len(chunk), rejects=rejects)
     except BaseException as exc:
@@ -285,7 +295,10 @@ class ParallelPublisher:
         signer_spec: str | None,
         chunk_size: int = DEFAULT_CHUNK,
         in_flight: int = IN_FLIGHT,
+        rows: RowSink | None = None,
     ) -> None:
+        """`rows`: where every process puts the index rows of the bundles it writes, so
+        the run's index update need not read them back (`finish_run(..., rows=rows)`)."""
         if workers < 1:
             raise InputError(f"--workers must be at least 1, not {workers}")
         if chunk_size < 1:
@@ -317,7 +330,10 @@ class ParallelPublisher:
             handoff,
             publisher.shards,
             publisher.io_concurrency,
+            None if rows is None else str(rows.directory),
         )
+        if rows is not None:
+            publisher.on_bundle = rows.add_bundle
         self._pools: list[ProcessPoolExecutor] | None = None
         self._queues: list[deque[Future[ChunkResult]]] = []
         self._buffers: list[list[tuple[int, ArxivRecord]]] = []

@@ -133,6 +133,7 @@ def build(
     shards = parse_shards(shards_spec) if shards_spec else None
     signer = open_signer(key_path)
     st = open_store(store)
+    from pith_pipeline.index.sink import RowSink
     from pith_pipeline.runs.manifest import finish_run, reproducible_run_id  # pyarrow: only here
 
     run_id = None
@@ -154,20 +155,23 @@ def build(
     pub.lease = lease
     from pith_pipeline.parallel import ParallelPublisher
 
-    with (
-        lease,
-        tqdm(desc="build", unit="rec", disable=None) as bar,
-        ParallelPublisher(pub, workers=workers, signer_spec=key_path, chunk_size=worker_chunk) as par,
-    ):
-        summary = par.publish(iter_jsonl(input_path), progress=bar.update)
-
-    with (
-        run_index_lease(st, "build", summary.run_id, lease_wait),
-        tqdm(desc="index", unit="rec", disable=None) as bar,
-    ):
-        manifest_key = finish_run(
-            st, summary, {"input": input_path.name}, clock=pub.clock, progress=bar.update
-        )
+    with RowSink() as rows:  # index rows of what the run writes: no bundle is read back
+        with (
+            lease,
+            tqdm(desc="build", unit="rec", disable=None) as bar,
+            ParallelPublisher(
+                pub, workers=workers, signer_spec=key_path, chunk_size=worker_chunk, rows=rows
+            ) as par,
+        ):
+            summary = par.publish(iter_jsonl(input_path), progress=bar.update)
+        rows.flush()
+        with (
+            run_index_lease(st, "build", summary.run_id, lease_wait),
+            tqdm(desc="index", unit="rec", disable=None) as bar,
+        ):
+            manifest_key = finish_run(
+                st, summary, {"input": input_path.name}, clock=pub.clock, progress=bar.update, rows=rows
+            )
     print_summary(summary, st.url)
     click.echo(f"run manifest: {manifest_key}")
     fail_if_incomplete(summary, st.url)

@@ -308,6 +308,10 @@ def ingest(
     st = open_store(store)
     politeness = Politeness(min_interval=min_interval)
     shards = parse_shards(shards_spec) if shards_spec else None
+    from pith_pipeline.index.sink import RowSink
+
+    rows = RowSink()  # index rows of what the run writes: no bundle is read back
+    click.get_current_context().call_on_close(rows.close)
 
     with tqdm(desc="ingest", unit="rec", disable=None) as bar:
 
@@ -328,6 +332,7 @@ def ingest(
             chunk_size=worker_chunk,
             shards=shards,
             io_concurrency=io_concurrency,
+            rows=rows,
         ) as run:
             lease = writer_lease(
                 st,
@@ -366,12 +371,13 @@ def ingest(
         "set": set_spec,
         "replay": replay,
     }
+    rows.flush()
     with (
         run_index_lease(st, "ingest", run.run_id, lease_wait),
         tqdm(desc="index", unit="rec", disable=None) as bar,
     ):
         manifest_key = finish_run(
-            st, report.summary, manifest_window, clock=run.publisher.clock, progress=bar.update
+            st, report.summary, manifest_window, clock=run.publisher.clock, progress=bar.update, rows=rows
         )
     _print_report(report, st.url)
     click.echo(f"run manifest: {manifest_key}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +48,8 @@ class RowSink:
         self._pending = Rows()
         self._tag = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._n = 0
+        # a publisher with --io-concurrency > 1 calls add_bundle from several threads
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"RowSink({str(self.directory)!r})"
@@ -60,8 +63,10 @@ class RowSink:
     # -- in ---------------------------------------------------------------------
     def add(self, rows: Rows) -> None:
         """Rows of one or more bundles (`rows_from_bundle`); spilled every `chunk_papers`."""
-        self._pending.extend(rows)
-        if len(self._pending.records) >= self._chunk:
+        with self._lock:
+            self._pending.extend(rows)
+            full = len(self._pending.records) >= self._chunk
+        if full:
             self.flush()
 
     def add_bundle(self, bundle_key: str, bundle: dict[str, Any], sha256: str) -> None:
@@ -72,20 +77,22 @@ class RowSink:
         """Write the rows held in memory (a worker calls it before its chunk ends)."""
         import pyarrow.parquet as pq
 
-        pending, self._pending = self._pending, Rows()
+        with self._lock:
+            pending, self._pending = self._pending, Rows()
+            self._n += 1
+            n = self._n
         if not pending.records and not pending.events and not pending.aliases:
             return
         # a bundle written twice in the run (a paper superseded by a newer version in
         # the same run): its last rows win, as reading the final bundle back would give
         pending.records = list({r["pith_number"]: r for r in pending.records}.values())
-        self._n += 1
         for name, spec in TABLES.items():
             rows = pending.table(name)
             if not rows:
                 continue
             table = pa.Table.from_pylist(rows, schema=spec.schema)
             table = table.sort_by([(spec.partition, "ascending"), *((c, "ascending") for c in spec.key)])
-            final = self.directory / name / f"{self._tag}-{self._n:06d}.parquet"
+            final = self.directory / name / f"{self._tag}-{n:06d}.parquet"
             part = final.with_suffix(".part")
             pq.write_table(table, part, row_group_size=ROW_GROUP, compression="zstd")
             part.replace(final)  # a reader never sees half a file
