@@ -12,14 +12,14 @@ transaction for its window, so a retry or a re-run gives the same result:
              mapped build stays under Airflow's `max_map_length`;
 3. build     per chunk: build and sign against the published store, keeping every
              write in memory, then stage them as one object
-             `staging/<run_id>/chunk-NNNN.jsonl` (replaced atomically);
+             `staging/<run_id>/chunk-NNNN-<token>.jsonl` (one per build);
 4. publish   copy staged objects into place: events write-once first, then bundles
              and states, then arXiv pointers. An object already there with the same
              bytes is skipped, so a publish that died half-way completes on retry
              without duplicates;
 5. index     bring the Parquet indexes up to date with the window's records;
 6. manifest  `runs/<run_id>/manifest.json`, deterministic for the window (no
-             wall-clock time), then the staging objects are removed.
+             wall-clock time), then the run's staging objects are removed.
 
 Values passed between steps (Airflow XComs) are keys and counts only: never
 records, bundles or signer material.
@@ -32,6 +32,7 @@ import logging
 import math
 import os
 import re
+import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -343,6 +344,11 @@ def run_id_for(kind: str, window: Window) -> str:
 _ATTEMPT = re.compile(r"/attempt-(\d+)/page-\d+\.xml\.gz$")
 
 
+def harvest_lease(window: Window) -> str:
+    """The lease a harvest of `window` holds (see `harvest_window`)."""
+    return f"harvest-{window.id}"
+
+
 def harvest_window(settings: Settings, window: Window, *, store: Store | None = None) -> dict[str, Any]:
     """Harvest the window's raw pages (resuming from the harvester's checkpoint).
 
@@ -350,11 +356,30 @@ def harvest_window(settings: Settings, window: Window, *, store: Store | None = 
     keys of the pages to build from (the latest complete attempt: a refused
     resumption token restarts a window, and the restart lists every record again)
     and counts: no records.
+
+    Under the window's harvest lease: two runs can own one day at once (a
+    `pith_ingest` backfill run and a `pith_backfill` window), and both would write
+    the same write-once raw pages with different bytes (each response has its own
+    `responseDate`). The second waits, then replays the first's complete harvest.
     """
+    from pith_pipeline.storage.lease import WriterLease, default_owner, lease_ttl
+
+    store = store or _store(settings)
+    with WriterLease(
+        store,
+        [harvest_lease(window)],
+        owner=default_owner(run_id_for("ingest", window), "airflow harvest"),
+        ttl=lease_ttl(),
+        wait=settings.lease_wait_seconds,
+        on_wait=log.info,
+    ):
+        return _harvest_window(settings, window, store)
+
+
+def _harvest_window(settings: Settings, window: Window, store: Store) -> dict[str, Any]:
     from pith_pipeline.sources.oai import Harvester, OAIClient
     from pith_pipeline.sources.oai import Window as OAIWindow
 
-    store = store or _store(settings)
     oai_window = OAIWindow(from_=window.oai_from, until=window.oai_until)
     gate = None
     if settings.oai_min_interval:
@@ -580,8 +605,10 @@ def staging_prefix(run_id: str) -> str:
     return f"staging/{run_id}/"
 
 
-def staged_key(run_id: str, index: int) -> str:
-    return f"{staging_prefix(run_id)}chunk-{index:04d}.jsonl"
+def staged_key(run_id: str, index: int, token: str = "") -> str:
+    """`token` (each build its own) keeps apart two runs of one window building at
+    once: each reads and deletes only the staged chunks it wrote."""
+    return f"{staging_prefix(run_id)}chunk-{index:04d}{'-' + token if token else ''}.jsonl"
 
 
 def _publish_rank(key: str) -> int:
@@ -651,7 +678,7 @@ def build_chunk(
         "problems": pub.summary.problems,
         "written": dict(sorted(pub.summary.written.items())),
     }
-    key = staged_key(run_id, int(chunk["index"]))
+    key = staged_key(run_id, int(chunk["index"]), secrets.token_hex(4))
     base.put(key, dumps_compact(header) + b"\n", content_type="application/x-ndjson")
     return {"staged": key, "objects": len(header["written"]), **counts}
 
@@ -827,7 +854,7 @@ def finish_window(
             summary.run_id = f"{run_id}-rerun-{n}"
             key = write_manifest(store, summary, window=window, index=update)
             status = "rerun"
-    for staged in store.list(staging_prefix(run_id)):
+    for staged in staged_keys:  # only ours: another run of the window may be building
         store.delete(staged)
     if summary.failed:
         from pith_pipeline.errors import IncompleteRunError

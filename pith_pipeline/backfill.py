@@ -66,7 +66,7 @@ def run_window(
     for chunk in chunks:
         index = int(chunk["index"])
         done = store.get(at.chunk_checkpoint_key(run_id, index))
-        if done is not None and store.exists(at.staged_key(run_id, index)):
+        if done is not None and store.exists(loads(done)["staged"]):
             staged.append(loads(done)["staged"])
             result.chunks_resumed += 1
         else:
