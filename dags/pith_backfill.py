@@ -86,11 +86,13 @@ def pith_backfill() -> None:
 
     @task(multiple_outputs=False)
     def chunks(harvested: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Every window's chunks, at most MAX_CHUNKS (under max_map_length)."""
+        """Every window's chunks, at most MAX_CHUNKS (under max_map_length); snapshot
+        ranges once per shard group, so their builds do not all wait on every lease."""
         from pith_pipeline import airflow_tasks as t
         from pith_pipeline.runs.backfill_plan import plan_chunks_for
+        from pith_pipeline.runs.chunks import SHARD_GROUPS
 
-        return plan_chunks_for(t.mapped_results(harvested))
+        return plan_chunks_for(t.mapped_results(harvested), snapshot_groups=SHARD_GROUPS)
 
     @task(max_active_tis_per_dagrun=4, multiple_outputs=False)
     def build(item: dict[str, Any]) -> dict[str, Any]:

@@ -12,14 +12,14 @@ transaction for its window, so a retry or a re-run gives the same result:
              mapped build stays under Airflow's `max_map_length`;
 3. build     per chunk: build and sign against the published store, keeping every
              write in memory, then stage them as one object
-             `staging/<run_id>/chunk-NNNN.jsonl` (replaced atomically);
+             `staging/<run_id>/chunk-NNNN-<token>.jsonl` (one per build);
 4. publish   copy staged objects into place: events write-once first, then bundles
              and states, then arXiv pointers. An object already there with the same
              bytes is skipped, so a publish that died half-way completes on retry
              without duplicates;
 5. index     bring the Parquet indexes up to date with the window's records;
 6. manifest  `runs/<run_id>/manifest.json`, deterministic for the window (no
-             wall-clock time), then the staging objects are removed.
+             wall-clock time), then the run's staging objects are removed.
 
 Values passed between steps (Airflow XComs) are keys and counts only: never
 records, bundles or signer material.
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -56,7 +57,7 @@ from pith_pipeline.config import (
 from pith_pipeline.core.layout import quarantine_key
 from pith_pipeline.errors import InputError, StorageError
 from pith_pipeline.runs.chunks import iter_chunk_items
-from pith_pipeline.storage.staging import staged_key, staging_prefix
+from pith_pipeline.storage.staging import staged_key
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +279,7 @@ def build_chunk(
         "problems": pub.summary.problems,
         "written": dict(sorted(pub.summary.written.items())),
     }
-    key = staged_key(run_id, int(chunk["index"]))
+    key = staged_key(run_id, int(chunk["index"]), secrets.token_hex(4))
     base.put(key, dumps_compact(header) + b"\n", content_type="application/x-ndjson")
     return {"staged": key, "objects": len(header["written"]), **counts}
 
@@ -455,7 +456,7 @@ def finish_window(
             summary.run_id = f"{run_id}-rerun-{n}"
             key = write_manifest(store, summary, window=window, index=update)
             status = "rerun"
-    for staged in store.list(staging_prefix(run_id)):
+    for staged in staged_keys:  # only ours: another run of the window may be building
         store.delete(staged)
     if summary.failed:
         from pith_pipeline.errors import IncompleteRunError

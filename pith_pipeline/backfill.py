@@ -18,7 +18,6 @@ from pith_pipeline.core.layout import backfill_chunk_key, backfill_prefix
 from pith_pipeline.pipeline import RunSummary
 from pith_pipeline.runs.backfill_plan import harvest_for, plan_backfill, plan_chunks_for
 from pith_pipeline.storage.base import Store
-from pith_pipeline.storage.staging import staged_key
 
 if TYPE_CHECKING:
     # Settings and the step bodies below still live in airflow_tasks (being moved to
@@ -82,7 +81,7 @@ def run_window(
     for chunk in chunks:
         index = int(chunk["index"])
         done = store.get(backfill_chunk_key(run_id, index))
-        if done is not None and store.exists(staged_key(run_id, index)):
+        if done is not None and store.exists(loads(done)["staged"]):
             staged.append(loads(done)["staged"])
             result.chunks_resumed += 1
         else:

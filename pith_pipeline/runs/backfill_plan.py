@@ -90,16 +90,43 @@ def harvest_for(
     }
 
 
-def plan_chunks_for(harvested: list[Mapping[str, Any]], max_chunks: int = MAX_CHUNKS) -> list[dict[str, Any]]:
+def split_by_shard_group(chunks: list[dict[str, Any]], groups: int) -> list[dict[str, Any]]:
+    """Each snapshot byte range once per shard group (see `plan_chunks_for`)."""
+    from pith_pipeline.storage.lease import SHARDS
+
+    groups = max(1, min(groups, SHARDS))
+    if groups == 1:
+        return chunks
+    bounds = [(g * SHARDS // groups, (g + 1) * SHARDS // groups - 1) for g in range(groups)]
+    return [
+        {**c, "index": int(c["index"]) * groups + g, "shards": f"{lo}-{hi}", "rejects": g == 0}
+        for c in chunks
+        for g, (lo, hi) in enumerate(bounds)
+    ]
+
+
+def plan_chunks_for(
+    harvested: list[Mapping[str, Any]], max_chunks: int = MAX_CHUNKS, snapshot_groups: int = 1
+) -> list[dict[str, Any]]:
     """`{"run_id", "chunk"}` for every chunk of every window, at most `max_chunks`.
 
     OAI windows get one chunk per page group; when that would be too many, one
     chunk per window (there are at most `max_chunks` windows).
+
+    `snapshot_groups` (the DAG: `SHARD_GROUPS`): a byte range holds papers of every
+    shard, so as one chunk it must hold all 16 shard leases and chunks publish one
+    at a time. Planned once per shard group, each chunk publishes only its group's
+    papers under its group's leases, and groups publish at once; each range is then
+    read once per group (parsing is cheap beside building and signing). Fewer groups
+    when there would be more than `max_chunks` chunks; the CLI backfill, which runs
+    chunks in turn anyway, keeps 1.
     """
+    ranges = sum(len(h["chunks"]) for h in harvested if h["source"] == "snapshot")
+    snapshot_groups = max(1, min(snapshot_groups, max_chunks // max(1, ranges)))
     per_window: list[tuple[str, list[dict[str, Any]]]] = []
     for h in harvested:
         if h["source"] == "snapshot":
-            per_window.append((h["run_id"], list(h["chunks"])))
+            per_window.append((h["run_id"], split_by_shard_group(list(h["chunks"]), snapshot_groups)))
         else:
             per_window.append((h["run_id"], plan_page_chunks(h["pages"], max_chunks)))
     if sum(len(c) for _, c in per_window) > max_chunks:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
     from pith_pipeline.airflow_tasks import Settings
     from pith_pipeline.storage.base import Store
 
+log = logging.getLogger(__name__)
 _ATTEMPT = re.compile(r"/attempt-(\d+)/page-\d+\.xml\.gz$")
 
 
@@ -22,11 +24,35 @@ def harvest_window(settings: Settings, window: Window, *, store: Store | None = 
     keys of the pages to build from (the latest complete attempt: a refused
     resumption token restarts a window, and the restart lists every record again)
     and counts: no records.
+
+    Under the window's harvest lease: two runs can own one day at once (a
+    `pith_ingest` backfill run and a `pith_backfill` window), and both would write
+    the same write-once raw pages with different bytes (each response has its own
+    `responseDate`). The second waits, then replays the first's complete harvest.
     """
     from pith_pipeline.airflow_tasks import _store
-    from pith_pipeline.sources.oai import Harvester, OAIClient
+    from pith_pipeline.storage.lease import WriterLease, default_owner, lease_ttl
 
     store = store or _store(settings)
+    with WriterLease(
+        store,
+        [harvest_lease(window)],
+        owner=default_owner(run_id_for("ingest", window), "airflow harvest"),
+        ttl=lease_ttl(),
+        wait=settings.lease_wait_seconds,
+        on_wait=log.info,
+    ):
+        return _harvest_window(settings, window, store)
+
+
+def harvest_lease(window: Window) -> str:
+    """The lease a harvest of `window` holds (see `harvest_window`)."""
+    return f"harvest-{window.id}"
+
+
+def _harvest_window(settings: Settings, window: Window, store: Store) -> dict[str, Any]:
+    from pith_pipeline.sources.oai import Harvester, OAIClient
+
     gate = None
     if settings.oai_min_interval:
         from pith_pipeline.sources.politeness import Gate, Politeness

@@ -97,5 +97,7 @@ def staging_prefix(run_id: str) -> str:
     return f"staging/{run_id}/"
 
 
-def staged_key(run_id: str, index: int) -> str:
-    return f"{staging_prefix(run_id)}chunk-{index:04d}.jsonl"
+def staged_key(run_id: str, index: int, token: str = "") -> str:
+    """`token` (each build its own) keeps apart two runs of one window building at
+    once: each reads and deletes only the staged chunks it wrote."""
+    return f"{staging_prefix(run_id)}chunk-{index:04d}{'-' + token if token else ''}.jsonl"
