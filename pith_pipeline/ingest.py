@@ -116,7 +116,7 @@ class Ingest:
         """`workers` > 1 publishes in that many processes, each opening `signer_spec`
         (the spec `signer` came from); without a spec the run stays in one process.
         `lease`/`shards`: as for `Publisher` (the caller holds the lease).
-        `limits`: HTTP response cap and deadline, snapshot line cap (docs/input-limits.md)."""
+        `limits`: HTTP response cap and deadline, snapshot line cap (docs/pages/input-limits.md)."""
         self.store = store
         self.limits = limits
         self.publisher = Publisher(
