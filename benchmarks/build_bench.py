@@ -52,10 +52,10 @@ from pith_pipeline import pipeline as pipeline_mod
 from pith_pipeline.core import bundle as bundle_mod
 from pith_pipeline.core import events as events_mod
 from pith_pipeline.core import merge as merge_mod
-from pith_pipeline.core import record as record_mod
+from pith_pipeline.core import pith_record as record_mod
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import FreshBuilder, Identity, build_record_events, sign_bundle
 from pith_pipeline.core.keys import Ed25519Signer, Signer
-from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import parse_line
 
@@ -140,9 +140,9 @@ def reference_path() -> Iterator[None]:
     """Swap every fast path for the straightforward one (rfc8785, json, no trust)."""
     patches: list[tuple[Any, str, Any]] = [
         (record_mod, "dumps_trusted", rfc8785.dumps),
-        (events_mod, "H", _ref_h),
+        (events_mod, "canonical_sha256", _ref_h),
         (events_mod, "dumps_trusted", rfc8785.dumps),
-        (merge_mod, "H", _ref_h),
+        (merge_mod, "canonical_sha256", _ref_h),
         (merge_mod, "dumps_trusted", rfc8785.dumps),
         (merge_mod, "fast_safe", lambda v: False),
         (bundle_mod, "dumps", rfc8785.dumps),
@@ -240,7 +240,7 @@ def floor_inputs(records: list[ArxivRecord], signer: Signer) -> FloorInputs:
     """Collect the hashed byte strings of the first POOL papers (outside the timing)."""
     from pith_pipeline.core.builder import Identity, build_record_events, sign_bundle
     from pith_pipeline.core.canonical_json import dumps_trusted
-    from pith_pipeline.core.record import canonical_bytes
+    from pith_pipeline.core.pith_record import canonical_bytes
     from pith_pipeline.core.text import canon
 
     cfg = BuildConfig()

@@ -2,7 +2,7 @@
 
     python benchmarks/signing_bench.py [--latency-ms 5] [--kms-n 600] [--local-n 20000]
 
-`kms` is measured against the local KMS-protocol endpoint (pith_pipeline.signing.kms_local)
+`kms` is measured against the local KMS-protocol endpoint (pith_pipeline.testing.kms_server)
 on 127.0.0.1 with injected per-request latency, through the real boto3 client and the
 real `KmsSigner` (SigV4 signing, JSON protocol, local verification of each signature).
 `kms-envelope` and `certified` sign in process with pynacl after one KMS call each
@@ -21,7 +21,7 @@ import time
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.signing.certified import CertifiedSigner
 from pith_pipeline.signing.kms import KmsSigner
-from pith_pipeline.signing.kms_local import LocalKmsServer
+from pith_pipeline.testing.kms_server import LocalKmsServer
 
 PAPERS = 2_900_000
 PER_PAPER = 4

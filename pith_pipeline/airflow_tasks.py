@@ -45,8 +45,8 @@ from pith_pipeline.errors import InputError, StorageError, WriteConflictError
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from pith_pipeline.core.arxiv_record import ArxivRecord
     from pith_pipeline.core.keys import Signer
-    from pith_pipeline.core.model import ArxivRecord
     from pith_pipeline.pipeline import BuildConfig
     from pith_pipeline.sources.jsonl import Item
     from pith_pipeline.storage.base import Store
@@ -466,7 +466,7 @@ def _iter_snapshot_range(chunk: Mapping[str, Any]) -> Iterator[Item]:
     """Lines that *start* in [start, end): each line belongs to exactly one chunk."""
     import gzip
 
-    from pith_pipeline.core.model import ArxivRecord
+    from pith_pipeline.core.arxiv_record import ArxivRecord
     from pith_pipeline.sources.jsonl import parse_line
 
     path = Path(chunk["path"])

@@ -25,7 +25,7 @@ from typing import Any
 from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, bundle_paths
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.keys import PublicKey
-from pith_pipeline.core.record import PithNumber
+from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.verify import (
     EVENT_OBJECT,
     FAIL,

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from pith_pipeline.core.model import ArxivRecord
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import InputError, PithError
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary

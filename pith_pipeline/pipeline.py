@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Protocol
 
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import (
     FreshBuilder,
     Identity,
@@ -27,10 +28,10 @@ from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, Site, bundle_paths
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.events import BUILDER_VERSION
 from pith_pipeline.core.keys import PublicKey, Signer, verify_signature
-from pith_pipeline.core.model import ArxivRecord
-from pith_pipeline.core.record import PithNumber
+from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros, system_clock
 from pith_pipeline.core.verify import KeyRing
+from pith_pipeline.disk_backed import Ledger, SpillList
 from pith_pipeline.errors import (
     InputError,
     IntegrityError,
@@ -39,7 +40,6 @@ from pith_pipeline.errors import (
     is_record_problem,
 )
 from pith_pipeline.sources.jsonl import Item, Rejected
-from pith_pipeline.spill import Ledger, SpillList
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.lease import shard_of
 

@@ -14,6 +14,7 @@ from functools import lru_cache
 from itertools import pairwise
 from typing import Any
 
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.bundle import BUNDLE_TYPE, BUNDLE_VERSION, Site, build_bundle
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_trusted, fast_safe
 from pith_pipeline.core.events import (
@@ -29,8 +30,7 @@ from pith_pipeline.core.events import (
 )
 from pith_pipeline.core.keys import PublicKey, Signer
 from pith_pipeline.core.merge import CURRENT_LISTS, MERGE_VERSION, _entry, normalize_aliases
-from pith_pipeline.core.model import ArxivRecord
-from pith_pipeline.core.record import (
+from pith_pipeline.core.pith_record import (
     PithNumber,
     canonical_record,
     canonical_sha256,

@@ -11,7 +11,7 @@ from pith_pipeline.core.canonical_json import dumps, dumps_trusted, fast_safe
 from pith_pipeline.core.events import BUNDLE_SIGNED_MESSAGE, signature_block
 from pith_pipeline.core.keys import PublicKey, Signer
 from pith_pipeline.core.merge import MERGE_VERSION, merge
-from pith_pipeline.core.record import PithNumber
+from pith_pipeline.core.pith_record import PithNumber
 
 BUNDLE_TYPE = "pith_open_graph_bundle"
 BUNDLE_VERSION = "1.0"
@@ -76,7 +76,7 @@ def bundle_paths(body: str) -> tuple[str, str, str]:
 
 
 def bundle_sha256(bundle: dict[str, Any], *, trusted: bool = False) -> str:
-    """H(bundle without its signature); `trusted` as in `dumps_trusted`."""
+    """canonical_sha256(bundle without its signature); `trusted` as in `dumps_trusted`."""
     body = {k: v for k, v in bundle.items() if k != "bundle_signature"}
     return hashlib.sha256(dumps_trusted(body) if trusted else dumps(body)).hexdigest()
 

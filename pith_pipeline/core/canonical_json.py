@@ -114,7 +114,7 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def H(value: Any) -> str:
+def canonical_sha256(value: Any) -> str:
     """Lowercase hex SHA-256 of the canonical JSON of `value` (spec section 1)."""
     return hashlib.sha256(dumps(value)).hexdigest()
 

@@ -8,7 +8,7 @@ run that made it. Trust still roots in the KMS key: a verifier accepts the
 short-lived key only through a certificate that verifies with a root it trusts,
 and only for signatures whose `signed_at` falls inside the window.
 
-    certificate_sha256 = H(certificate without certificate_sha256 and signature)
+    certificate_sha256 = canonical_sha256(certificate without certificate_sha256 and signature)
     signature          = Ed25519(root, bytes.fromhex(certificate_sha256))
 
 Certificates are one level deep: an issuer must itself be uncertified.
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pith_pipeline.core.canonical_json import H
+from pith_pipeline.core.canonical_json import canonical_sha256
 from pith_pipeline.core.keys import PublicKey, Signer, fingerprint_hex, verify_signature
 
 CERTIFICATE_KIND = "pith_key_certificate"
@@ -33,7 +33,7 @@ SIGNATURE_FIELDS = frozenset(
 
 
 def certificate_sha256(cert: Mapping[str, Any]) -> str:
-    return H({k: v for k, v in cert.items() if k not in _UNHASHED})
+    return canonical_sha256({k: v for k, v in cert.items() if k not in _UNHASHED})
 
 
 def issue_certificate(

@@ -11,9 +11,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from pith_pipeline.core.canonical_json import H, dumps_trusted
+from pith_pipeline.core.arxiv_record import ArxivRecord
+from pith_pipeline.core.canonical_json import canonical_sha256, dumps_trusted
 from pith_pipeline.core.keys import Signer
-from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.core.text import collapse_ws
 
 SCHEMA_VERSION = "1.0"
@@ -81,7 +81,7 @@ class SignerInfo:
 
 
 def content_sha256(event: dict[str, Any], *, trusted: bool = False) -> str:
-    """H(event without signature, content_sha256, event_id).
+    """canonical_sha256(event without signature, content_sha256, event_id).
 
     `trusted`: the builder made every value itself (see `dumps_trusted`), so the
     per-value check of the checked path is skipped; the bytes are the same.
@@ -89,7 +89,7 @@ def content_sha256(event: dict[str, Any], *, trusted: bool = False) -> str:
     body = {k: v for k, v in event.items() if k not in UNHASHED_FIELDS}
     if trusted:
         return hashlib.sha256(dumps_trusted(body)).hexdigest()
-    return H(body)
+    return canonical_sha256(body)
 
 
 def signature_block(
@@ -217,7 +217,7 @@ def authors_text(names: list[str]) -> str:
 
 
 def _section(body: dict[str, Any]) -> dict[str, Any]:
-    """A snapshot section with `snapshot_sha256 = H(section without it)` (our rule)."""
+    """A snapshot section with `snapshot_sha256 = canonical_sha256(section without it)` (our rule)."""
     return {**body, "snapshot_sha256": hashlib.sha256(dumps_trusted(body)).hexdigest()}
 
 

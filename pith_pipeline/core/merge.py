@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from pith_pipeline.core.canonical_json import H, dumps_trusted, fast_safe
+from pith_pipeline.core.canonical_json import canonical_sha256, dumps_trusted, fast_safe
 from pith_pipeline.core.events import EVENT_TYPES, content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.errors import CanonicalJSONError
@@ -244,5 +244,5 @@ def merge(
     if all(id(e) in trusted_ids for e in applied) and fast_safe(current["source_aliases"]):
         state["state_sha256"] = hashlib.sha256(dumps_trusted(state)).hexdigest()
     else:
-        state["state_sha256"] = H(state)
+        state["state_sha256"] = canonical_sha256(state)
     return state

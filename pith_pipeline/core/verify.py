@@ -23,7 +23,7 @@ from pith_pipeline.core.events import (
 )
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.core.merge import merge, validate_event
-from pith_pipeline.core.record import PithNumber, arxiv_doi
+from pith_pipeline.core.pith_record import PithNumber, arxiv_doi
 from pith_pipeline.errors import CanonicalJSONError
 
 OK, FAIL, WARN, SKIP = "ok", "fail", "warn", "skip"

@@ -17,10 +17,10 @@ from typing import IO, Any
 
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.timeutil import Clock, iso_seconds, system_clock
+from pith_pipeline.disk_backed import Ledger, iter_sorted, sorted_unique
 from pith_pipeline.errors import WriteConflictError
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
 from pith_pipeline.pipeline import RunSummary
-from pith_pipeline.spill import Ledger, iter_sorted, sorted_unique
 from pith_pipeline.storage.base import Store, put_once_file
 
 RUN_MANIFEST_FORMAT = "pith-run-manifest-v1"

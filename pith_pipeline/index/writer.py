@@ -34,11 +34,11 @@ import pyarrow as pa
 
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.timeutil import Clock, system_clock
+from pith_pipeline.disk_backed import sorted_unique
 from pith_pipeline.errors import StorageError
 from pith_pipeline.index.delta import INDEX_PREFIX, Location, _unwrap, location
 from pith_pipeline.index.rows import Rows, rows_from_bundle
 from pith_pipeline.index.schema import TABLES, TableSpec
-from pith_pipeline.spill import sorted_unique
 from pith_pipeline.storage.base import Store
 
 Progress = Callable[[int], None]

@@ -49,7 +49,7 @@ from pith_pipeline.core.events import (
     signature_block,
 )
 from pith_pipeline.core.keys import PublicKey, Signer
-from pith_pipeline.core.record import PithNumber
+from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros, iso_seconds, system_clock
 from pith_pipeline.core.verify import RECEIPT_REISSUED
 from pith_pipeline.errors import InputError

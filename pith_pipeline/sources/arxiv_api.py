@@ -25,8 +25,8 @@ import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 
+from pith_pipeline.core.arxiv_record import is_arxiv_id
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.core.model import is_arxiv_id
 from pith_pipeline.errors import (
     InputError,
     RequestDeadlineError,

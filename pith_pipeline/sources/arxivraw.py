@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from pith_pipeline.core.model import ArxivRecord, Version
+from pith_pipeline.core.arxiv_record import ArxivRecord, Version
 from pith_pipeline.errors import InputError
 from pith_pipeline.sources.jsonl import Item, Rejected
 

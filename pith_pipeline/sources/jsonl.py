@@ -19,8 +19,8 @@ from typing import IO, Any
 
 import orjson
 
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.errors import DamagedInputError, InputError
 
 #: how much of an over-long line is kept in the quarantine (its start names it)

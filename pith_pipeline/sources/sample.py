@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx2
 from lxml import etree
 
-from pith_pipeline.core.model import ArxivRecord
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.timeutil import parse_rfc2822
 from pith_pipeline.sources.arxivraw import ARXIVRAW_NS, OAI_ID_PREFIX, OAI_NS
 from pith_pipeline.sources.jsonl import iter_jsonl

@@ -28,8 +28,8 @@ from typing import Any
 from pith_pipeline.core.canonical_json import dumps, dumps_pretty, loads
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
+from pith_pipeline.disk_backed import SpillList
 from pith_pipeline.errors import IntegrityError, KeyFileError, TerminalError
-from pith_pipeline.spill import SpillList
 from pith_pipeline.storage.base import Store
 from pith_pipeline.tlog import merkle
 from pith_pipeline.tlog.log import (

@@ -26,8 +26,8 @@ def expected_subjects(records: list[bytes]) -> dict[str, str]:
     """arXiv id -> Pith number, computed from the served XML by the parser and the core."""
     from lxml import etree
 
+    from pith_pipeline.core.arxiv_record import ArxivRecord
     from pith_pipeline.core.builder import Identity
-    from pith_pipeline.core.model import ArxivRecord
     from pith_pipeline.sources.arxivraw import parse_record
 
     out = {}

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pith_pipeline.core.canonical_json import (
-    H,
+    canonical_sha256,
     dumps,
     dumps_compact,
     dumps_pretty,
@@ -165,4 +165,4 @@ def test_matches_json_dumps_sorted_for_format_values(reference_bundle: dict[str,
 
 
 def test_hash_of_reference_canonical_record(reference_bundle: dict[str, Any]) -> None:
-    assert H(reference_bundle["canonical_record"]) == reference_bundle["canonical_sha256"]
+    assert canonical_sha256(reference_bundle["canonical_record"]) == reference_bundle["canonical_sha256"]

@@ -6,8 +6,9 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import Identity, build_record_events
-from pith_pipeline.core.canonical_json import H
+from pith_pipeline.core.canonical_json import canonical_sha256
 from pith_pipeline.core.events import (
     SignerInfo,
     authors_text,
@@ -17,7 +18,6 @@ from pith_pipeline.core.events import (
     record_created_payload,
 )
 from pith_pipeline.core.keys import Ed25519Signer, verify_signature
-from pith_pipeline.core.model import ArxivRecord
 
 
 def test_record_created_content_hash_reproduced(reference_bundle: dict[str, Any], asset) -> None:  # type: ignore[no-untyped-def]
@@ -49,7 +49,7 @@ def test_graph_snapshot_paper_section_matches_reference(reference_bundle: dict[s
         body = {k: v for k, v in ours[section].items() if k != "snapshot_sha256"}
         ref_body = {k: v for k, v in ref[section].items() if k != "snapshot_sha256"}
         assert body == ref_body
-        assert ours[section]["snapshot_sha256"] == H(body)  # our documented rule
+        assert ours[section]["snapshot_sha256"] == canonical_sha256(body)  # our documented rule
 
 
 def test_authors_text_order_of_reference() -> None:

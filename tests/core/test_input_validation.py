@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from pith_pipeline.core.arxiv_record import ArxivRecord, is_arxiv_id
 from pith_pipeline.core.limits import DEFAULT_LIMITS
-from pith_pipeline.core.model import ArxivRecord, is_arxiv_id
-from pith_pipeline.core.record import PithNumber
+from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.timeutil import is_iso_seconds, parse_rfc2822
 from pith_pipeline.errors import InputError
 

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import Identity, build_record_events, correction_event
-from pith_pipeline.core.canonical_json import H, dumps
+from pith_pipeline.core.canonical_json import canonical_sha256, dumps
 from pith_pipeline.core.events import SignerInfo, make_event, sign_event
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey
 from pith_pipeline.core.merge import merge
-from pith_pipeline.core.model import ArxivRecord
 
 SIGNER = Ed25519Signer.generate("merge-test-key")
 OTHER = Ed25519Signer.generate("unlisted-key")
@@ -148,7 +148,7 @@ def test_scenario_rules() -> None:
     assert (
         state["event_count"] == len(events) == state["valid_event_count"] + state["invalid_event_count"]
     )  # every distinct id counts, valid or not
-    assert state["state_sha256"] == H({k: v for k, v in state.items() if k != "state_sha256"})
+    assert state["state_sha256"] == canonical_sha256({k: v for k, v in state.items() if k != "state_sha256"})
 
 
 def test_resigned_copy_keeps_the_first_verifying_signature() -> None:

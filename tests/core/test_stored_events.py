@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import Identity, build_record_events
 from pith_pipeline.core.canonical_json import dumps_compact
 from pith_pipeline.core.events import finalize_event, sign_event
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey
-from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.core.verify import KeyRing, check_stored_event
 
 SIGNER = Ed25519Signer(b"\x07" * 32, "pith-test")

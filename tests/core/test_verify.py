@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import Identity, build_record_events, sign_bundle
 from pith_pipeline.core.bundle import Site
 from pith_pipeline.core.events import SignerInfo, make_event, sign_event
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.merge import merge
-from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.core.verify import CHECKS, FAIL, OK, WARN, verify_bundle
 
 PIN = "8d4b5ee74e4693bcd1df2446408b0d54"

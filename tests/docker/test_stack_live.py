@@ -116,11 +116,16 @@ def run_window(stack: st.Stack, values: dict[str, str], day: str, keep_up: Any) 
                 raise
             time.sleep(3)
     stamp = f"{day}T00:00:00Z"
-    api.call(
-        "POST",
-        "/api/v2/backfills",
-        {"dag_id": "pith_ingest", "from_date": stamp, "to_date": stamp, "max_active_runs": 1},
-    )
+    request = {"dag_id": "pith_ingest", "from_date": stamp, "to_date": stamp, "max_active_runs": 1}
+    while True:  # 409: Airflow allows one unfinished backfill per DAG (see wait_complete)
+        try:
+            backfill = api.call("POST", "/api/v2/backfills", request)
+            break
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409 or time.monotonic() > deadline:
+                raise
+            keep_up()
+            time.sleep(5)
     deadline = time.monotonic() + 900
     while True:
         try:
@@ -137,11 +142,30 @@ def run_window(stack: st.Stack, values: dict[str, str], day: str, keep_up: Any) 
                     check=False,
                 )  # fmt: skip
                 raise AssertionError(f"pith_ingest {day} ended {mine[0]['state']}:\n{logs[-12000:]}")
+            wait_complete(api, int(backfill["id"]), deadline)
             return dict(mine[0])
         if time.monotonic() > deadline:
             raise AssertionError(f"pith_ingest {day} did not finish in time: {mine}")
         keep_up()
         time.sleep(5)
+
+
+def wait_complete(api: Api, backfill_id: int, deadline: float) -> None:
+    """Wait until the scheduler marks the backfill complete.
+
+    A backfill's run can succeed several scheduler loops before the backfill itself
+    gets `completed_at`; until then Airflow answers 409 to a new backfill of the same
+    DAG, so the next window (or an operator's next `backfill create`) must wait for it.
+    """
+    while True:
+        try:
+            if api.call("GET", f"/api/v2/backfills/{backfill_id}").get("completed_at"):
+                return
+        except (TimeoutError, urllib.error.URLError):  # a busy api-server: ask again
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"backfill {backfill_id} was not marked complete in time")
+        time.sleep(3)
 
 
 def s3_client(values: dict[str, str]) -> Any:

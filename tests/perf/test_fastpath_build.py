@@ -23,12 +23,12 @@ from pith_pipeline.core import bundle as bundle_mod
 from pith_pipeline.core import canonical_json
 from pith_pipeline.core import events as events_mod
 from pith_pipeline.core import merge as merge_mod
-from pith_pipeline.core import record as record_mod
+from pith_pipeline.core import pith_record as record_mod
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import Identity, build_record_events, sign_bundle
 from pith_pipeline.core.bundle import Site
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.merge import merge
-from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.errors import SigningError
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import Rejected, iter_jsonl, parse_line
@@ -61,9 +61,9 @@ def use_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for mod, name, value in [
         (record_mod, "dumps_trusted", rfc8785.dumps),
-        (events_mod, "H", _ref_h),
+        (events_mod, "canonical_sha256", _ref_h),
         (events_mod, "dumps_trusted", rfc8785.dumps),
-        (merge_mod, "H", _ref_h),
+        (merge_mod, "canonical_sha256", _ref_h),
         (merge_mod, "dumps_trusted", rfc8785.dumps),
         (merge_mod, "fast_safe", lambda v: False),
         (bundle_mod, "dumps", rfc8785.dumps),

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pith_pipeline.signing import envelope
-from pith_pipeline.signing.kms_local import LocalKey, LocalKmsServer
 from pith_pipeline.signing.local import generate_key
+from pith_pipeline.testing.kms_server import LocalKey, LocalKmsServer
 
 KMS_ALIAS = "alias/pith-signing"
 

@@ -18,10 +18,10 @@ from pith_pipeline.core.keys import Ed25519Signer, PublicKey
 from pith_pipeline.core.verify import verify_bundle
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.signing.certified import CertifiedSigner
-from pith_pipeline.signing.kms_local import LocalKmsServer
 from pith_pipeline.signing.rotation import read_key_document
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.local import LocalStore
+from pith_pipeline.testing.kms_server import LocalKmsServer
 
 ROOT = Ed25519Signer(hashlib.sha256(b"root").digest(), "pith-root-2026")
 OTHER = Ed25519Signer(hashlib.sha256(b"other").digest(), "pith-other")

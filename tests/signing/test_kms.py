@@ -20,7 +20,7 @@ from conftest import KMS_ALIAS, SAMPLE
 from pith_pipeline.errors import SigningError
 from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.signing.kms import Backoff, KmsSigner, spki_to_raw
-from pith_pipeline.signing.kms_local import LocalKey, LocalKmsServer
+from pith_pipeline.testing.kms_server import LocalKey, LocalKmsServer
 
 DIGEST = hashlib.sha256(b"a record").digest()
 

@@ -18,8 +18,8 @@ import pytest
 from conftest import KMS_ALIAS, SAMPLE
 
 from pith_pipeline.signing import certified
-from pith_pipeline.signing.kms_local import LocalKmsServer
-from pith_pipeline.signing.quiet import sensitive_call
+from pith_pipeline.signing.redact_logs import sensitive_call
+from pith_pipeline.testing.kms_server import LocalKmsServer
 
 
 def encodings(seed: bytes) -> list[str]:

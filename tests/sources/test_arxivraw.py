@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pith_pipeline.core.model import ArxivRecord
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.sources.arxivraw import Deleted, MalformedPageError, parse_page
 from pith_pipeline.sources.jsonl import Rejected
 

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from testclock import StepClock
 
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.canonical_json import dumps, dumps_compact
 from pith_pipeline.core.keys import Ed25519Signer
-from pith_pipeline.core.model import ArxivRecord
-from pith_pipeline.core.record import canonical_record
+from pith_pipeline.core.pith_record import canonical_record
 from pith_pipeline.errors import InputError
 from pith_pipeline.pipeline import Publisher
 from pith_pipeline.sources.arxivraw import Deleted, MalformedPageError, parse_page

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lxml import etree
 
-from pith_pipeline.core.model import ArxivRecord
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.sources.arxivraw import parse_page
 from pith_pipeline.sources.sample import (
     StaticRepository,

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from pith_pipeline.cli import cli
-from pith_pipeline.core.model import ArxivRecord
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.signing.local import generate_key
 from pith_pipeline.sources.jsonl import Rejected, iter_jsonl
 

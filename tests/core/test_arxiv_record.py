@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pith_pipeline.core.model import ArxivRecord, split_authors
+from pith_pipeline.core.arxiv_record import ArxivRecord, split_authors
 from pith_pipeline.errors import InputError
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import Identity
-from pith_pipeline.core.model import ArxivRecord
-from pith_pipeline.core.record import PithNumber, canonical_record, source_aliases
+from pith_pipeline.core.pith_record import PithNumber, canonical_record, source_aliases
 
 REGISTRY_NUMBERS = {
     "2606.18380": "pith:2026:SG6QNWFIOVZEMA3A2RIEOEVPD6",

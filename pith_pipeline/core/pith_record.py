@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.canonical_json import dumps_trusted
 from pith_pipeline.core.keys import b32
-from pith_pipeline.core.model import ArxivRecord
 from pith_pipeline.core.text import canon_sha256
 from pith_pipeline.core.timeutil import iso_seconds
 
