@@ -1,6 +1,6 @@
 """The `records` index table on synthetic rows: bytes per row, MERGE cost, query times.
 
-Not a test: run it by hand and copy the figures into docs/analysts.md.
+Not a test: run it by hand and copy the figures into docs/pages/analysts.md.
 
     python benchmarks/index_bench.py --rows 1000000 --update 10000 [--z-order]
 

@@ -1,6 +1,6 @@
 """End-to-end `pith-pipeline ingest --snapshot` of N synthetic papers: time split and peak RSS.
 
-Not a test: run it by hand and copy the figures into docs/performance.md.
+Not a test: run it by hand and copy the figures into docs/pages/performance.md.
 
     python benchmarks/ingest_bench.py --n 10000 --n 100000 [--workers 2] [--rows-from-run]
 
@@ -17,7 +17,7 @@ of the command's whole process tree (parent + worker processes) is sampled every
 (`index.RowSink` fed by `Publisher(on_bundle=...)`) instead of reading every bundle
 back. The driver can wire it only into a publisher in the command's own process
 (`--workers 1`); worker processes get it when the loader passes them the sink's
-directory (see docs/performance.md, "Index"). Without it the update reads the bundles
+directory (see docs/pages/performance.md, "Index"). Without it the update reads the bundles
 back, as the CLI does today. The issue-13 target: publishing plus index of 1,000,000
 papers ≤ 10 minutes on this 2-core machine, peak RSS < 1 GB and flat from 100 k to 1 M.
 """

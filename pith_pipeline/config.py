@@ -372,7 +372,7 @@ def aws_environment(env: Mapping[str, str] | None = None) -> list[tuple[str, str
 
 
 def markdown_table() -> str:
-    """The table as Markdown, for docs/configuration.md (a test keeps them equal)."""
+    """The table as Markdown, for docs/pages/configuration.md (a test keeps them equal)."""
 
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
@@ -393,5 +393,5 @@ def markdown_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-if __name__ == "__main__":  # python -m pith_pipeline.config > table for docs/configuration.md
+if __name__ == "__main__":  # python -m pith_pipeline.config > table for docs/pages/configuration.md
     print(markdown_table(), end="")

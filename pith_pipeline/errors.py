@@ -15,7 +15,7 @@ class PithError(Exception):
     """Root of every error this package raises on purpose."""
 
     transient: bool = False
-    #: the CLI's exit status for this error (docs/exit-codes.md)
+    #: the CLI's exit status for this error (docs/pages/exit-codes.md)
     exit_code: int = 1
 
     def diagnostics(self) -> str:

@@ -102,7 +102,7 @@ class Ingest:
         """`workers` > 1 publishes in that many processes, each opening `signer_spec`
         (the spec `signer` came from); without a spec the run stays in one process.
         `lease`/`shards`: as for `Publisher` (the caller holds the lease).
-        `limits`: HTTP response cap and deadline, snapshot line cap (docs/input-limits.md).
+        `limits`: HTTP response cap and deadline, snapshot line cap (docs/pages/input-limits.md).
         `io_concurrency`: papers published at once (`loader`); None: the store's default.
         `rows`: where the index rows of the bundles written go (`index.RowSink`), so the
         index update need not read them back."""

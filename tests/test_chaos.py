@@ -1,7 +1,7 @@
 """Chaos: builds killed with SIGKILL at random moments while a second writer runs.
 
 What must hold afterwards, on a local directory and on S3 (moto's server), once the
-reruns complete (the Guarantees section of the README):
+reruns complete (docs/pages/guarantees.md):
 - `verify STORE` passes;
 - every paper version has exactly one `record_created` event;
 - every older version of a paper carries the correction naming its successor,

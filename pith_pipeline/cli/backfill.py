@@ -78,7 +78,7 @@ def backfill(
 ) -> None:
     """Publish every day of [--from, --until) not yet published; resumable.
 
-    --until is exclusive, as on every command (docs/date-ranges.md); --through
+    --until is exclusive, as on every command (docs/pages/date-ranges.md); --through
     names the last day instead.
 
     Each day is one window, exactly as the daily Airflow run would do it (run id

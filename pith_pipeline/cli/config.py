@@ -1,7 +1,7 @@
 """`pith-pipeline config`: every setting as a command would resolve it, secrets masked.
 
 Why a command: a setting can come from four places (flag, Airflow Variable,
-environment, default; see docs/configuration.md), and "which store, which key, which
+environment, default; see docs/pages/configuration.md), and "which store, which key, which
 endpoint will this run use?" should be answerable without reading the code or
 printing a secret.
 """

@@ -364,7 +364,7 @@ def ingest(
                 )
     from pith_pipeline.runs.manifest import finish_run  # pyarrow: only once there is work to index
 
-    manifest_window = {  # until exclusive, as everywhere (docs/date-ranges.md)
+    manifest_window = {  # until exclusive, as everywhere (docs/pages/date-ranges.md)
         "source": (chosen or ["--replay"])[0],
         "from": window.oai_from,
         "until": None if window.end is None else window.end.isoformat(),

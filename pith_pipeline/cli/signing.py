@@ -84,7 +84,7 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
     move receipts, events and bundles to the new key as well, run
     `pith-pipeline receipts reissue` instead (it rotates too). This (or reissue) is
     the only way to bring a key the store does not list: other commands refuse
-    one, so that a lost key is never silently replaced (see docs/keys.md).
+    one, so that a lost key is never silently replaced (see docs/pages/keys.md).
     """
     from pith_pipeline.clock import system_clock
     from pith_pipeline.core.timeutil import iso_micros

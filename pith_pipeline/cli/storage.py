@@ -56,7 +56,7 @@ def query(sql: str, store: str, fmt: str) -> None:
         "SELECT pith_number FROM aliases WHERE alias = 'arxiv:1909.11150'"
     \b
     Filters on submitted_month (records), created_month (events) and alias_kind
-    (aliases) skip whole files. Columns are listed in docs/analysts.md.
+    (aliases) skip whole files. Columns are listed in docs/pages/analysts.md.
     """
     import csv
     import io
@@ -228,7 +228,7 @@ def reindex(store: str, retention_hours: float, lease_wait: float) -> None:
     "--z-order",
     "z_order",
     is_flag=True,
-    help="Order records by primary_cat while compacting (see docs/analysts.md: it did not pay).",
+    help="Order records by primary_cat while compacting (see docs/pages/analysts.md: it did not pay).",
 )
 @wait_option
 def compact(store: str, retention_hours: float, z_order: bool, lease_wait: float) -> None:

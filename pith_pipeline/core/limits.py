@@ -1,4 +1,4 @@
-"""Every size and range limit on input, in one place (documented in docs/input-limits.md).
+"""Every size and range limit on input, in one place (documented in docs/pages/input-limits.md).
 
 Why limits at all: one hostile or broken record must not make a run read hundreds of
 megabytes, sign a bundle nobody can index, or overflow an index column. Each limit is

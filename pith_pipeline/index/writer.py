@@ -677,7 +677,7 @@ def compact(
     Compaction is one commit per table: readers of older versions keep reading their
     files, which `vacuum` deletes only once no version younger than `retention_hours`
     needs them (0 deletes at once, for a store nobody is reading). `z_order` orders
-    `records` by `primary_cat` instead (see the benchmark in docs/analysts.md).
+    `records` by `primary_cat` instead (see the benchmark in docs/pages/analysts.md).
     """
     loc = location(store)
     _refuse_legacy(store)

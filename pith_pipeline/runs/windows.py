@@ -34,7 +34,7 @@ class Window:
     splitting a range needs no "+1 day" arithmetic. OAI-PMH's own `until` is
     inclusive; `oai_until` converts at that one boundary. An open end (None) means
     from arXiv's earliest record, or up to the latest. Days are matched against a
-    record's datestamp, its last change (docs/date-ranges.md).
+    record's datestamp, its last change (docs/pages/date-ranges.md).
     """
 
     start: date | None = None

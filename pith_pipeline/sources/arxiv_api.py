@@ -166,7 +166,7 @@ class _GatedSession(requests.Session):
         if too_large[0]:
             raise ResponseTooLargeError(
                 f"{what}: response larger than the limit of {self.limits.response_bytes} bytes; "
-                "stopped reading it (see docs/input-limits.md)"
+                "stopped reading it (see docs/pages/input-limits.md)"
             )
         if response.is_redirect:
             raise TerminalError(

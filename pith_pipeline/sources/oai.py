@@ -263,7 +263,7 @@ class OAIClient:
         if too_large[0]:
             raise ResponseTooLargeError(
                 f"{what}: response larger than the limit of {self.limits.response_bytes} bytes; "
-                "stopped reading it (see docs/input-limits.md)"
+                "stopped reading it (see docs/pages/input-limits.md)"
             )
         if response.is_redirect:  # following it would be a second, unspaced request
             raise TerminalError(

@@ -395,7 +395,7 @@ def test_dockerfile_builds_on_its_base_argument_with_airflows_constraints() -> N
 def test_compose_v2_is_stated_where_the_stack_starts() -> None:
     head = (DOCKER / "compose.yaml").read_text().split("\nname:", 1)[0]
     assert "Compose v2" in head
-    assert "Compose v2" in (REPO / "docs" / "docker.md").read_text()
+    assert "Compose v2" in (REPO / "docs" / "pages" / "docker.md").read_text()
 
 
 def test_init_script_runs_pith_then_the_images_entrypoint() -> None:

@@ -21,7 +21,7 @@ def test_the_default_private_key_directory_is_git_ignored() -> None:
 
 
 def test_the_format_spec_ships_in_the_repository() -> None:
-    spec = ROOT / "docs/spec/pith-bundle-v1.md"
+    spec = ROOT / "docs/pages/spec/pith-bundle-v1.md"
     assert spec.is_file()
     assert spec.read_text().startswith("# Pith open-graph bundle, version 1.0")
 
