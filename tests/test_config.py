@@ -15,7 +15,7 @@ from pith_pipeline import config
 from pith_pipeline.config import BY_NAME, SETTINGS, SettingError, resolve
 
 PACKAGE = Path(config.__file__).parent
-DOC = PACKAGE.parent / "docs" / "configuration.md"
+DOC = PACKAGE.parent / "docs" / "pages" / "configuration.md"
 SECRET = "s3cr3t-key-material-0123456789"
 
 
