@@ -729,7 +729,8 @@ class Publisher:
         - no bundle (killed between events and bundle), or a bundle that does not list
           exactly the stored events (killed between a correction event and the rewrite
           of its bundle): build it from the checked events;
-        - a bundle without its `state.json` or `.well-known` copy: copy from the
+        - a bundle whose `state.json` or `.well-known` copy is missing or holds other
+          bytes (killed between a bundle's rewrite and its copies): copy from the
           bundle, so its published bytes stay as they are, unless the bundle does not
           verify, in which case it is rebuilt from the events.
         """
@@ -750,19 +751,22 @@ class Publisher:
         if listed is None or listed != {e["event_id"] for e in events}:
             self.write_bundle(subject, events)
             return
-        missing = [k for k in (skey, wkey) if not self.store.exists(k)]
+        assert data is not None
+        state = bundle.get("state")
+        state_data = dumps_compact(state) if isinstance(state, dict) else None
+        # missing, or stale: killed between a bundle's rewrite and its copies
+        missing = [k for k, want in ((skey, state_data), (wkey, data)) if self.store.get(k) != want]
         if not missing:
             return
         from pith_pipeline.core.verify import verify_bundle
 
-        if not verify_bundle(bundle).ok or not isinstance(bundle.get("state"), dict):
+        if state_data is None or not verify_bundle(bundle).ok:
             self.write_bundle(subject, events)
             return
         if skey in missing:
-            self._put(skey, dumps_compact(bundle["state"]))
+            self._put(skey, state_data, changed=True)
         if wkey in missing:
-            assert data is not None
-            self._put(wkey, data)
+            self._put(wkey, data, changed=True)
 
     def write_bundle(
         self,

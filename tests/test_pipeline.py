@@ -378,3 +378,20 @@ def test_a_paper_killed_between_its_two_events_gets_its_graph_snapshot_on_rerun(
     assert verify_bundle(rebuilt).ok
     assert [e["event_id"] for e in rebuilt["events"]] == [e["event_id"] for e in original["events"]]
     assert rebuilt["state"] == original["state"]
+
+
+def test_a_rerun_replaces_a_stale_state_or_well_known_copy_a_killed_run_left_behind(
+    tmp_path: Path, asset: Any
+) -> None:
+    """Killed between a bundle's rewrite and its copies: the copies hold the old bytes."""
+    store = tmp_path / "store"
+    publish(store, asset("arxiv-sample.jsonl"))
+    bundles = sorted(store.glob("pith/*/bundle.json"))
+    state = bundles[0].parent / "state.json"
+    well_known = store / ".well-known/pith" / bundles[1].parent.name / "bundle.json"
+    expected = {state: state.read_bytes(), well_known: well_known.read_bytes()}
+    state.write_bytes(b'{"stale": true}')
+    well_known.write_bytes(bundles[0].read_bytes())  # another paper's bundle: not this one
+    second = publish(store, asset("arxiv-sample.jsonl"), datetime(2026, 8, 1, tzinfo=UTC))
+    assert second.unchanged == 30
+    assert {p: p.read_bytes() for p in expected} == expected
