@@ -73,7 +73,7 @@ def test_every_pith_variable_the_package_names_is_in_the_table() -> None:
     named: set[str] = set()
     for path in _package_sources():
         named |= set(re.findall(r"\bPITH_[A-Z_]+\b", path.read_text(encoding="utf-8")))
-    named -= {"PITH_NUMBER"}  # a regular expression's name in core/record.py, not a variable
+    named -= {"PITH_NUMBER"}  # a regular expression's name in core/pith_record.py, not a variable
     assert named, "the scan found nothing: it is not looking where it should"
     assert sorted(named - set(config.BY_ENV)) == []
 
