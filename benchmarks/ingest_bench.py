@@ -2,7 +2,7 @@
 
 Not a test: run it by hand and copy the figures into docs/pages/performance.md.
 
-    python benchmarks/ingest_bench.py --n 10000 --n 100000 [--workers 2] [--rows-from-run]
+    python benchmarks/ingest_bench.py --n 10000 --n 100000 [--workers 2]
 
 For each N: a snapshot of N records (benchmarks/gen_records.py, cached in --workdir) is
 ingested into a fresh local store by the real CLI, run under `/usr/bin/time -v`
@@ -13,12 +13,8 @@ of the command's whole process tree (parent + worker processes) is sampled every
 - publish: from start until `finish_run` is called (harvest, build, sign, write);
 - index:   `update_indexes` (the Delta tables), then manifest: the run manifest.
 
-`--rows-from-run` hands the index update the rows of the bundles the run wrote
-(`index.RowSink` fed by `Publisher(on_bundle=...)`) instead of reading every bundle
-back. The driver can wire it only into a publisher in the command's own process
-(`--workers 1`); worker processes get it when the loader passes them the sink's
-directory (see docs/pages/performance.md, "Index"). Without it the update reads the bundles
-back, as the CLI does today. The issue-13 target: publishing plus index of 1,000,000
+The CLI indexes the rows of the bundles the run wrote (`index.RowSink`, fed by the
+publisher in every process); no bundle is read back. The issue-13 target: publishing plus index of 1,000,000
 papers ≤ 10 minutes on this 2-core machine, peak RSS < 1 GB and flat from 100 k to 1 M.
 """
 
@@ -41,18 +37,8 @@ HERE = Path(__file__).resolve().parent
 DRIVER = r"""
 import json, os, sys, time
 t0 = time.perf_counter()
-import pith_pipeline.index as ix
 import pith_pipeline.runs.manifest as runs
 phases = {}
-sink = None
-if os.environ.get("BENCH_ROWS_FROM_RUN") == "1":
-    import pith_pipeline.ingest as ing
-    sink = ix.RowSink()
-    orig_init = ing.Ingest.__init__
-    def init(self, *a, **k):
-        orig_init(self, *a, **k)
-        self.publisher.on_bundle = sink.add_bundle
-    ing.Ingest.__init__ = init
 orig_update = runs.update_indexes
 def update_indexes(*a, **k):
     t = time.perf_counter()
@@ -61,24 +47,18 @@ def update_indexes(*a, **k):
     phases["index_line"] = out.line()
     return out
 runs.update_indexes = update_indexes
-orig_finish = ix.finish_run
+orig_finish = runs.finish_run
 def finish_run(*a, **k):
     t1 = time.perf_counter()
     phases["publish_s"] = t1 - t0
-    if sink is not None:
-        k["rows"] = sink
     out = orig_finish(*a, **k)
     phases["finish_s"] = time.perf_counter() - t1
     sys.stderr.write("PHASES " + json.dumps(phases) + "\n")
     return out
-ix.finish_run = finish_run
+runs.finish_run = finish_run
 from pith_pipeline.cli import main
 sys.argv = ["pith-pipeline", *sys.argv[1:]]
-try:
-    main()
-finally:
-    if sink is not None:
-        sink.close()
+main()
 """
 
 
@@ -121,8 +101,6 @@ def run_one(args: argparse.Namespace, n: int, keyfile: Path) -> dict[str, float 
     env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", "TQDM_DISABLE": "1"}
     if not args.fsync:
         env["PITH_LOCAL_FSYNC"] = "0"
-    if args.rows_from_run:
-        env["BENCH_ROWS_FROM_RUN"] = "1"
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = [0]
@@ -159,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, action="append", required=True, help="papers per run (repeatable)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/pith-ingest-bench"))
     ap.add_argument("--workers", type=int, default=None, help="--workers for the command (default: its own)")
-    ap.add_argument("--rows-from-run", action="store_true", help="index from the run's rows (see above)")
     ap.add_argument(
         "--fsync",
         action=argparse.BooleanOptionalAction,
@@ -178,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             stdout=subprocess.DEVNULL,
         )
     print(
-        f"ingest --snapshot, workers {args.workers or 'default'}, fsync {'on' if args.fsync else 'off'}, "
-        f"index rows {'from the run' if args.rows_from_run else 'read back from the store'}"
+        f"ingest --snapshot, workers {args.workers or 'default'}, "
+        f"durability {'group commit (default)' if args.fsync else 'off (PITH_LOCAL_FSYNC=0)'}"
     )
     print(
         f"{'N':>9} {'total s':>8} {'publish s':>9} {'index s':>8} {'ms/paper':>8} {'manifest s':>10} "
