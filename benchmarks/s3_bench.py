@@ -28,7 +28,6 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -47,47 +46,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen_records import generate
 
 from pith_pipeline.core.keys import Ed25519Signer
+from pith_pipeline.items import Item
 from pith_pipeline.loader import S3_IO_CONCURRENCY
-from pith_pipeline.sources.jsonl import Item, parse_line
+from pith_pipeline.sources.jsonl import parse_line
+from pith_pipeline.testing.moto_server import moto_server
 
 COUNTS_PATH = "/__proxy_counts__"
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade", "te"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def moto_server() -> Iterator[str]:
-    """moto's S3 server in its own process (the pipeline's threads do not slow it)."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/moto-api/", timeout=2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto's server did not start") from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class LatencyProxy(ThreadingHTTPServer):

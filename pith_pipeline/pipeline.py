@@ -389,14 +389,7 @@ class Publisher:
             self._record_write(key, data)
 
     def _record_write(self, key: str, data: bytes) -> None:
-        import hashlib
-
-        # a bundle is written twice (pith/ and .well-known/) as one bytes object: hash it
-        # once (read once: another thread may replace the pair meanwhile)
-        last = self._last_written
-        if data is not last[0]:
-            last = self._last_written = (data, hashlib.sha256(data).hexdigest())
-        self.summary.written[key] = last[1]
+        self.summary.written[key] = self._sha256(data)
 
     # -- reads -----------------------------------------------------------
     def subject_events(self, body: str) -> list[dict[str, Any]]:
@@ -846,9 +839,18 @@ class Publisher:
 
     def _bundle_written(self, key: str, bundle: dict[str, Any], data: bytes) -> None:
         if self.on_bundle is not None:
+            self.on_bundle(key, bundle, self._sha256(data))
+
+    def _sha256(self, data: bytes) -> str:
+        """Hex SHA-256 of `data`, once per bytes object: a bundle is written to pith/ and
+        .well-known/ and handed to `on_bundle` as one object. (One slot, replaced, not
+        shared state: another thread at worst recomputes.)"""
+        last = self._last_written
+        if data is not last[0]:
             import hashlib
 
-            self.on_bundle(key, bundle, hashlib.sha256(data).hexdigest())
+            last = self._last_written = (data, hashlib.sha256(data).hexdigest())
+        return last[1]
 
 
 #: What a rebuild of unchanged events changes anyway (the moment and its signature).

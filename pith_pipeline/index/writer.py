@@ -342,6 +342,24 @@ def _append_new(
     )
 
 
+def _merge_from(dt: Any, source: pa.Table, spec: TableSpec, run_id: str | None) -> Any:
+    """A MERGE of `source` (alias `s`) into the table (alias `t`) on the table's key.
+
+    The source is one bounded batch: materialised (`streamed_exec=False`), its
+    partition values prune the target files the MERGE reads (streamed, it reads every
+    file).
+    """
+    return dt.merge(
+        source,
+        spec.merge_predicate,
+        source_alias="s",
+        target_alias="t",
+        writer_properties=writer_properties(),
+        commit_properties=_commit_properties(run_id),
+        streamed_exec=False,
+    )
+
+
 def merge_rows(
     loc: Location,
     spec: TableSpec,
@@ -369,17 +387,7 @@ def merge_rows(
     report.merged_partitions.update(source.column(spec.partition).unique().to_pylist())
 
     def merge(dt: Any) -> dict[str, Any]:
-        m = dt.merge(
-            source,
-            spec.merge_predicate,
-            source_alias="s",
-            target_alias="t",
-            writer_properties=writer_properties(),
-            commit_properties=_commit_properties(run_id),
-            # the source is one bounded batch: materialised, its partition values prune
-            # the target files the MERGE reads (streamed, it reads every file)
-            streamed_exec=False,
-        )
+        m = _merge_from(dt, source, spec, run_id)
         if spec.update_when is not None:
             m = m.when_matched_update_all(predicate=spec.update_when)
         result: dict[str, Any] = m.when_not_matched_insert_all().execute()
@@ -394,15 +402,7 @@ def merge_rows(
 
             def mark(dt: Any) -> dict[str, Any]:
                 result: dict[str, Any] = (
-                    dt.merge(
-                        invalid,
-                        spec.merge_predicate,
-                        source_alias="s",
-                        target_alias="t",
-                        writer_properties=writer_properties(),
-                        commit_properties=_commit_properties(run_id),
-                        streamed_exec=False,
-                    )
+                    _merge_from(dt, invalid, spec, run_id)
                     .when_matched_update(updates={"valid": "s.valid"}, predicate="t.valid <> s.valid")
                     .execute()
                 )
