@@ -49,9 +49,9 @@ def straightforward(input_path: Path, out: Path, key_path: str) -> int:
 
     from build_bench import _ref_compact, _ref_pretty, reference_path
 
+    from pith_pipeline.clock import system_clock
     from pith_pipeline.core.builder import Identity, build_record_events, sign_bundle
-    from pith_pipeline.core.bundle import PUBLIC_KEY_FILE, bundle_paths
-    from pith_pipeline.core.timeutil import system_clock
+    from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths
     from pith_pipeline.pipeline import BuildConfig
     from pith_pipeline.signing.factory import open_signer
     from pith_pipeline.sources.jsonl import Rejected, parse_line
