@@ -119,7 +119,10 @@ def run_one(args: argparse.Namespace, n: int, keyfile: Path) -> dict[str, float 
         sys.stderr.write(out + err)
         raise SystemExit(proc.returncode)
     phases = json.loads(next(line for line in err.splitlines() if line.startswith("PHASES "))[7:])
-    maxrss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", timing.read_text())
+    report = timing.read_text()
+    maxrss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", report)
+    user = re.search(r"User time \(seconds\): ([\d.]+)", report)
+    system = re.search(r"System time \(seconds\): ([\d.]+)", report)
     return {
         "n": n,
         "wall_s": wall,
@@ -129,6 +132,8 @@ def run_one(args: argparse.Namespace, n: int, keyfile: Path) -> dict[str, float 
         "tree_peak_mb": peak[0] / 1e6,
         "process_peak_mb": int(maxrss.group(1)) / 1024 if maxrss else float("nan"),
         "index_line": phases.get("index_line", ""),
+        "user_s": float(user.group(1)) if user else float("nan"),
+        "sys_s": float(system.group(1)) if system else float("nan"),
     }
 
 
@@ -160,14 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'N':>9} {'total s':>8} {'publish s':>9} {'index s':>8} {'ms/paper':>8} {'manifest s':>10} "
-        f"{'tree RSS MB':>11} {'1-proc RSS MB':>13}"
+        f"{'tree RSS MB':>11} {'1-proc RSS MB':>13} {'CPU user s':>10} {'CPU sys s':>9}"
     )
     for n in args.n:
         r = run_one(args, n, keyfile)
         print(
             f"{n:9d} {r['wall_s']:8.1f} {r['publish_s']:9.1f} {r['index_s']:8.1f} "
             f"{1000 * float(r['index_s']) / n:8.3f} {r['manifest_s']:10.1f} "
-            f"{r['tree_peak_mb']:11.0f} {r['process_peak_mb']:13.0f}",
+            f"{r['tree_peak_mb']:11.0f} {r['process_peak_mb']:13.0f} {r['user_s']:10.1f} {r['sys_s']:9.1f}",
             flush=True,
         )
         print(f"   {r['index_line']}", flush=True)
