@@ -52,7 +52,7 @@ from pith_pipeline.errors import (
     is_record_problem,
 )
 from pith_pipeline.items import Item, Rejected
-from pith_pipeline.storage.base import Store, barrier
+from pith_pipeline.storage.base import Store, barrier, put_copy
 from pith_pipeline.storage.lease import shard_of
 
 
@@ -384,6 +384,12 @@ class Publisher:
         self.store.put(key, data)
         self._record_write(key, data)
 
+    def _put_copy(self, key: str, data: bytes, *, of: str) -> None:
+        """The `.well-known` copy of the bundle just written under `of`: one object
+        with two names where the store can (`storage.base.put_copy`)."""
+        put_copy(self.store, key, data, of=of)
+        self._record_write(key, data)
+
     def _put_once(self, key: str, data: bytes) -> None:
         if self.store.put_once(key, data):
             self._record_write(key, data)
@@ -539,7 +545,7 @@ class Publisher:
             bkey, skey, wkey = bundle_paths(ident.body)
             self._put(bkey, fresh.bundle_bytes, changed=True)
             self._put(skey, fresh.state_bytes, changed=True)
-            self._put(wkey, fresh.bundle_bytes, changed=True)
+            self._put_copy(wkey, fresh.bundle_bytes, of=bkey)
             self._bundle_written(bkey, fresh.bundle, fresh.bundle_bytes)
             built_events = fresh.events
         else:
@@ -759,7 +765,7 @@ class Publisher:
         if skey in missing:
             self._put(skey, state_data, changed=True)
         if wkey in missing:
-            self._put(wkey, data, changed=True)
+            self._put_copy(wkey, data, of=bkey)
 
     def write_bundle(
         self,
@@ -834,7 +840,8 @@ class Publisher:
         data = dumps_compact(bundle)
         self._put(bkey, data)
         self._put(skey, dumps_compact(bundle["state"]))
-        self._put(wkey, data)
+        if self.store.get(wkey) != data:
+            self._put_copy(wkey, data, of=bkey)
         self._bundle_written(bkey, bundle, data)
 
     def _bundle_written(self, key: str, bundle: dict[str, Any], data: bytes) -> None:

@@ -391,7 +391,11 @@ def test_a_rerun_replaces_a_stale_state_or_well_known_copy_a_killed_run_left_beh
     well_known = store / ".well-known/pith" / bundles[1].parent.name / "bundle.json"
     expected = {state: state.read_bytes(), well_known: well_known.read_bytes()}
     state.write_bytes(b'{"stale": true}')
-    well_known.write_bytes(bundles[0].read_bytes())  # another paper's bundle: not this one
+    # another paper's bundle: not this one (a new file, as the store writes: in a
+    # directory store the copy is a hard link to the bundle, so writing into it in
+    # place would change the bundle too)
+    well_known.unlink()
+    well_known.write_bytes(bundles[0].read_bytes())
     second = publish(store, asset("arxiv-sample.jsonl"), datetime(2026, 8, 1, tzinfo=UTC))
     assert second.unchanged == 30
     assert {p: p.read_bytes() for p in expected} == expected

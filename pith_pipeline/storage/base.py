@@ -86,6 +86,22 @@ def barrier(store: Store) -> None:
         sync()
 
 
+def put_copy(store: Store, key: str, data: bytes, *, of: str) -> None:
+    """Store `data` under `key` as well, where `data` are the bytes just stored under `of`.
+
+    For the `.well-known/pith/<ID>/bundle.json` copy of a bundle. A back end that can
+    give one object a second name does so (a directory store: a hard link, so the copy
+    costs no second file and no bytes); any other writes the bytes again (S3: one PUT,
+    so a bucket served as a static site answers both URLs with no rewrite rule). The
+    copy always holds `data`: where `of` holds other bytes, `data` are written.
+    """
+    method = getattr(store, "put_copy", None)
+    if method is not None:
+        method(key, data, of=of)
+    else:
+        store.put(key, data)
+
+
 def put_once_file(
     store: Store, key: str, path: str | os.PathLike[str], *, content_type: str = "application/json"
 ) -> bool:

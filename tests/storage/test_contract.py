@@ -136,3 +136,28 @@ def test_staging_keeps_writes_and_deletes_out_of_the_store_below(tmp_path: Path)
     assert list(staging.list("pith/")) == ["pith/B/bundle.json"]
     assert base.get("pith/A/bundle.json") == b"published"
     assert list(base.list("")) == ["pith/A/bundle.json"]
+
+
+def test_put_copy_stores_the_same_bytes_under_a_second_name(store: Store) -> None:
+    from pith_pipeline.storage.base import put_copy
+
+    store.put("pith/A/bundle.json", b'{"a":1}')
+    put_copy(store, ".well-known/pith/A/bundle.json", b'{"a":1}', of="pith/A/bundle.json")
+    assert store.get(".well-known/pith/A/bundle.json") == b'{"a":1}'
+    # the source replaced: the copy keeps its bytes until it is copied again
+    store.put("pith/A/bundle.json", b'{"a":2}')
+    assert store.get(".well-known/pith/A/bundle.json") == b'{"a":1}'
+    put_copy(store, ".well-known/pith/A/bundle.json", b'{"a":2}', of="pith/A/bundle.json")
+    assert store.get(".well-known/pith/A/bundle.json") == b'{"a":2}'
+
+
+def test_put_copy_writes_the_given_bytes_when_the_source_holds_others(store: Store) -> None:
+    """A copy is never of bytes the caller did not give: a source replaced by another
+    writer, or missing, means the given bytes are written."""
+    from pith_pipeline.storage.base import put_copy
+
+    store.put("pith/A/bundle.json", b'{"other":1}')
+    put_copy(store, ".well-known/pith/A/bundle.json", b'{"a":1}', of="pith/A/bundle.json")
+    assert store.get(".well-known/pith/A/bundle.json") == b'{"a":1}'
+    put_copy(store, ".well-known/pith/B/bundle.json", b'{"b":1}', of="pith/B/bundle.json")
+    assert store.get(".well-known/pith/B/bundle.json") == b'{"b":1}'

@@ -98,3 +98,22 @@ def test_deleting_the_last_object_leaves_no_empty_directories(tmp_path: Path) ->
     assert (tmp_path / "store").is_dir()
     store.put("staging/run-2/chunk-0000.jsonl", b"{}")  # and writing there again works
     assert store.get("staging/run-2/chunk-0000.jsonl") == b"{}"
+
+
+def test_a_copy_in_a_directory_store_is_a_second_name_of_one_file(tmp_path: Path) -> None:
+    """Issue 13, point 5: the `.well-known` bundle costs no second file (no inode, no
+    bytes) in a directory store: a hard link to the bundle, replaced atomically."""
+    from pith_pipeline.storage.base import put_copy
+    from pith_pipeline.storage.local import LocalStore
+
+    store = LocalStore(tmp_path)
+    store.put("pith/A/bundle.json", b'{"a":1}')
+    put_copy(store, ".well-known/pith/A/bundle.json", b'{"a":1}', of="pith/A/bundle.json")
+    bundle, copy = tmp_path / "pith/A/bundle.json", tmp_path / ".well-known/pith/A/bundle.json"
+    assert bundle.stat().st_ino == copy.stat().st_ino
+    assert list((tmp_path / ".tmp").iterdir()) == []
+    store.put("pith/A/bundle.json", b'{"a":2}')  # a rewrite is a new file: the copy is untouched
+    assert copy.read_bytes() == b'{"a":1}'
+    put_copy(store, ".well-known/pith/A/bundle.json", b'{"a":2}', of="pith/A/bundle.json")
+    assert bundle.stat().st_ino == copy.stat().st_ino
+    assert copy.read_bytes() == b'{"a":2}'
