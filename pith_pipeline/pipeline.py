@@ -196,15 +196,16 @@ class Publisher:
         rotating: bool = False,
         today: Callable[[], date] | None = None,
         io_concurrency: int | None = None,
-        on_bundle: Callable[[str, dict[str, Any], str], None] | None = None,
+        on_bundle: Callable[[str, dict[str, Any], str, Any], None] | None = None,
     ) -> None:
         """`today`: the real date, for refusing records dated after tomorrow; not the
         build clock, which SOURCE_DATE_EPOCH pins to what is written, not to when the
         run happens. `io_concurrency`: papers published at once by `publish` (the
         `Loader`); None: the store's default (`loader.default_io_concurrency`).
-        `on_bundle(key, bundle, sha256)`: called after each bundle is written
+        `on_bundle(key, bundle, sha256, rows)`: called after each bundle is written
         (`index.RowSink.add_bundle`: its index rows, so the index update need not read
-        it back)."""
+        it back); `rows` are the bundle's index rows where they were made (checked)
+        before publishing, else None."""
         from pith_pipeline.loader import check_io_concurrency, default_io_concurrency
 
         self.on_bundle = on_bundle
@@ -233,6 +234,9 @@ class Publisher:
         self._ring_marker: tuple[tuple[str, str | None], ...] = ()
         self._signer_checked = False
         self._fresh: dict[tuple[str, ...], FreshBuilder] = {}
+        # the index rows checked before a fresh bundle was published, by id(bundle),
+        # handed to `on_bundle` when it is written (not made twice)
+        self._checked_rows: dict[int, tuple[dict[str, Any], Any]] = {}
         self._last_written: tuple[bytes | None, str] = (None, "")
 
     @property
@@ -538,7 +542,11 @@ class Publisher:
         if not existing and self.fresh_path:  # the common case: one pass does it all
             fresh = self._fresh_builder().build(ident, now, self.clock(), supersedes=supersedes)
             self._check_signer(fresh.events[0])
-            _check_index_rows(fresh.bundle)  # before anything of the record is published
+            rows = _check_index_rows(fresh.bundle)  # before anything of the record is published
+            if self.on_bundle is not None:  # the sink takes these rows: made once
+                if len(self._checked_rows) > 4096:  # papers that failed after the check
+                    self._checked_rows.clear()
+                self._checked_rows[id(fresh.bundle)] = (fresh.bundle, rows)
             for ev, data in zip(fresh.events, fresh.event_bytes, strict=True):
                 self._put_event(event_key(ident.body, ev["content_sha256"]), data)
             # no stored event: whatever a bundle there holds, it is not these bytes
@@ -846,7 +854,9 @@ class Publisher:
 
     def _bundle_written(self, key: str, bundle: dict[str, Any], data: bytes) -> None:
         if self.on_bundle is not None:
-            self.on_bundle(key, bundle, self._sha256(data))
+            checked = self._checked_rows.pop(id(bundle), None)
+            rows = checked[1] if checked is not None and checked[0] is bundle else None
+            self.on_bundle(key, bundle, self._sha256(data), rows)
 
     def _sha256(self, data: bytes) -> str:
         """Hex SHA-256 of `data`, once per bytes object: a bundle is written to pith/ and
@@ -931,13 +941,13 @@ def absent_keys(
     return absent, requests
 
 
-def _check_index_rows(bundle: dict[str, Any]) -> None:
+def _check_index_rows(bundle: dict[str, Any]) -> Any:
     """The bundle's index rows fit the index tables' schemas, or `InputError` (the
     record is quarantined): found later, in the index update, such a row would fail
     every update and every `reindex` after it. pyarrow is imported on first use."""
     from pith_pipeline.index.rows import check_bundle
 
-    check_bundle(bundle)
+    return check_bundle(bundle)
 
 
 def _utc_today() -> date:

@@ -69,9 +69,22 @@ class RowSink:
         if full:
             self.flush()
 
-    def add_bundle(self, bundle_key: str, bundle: dict[str, Any], sha256: str) -> None:
-        """The `Publisher(on_bundle=...)` callback: the rows of a bundle just written."""
-        self.add(rows_from_bundle(bundle, bundle_key=bundle_key, bundle_sha256=sha256))
+    def add_bundle(
+        self, bundle_key: str, bundle: dict[str, Any], sha256: str, rows: Rows | None = None
+    ) -> None:
+        """The `Publisher(on_bundle=...)` callback: the rows of a bundle just written.
+
+        `rows`: the bundle's rows as `index.rows.check_bundle` made them before the
+        bundle was published (they lack only its key and hash, set here); None: made
+        from the bundle now.
+        """
+        if rows is None:
+            rows = rows_from_bundle(bundle, bundle_key=bundle_key, bundle_sha256=sha256)
+        else:
+            for row in rows.records:
+                row["bundle_key"] = bundle_key
+                row["bundle_sha256"] = sha256
+        self.add(rows)
 
     def flush(self) -> None:
         """Write the rows held in memory (a worker calls it before its chunk ends)."""
