@@ -224,6 +224,42 @@ def test_rows_the_run_has_are_not_read_back(tmp_path: Path, sample: list[str], s
     assert {name: run_query(store, q).rows for name, q in sql.items()} == got
 
 
+def test_a_fresh_bundles_rows_are_made_once(
+    tmp_path: Path, sample: list[str], signer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows checked before a fresh bundle is published are the ones the sink keeps:
+    one `rows_from_bundle` per bundle, with the bundle's real key and hash."""
+    import hashlib
+
+    from index_helpers import fixed_clock
+
+    import pith_pipeline.index.rows as rows_mod
+    import pith_pipeline.index.sink as sink_mod
+    from pith_pipeline.index import RowSink
+    from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.sources.jsonl import iter_jsonl
+
+    calls: list[str] = []
+
+    def counted(bundle: dict[str, Any], **kw: Any) -> Any:
+        calls.append(bundle["pith_number"])
+        return rows_from_bundle(bundle, **kw)
+
+    monkeypatch.setattr(rows_mod, "rows_from_bundle", counted)
+    monkeypatch.setattr(sink_mod, "rows_from_bundle", counted)
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample) + "\n", encoding="utf-8")
+    store = LocalStore(tmp_path / "s")
+    with RowSink(tmp_path / "rows") as sink:
+        Publisher(store, signer, clock=fixed_clock, on_bundle=sink.add_bundle).publish(iter_jsonl(path))
+        sink.flush()
+        kept = sink.dataset("records").to_table().to_pylist()
+    assert len(calls) == len(set(calls)) == len(kept) == 30
+    for row in kept:
+        data = store.get(row["bundle_key"])
+        assert data is not None and row["bundle_sha256"] == hashlib.sha256(data).hexdigest()
+
+
 def test_changed_rows_are_merged_and_rewritten_plain(tmp_path: Path, sample: list[str], run: Runner) -> None:
     from pith_pipeline.index.writer import read_bundles
 
