@@ -11,7 +11,9 @@ of the command's whole process tree (parent + worker processes) is sampled every
 0.2 s. A small driver around the CLI times its phases:
 
 - publish: from start until `finish_run` is called (harvest, build, sign, write);
-- index:   `update_indexes` (the Delta tables), then manifest: the run manifest.
+- index:   `update_indexes` (the Delta tables);
+- log:     with `--log`, appending the run's events to the transparency log;
+- manifest: the run manifest.
 
 The CLI indexes the rows of the bundles the run wrote (`index.RowSink`, fed by the
 publisher in every process); no bundle is read back. The issue-13 target: publishing plus index of 1,000,000
@@ -47,6 +49,14 @@ def update_indexes(*a, **k):
     phases["index_line"] = out.line()
     return out
 runs.update_indexes = update_indexes
+import pith_pipeline.tlog.pipeline as tlog
+orig_log = tlog.log_run
+def log_run(*a, **k):
+    t = time.perf_counter()
+    out = orig_log(*a, **k)
+    phases["log_s"] = time.perf_counter() - t
+    return out
+tlog.log_run = log_run
 orig_finish = runs.finish_run
 def finish_run(*a, **k):
     t1 = time.perf_counter()
@@ -101,6 +111,8 @@ def run_one(args: argparse.Namespace, n: int, keyfile: Path) -> dict[str, float 
     env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", "TQDM_DISABLE": "1"}
     if not args.fsync:
         env["PITH_LOCAL_FSYNC"] = "0"
+    if args.log:
+        env["PITH_LOG_SIGNER"] = str(keyfile)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = [0]
@@ -128,7 +140,8 @@ def run_one(args: argparse.Namespace, n: int, keyfile: Path) -> dict[str, float 
         "wall_s": wall,
         "publish_s": phases["publish_s"],
         "index_s": phases["update_s"],
-        "manifest_s": phases["finish_s"] - phases["update_s"],
+        "log_s": phases.get("log_s", 0.0),
+        "manifest_s": phases["finish_s"] - phases["update_s"] - phases.get("log_s", 0.0),
         "tree_peak_mb": peak[0] / 1e6,
         "process_peak_mb": int(maxrss.group(1)) / 1024 if maxrss else float("nan"),
         "index_line": phases.get("index_line", ""),
@@ -149,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         help="fsync every object (default off: PITH_LOCAL_FSYNC=0, as in issue 13's 1 M figures)",
     )
     ap.add_argument("--keep", action="store_true", help="keep each store")
+    ap.add_argument(
+        "--log",
+        action="store_true",
+        help="keep a transparency log (PITH_LOG_SIGNER = the run's key) and time its append",
+    )
     args = ap.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     keyfile = args.workdir / "keys" / "pith-private-key.json"
@@ -165,14 +183,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'N':>9} {'total s':>8} {'publish s':>9} {'index s':>8} {'ms/paper':>8} {'manifest s':>10} "
-        f"{'tree RSS MB':>11} {'1-proc RSS MB':>13} {'CPU user s':>10} {'CPU sys s':>9}"
+        f"{'tree RSS MB':>11} {'1-proc RSS MB':>13} {'CPU user s':>10} {'CPU sys s':>9} {'log s':>6}"
     )
     for n in args.n:
         r = run_one(args, n, keyfile)
         print(
             f"{n:9d} {r['wall_s']:8.1f} {r['publish_s']:9.1f} {r['index_s']:8.1f} "
             f"{1000 * float(r['index_s']) / n:8.3f} {r['manifest_s']:10.1f} "
-            f"{r['tree_peak_mb']:11.0f} {r['process_peak_mb']:13.0f} {r['user_s']:10.1f} {r['sys_s']:9.1f}",
+            f"{r['tree_peak_mb']:11.0f} {r['process_peak_mb']:13.0f} "
+            f"{r['user_s']:10.1f} {r['sys_s']:9.1f} {r['log_s']:6.1f}",
             flush=True,
         )
         print(f"   {r['index_line']}", flush=True)
