@@ -10,6 +10,7 @@ before anything of a record is published, so one record cannot break the index.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,6 +26,13 @@ from pith_pipeline.index.schema import TABLES
 def _ts(value: Any) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
+    return _parse_ts(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_ts(value: str) -> datetime | None:
+    """Cached: a run's rows repeat a few timestamps (its build moment in every bundle,
+    every event's), and a paper's rows hold about forty; datetimes are immutable."""
     try:
         return parse_iso(value)
     except ValueError:
