@@ -123,6 +123,22 @@ def test_only_config_reads_pith_variables() -> None:
     assert offenders == {}
 
 
+def test_cli_options_name_their_variable_from_the_table() -> None:
+    """`envvar=` of a click option or argument comes from the table (`options.envvar`),
+    never a literal: a renamed variable (or a new alias) then reaches every command."""
+    literal = {}
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.keyword)
+                and node.arg == "envvar"
+                and isinstance(node.value, ast.Constant)
+                and str(node.value.value).startswith("PITH_")
+            ):
+                literal.setdefault(path.name, []).append(f"line {node.lineno}: {node.value.value}")
+    assert literal == {}
+
+
 def test_the_reader_check_sees_a_read() -> None:
     tree = ast.parse('import os\nA = os.environ.get("PITH_X")\nB = os.environ[K]\nos.getenv(K)\n')
     assert len(_env_reads(tree, {"K": "PITH_Y"})) == 3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pith_pipeline.cli.options import io_concurrency_option
+from pith_pipeline.cli.options import envvar, io_concurrency_option
 
 
 def register(group: click.Group) -> None:
@@ -35,7 +35,7 @@ def register(group: click.Group) -> None:
 )
 @click.option(
     "--store",
-    envvar="PITH_STORE",
+    envvar=envvar("store"),
     default=None,
     help="Where to publish: a directory or s3://bucket/prefix [env PITH_STORE; default ./pith-store].",
 )
@@ -43,19 +43,19 @@ def register(group: click.Group) -> None:
     "--signer",
     "--key",
     "signer",
-    envvar="PITH_SIGNER",
+    envvar=envvar("signer"),
     default=None,
     help="Signer spec: file:PATH or kms-envelope:... [env PITH_SIGNER].",
 )
 @click.option(
     "--oai-url",
-    envvar="PITH_OAI_URL",
+    envvar=envvar("oai_url"),
     default=None,
     help="OAI-PMH endpoint [env PITH_OAI_URL; default arXiv's].",
 )
 @click.option(
     "--base-url",
-    envvar="PITH_BASE_URL",
+    envvar=envvar("base_url"),
     default=None,
     help="Public URL the store is served at [env PITH_BASE_URL].",
 )

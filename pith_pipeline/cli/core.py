@@ -16,6 +16,7 @@ from pith_pipeline import config
 from pith_pipeline.cli.options import (
     DEFAULT_STORE,
     build_config,
+    envvar,
     fail_if_incomplete,
     io_concurrency_option,
     lease_notice,
@@ -64,7 +65,7 @@ def keys() -> None:
 )
 @click.option(
     "--base-url",
-    envvar="PITH_BASE_URL",
+    envvar=envvar("base_url"),
     default="",
     help="Base URL the public key document will be served from.",
 )

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from pith_pipeline.cli.options import store_option
+from pith_pipeline.cli.options import envvar, store_option
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.errors import IntegrityError
 
@@ -42,11 +42,11 @@ def log() -> None:
 
 
 def _vkey_option(fn: F) -> F:
-    return click.option("--vkey", envvar="PITH_LOG_VKEY", default=None, metavar="VKEY", help=VKEY_HELP)(fn)
+    return click.option("--vkey", envvar=envvar("log_vkey"), default=None, metavar="VKEY", help=VKEY_HELP)(fn)
 
 
 @log.command("status")
-@click.argument("location", envvar="PITH_STORE")
+@click.argument("location", envvar=envvar("store"))
 @_vkey_option
 def status(location: str, vkey: str | None) -> None:
     """Size, root hash and age of the log's current checkpoint."""
@@ -77,7 +77,7 @@ def status(location: str, vkey: str | None) -> None:
 
 @log.command("prove")
 @click.argument("what")
-@click.option("--log", "location", required=True, envvar="PITH_STORE", help=LOCATION_HELP)
+@click.option("--log", "location", required=True, envvar=envvar("store"), help=LOCATION_HELP)
 @_vkey_option
 def prove(what: str, location: str, vkey: str | None) -> None:
     """An inclusion proof of an event (EVENT_ID) or of every event of a BUNDLE file,
@@ -103,7 +103,7 @@ def prove(what: str, location: str, vkey: str | None) -> None:
 
 @log.command("consistency")
 @click.argument("old_checkpoint", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--log", "location", required=True, envvar="PITH_STORE", help=LOCATION_HELP)
+@click.option("--log", "location", required=True, envvar=envvar("store"), help=LOCATION_HELP)
 @_vkey_option
 def consistency(old_checkpoint: Path, location: str, vkey: str | None) -> None:
     """Prove that today's tree extends an OLD_CHECKPOINT you kept (a signed checkpoint
@@ -181,7 +181,7 @@ def _log_signer_option(fn: F) -> F:
         "--log-signer",
         "log_signer",
         required=True,
-        envvar="PITH_LOG_SIGNER",
+        envvar=envvar("log_signer"),
         metavar="SPEC",
         help="The log's own key (same forms as --signer: file:PATH, kms:..., kms-envelope:...). "
         "Origin: env PITH_LOG_ORIGIN, else <host of --base-url>/log.",
@@ -228,7 +228,7 @@ def rebuild(store: str, log_signer: str) -> None:
 
 
 @log.command("verify")
-@click.argument("store", envvar="PITH_STORE")
+@click.argument("store", envvar=envvar("store"))
 @_vkey_option
 def verify_store(store: str, vkey: str | None) -> None:
     """Check the log holds exactly the event store's events, each once, and that

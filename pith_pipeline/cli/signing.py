@@ -9,6 +9,7 @@ from tqdm import tqdm
 
 from pith_pipeline.cli.options import (
     build_config,
+    envvar,
     lease_notice,
     signer_option,
     site_options,
@@ -33,7 +34,7 @@ def register(group: click.Group) -> None:
 @click.option(
     "--kms-key",
     required=True,
-    envvar="PITH_ENVELOPE_KMS_KEY",
+    envvar=envvar("envelope_kms_key"),
     metavar="KEY_ID_OR_ALIAS",
     help="Symmetric KMS key that wraps the seed (e.g. alias/pith-wrap).",
 )
