@@ -37,7 +37,6 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -45,15 +44,11 @@ from typing import TYPE_CHECKING, Any
 # modules at import time: DAG files import this module while the scheduler parses
 # them. Everything else is imported lazily.
 from pith_pipeline.config import (
-    DEFAULT_BASE_URL,
-    DEFAULT_OAI_URL,
-    DEFAULT_REGISTRY_NAME,
-    DEFAULT_SIGNER_ID,
-    DEFAULT_STORE,
+    Settings,
     integer,
     number,
-    resolve,
 )
+from pith_pipeline.config import load_settings as config_load_settings
 from pith_pipeline.core.layout import quarantine_key
 from pith_pipeline.errors import InputError, StorageError
 from pith_pipeline.runs.chunks import iter_chunk_items
@@ -70,58 +65,6 @@ if TYPE_CHECKING:
 #: client connection at a time).
 ARXIV_POOL = "arxiv_oai"
 
-#: The settings a task reads (a field of `Settings` each), by the rule of `config.resolve`.
-TASK_SETTINGS = (
-    "store",
-    "signer",
-    "oai_url",
-    "base_url",
-    "registry_name",
-    "signer_id",
-    "oai_min_interval",
-    "lease_wait",
-)
-
-#: Seconds a task waits for another writer of the same papers before failing (and
-#: being retried by Airflow): long, because waiting is the normal case when
-#: `backfill create` runs windows at once.
-DEFAULT_TASK_LEASE_WAIT = 1800.0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
-    """Where to read, write and sign; from PITH_* variables (see `load_settings`).
-
-    The defaults are the table's (`pith_pipeline.config.SETTINGS`)."""
-
-    store: str = DEFAULT_STORE
-    signer: str | None = None
-    oai_url: str = DEFAULT_OAI_URL
-    base_url: str = DEFAULT_BASE_URL
-    registry_name: str = DEFAULT_REGISTRY_NAME
-    signer_id: str = DEFAULT_SIGNER_ID
-    #: Seconds between OAI-PMH requests; unset means arXiv's policy (3 s). Lower it
-    #: only for a local mirror or test server.
-    oai_min_interval: str | None = None
-    #: Seconds to wait for a busy writer lease (unset: DEFAULT_TASK_LEASE_WAIT).
-    lease_wait: str | None = None
-
-    @property
-    def lease_wait_seconds(self) -> float:
-        return float(self.lease_wait) if self.lease_wait else DEFAULT_TASK_LEASE_WAIT
-
-    def __repr__(self) -> str:  # the signer spec may name a key file or KMS key: keep it out
-        return (
-            f"Settings(store={self.store!r}, oai_url={self.oai_url!r}, "
-            f"base_url={self.base_url!r}, signer={'set' if self.signer else 'unset'})"
-        )
-
-    @property
-    def build_config(self) -> BuildConfig:
-        from pith_pipeline.pipeline import BuildConfig
-
-        return BuildConfig(base_url=self.base_url, registry_name=self.registry_name, signer_id=self.signer_id)
-
 
 def airflow_variable(name: str) -> str | None:
     """The Airflow Variable `name`, or None: the lookup `config.resolve` is given in tasks."""
@@ -134,20 +77,18 @@ def airflow_variable(name: str) -> str | None:
 def load_settings(
     env: Mapping[str, str] | None = None, *, airflow_variables: bool = False, **overrides: str | None
 ) -> Settings:
-    """Settings by the one rule (`config.resolve`): `overrides` (the flags), then Airflow
-    Variables (when asked), then environment, then the table's defaults.
+    """`config.load_settings`, with Airflow Variables read when `airflow_variables`
+    (in tasks: an operator changes a deployment from the Airflow UI)."""
+    return config_load_settings(env, variable=airflow_variable if airflow_variables else None, **overrides)
 
-    The names are the same everywhere: `PITH_STORE`, `PITH_SIGNER`, `PITH_OAI_URL`,
-    `PITH_BASE_URL`, `PITH_REGISTRY_NAME`, `PITH_SIGNER_ID`. An Airflow Variable of
-    that name wins over the worker's environment, so operators can change a
-    deployment from the UI.
-    """
-    variable = airflow_variable if airflow_variables else None
-    values: dict[str, Any] = {
-        name: resolve(name, flag=overrides.get(name), variable=variable, env=env).value
-        for name in TASK_SETTINGS
-    }
-    return Settings(**values)
+
+def build_config(settings: Settings) -> BuildConfig:
+    """The registry identity a task builds with, from its settings."""
+    from pith_pipeline.pipeline import BuildConfig
+
+    return BuildConfig(
+        base_url=settings.base_url, registry_name=settings.registry_name, signer_id=settings.signer_id
+    )
 
 
 def default_args(env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -248,7 +189,7 @@ def build_chunk(
     shards = parse_shards(str(chunk["shards"])) if chunk.get("shards") else None
     rejects = bool(chunk.get("rejects", True))
     pub = Publisher(
-        base, signer, settings.build_config, run_id=run_id, shards=shards, io_concurrency=io_concurrency
+        base, signer, build_config(settings), run_id=run_id, shards=shards, io_concurrency=io_concurrency
     )
     with writer_lease(
         base,

@@ -20,9 +20,7 @@ from pith_pipeline.runs.backfill_plan import harvest_for, plan_backfill, plan_ch
 from pith_pipeline.storage.base import Store
 
 if TYPE_CHECKING:
-    # Settings and the step bodies below still live in airflow_tasks (being moved to
-    # config.py and the loader); they are imported where used, not at import time.
-    from pith_pipeline.airflow_tasks import Settings
+    from pith_pipeline.config import Settings
 
 Progress = Callable[[int], None]
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from pith_pipeline.errors import TerminalError
 
@@ -369,6 +370,73 @@ def aws_environment(env: Mapping[str, str] | None = None) -> list[tuple[str, str
         for k in sorted(environ)
         if k.startswith("AWS_") and environ[k]
     ]
+
+
+# -- the settings of a DAG task (and of `pith-pipeline backfill`) -----------------
+
+#: The settings a task reads (a field of `Settings` each), by the rule of `resolve`.
+TASK_SETTINGS = (
+    "store",
+    "signer",
+    "oai_url",
+    "base_url",
+    "registry_name",
+    "signer_id",
+    "oai_min_interval",
+    "lease_wait",
+)
+
+#: Seconds a task waits for another writer of the same papers before failing (and
+#: being retried by Airflow): long, because waiting is the normal case when
+#: `backfill create` runs windows at once.
+DEFAULT_TASK_LEASE_WAIT = 1800.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Where to read, write and sign; from PITH_* variables (see `load_settings`).
+
+    The defaults are the table's (`pith_pipeline.config.SETTINGS`)."""
+
+    store: str = DEFAULT_STORE
+    signer: str | None = None
+    oai_url: str = DEFAULT_OAI_URL
+    base_url: str = DEFAULT_BASE_URL
+    registry_name: str = DEFAULT_REGISTRY_NAME
+    signer_id: str = DEFAULT_SIGNER_ID
+    #: Seconds between OAI-PMH requests; unset means arXiv's policy (3 s). Lower it
+    #: only for a local mirror or test server.
+    oai_min_interval: str | None = None
+    #: Seconds to wait for a busy writer lease (unset: DEFAULT_TASK_LEASE_WAIT).
+    lease_wait: str | None = None
+
+    @property
+    def lease_wait_seconds(self) -> float:
+        return float(self.lease_wait) if self.lease_wait else DEFAULT_TASK_LEASE_WAIT
+
+    def __repr__(self) -> str:  # the signer spec may name a key file or KMS key: keep it out
+        return (
+            f"Settings(store={self.store!r}, oai_url={self.oai_url!r}, "
+            f"base_url={self.base_url!r}, signer={'set' if self.signer else 'unset'})"
+        )
+
+
+def load_settings(
+    env: Mapping[str, str] | None = None, *, variable: Variable | None = None, **overrides: str | None
+) -> Settings:
+    """Settings by the one rule (`resolve`): `overrides` (the flags), then the Airflow
+    Variable lookup `variable` (tasks pass one: `airflow_tasks.load_settings`), then
+    the environment, then the table's defaults.
+
+    The names are the same everywhere: `PITH_STORE`, `PITH_SIGNER`, `PITH_OAI_URL`,
+    `PITH_BASE_URL`, `PITH_REGISTRY_NAME`, `PITH_SIGNER_ID`, ...; an Airflow Variable
+    of that name wins over the worker's environment.
+    """
+    values: dict[str, Any] = {
+        name: resolve(name, flag=overrides.get(name), variable=variable, env=env).value
+        for name in TASK_SETTINGS
+    }
+    return Settings(**values)
 
 
 def markdown_table() -> str:

@@ -161,9 +161,14 @@ def test_airflow_settings_follow_the_rule() -> None:
     from pith_pipeline.sources import snapshot_ranges
 
     defaults = at.load_settings(env={})
-    for name in at.TASK_SETTINGS:
+    env_store = {"PITH_STORE": "/env"}
+    for name in config.TASK_SETTINGS:
         assert getattr(defaults, name) == BY_NAME[name].default
-    assert at.Settings().store == config.DEFAULT_STORE
+    assert at.Settings is config.Settings and config.Settings().store == config.DEFAULT_STORE
+    # an Airflow Variable wins over the environment, a flag over both
+    variable = {"PITH_STORE": "/variable"}.get
+    assert config.load_settings(env=env_store, variable=variable).store == "/variable"
+    assert config.load_settings(env=env_store, variable=variable, store="/flag").store == "/flag"
     env = {"PITH_STORE": "/env", "PITH_BASE_URL": "https://env.example"}
     s = at.load_settings(env=env, store="/flag")
     assert (s.store, s.base_url) == ("/flag", "https://env.example")

@@ -152,3 +152,19 @@ def test_store_keys_are_built_only_by_the_layout_module() -> None:
                 if isinstance(head, ast.Constant) and str(head.value).startswith(STORE_PREFIXES):
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     assert bad == []
+
+
+def test_config_is_standard_library_only() -> None:
+    """DAG files import `config` while the scheduler parses them: it imports no
+    third-party package and nothing of the package but the errors."""
+    import sys
+
+    path = PACKAGE / "config.py"
+    bad = [
+        f"config.py:{line} imports {mod}"
+        for mod, _name, line in imports(path)
+        if mod != "__future__"
+        and mod.split(".")[0] not in sys.stdlib_module_names
+        and not (mod == "pith_pipeline.errors")
+    ]
+    assert bad == []

@@ -93,8 +93,8 @@ def backfill(
       pith-pipeline backfill --from 2007-01-01 --until 2026-01-01 --source snapshot \\
           --snapshot arxiv-metadata-oai-snapshot.json --store ./pith-store
     """
-    from pith_pipeline import airflow_tasks as at
     from pith_pipeline.backfill import run_backfill
+    from pith_pipeline.config import load_settings
     from pith_pipeline.errors import InputError
     from pith_pipeline.runs.windows import window_from_options
 
@@ -103,7 +103,7 @@ def backfill(
     first, end = window_from_options(start, until, through=through).bounds("backfill")
     if source == "snapshot" and not snapshot_path:
         raise InputError("--source snapshot needs --snapshot FILE")
-    settings = at.load_settings(store=store, signer=signer, oai_url=oai_url, base_url=base_url)
+    settings = load_settings(store=store, signer=signer, oai_url=oai_url, base_url=base_url)
     result = run_backfill(
         settings,
         first.isoformat(),

@@ -15,7 +15,7 @@ from pith_pipeline.runs.chunks import MAX_CHUNKS, plan_page_chunks
 from pith_pipeline.runs.windows import Window, parse_day, run_id_for, split_windows
 
 if TYPE_CHECKING:
-    from pith_pipeline.airflow_tasks import Settings
+    from pith_pipeline.config import Settings
     from pith_pipeline.storage.base import Store
 
 SOURCES = ("oai", "snapshot")

@@ -10,7 +10,7 @@ from pith_pipeline.errors import StorageError
 from pith_pipeline.runs.windows import Window, run_id_for
 
 if TYPE_CHECKING:
-    from pith_pipeline.airflow_tasks import Settings
+    from pith_pipeline.config import Settings
     from pith_pipeline.storage.base import Store
 
 log = logging.getLogger(__name__)
