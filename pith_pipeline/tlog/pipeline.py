@@ -19,13 +19,14 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pith_pipeline.config import env_name, from_env
-from pith_pipeline.core.canonical_json import dumps, dumps_pretty, loads
+from pith_pipeline.core.canonical_json import dumps, dumps_pretty, dumps_trusted, loads
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.core.layout import PUBLIC_KEY_FILE
@@ -69,9 +70,31 @@ def event_key_id(key: str) -> str | None:
     return m.group(1) if m else None
 
 
-def event_entry(data: bytes, where: str) -> tuple[bytes, str, str]:
+def event_entry(data: bytes, where: str, written_sha256: str | None = None) -> tuple[bytes, str, str]:
     """(entry, event id hex, created_at) of a stored event; IntegrityError naming
-    `where` when it does not parse or its id is not its content's hash."""
+    `where` when it does not parse or its id is not its content's hash.
+
+    `written_sha256`: the SHA-256 of the bytes this run wrote under the key (its
+    ledger). When the stored bytes still have it, they are the event the run built
+    (its values the builder's: no floats, nothing canonical JSON refuses), so the
+    entry and the id's hash are serialised without re-checking every value (that
+    check was most of an append's CPU); the id must still recompute. Anything else
+    (an event of another run, bytes changed since) is checked in full.
+    """
+    if written_sha256 is not None and hashlib.sha256(data).hexdigest() == written_sha256:
+        try:
+            ev = loads(data)
+            created, digest = ev.get("created_at"), content_sha256(ev, trusted=True)
+            # the id recomputes from the fast serialisation: had it differed from the
+            # canonical one anywhere in the content, the hash would not match
+            if (
+                isinstance(created, str)
+                and ev.get("content_sha256") == digest
+                and ev.get("event_id") == "sha256:" + digest
+            ):
+                return dumps_trusted(ev), digest, created
+        except (ValueError, TypeError, AttributeError):
+            pass  # not what the builder makes: the full check names it
     try:
         ev = loads(data)
         if not isinstance(ev, dict):
@@ -282,7 +305,13 @@ def _order(store: Store, keys: Iterable[str], problems: list[str]) -> Iterator[s
         last = hex_id
 
 
-def _append_keys(store: Store, log: LogSigner, ordered: Iterable[str], problems: list[str]) -> AppendResult:
+def _append_keys(
+    store: Store,
+    log: LogSigner,
+    ordered: Iterable[str],
+    problems: list[str],
+    written: Mapping[str, str] | None = None,
+) -> AppendResult:
     new_ids = SpillList()
 
     def entries() -> Iterator[bytes]:
@@ -292,7 +321,8 @@ def _append_keys(store: Store, log: LogSigner, ordered: Iterable[str], problems:
                 problems.append(f"{store.url}/{key}: gone before it was logged")
                 continue
             try:
-                entry, hex_id, _ = event_entry(data, f"{store.url}/{key}")
+                known = written.get(key) if written is not None else None
+                entry, hex_id, _ = event_entry(data, f"{store.url}/{key}", known)
             except IntegrityError as exc:
                 problems.append(str(exc))
                 continue
@@ -345,6 +375,9 @@ def append_events(
     """Append the stored events at `event_keys` that the log does not hold yet, in
     (created_at, event_id) order; returns the result and any events left out.
 
+    `event_keys` may be the run's ledger (key -> SHA-256 of the bytes it wrote): events
+    whose stored bytes still match are appended without re-checking (`event_entry`).
+
     Holds the store's `log` writer lease from reading the log to moving its
     checkpoint, so two runs never both append the same missing event.
     """
@@ -358,7 +391,8 @@ def append_events(
         size = cp.size if cp else 0
         logged = _logged(store, (event_key_id(k) or "" for k in wanted), size)
         missing = (k for k in wanted if event_key_id(k) not in logged)
-        result = _append_keys(store, log, _order(store, missing, problems), problems)
+        written = event_keys if isinstance(event_keys, Mapping) else None
+        result = _append_keys(store, log, _order(store, missing, problems), problems, written)
     return LogRun(result, problems)
 
 

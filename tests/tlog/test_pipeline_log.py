@@ -180,3 +180,30 @@ def test_finish_run_appends_and_records_the_checkpoint_in_the_run_manifest(
     assert checkpoint[:3] == ["registry.test/log", str(logged["size"]), logged["root_hash_b64"]]
     assert logged["size"] == logged["appended"] == sum(1 for _ in event_store_keys(store))
     assert check_log_matches_event_store(store) == []
+
+
+def test_the_runs_own_events_are_appended_without_the_per_value_check(
+    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events whose stored bytes are the ones the run wrote (its ledger) skip the
+    per-value canonical check and give the same log; any other event is checked."""
+    import pith_pipeline.tlog.pipeline as tp
+
+    checked: list[bool] = []
+    real = tp.content_sha256
+
+    def counting(event: dict[str, Any], *, trusted: bool = False) -> str:
+        if not trusted:
+            checked.append(True)
+        return real(event, trusted=trusted)
+
+    first, second = MemoryStore(), MemoryStore()
+    summary = publish(first, sample_lines[:5], tmp_path)
+    publish(second, sample_lines[:5], tmp_path)
+    monkeypatch.setattr(tp, "content_sha256", counting)
+    fast = append_events(first, log_signer(), summary.written)  # the ledger: key -> sha256
+    assert checked == [] and fast.result is not None and fast.result.appended > 5
+    slow = append_events(second, log_signer(), list(event_store_keys(second)))  # keys only
+    assert slow.result is not None and len(checked) == slow.result.appended
+    assert logged_entries(first) == logged_entries(second)
+    assert fast.result.root == slow.result.root
