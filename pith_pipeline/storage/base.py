@@ -86,6 +86,13 @@ def barrier(store: Store) -> None:
         sync()
 
 
+def iter_unsorted(store: Store, prefix: str) -> Iterator[str]:
+    """The keys under `prefix` in no particular order, streamed where the store can
+    (local, S3), so counting or scanning a prefix of millions holds none of them."""
+    method = getattr(store, "iter_unsorted", None)
+    return iter(method(prefix)) if method is not None else store.list(prefix)
+
+
 def put_copy(store: Store, key: str, data: bytes, *, of: str) -> None:
     """Store `data` under `key` as well, where `data` are the bytes just stored under `of`.
 

@@ -475,27 +475,33 @@ class LocalStore:
                 os.unlink(tmp)
 
     def list(self, prefix: str) -> Iterator[str]:
+        return iter(sorted(self.iter_unsorted(prefix)))
+
+    def iter_unsorted(self, prefix: str) -> Iterator[str]:
+        """The keys of `list`, streamed in directory order (nothing held: for counting
+        or scanning a large prefix, such as a million papers' `events/`)."""
         base = self.root
         start = base / prefix if prefix else base
         # walk only below the deepest directory named by the prefix; a prefix ending
         # in "/" names a directory, and when that is absent nothing can match (walking
         # its parent instead made every per-record `events/<ID>/` listing O(store))
         if prefix.endswith("/") and not start.is_dir():
-            return iter(())
+            return
         walk_root = start if start.is_dir() else start.parent
         if not walk_root.is_dir():
-            return iter(())
-        keys = []
+            return
+        root = str(base)
+        cut = len(root) + 1
         for dirpath, dirs, files in os.walk(walk_root):
-            if dirpath == str(base):
+            if dirpath == root:
                 dirs[:] = [d for d in dirs if d != TMP_DIR]
+            rel_dir = dirpath[cut:].replace(os.sep, "/") if dirpath != root else ""
             for name in files:
                 if name.startswith(".tmp-"):  # older versions wrote temporaries in place
                     continue
-                rel = os.path.relpath(os.path.join(dirpath, name), base).replace(os.sep, "/")
+                rel = f"{rel_dir}/{name}" if rel_dir else name
                 if rel.startswith(prefix):
-                    keys.append(rel)
-        return iter(sorted(keys))
+                    yield rel
 
     def delete(self, key: str) -> None:
         """Remove the object, then every directory it leaves empty (up to the root), so

@@ -207,18 +207,22 @@ class S3Store:
             raise self._fail("HEAD", key, exc) from None
 
     def list(self, prefix: str) -> Iterator[str]:
+        return iter(sorted(self.iter_unsorted(prefix)))
+
+    def iter_unsorted(self, prefix: str) -> Iterator[str]:
+        """The keys of `list`, streamed page by page (S3 returns them sorted; nothing
+        is held beyond a page of 1,000)."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         full = f"{self.prefix}/{prefix}" if self.prefix else prefix
         strip = len(self.prefix) + 1 if self.prefix else 0
-        keys: list[str] = []
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full)
             for page in pages:
-                keys.extend(obj["Key"][strip:] for obj in page.get("Contents", ()))
+                for obj in page.get("Contents", ()):
+                    yield obj["Key"][strip:]
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("LIST", prefix, exc) from None
-        return iter(sorted(keys))
 
     def list_after(self, prefix: str, start_after: str, limit: int) -> Sequence[str]:
         """Up to `limit` keys under `prefix` that sort after `start_after`, sorted:

@@ -29,10 +29,10 @@ from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.canonical_json import dumps, dumps_pretty, dumps_trusted, loads
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
-from pith_pipeline.core.layout import PUBLIC_KEY_FILE
+from pith_pipeline.core.layout import EVENTS, PUBLIC_KEY_FILE
 from pith_pipeline.disk_backed import SpillList
 from pith_pipeline.errors import IntegrityError, KeyFileError, TerminalError
-from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.base import Store, iter_unsorted
 from pith_pipeline.tlog import merkle
 from pith_pipeline.tlog.log import (
     CHECKPOINT,
@@ -427,7 +427,7 @@ def sync_log(
     events were published outside a run) is the whole store compared with the log.
     """
     run = append_events(store, log, run_keys, lease_wait=lease_wait)
-    total = sum(1 for _ in event_store_keys(store))
+    total = sum(1 for k in iter_unsorted(store, EVENTS) if event_key_id(k))  # streamed: no key held
     assert run.result is not None
     if run.result.size >= total:
         return run

@@ -94,6 +94,16 @@ def test_list_is_sorted_and_scoped(store: Store) -> None:
     assert list(store.list("nothing/")) == []
 
 
+def test_iter_unsorted_streams_the_keys_of_list(store: Store) -> None:
+    from pith_pipeline.storage.base import iter_unsorted
+
+    for key in ("events/B/2.json", "events/A/1.json", "events/AB/3.json", "pith/A/bundle.json", "top.json"):
+        store.put(key, b"x")
+    for prefix in ("events/", "events/A/", "events/A", "", "nothing/"):
+        got = list(iter_unsorted(store, prefix))
+        assert sorted(got) == list(store.list(prefix)) and len(got) == len(set(got))
+
+
 def test_delete(store: Store) -> None:
     store.put("index/x.parquet", b"x")
     store.delete("index/x.parquet")
