@@ -17,6 +17,7 @@ from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Protocol
 
 from pith_pipeline import config
+from pith_pipeline._internal.disk_backed import Ledger, SpillList
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import (
@@ -43,7 +44,6 @@ from pith_pipeline.core.layout import (
 from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros
 from pith_pipeline.core.verify import KeyRing
-from pith_pipeline.disk_backed import Ledger, SpillList
 from pith_pipeline.errors import (
     InputError,
     IntegrityError,

@@ -168,3 +168,17 @@ def test_config_is_standard_library_only() -> None:
         and mod != "pith_pipeline.errors"
     ]
     assert bad == []
+
+
+def test_internal_helpers_import_nothing_of_the_package_but_the_errors() -> None:
+    """`_internal/` holds helpers every layer may use (spilling to disk, AWS error
+    classes, capped reads, log redaction), so they depend on no layer themselves."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line} imports {mod}"
+        for path in modules("pith_pipeline._internal")
+        for mod, _name, line in imports(path)
+        if within(mod, ("pith_pipeline",))
+        and mod not in ("pith_pipeline.errors", "pith_pipeline._internal")
+        and not mod.startswith("pith_pipeline._internal.")
+    ]
+    assert bad == []

@@ -163,7 +163,7 @@ class RowSink:
 
     def subjects(self) -> Iterator[str]:
         """Pith numbers with rows here, sorted and unique (streamed from the files)."""
-        from pith_pipeline.disk_backed import sorted_unique
+        from pith_pipeline._internal.disk_backed import sorted_unique
 
         def each() -> Iterator[str]:
             for batch in self.dataset("records").to_batches(columns=["pith_number"]):

@@ -32,11 +32,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from pith_pipeline._internal.disk_backed import sorted_unique
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.layout import bundle_key
 from pith_pipeline.core.timeutil import Clock
-from pith_pipeline.disk_backed import sorted_unique
 from pith_pipeline.errors import StorageError
 from pith_pipeline.index.delta import INDEX_PREFIX, Location, _unwrap, location
 from pith_pipeline.index.rows import Rows, rows_from_bundle

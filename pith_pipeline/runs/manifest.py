@@ -15,11 +15,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from pith_pipeline._internal.disk_backed import Ledger, iter_sorted, sorted_unique
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT, RUNS, quarantine_key, run_manifest_key
 from pith_pipeline.core.timeutil import Clock, iso_seconds
-from pith_pipeline.disk_backed import Ledger, iter_sorted, sorted_unique
 from pith_pipeline.errors import WriteConflictError
 from pith_pipeline.index.sink import RowSink
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes

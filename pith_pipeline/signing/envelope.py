@@ -25,12 +25,12 @@ from typing import Any
 
 import nacl.signing
 
+from pith_pipeline._internal.redact_logs import sensitive_call
 from pith_pipeline.core.canonical_json import dumps_pretty
 from pith_pipeline.core.keys import Ed25519Signer, fingerprint_b32
 from pith_pipeline.errors import KeyFileError, SigningError
 from pith_pipeline.signing.kms import Backoff, make_kms_client
 from pith_pipeline.signing.local import check_key_id
-from pith_pipeline.signing.redact_logs import sensitive_call
 
 ENVELOPE_KIND = "pith_kms_envelope"
 ENVELOPE_VERSION = "1"

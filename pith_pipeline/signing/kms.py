@@ -34,7 +34,7 @@ from typing import Any
 import nacl.exceptions
 import nacl.signing
 
-from pith_pipeline.aws_errors import classify as aws_classify
+from pith_pipeline._internal.aws_errors import classify as aws_classify
 from pith_pipeline.core.keys import Signer, fingerprint_b32
 from pith_pipeline.errors import SigningError
 

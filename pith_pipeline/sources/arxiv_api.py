@@ -26,6 +26,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 
 from pith_pipeline import config
+from pith_pipeline._internal.capped import read_capped
 from pith_pipeline.core.arxiv_record import is_arxiv_id
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.errors import (
@@ -35,7 +36,6 @@ from pith_pipeline.errors import (
     TerminalError,
     TransientError,
 )
-from pith_pipeline.sources.capped import read_capped
 from pith_pipeline.sources.politeness import Gate
 
 DEFAULT_API_URL = config.DEFAULT_API_URL

@@ -45,6 +45,7 @@ from oaipmh_scythe import Scythe
 from oaipmh_scythe.config import HTTPConfig
 
 from pith_pipeline import config
+from pith_pipeline._internal.capped import deadline_scope, deadline_transport, read_capped
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
@@ -59,7 +60,6 @@ from pith_pipeline.errors import (
 from pith_pipeline.items import Rejected
 from pith_pipeline.runs.windows import METADATA_PREFIX, Window
 from pith_pipeline.sources.arxivraw import MalformedPageError, Page, oai_identifier, parse_page
-from pith_pipeline.sources.capped import deadline_scope, deadline_transport, read_capped
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.base import Store
 

@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pith_pipeline._internal.disk_backed import SpillList
 from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.canonical_json import dumps, dumps_pretty, dumps_trusted, loads
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.core.layout import EVENTS, PUBLIC_KEY_FILE
-from pith_pipeline.disk_backed import SpillList
 from pith_pipeline.errors import IntegrityError, KeyFileError, TerminalError
 from pith_pipeline.storage.base import Store, iter_unsorted
 from pith_pipeline.tlog import merkle

@@ -252,7 +252,7 @@ def test_run_manifest_streamed_equals_plain_json(tmp_path: Any, n: int) -> None:
     for i in range(n):
         written[f"pith/{n - i:04d}/bundle.json"] = f"{i:064x}"
     written["arxiv/\u00e9\u4e2d\U0001f600.json"] = "ab" * 32
-    from pith_pipeline.disk_backed import SpillList
+    from pith_pipeline._internal.disk_backed import SpillList
 
     numbers = SpillList([f"pith:{n - i}" for i in range(n)] + ["pith:b", "pith:a"], limit=1)
     summary = RunSummary(run_id="r1", written=written, pith_numbers=numbers)

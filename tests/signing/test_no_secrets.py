@@ -17,8 +17,8 @@ import nacl.signing
 import pytest
 from conftest import KMS_ALIAS, SAMPLE
 
+from pith_pipeline._internal.redact_logs import sensitive_call
 from pith_pipeline.signing import certified
-from pith_pipeline.signing.redact_logs import sensitive_call
 from pith_pipeline.testing.kms_server import LocalKmsServer
 
 
