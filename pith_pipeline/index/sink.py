@@ -25,9 +25,24 @@ from typing import Any
 
 import pyarrow as pa
 
+from pith_pipeline.core.canonical_json import dumps, dumps_trusted
+from pith_pipeline.core.events import content_sha256
+from pith_pipeline.core.layout import event_key
+from pith_pipeline.errors import CanonicalJSONError
 from pith_pipeline.index.rows import Rows, rows_from_bundle
 from pith_pipeline.index.schema import TABLES
 
+#: Log entries (the run's events, canonical bytes) spill here, next to the tables.
+LOG_DIR = "log-entries"
+ENTRY_ROW_GROUP = 2_048
+ENTRY_SCHEMA = pa.schema(
+    [
+        ("created_at", pa.string()),
+        ("event_hex", pa.string()),
+        ("event_key", pa.string()),
+        ("entry", pa.binary()),
+    ]
+)
 CHUNK_PAPERS = 10_000  # papers' rows held in memory before they go to a Parquet file
 ROW_GROUP = 4_096  # small row groups: reading one partition group skips the others
 
@@ -46,6 +61,8 @@ class RowSink:
             (self.directory / name).mkdir(parents=True, exist_ok=True)
         self._chunk = max(1, chunk_papers)
         self._pending = Rows()
+        self._entries: list[tuple[str, str, str, bytes]] = []
+        (self.directory / LOG_DIR).mkdir(parents=True, exist_ok=True)
         self._tag = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._n = 0
         # a publisher with --io-concurrency > 1 calls add_bundle from several threads
@@ -84,6 +101,9 @@ class RowSink:
             for row in rows.records:
                 row["bundle_key"] = bundle_key
                 row["bundle_sha256"] = sha256
+        entries = log_entries_of(bundle)
+        with self._lock:
+            self._entries.extend(entries)
         self.add(rows)
 
     def flush(self) -> None:
@@ -92,8 +112,11 @@ class RowSink:
 
         with self._lock:
             pending, self._pending = self._pending, Rows()
+            entries, self._entries = self._entries, []
             self._n += 1
             n = self._n
+        if entries:
+            self._write_entries(entries, n)
         if not pending.records and not pending.events and not pending.aliases:
             return
         # a bundle written twice in the run (a paper superseded by a newer version in
@@ -109,6 +132,19 @@ class RowSink:
             part = final.with_suffix(".part")
             pq.write_table(table, part, row_group_size=ROW_GROUP, compression="zstd")
             part.replace(final)  # a reader never sees half a file
+
+    def _write_entries(self, entries: list[tuple[str, str, str, bytes]], n: int) -> None:
+        """One file of log entries, sorted by (created_at, event id): the log's order."""
+        import pyarrow.parquet as pq
+
+        entries.sort()
+        table = pa.table(
+            {name: [e[i] for e in entries] for i, name in enumerate(ENTRY_SCHEMA.names)}, schema=ENTRY_SCHEMA
+        )
+        final = self.directory / LOG_DIR / f"{self._tag}-{n:06d}.parquet"
+        part = final.with_suffix(".part")
+        pq.write_table(table, part, row_group_size=ENTRY_ROW_GROUP, compression="zstd")
+        part.replace(final)
 
     # -- out --------------------------------------------------------------------
     def files(self, table: str) -> list[str]:
@@ -171,8 +207,75 @@ class RowSink:
 
         return sorted_unique(each())
 
+    def log_ids(self) -> Iterator[str]:
+        """The event ids (hex) of every log entry here, in no order (may repeat)."""
+        import pyarrow.parquet as pq
+
+        for path in sorted((self.directory / LOG_DIR).glob("*.parquet")):
+            for batch in pq.ParquetFile(path).iter_batches(columns=["event_hex"]):
+                yield from batch.column(0).to_pylist()
+
+    def log_entries(self) -> Iterator[tuple[str, str, bytes]]:
+        """(event id hex, event key, entry) of every event of the run's bundles, in the
+        log's order (created_at, then event id), each id once: the files are each
+        sorted and merged as they are read, so memory holds a batch per file."""
+        import heapq
+
+        import pyarrow.parquet as pq
+
+        def each(path: Path) -> Iterator[tuple[str, str, str, bytes]]:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=ENTRY_ROW_GROUP):
+                cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+                yield from zip(*cols, strict=True)
+
+        last = None
+        files = sorted((self.directory / LOG_DIR).glob("*.parquet"))
+        for _created, hex_id, key, entry in heapq.merge(*(each(p) for p in files)):
+            if hex_id != last:
+                yield hex_id, key, entry
+            last = hex_id
+
     def close(self) -> None:
         """Drop rows not yet flushed; remove the directory if the sink made it."""
         self._pending = Rows()
+        self._entries = []
         if self._own:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def log_entries_of(bundle: dict[str, Any]) -> list[tuple[str, str, str, bytes]]:
+    """(created_at, event id hex, event key, entry) of each event of a bundle just
+    written: what the transparency log appends for it, made while the event is in
+    hand (reading two million events back from the store dominated a 1 M-paper run's
+    log append).
+
+    The entry is the event's canonical JSON. Events the builder made are serialised
+    on the fast path and kept only if their id recomputes from those bytes (had the
+    fast serialisation differed from the canonical one anywhere in the content, it
+    would not); any other event is serialised on the checked path, and one that
+    cannot be is left to the log's own reading of the store.
+    """
+    subject = bundle.get("pith_number")
+    body = subject.rsplit(":", 1)[-1] if isinstance(subject, str) else ""
+    out = []
+    for ev in bundle.get("events") or []:
+        if not isinstance(ev, dict):
+            continue
+        created, digest = ev.get("created_at"), ev.get("content_sha256")
+        if (
+            not isinstance(created, str)
+            or not isinstance(digest, str)
+            or ev.get("event_id") != "sha256:" + digest
+        ):
+            continue
+        try:
+            if content_sha256(ev, trusted=True) == digest:
+                entry = dumps_trusted(ev)
+            elif content_sha256(ev) == digest:
+                entry = dumps(ev)
+            else:
+                continue
+        except (CanonicalJSONError, TypeError, ValueError):
+            continue
+        out.append((created, digest, event_key(body, digest), entry))
+    return out

@@ -129,8 +129,13 @@ def write_manifest(
     window: Mapping[str, Any] | None = None,
     index: IndexUpdate | None = None,
     clock: Clock = system_clock,
+    log_entries: RowSink | None = None,
 ) -> str:
     """Write `runs/<run_id>/manifest.json` (write-once); returns its key.
+
+    First the run's events go into the transparency log, if the store keeps one
+    (`log_entries`: the entries the run's publishers made as they wrote, so the
+    events are not read back).
 
     Lists the window, the counts, the index tables' Delta versions the run produced
     (`index.commits`: per table, every version this run committed; `index.versions`:
@@ -142,7 +147,7 @@ def write_manifest(
     """
     from pith_pipeline.tlog.pipeline import log_run  # the run's events into the transparency log
 
-    logged = log_run(store, summary.written)
+    logged = log_run(store, summary.written, entries=log_entries)
     doc: dict[str, Any] = {
         "format": RUN_MANIFEST_FORMAT,
         "run_id": summary.run_id,
@@ -226,4 +231,4 @@ def finish_run(
     update = update_indexes(
         store, touched_subjects(summary), rows=rows, run_id=summary.run_id, clock=clock, progress=progress
     )
-    return write_manifest(store, summary, window=window, index=update, clock=clock)
+    return write_manifest(store, summary, window=window, index=update, clock=clock, log_entries=rows)

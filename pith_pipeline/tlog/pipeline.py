@@ -23,7 +23,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pith_pipeline._internal.disk_backed import SpillList
 from pith_pipeline.config import env_name, from_env
@@ -329,6 +329,15 @@ def _append_keys(
             new_ids.append(hex_id)
             yield entry
 
+    return _append_ordered(store, log, entries(), new_ids)
+
+
+def _append_ordered(
+    store: Store, log: LogSigner, entries: Iterable[bytes], new_ids: SpillList
+) -> AppendResult:
+    """Append `entries` (in order); `new_ids` fills with their event ids as they are
+    consumed, and the lookup objects are written from it before the checkpoint moves."""
+
     def write_index(old_size: int, size: int) -> None:
         # grouped by lookup object: sort the new ids with their leaf indexes
         rows = SpillList(f"{h} {old_size + i}" for i, h in enumerate(new_ids))
@@ -341,7 +350,7 @@ def _append_keys(
         if batch:
             _write_index_object(store, batch, old_size)
 
-    result = append_entries(store, log, entries(), before_checkpoint=write_index)
+    result = append_entries(store, log, entries, before_checkpoint=write_index)
     if result.appended:
         store.put(LOG_PREFIX + APPENDED, dumps_pretty(_appended_doc(result)) + b"\n")
     return result
@@ -367,6 +376,42 @@ def _write_index_object(store: Store, rows: list[str], old_size: int) -> None:
         kept[hex_id] = int(idx)
     body = "".join(f"{h} {i}\n" for h, i in sorted(kept.items()))
     store.put(key, body.encode("ascii"), content_type="text/plain; charset=utf-8")
+
+
+class EntrySource(Protocol):
+    """Log entries a run made while it wrote its events (`index.RowSink` is one)."""
+
+    def log_ids(self) -> Iterable[str]:
+        """Event ids (hex) of the entries, in any order."""
+        ...
+
+    def log_entries(self) -> Iterable[tuple[str, str, bytes]]:
+        """(event id hex, event key, canonical entry) in (created_at, event id) order."""
+        ...
+
+
+def append_from(store: Store, log: LogSigner, source: EntrySource, *, lease_wait: float = 600.0) -> LogRun:
+    """Append the entries `source` holds that the log lacks, in its order, without
+    reading the events back from the store (a run's own events: `sync_log`)."""
+    from pith_pipeline.storage.lease import WriterLease
+
+    publish_log_key(store, log)
+    wanted = SpillList(source.log_ids())
+    with WriterLease(store, [LOG_LEASE], wait=lease_wait):
+        cp = _current(store, log.verifier)
+        size = cp.size if cp else 0
+        logged = _logged(store, iter(wanted), size)
+        new_ids = SpillList()
+
+        def entries() -> Iterator[bytes]:
+            for hex_id, _key, entry in source.log_entries():
+                if hex_id not in logged:
+                    logged.add(hex_id)
+                    new_ids.append(hex_id)
+                    yield entry
+
+        result = _append_ordered(store, log, entries(), new_ids)
+    return LogRun(result, [])
 
 
 def append_events(
@@ -417,36 +462,49 @@ def event_store_keys(store: Store) -> Iterator[str]:
 
 
 def sync_log(
-    store: Store, log: LogSigner, run_keys: Iterable[str] = (), *, lease_wait: float = 600.0
+    store: Store,
+    log: LogSigner,
+    run_keys: Iterable[str] = (),
+    *,
+    lease_wait: float = 600.0,
+    entries: EntrySource | None = None,
 ) -> LogRun:
-    """Append this run's events (`run_keys`, any store keys; events are picked out),
-    and every other event the event store holds and the log lacks.
+    """Append this run's events (`entries` the run made as it wrote them, then any of
+    `run_keys` they did not cover, read from the store; keys other than events are
+    ignored), and every other event the event store holds and the log lacks.
 
-    The cheap check: the log's size plus this run's new events equals the number of
-    events in the store. Only when it does not (a run died before appending, or
-    events were published outside a run) is the whole store compared with the log.
+    The cheap check: the log's size equals the number of events in the store. Only
+    when it does not (a run died before appending, or events were published outside
+    a run) is the whole store compared with the log.
     """
-    run = append_events(store, log, run_keys, lease_wait=lease_wait)
+    run = LogRun(None, [])
+    if entries is not None:
+        run = _merged(run, append_from(store, log, entries, lease_wait=lease_wait))
+    run = _merged(run, append_events(store, log, run_keys, lease_wait=lease_wait))
     total = sum(1 for k in iter_unsorted(store, EVENTS) if event_key_id(k))  # streamed: no key held
     assert run.result is not None
     if run.result.size >= total:
         return run
-    more = append_events(store, log, event_store_keys(store), lease_wait=lease_wait)
-    assert more.result is not None
-    merged = more.result if more.result.appended else run.result
-    if run.result.appended and more.result.appended:
-        merged = AppendResult(
-            run.result.old_size,
-            more.result.size,
-            more.result.root,
-            more.result.checkpoint,
-            run.result.written + more.result.written,
-            run.result.seconds + more.result.seconds,
+    return _merged(run, append_events(store, log, event_store_keys(store), lease_wait=lease_wait))
+
+
+def _merged(first: LogRun, then: LogRun) -> LogRun:
+    """Two appends of one run as one: sizes from the first's start to the second's end."""
+    a, b = first.result, then.result
+    if a is None or (b is not None and not a.appended):
+        result = b
+    elif b is None or not b.appended:
+        result = a
+    else:
+        result = AppendResult(
+            a.old_size, b.size, b.root, b.checkpoint, a.written + b.written, a.seconds + b.seconds
         )
-    return LogRun(merged, run.problems + more.problems)
+    return LogRun(result, first.problems + then.problems)
 
 
-def log_run(store: Store, written: Iterable[str], log: LogSigner | None = None) -> LogRun | None:
+def log_run(
+    store: Store, written: Iterable[str], log: LogSigner | None = None, *, entries: EntrySource | None = None
+) -> LogRun | None:
     """The pipeline's one call at the end of a run (before its run manifest).
 
     `log` defaults to `PITH_LOG_SIGNER`. Without a log key a store with no log stays
@@ -462,7 +520,7 @@ def log_run(store: Store, written: Iterable[str], log: LogSigner | None = None) 
                 "key appends them)"
             )
         return None
-    run = sync_log(store, log, written)
+    run = sync_log(store, log, written, entries=entries)
     import logging
 
     for p in run.problems[:20]:

@@ -207,3 +207,44 @@ def test_the_runs_own_events_are_appended_without_the_per_value_check(
     assert slow.result is not None and len(checked) == slow.result.appended
     assert logged_entries(first) == logged_entries(second)
     assert fast.result.root == slow.result.root
+
+
+def test_a_run_with_a_row_sink_logs_its_events_without_reading_them_back(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """The entries the publishers made as they wrote (`RowSink`) are appended in the
+    log's order; no event is read back from the store, and the log is the one a
+    run reading every event from the store makes."""
+    from pith_pipeline.index import RowSink
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:8]) + "\n", encoding="utf-8")
+    first, second = MemoryStore(), MemoryStore()
+    with RowSink(tmp_path / "rows", chunk_papers=3) as sink:
+        pub = Publisher(
+            first,
+            SIGNER,
+            BuildConfig(),
+            clock=StepClock(datetime(2026, 7, 1, tzinfo=UTC)),
+            on_bundle=sink.add_bundle,
+        )
+        summary = pub.publish(iter_jsonl(path))
+        sink.flush()
+        reads: list[str] = []
+        real_get = first.get
+
+        def counting(key: str) -> bytes | None:
+            reads.append(key)
+            return real_get(key)
+
+        first.get = counting  # type: ignore[method-assign]
+        run = log_run(first, summary.written, log_signer(), entries=sink)
+        first.get = real_get  # type: ignore[method-assign]
+    assert run is not None and run.result is not None and not run.problems
+    assert [k for k in reads if k.startswith("events/")] == []
+    publish(second, sample_lines[:8], tmp_path, "again.jsonl")
+    other = log_run(second, list(event_store_keys(second)), log_signer())
+    assert other is not None and other.result is not None
+    assert logged_entries(first) == logged_entries(second)
+    assert run.result.root == other.result.root and run.result.size == other.result.size
+    assert check_log_matches_event_store(first) == []
