@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pith_pipeline.core.keys import Signer
-    from pith_pipeline.pipeline import BuildConfig
     from pith_pipeline.storage.base import Store
 
 #: The Airflow pool every arXiv request goes through (one slot: arXiv asks for one
@@ -80,15 +79,6 @@ def load_settings(
     """`config.load_settings`, with Airflow Variables read when `airflow_variables`
     (in tasks: an operator changes a deployment from the Airflow UI)."""
     return config_load_settings(env, variable=airflow_variable if airflow_variables else None, **overrides)
-
-
-def build_config(settings: Settings) -> BuildConfig:
-    """The registry identity a task builds with, from its settings."""
-    from pith_pipeline.pipeline import BuildConfig
-
-    return BuildConfig(
-        base_url=settings.base_url, registry_name=settings.registry_name, signer_id=settings.signer_id
-    )
 
 
 def default_args(env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -181,7 +171,7 @@ def build_chunk(
     from pith_pipeline.core.canonical_json import dumps_compact
     from pith_pipeline.items import Rejected
     from pith_pipeline.loader import Loader, numbered
-    from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.pipeline import BuildConfig, Publisher
     from pith_pipeline.storage.lease import parse_shards, writer_lease
 
     base = store or _store(settings)
@@ -189,7 +179,7 @@ def build_chunk(
     shards = parse_shards(str(chunk["shards"])) if chunk.get("shards") else None
     rejects = bool(chunk.get("rejects", True))
     pub = Publisher(
-        base, signer, build_config(settings), run_id=run_id, shards=shards, io_concurrency=io_concurrency
+        base, signer, BuildConfig.of(settings), run_id=run_id, shards=shards, io_concurrency=io_concurrency
     )
     with writer_lease(
         base,

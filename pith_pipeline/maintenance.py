@@ -41,10 +41,10 @@ def rebuild_from_events(
     settings: Settings, *, bundles: bool, indexes: bool, store: Store | None = None
 ) -> dict[str, Any]:
     """Re-derive bundles from the event store (when `bundles`), then the indexes."""
-    from pith_pipeline.airflow_tasks import _signer, _store, build_config
+    from pith_pipeline.airflow_tasks import _signer, _store
     from pith_pipeline.errors import IncompleteRunError
     from pith_pipeline.index.writer import reindex
-    from pith_pipeline.pipeline import rebuild
+    from pith_pipeline.pipeline import BuildConfig, rebuild
     from pith_pipeline.storage.lease import writer_lease
 
     store = store or _store(settings)
@@ -57,7 +57,7 @@ def rebuild_from_events(
             out["bundles_rebuilt"] = sum(
                 1
                 for _ in rebuild(
-                    store, _signer(settings), build_config(settings), lease=lease, failures=failures
+                    store, _signer(settings), BuildConfig.of(settings), lease=lease, failures=failures
                 )
             )
         if bundles or indexes:

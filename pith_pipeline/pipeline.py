@@ -80,6 +80,13 @@ class BuildConfig:
     def site(self) -> Site:
         return Site(base_url=self.base_url, registry_name=self.registry_name, signer_id=self.signer_id)
 
+    @classmethod
+    def of(cls, settings: config.Settings) -> BuildConfig:
+        """The registry identity of a task's (or `pith-pipeline backfill`'s) settings."""
+        return cls(
+            base_url=settings.base_url, registry_name=settings.registry_name, signer_id=settings.signer_id
+        )
+
 
 @dataclass(slots=True)
 class RunSummary:
