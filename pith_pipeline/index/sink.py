@@ -34,7 +34,11 @@ from pith_pipeline.index.schema import TABLES
 
 #: Log entries (the run's events, canonical bytes) spill here, next to the tables.
 LOG_DIR = "log-entries"
-ENTRY_ROW_GROUP = 2_048
+#: rows per row group of an entries file: a merge holds one group per open file
+ENTRY_ROW_GROUP = 256
+#: files merged at once; more are first merged in groups of this many (an external
+#: merge sort), so memory stays bounded however many chunks the run's workers wrote
+ENTRY_FAN_IN = 32
 ENTRY_SCHEMA = pa.schema(
     [
         ("created_at", pa.string()),
@@ -138,9 +142,7 @@ class RowSink:
         import pyarrow.parquet as pq
 
         entries.sort()
-        table = pa.table(
-            {name: [e[i] for e in entries] for i, name in enumerate(ENTRY_SCHEMA.names)}, schema=ENTRY_SCHEMA
-        )
+        table = _entries_table(entries)
         final = self.directory / LOG_DIR / f"{self._tag}-{n:06d}.parquet"
         part = final.with_suffix(".part")
         pq.write_table(table, part, row_group_size=ENTRY_ROW_GROUP, compression="zstd")
@@ -217,20 +219,29 @@ class RowSink:
 
     def log_entries(self) -> Iterator[tuple[str, str, bytes]]:
         """(event id hex, event key, entry) of every event of the run's bundles, in the
-        log's order (created_at, then event id), each id once: the files are each
-        sorted and merged as they are read, so memory holds a batch per file."""
-        import heapq
+        log's order (created_at, then event id), each id once.
 
-        import pyarrow.parquet as pq
-
-        def each(path: Path) -> Iterator[tuple[str, str, str, bytes]]:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=ENTRY_ROW_GROUP):
-                cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-                yield from zip(*cols, strict=True)
-
-        last = None
+        Each file is sorted; they are merged as they are read, at most `ENTRY_FAN_IN`
+        at a time (more are first merged into fewer, larger files), so memory holds
+        one small row group per open file whatever the size of the run."""
         files = sorted((self.directory / LOG_DIR).glob("*.parquet"))
-        for _created, hex_id, key, entry in heapq.merge(*(each(p) for p in files)):
+        rounds = 0
+        while len(files) > ENTRY_FAN_IN:
+            rounds += 1
+            merged = []
+            for i in range(0, len(files), ENTRY_FAN_IN):
+                group = files[i : i + ENTRY_FAN_IN]
+                if len(group) == 1:
+                    merged.append(group[0])
+                    continue
+                out = self.directory / LOG_DIR / f"merged-{rounds:02d}-{i // ENTRY_FAN_IN:06d}.parquet"
+                _write_merged(group, out)
+                for path in group:
+                    path.unlink()
+                merged.append(out)
+            files = merged
+        last = None
+        for _created, hex_id, key, entry in _merge(files):
             if hex_id != last:
                 yield hex_id, key, entry
             last = hex_id
@@ -279,3 +290,40 @@ def log_entries_of(bundle: dict[str, Any]) -> list[tuple[str, str, str, bytes]]:
             continue
         out.append((created, digest, event_key(body, digest), entry))
     return out
+
+
+def _read_sorted(path: Path) -> Iterator[tuple[str, str, str, bytes]]:
+    import pyarrow.parquet as pq
+
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=ENTRY_ROW_GROUP):
+        cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+        yield from zip(*cols, strict=True)
+
+
+def _merge(files: list[Path]) -> Iterator[tuple[str, str, str, bytes]]:
+    import heapq
+
+    return heapq.merge(*(_read_sorted(p) for p in files))
+
+
+def _write_merged(files: list[Path], out: Path) -> None:
+    """Merge sorted entries files into one sorted file, streamed a row group at a time."""
+    import pyarrow.parquet as pq
+
+    part = out.with_suffix(".part")
+    with pq.ParquetWriter(part, ENTRY_SCHEMA, compression="zstd") as writer:
+        batch: list[tuple[str, str, str, bytes]] = []
+        for row in _merge(files):
+            batch.append(row)
+            if len(batch) >= ENTRY_ROW_GROUP:
+                writer.write_table(_entries_table(batch), row_group_size=ENTRY_ROW_GROUP)
+                batch = []
+        if batch:
+            writer.write_table(_entries_table(batch), row_group_size=ENTRY_ROW_GROUP)
+    part.replace(out)
+
+
+def _entries_table(entries: list[tuple[str, str, str, bytes]]) -> pa.Table:
+    return pa.table(
+        {name: [e[i] for e in entries] for i, name in enumerate(ENTRY_SCHEMA.names)}, schema=ENTRY_SCHEMA
+    )

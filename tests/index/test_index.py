@@ -518,3 +518,30 @@ def test_s3_tables_use_boto3s_endpoint_and_credentials_and_never_show_them(s3_st
     assert opts["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:") and opts["AWS_ALLOW_HTTP"] == "true"
     assert opts["AWS_ACCESS_KEY_ID"] == "testing-access-key" and opts["AWS_REGION"] == "us-east-1"
     assert "testing-secret-key" not in repr(loc) + str(loc)
+
+
+def test_log_entries_merge_many_files_in_order_with_bounded_fan_in(
+    tmp_path: Path, sample: list[str], signer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More entries files than the fan-in are merged in rounds; the result is every
+    event of the run's bundles once, in (created_at, event id) order."""
+    from index_helpers import fixed_clock
+
+    import pith_pipeline.index.sink as sink_mod
+    from pith_pipeline.index import RowSink
+    from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.sources.jsonl import iter_jsonl
+
+    monkeypatch.setattr(sink_mod, "ENTRY_FAN_IN", 3)
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample) + "\n", encoding="utf-8")
+    store = LocalStore(tmp_path / "s")
+    with RowSink(tmp_path / "rows", chunk_papers=2) as sink:
+        Publisher(store, signer, clock=fixed_clock, on_bundle=sink.add_bundle).publish(iter_jsonl(path))
+        sink.flush()
+        assert len(list((tmp_path / "rows" / sink_mod.LOG_DIR).glob("*.parquet"))) > 9
+        got = list(sink.log_entries())
+    events = {k: json.loads(store.get(k) or b"") for k in store.list("events/")}
+    want = sorted((e["created_at"], e["event_id"].removeprefix("sha256:"), k) for k, e in events.items())
+    assert [(h, k) for h, k, _ in got] == [(h, k) for _c, h, k in want]
+    assert all(json.loads(entry) == events[k] for _h, k, entry in got)
