@@ -25,7 +25,8 @@ Values passed between steps (Airflow XComs) are keys and counts only: never
 records, bundles or signer material.
 
 What is not Airflow-shaped lives elsewhere, and `pith-pipeline backfill` uses it
-without this module: windows and run names in `runs/windows.py`, chunk planning in
+without this module: the window steps (build, publish, index, finish) in
+`runs/steps.py`, windows and run names in `runs/windows.py`, chunk planning in
 `runs/chunks.py`, the harvest step in `runs/harvest.py`, backfill planning in
 `runs/backfill_plan.py`, snapshot byte ranges in `sources/snapshot_ranges.py`, the
 staging store in `storage/staging.py`, and maintenance in `maintenance.py`.
@@ -33,10 +34,8 @@ staging store in `storage/staging.py`, and maintenance in `maintenance.py`.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -49,16 +48,37 @@ from pith_pipeline.config import (
     number,
 )
 from pith_pipeline.config import load_settings as config_load_settings
-from pith_pipeline.core.layout import quarantine_key
-from pith_pipeline.errors import InputError, StorageError
-from pith_pipeline.runs.chunks import iter_chunk_items
-from pith_pipeline.storage.staging import staged_key
+
+# The window steps live in runs/steps.py (no Airflow); the DAGs call them from here.
+from pith_pipeline.runs.steps import (
+    _signer as _signer,
+)
+from pith_pipeline.runs.steps import (
+    _store as _store,
+)
+from pith_pipeline.runs.steps import (
+    build_chunk as build_chunk,
+)
+from pith_pipeline.runs.steps import (
+    finish_window as finish_window,
+)
+from pith_pipeline.runs.steps import (
+    index_window as index_window,
+)
+from pith_pipeline.runs.steps import (
+    publish_staged as publish_staged,
+)
+from pith_pipeline.runs.steps import (
+    sha256_hex as sha256_hex,
+)
+from pith_pipeline.runs.steps import (
+    window_summary as window_summary,
+)
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from pith_pipeline.core.keys import Signer
-    from pith_pipeline.storage.base import Store
+    pass
 
 #: The Airflow pool every arXiv request goes through (one slot: arXiv asks for one
 #: client connection at a time).
@@ -110,24 +130,6 @@ def default_args(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     }
 
 
-def _signer(settings: Settings) -> Signer:
-    from pith_pipeline.signing.factory import open_signer
-
-    if not settings.signer:
-        raise InputError(
-            "no signer configured: set PITH_SIGNER (file:PATH or "
-            "kms-envelope:...) in the environment or as an Airflow Variable"
-        )
-    return open_signer(settings.signer)
-
-
-def _store(settings: Settings) -> Store:
-    """The run's store. Tests replace this to inject faults."""
-    from pith_pipeline.storage.base import open_store
-
-    return open_store(settings.store)
-
-
 def mapped_results(results: Any) -> list[Any]:
     """The results of a mapped task, read by index up to its length.
 
@@ -135,276 +137,3 @@ def mapped_results(results: Any) -> list[Any]:
     past the end and logs an `XCom not found` error on every run.
     """
     return [results[i] for i in range(len(results))]
-
-
-def _publish_rank(key: str) -> int:
-    """Events first, then bundles and states, then pointers: readers never see a
-    pointer to a bundle that is not there, or a bundle whose events are missing."""
-    if key.startswith("events/"):
-        return 0
-    if key.startswith(("pith/", ".well-known/")):
-        return 1
-    if key.startswith("arxiv/"):
-        return 3
-    return 2
-
-
-def build_chunk(
-    settings: Settings,
-    run_id: str,
-    chunk: Mapping[str, Any],
-    *,
-    signer: Signer | None = None,
-    store: Store | None = None,
-    io_concurrency: int | None = None,
-) -> dict[str, Any]:
-    """Build, sign and publish one chunk, holding the writer leases of its shards.
-
-    Why publish here rather than stage for a later task: the decision "this paper is
-    new" is only sound while nobody else can write the paper, so deciding and writing
-    happen under one lease (a concurrent window of `backfill create` waits its turn).
-    The staged object now holds only the chunk's counts, the objects it wrote and its
-    quarantine entries; `publish` merges the quarantine, `index` and `manifest` read
-    the counts. Papers are published by the `Loader`, `io_concurrency` at once (None:
-    the store's default, 32 on S3). Returns `{"staged": key, "records": n, "built": n, ...}`.
-    """
-    from pith_pipeline.core.canonical_json import dumps_compact
-    from pith_pipeline.items import Rejected
-    from pith_pipeline.loader import Loader, numbered
-    from pith_pipeline.pipeline import BuildConfig, Publisher
-    from pith_pipeline.storage.lease import parse_shards, writer_lease
-
-    base = store or _store(settings)
-    signer = signer or _signer(settings)
-    shards = parse_shards(str(chunk["shards"])) if chunk.get("shards") else None
-    rejects = bool(chunk.get("rejects", True))
-    pub = Publisher(
-        base, signer, BuildConfig.of(settings), run_id=run_id, shards=shards, io_concurrency=io_concurrency
-    )
-    with writer_lease(
-        base,
-        command=f"airflow build chunk {int(chunk['index'])}",
-        run_id=run_id,
-        shards=shards,
-        wait=settings.lease_wait_seconds,
-        on_wait=log.info,
-    ) as lease:
-        pub.lease = lease
-        pub.publish_key_document()
-        items = (
-            item
-            for item in iter_chunk_items(base, chunk)
-            # a reject is quarantined by one task only (the others leave it out)
-            if rejects or not isinstance(item, Rejected)
-        )
-        pub.quarantine.extend(entry for _seq, entry in Loader(pub).run(numbered(items)))
-    identities = sorted(pub.summary.seen)
-    counts = {"records": len(identities), **pub.summary.counts()}
-    header: dict[str, Any] = {
-        "chunk": int(chunk["index"]),
-        "run_id": run_id,
-        "counts": counts,
-        "identities": identities,
-        "built": sorted(pub.summary.pith_numbers),
-        "quarantine": pub.quarantine,
-        "problems": pub.summary.problems,
-        "written": dict(sorted(pub.summary.written.items())),
-    }
-    key = staged_key(run_id, int(chunk["index"]), secrets.token_hex(4))
-    base.put(key, dumps_compact(header) + b"\n", content_type="application/x-ndjson")
-    return {"staged": key, "objects": len(header["written"]), **counts}
-
-
-def _read_staged(store: Store, key: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from pith_pipeline.core.canonical_json import loads
-
-    data = store.get(key)
-    if data is None:
-        raise StorageError(
-            f"staged chunk {key} is missing from {store.url}; re-run the build task for this window"
-        )
-    lines = [loads(line) for line in data.splitlines() if line.strip()]
-    return lines[0], lines[1:]
-
-
-def publish_staged(
-    settings: Settings, staged_keys: Iterable[str], *, store: Store | None = None
-) -> dict[str, int]:
-    """Copy staged objects into place; safe to repeat after any failure.
-
-    Write-once objects (events) that are there already count as done; derived
-    objects are replaced only when their bytes differ. Returns counts.
-    """
-    from pith_pipeline.core.canonical_json import dumps_compact
-
-    store = store or _store(settings)
-    objects: dict[str, dict[str, Any]] = {}
-    rejects: dict[str, list[dict[str, Any]]] = {}
-    for key in sorted(set(staged_keys)):
-        header, staged = _read_staged(store, key)
-        rejects.setdefault(header["run_id"], []).extend(header.get("quarantine", []))
-        for obj in staged:
-            objects.setdefault(obj["key"], obj)  # same key: same bytes (pointer key docs)
-    written = skipped = 0
-    for obj in sorted(objects.values(), key=lambda o: (_publish_rank(o["key"]), o["key"])):
-        data = obj["data"].encode("utf-8")
-        if obj["once"]:
-            if store.put_once(obj["key"], data):
-                written += 1
-            else:
-                skipped += 1
-        elif store.get(obj["key"]) == data:
-            skipped += 1
-        else:
-            store.put(obj["key"], data)
-            written += 1
-    quarantined = 0
-    for run_id, entries in sorted(rejects.items()):
-        if not entries:
-            continue
-        quarantined += len(entries)
-        body = b"".join(dumps_compact(e) + b"\n" for e in entries)
-        if store.get(quarantine_key(run_id)) != body:
-            store.put(quarantine_key(run_id), body, content_type="application/x-ndjson")
-            written += 1
-    return {"objects": len(objects), "written": written, "already_there": skipped, "quarantined": quarantined}
-
-
-def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any:
-    """The window's `RunSummary`, rebuilt from its staged chunks (same on every retry)."""
-    from pith_pipeline.pipeline import RunSummary
-
-    summary = RunSummary(run_id)
-    for key in sorted(set(staged_keys)):
-        header, staged = _read_staged(store, key)
-        c = header["counts"]
-        part = RunSummary.part(
-            run_id,
-            # a record outside a task's shards is counted by the task that owns it
-            fetched=c["fetched"] - c.get("skipped", 0),
-            built=c["built"],
-            unchanged=c["unchanged"],
-            superseded=c["superseded"],
-            quarantined=c["quarantined"],
-            failed=c.get("failed", 0),
-        )
-        part.problems.extend(str(p) for p in header.get("problems", []))
-        part.pith_numbers.extend(header["built"])
-        part.seen.extend(header["identities"])
-        part.written.update(header.get("written", {}))
-        for obj in staged:  # staged objects of a run started before the upgrade
-            part.written[obj["key"]] = sha256_hex(obj["data"].encode("utf-8"))
-        if header.get("quarantine"):
-            from pith_pipeline.core.canonical_json import dumps_compact
-
-            part.written[quarantine_key(run_id)] = sha256_hex(
-                b"".join(dumps_compact(e) + b"\n" for e in header["quarantine"])
-            )
-        summary.add(part)
-    summary.pith_numbers.sort()
-    summary.seen = sorted(set(summary.seen))
-    return summary
-
-
-def index_window(
-    settings: Settings, run_id: str, staged_keys: Iterable[str], *, store: Store | None = None
-) -> dict[str, Any]:
-    """Update the Parquet indexes for every record of the window (idempotent)."""
-    from pith_pipeline.index.writer import update_indexes
-    from pith_pipeline.runs.manifest import touched_subjects
-    from pith_pipeline.storage.lease import writer_lease
-
-    store = store or _store(settings)
-    summary = window_summary(store, run_id, staged_keys)
-    with writer_lease(
-        store,
-        command="airflow index",
-        run_id=run_id,
-        papers=False,
-        index=True,
-        wait=settings.lease_wait_seconds,
-        on_wait=log.info,
-    ):
-        update = update_indexes(store, touched_subjects(summary), run_id=run_id)
-    return {
-        "versions": dict(update.versions),
-        "rows": dict(update.rows),
-        "subjects_checked": update.subjects_checked,
-        "subjects_changed": update.subjects_changed,
-        "commits": dict(update.commits),
-    }
-
-
-def finish_window(
-    settings: Settings,
-    harvested: Mapping[str, Any],
-    staged_keys: Iterable[str],
-    indexed: Mapping[str, Any],
-    published: Mapping[str, Any],
-    *,
-    store: Store | None = None,
-) -> dict[str, Any]:
-    """Write the window's run manifest, then remove its staging objects.
-
-    The manifest `runs/<run_id>/manifest.json` is write-once. Re-running a complete
-    window that published nothing new leaves it as it is; a re-run that did
-    publish something (a repair) gets its own `runs/<run_id>-rerun-N/manifest.json`.
-    """
-    from pith_pipeline.core.layout import run_manifest_key
-    from pith_pipeline.errors import WriteConflictError as Conflict
-    from pith_pipeline.index.writer import IndexUpdate
-    from pith_pipeline.runs.manifest import write_manifest
-
-    store = store or _store(settings)
-    staged_keys = sorted(set(staged_keys))
-    run_id = str(harvested["run_id"])
-    summary = window_summary(store, run_id, staged_keys)
-    update = IndexUpdate(
-        versions={str(k): int(v) for k, v in dict(indexed["versions"]).items()},
-        subjects_checked=int(indexed["subjects_checked"]),
-        subjects_changed=int(indexed["subjects_changed"]),
-        rows=dict(indexed["rows"]),
-        commits={str(k): [int(v) for v in vs] for k, vs in dict(indexed["commits"]).items()},
-    )
-    window = {
-        **harvested["window"],
-        "source": harvested["source"],
-        "pages": list(harvested.get("pages", [])),
-        **({"snapshot": harvested["snapshot"]} if "snapshot" in harvested else {}),
-    }
-    key = run_manifest_key(run_id)
-    changed = int(published.get("written", 0)) or update.subjects_changed
-    status = "written"
-    try:
-        write_manifest(store, summary, window=window, index=update)
-    except Conflict:
-        if not changed:
-            status = "unchanged"  # a complete window, run again: nothing new to record
-        else:
-            n = 2
-            while store.exists(run_manifest_key(f"{run_id}-rerun-{n}")):
-                n += 1
-            summary.run_id = f"{run_id}-rerun-{n}"
-            key = write_manifest(store, summary, window=window, index=update)
-            status = "rerun"
-    for staged in staged_keys:  # only ours: another run of the window may be building
-        store.delete(staged)
-    if summary.failed:
-        from pith_pipeline.errors import IncompleteRunError
-
-        for problem in summary.problems:
-            log.error("not published: %s", problem)
-        raise IncompleteRunError(
-            f"run {summary.run_id}: {summary.failed} papers were not published because stored objects "
-            f"failed their checks (logged above; run manifest {key}); inspect them with "
-            "`pith-pipeline verify STORE`"
-        )
-    return {"manifest": key, "status": status, **summary.counts()}
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-#: The Parquet index tables, published as Airflow Assets by the tasks that change them.
-INDEX_ASSET_NAMES = ("pith_index_records", "pith_index_events", "pith_index_aliases")

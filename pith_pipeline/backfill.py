@@ -68,8 +68,8 @@ def run_window(
     io_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """One planned window, start to finish; every step is safe to repeat."""
-    from pith_pipeline import airflow_tasks as at
     from pith_pipeline.core.canonical_json import loads
+    from pith_pipeline.runs import steps as at
 
     harvested = harvest_for(settings, request, store=store)
     run_id = str(harvested["run_id"])
@@ -114,7 +114,7 @@ def run_backfill(
     """Publish every window of [start, until) not yet complete; resumable after a kill."""
     from tqdm import tqdm
 
-    from pith_pipeline import airflow_tasks as at
+    from pith_pipeline.runs import steps as at
 
     store = at._store(settings)
     signer = at._signer(settings)

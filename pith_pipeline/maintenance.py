@@ -19,8 +19,8 @@ def compact_indexes(
     settings: Settings, *, store: Store | None = None, retention_hours: float | None = None
 ) -> dict[str, Any]:
     """Compact each index table; vacuum files no version younger than `retention_hours` needs."""
-    from pith_pipeline.airflow_tasks import _store
     from pith_pipeline.index.writer import DEFAULT_RETENTION_HOURS, compact
+    from pith_pipeline.runs.steps import _store
     from pith_pipeline.storage.lease import writer_lease
 
     store = store or _store(settings)
@@ -41,10 +41,10 @@ def rebuild_from_events(
     settings: Settings, *, bundles: bool, indexes: bool, store: Store | None = None
 ) -> dict[str, Any]:
     """Re-derive bundles from the event store (when `bundles`), then the indexes."""
-    from pith_pipeline.airflow_tasks import _signer, _store
     from pith_pipeline.errors import IncompleteRunError
     from pith_pipeline.index.writer import reindex
     from pith_pipeline.pipeline import BuildConfig, rebuild
+    from pith_pipeline.runs.steps import _signer, _store
     from pith_pipeline.storage.lease import writer_lease
 
     store = store or _store(settings)
@@ -83,12 +83,12 @@ def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | No
     """
     import random
 
-    from pith_pipeline.airflow_tasks import _store
     from pith_pipeline.core.canonical_json import loads
     from pith_pipeline.core.keys import read_key_document
     from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths
     from pith_pipeline.core.verify import verify_bundle
     from pith_pipeline.errors import VerificationError
+    from pith_pipeline.runs.steps import _store
 
     store = store or _store(settings)
     keys = published_bundle_keys(store)

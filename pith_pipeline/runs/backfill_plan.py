@@ -43,7 +43,7 @@ def plan_backfill(
     if source not in SOURCES:
         raise InputError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
     whole = Window(parse_day(start, "from"), parse_day(until, "until"))
-    from pith_pipeline.airflow_tasks import _store
+    from pith_pipeline.runs.steps import _store
 
     store = store or _store(settings)
     if source == "snapshot":
@@ -160,7 +160,7 @@ def finish_windows(
     store: Store | None = None,
 ) -> list[dict[str, Any]]:
     """Index, then write the run manifest, for each window of a backfill."""
-    from pith_pipeline.airflow_tasks import _store, finish_window, index_window
+    from pith_pipeline.runs.steps import _store, finish_window, index_window
 
     store = store or _store(settings)
     staged = staged_by_run(built)

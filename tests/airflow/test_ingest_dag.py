@@ -158,8 +158,10 @@ def test_publish_failure_then_retry_gives_complete_output_without_duplicates(
 
     _url, server = oai_server
     budget = WriteBudget(after=6, failures=1, only=PUBLISHED)  # the 7th published write fails once
-    real = at._store
-    monkeypatch.setattr(at, "_store", lambda settings: FailingStore(real(settings), budget))
+    from pith_pipeline.runs import steps
+
+    real = steps._store
+    monkeypatch.setattr(steps, "_store", lambda settings: FailingStore(real(settings), budget))
     store = open_store(pith_env["PITH_STORE"])
 
     dr = run(dagbag, DAY1)

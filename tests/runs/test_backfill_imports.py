@@ -30,19 +30,9 @@ BACKFILL_MODULES = (
     "maintenance.py",
 )
 
-#: Names still defined in airflow_tasks that are on their way out of it: the
-#: settings (to `config.py`) and the window steps (to the publish loader). Remove a
-#: name here when it moves; the set must end empty.
-MOVING_OUT = frozenset(
-    {
-        "_signer",
-        "_store",
-        "build_chunk",
-        "publish_staged",
-        "index_window",
-        "finish_window",
-    }
-)
+#: Names the backfill modules may still take from airflow_tasks: none (the settings
+#: moved to `config.py`, the window steps to `runs/steps.py`).
+MOVING_OUT: frozenset[str] = frozenset()
 
 
 def _airflow_tasks_names(path: Path) -> set[str]:
