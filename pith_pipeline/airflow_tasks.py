@@ -80,6 +80,9 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     pass
 
+#: The Parquet index tables, published as Airflow Assets by the tasks that change them.
+INDEX_ASSET_NAMES = ("pith_index_records", "pith_index_events", "pith_index_aliases")
+
 #: The Airflow pool every arXiv request goes through (one slot: arXiv asks for one
 #: client connection at a time).
 ARXIV_POOL = "arxiv_oai"

@@ -317,7 +317,3 @@ def finish_window(
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-#: The Parquet index tables, published as Airflow Assets by the tasks that change them.
-INDEX_ASSET_NAMES = ("pith_index_records", "pith_index_events", "pith_index_aliases")

@@ -20,6 +20,7 @@ from pith_pipeline.errors import SigningError, StorageError, TerminalError, Tran
 from pith_pipeline.signing.kms import Backoff
 from pith_pipeline.storage.base import open_store
 from pith_pipeline.storage.s3 import S3Store
+from pith_pipeline.storage.staging import staged_key
 
 
 def _decision(exc: BaseException) -> Any:
@@ -44,7 +45,7 @@ def _s3_failure(code: str, status: int) -> StorageError:
 def test_a_missing_staged_chunk_in_a_task_fails_at_once(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "store"))
     with pytest.raises(StorageError) as info:
-        at.publish_staged(at.Settings(store=store.url), [at.staged_key("run-1", 0)], store=store)
+        at.publish_staged(at.Settings(store=store.url), [staged_key("run-1", 0)], store=store)
     assert "staged chunk" in str(info.value)
     assert _decision(info.value) is True
 
