@@ -397,7 +397,11 @@ class LocalStore:
     def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
         path = self._fs(key)
         self._parent(path)
-        tmp = self._write_tmp(data)
+        self._replace_with(self._write_tmp(data), path)
+
+    def _replace_with(self, tmp: str, path: str) -> None:
+        """Rename the temporary file `tmp` over `path` (atomic replace); on failure the
+        temporary file goes and the error names the path."""
         try:
             self._place(os.replace, tmp, path)
         except OSError as exc:
@@ -431,12 +435,7 @@ class LocalStore:
                     os.unlink(tmp)
             self.put(key, data)
             return
-        try:
-            self._place(os.replace, tmp, path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise _os_error("cannot write", path, exc) from None
+        self._replace_with(tmp, path)
 
     def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
         path = self._fs(key)
