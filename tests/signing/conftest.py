@@ -6,12 +6,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from signing_consts import KMS_ALIAS
 
 from pith_pipeline.signing import envelope
 from pith_pipeline.signing.local import generate_key
 from pith_pipeline.testing.kms_server import LocalKey, LocalKmsServer
-
-KMS_ALIAS = "alias/pith-signing"
 
 
 def _clean_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,6 +109,3 @@ def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
         return CliResult(code, cap.out, cap.err)
 
     return run
-
-
-SAMPLE = Path(__file__).parent.parent / "data" / "arxiv-sample.jsonl"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KMS_ALIAS, SAMPLE
+from signing_consts import KMS_ALIAS, SAMPLE
 from testclock import StepClock
 
 from pith_pipeline.core.certificate import certificate_problem

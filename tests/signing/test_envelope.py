@@ -8,7 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
-from conftest import SAMPLE
+from signing_consts import SAMPLE
 
 from pith_pipeline.errors import KeyFileError, SigningError
 from pith_pipeline.signing import envelope

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nacl.signing
 import pytest
-from conftest import KMS_ALIAS, SAMPLE
+from signing_consts import KMS_ALIAS, SAMPLE
 
 from pith_pipeline.errors import SigningError
 from pith_pipeline.signing.factory import open_signer

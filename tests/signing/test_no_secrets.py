@@ -15,7 +15,7 @@ from pathlib import Path
 import boto3
 import nacl.signing
 import pytest
-from conftest import KMS_ALIAS, SAMPLE
+from signing_consts import KMS_ALIAS, SAMPLE
 
 from pith_pipeline._internal.redact_logs import sensitive_call
 from pith_pipeline.signing import certified

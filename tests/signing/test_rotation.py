@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SAMPLE
+from signing_consts import SAMPLE
 from testclock import StepClock
 
 from pith_pipeline.core.bundle import build_bundle
