@@ -34,6 +34,7 @@ from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.events import BUILDER_VERSION
 from pith_pipeline.core.keys import PublicKey, Signer, verify_signature
 from pith_pipeline.core.layout import (
+    EVENTS,
     bundle_paths,
     certificate_key,
     event_key,
@@ -54,6 +55,7 @@ from pith_pipeline.errors import (
 from pith_pipeline.items import Item, Rejected
 from pith_pipeline.storage.base import Store, barrier, put_copy
 from pith_pipeline.storage.lease import shard_of
+from pith_pipeline.tlog.pending import PendingMark
 
 
 class LeaseCheck(Protocol):
@@ -111,6 +113,9 @@ class RunSummary:
     # every subject this run published or found already published (built + unchanged):
     # the index update re-checks them, so a run that died before indexing is healed
     seen: SpillList | list[str] = field(default_factory=SpillList)
+    #: the transparency log's pending markers (`tlog.pending`) this run's publishers
+    #: wrote; its ledger covers their events, so the run settles them once it logs
+    log_pending: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         out = {
@@ -162,6 +167,7 @@ class RunSummary:
             self.written[key] = sha
         self.pith_numbers.extend(other.pith_numbers)
         self.seen.extend(other.seen)
+        self.log_pending.extend(other.log_pending)
         return self
 
     @classmethod
@@ -245,6 +251,7 @@ class Publisher:
         # handed to `on_bundle` when it is written (not made twice)
         self._checked_rows: dict[int, tuple[dict[str, Any], Any]] = {}
         self._last_written: tuple[bytes | None, str] = (None, "")
+        self._pending = PendingMark(store)
 
     @property
     def summary(self) -> RunSummary:
@@ -402,6 +409,11 @@ class Publisher:
         self._record_write(key, data)
 
     def _put_once(self, key: str, data: bytes) -> None:
+        if key.startswith(EVENTS):
+            # the log learns of a run that dies before appending (`tlog.pending`)
+            marker = self._pending.ensure(self._summary.run_id)
+            if marker is not None:
+                self._summary.log_pending.append(marker)
         if self.store.put_once(key, data):
             self._record_write(key, data)
 

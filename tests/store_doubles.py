@@ -13,6 +13,15 @@ from pith_pipeline.errors import StorageError
 
 #: The prefixes a run publishes under (events, bundles, their copies, pointers).
 PUBLISHED = ("events/", "pith/", ".well-known/", "arxiv/")
+#: The transparency log's pending markers: one per publishing process, named by a
+#: random token (`tlog.pending`); a run that finishes deletes its own.
+PENDING_MARKERS = "log/pending/"
+
+
+def without_markers(objects: dict[str, bytes]) -> dict[str, bytes]:
+    """A store's objects but its pending markers, for comparing what two runs published
+    when the test stops before the runs finish."""
+    return {k: v for k, v in objects.items() if not k.startswith(PENDING_MARKERS)}
 
 
 @dataclass

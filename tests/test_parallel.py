@@ -68,7 +68,10 @@ def snapshot(tmp_path: Path, sample_lines: list[str]) -> Path:
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every object of a store but the log's pending markers (named by a random token,
+    one per publishing process: `tlog.pending`)."""
+    files = {str(p.relative_to(root)): p for p in sorted(root.rglob("*")) if p.is_file()}
+    return {k: p.read_bytes() for k, p in files.items() if not k.startswith("log/pending/")}
 
 
 def _dangling_pointer(store: Path, arxiv_id: str) -> None:
@@ -146,6 +149,11 @@ def test_two_workers_write_the_same_bytes_as_one_process(
     assert sorted(a.written.items()) == sorted(b.written.items())
     assert sorted(a.pith_numbers) == sorted(b.pith_numbers)
     assert sorted(a.seen) == sorted(b.seen)
+    # one pending marker per process that wrote events, each travelling with its ledger
+    assert len(a.log_pending) == 1 and len(b.log_pending) == 2
+    assert sorted(p.name for p in (tmp_path / "two" / "log" / "pending").iterdir()) == sorted(
+        k.rsplit("/", 1)[1] for k in b.log_pending
+    )
 
     tree_one, tree_two = _tree(tmp_path / "one"), _tree(tmp_path / "two")
     assert tree_one.keys() == tree_two.keys()

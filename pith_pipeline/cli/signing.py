@@ -176,7 +176,8 @@ def reissue(
             summary = r.run(workers=workers, progress=bar.update)
     from pith_pipeline.tlog.pipeline import log_run
 
-    log_run(st, ())  # the new correction events into the transparency log, if the store has one
+    # the new correction events into the transparency log, if the store has one
+    log_run(st, r.pub.summary.written, pending=r.pub.summary.log_pending, run_id=r.pub.summary.run_id)
     click.echo(summary.line())
     if summary.rotated:
         click.echo(

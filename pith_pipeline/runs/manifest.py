@@ -147,7 +147,9 @@ def write_manifest(
     """
     from pith_pipeline.tlog.pipeline import log_run  # the run's events into the transparency log
 
-    logged = log_run(store, summary.written, entries=log_entries)
+    logged = log_run(
+        store, summary.written, entries=log_entries, pending=summary.log_pending, run_id=summary.run_id
+    )
     doc: dict[str, Any] = {
         "format": RUN_MANIFEST_FORMAT,
         "run_id": summary.run_id,

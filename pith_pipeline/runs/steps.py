@@ -122,6 +122,8 @@ def build_chunk(
         "quarantine": pub.quarantine,
         "problems": pub.summary.problems,
         "written": dict(sorted(pub.summary.written.items())),
+        # the run logs these events at its end and settles the markers (`tlog.pending`)
+        "log_pending": pub.summary.log_pending,
     }
     key = staged_key(run_id, int(chunk["index"]), secrets.token_hex(4))
     base.put(key, dumps_compact(header) + b"\n", content_type="application/x-ndjson")
@@ -205,6 +207,7 @@ def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any
         part.pith_numbers.extend(header["built"])
         part.seen.extend(header["identities"])
         part.written.update(header.get("written", {}))
+        part.log_pending.extend(header.get("log_pending", []))
         for obj in staged:  # staged objects of a run started before the upgrade
             part.written[obj["key"]] = sha256_hex(obj["data"].encode("utf-8"))
         if header.get("quarantine"):

@@ -409,6 +409,23 @@ def held_leases(store: Store) -> list[dict[str, Any]]:
     return out
 
 
+def live_run_ids(store: Store, now: Callable[[], float] = time.time) -> set[str]:
+    """Run ids of writers holding a lease right now: not expired, and not a process of
+    this machine that is gone (`holder_is_dead`). A run between two of its steps (an
+    Airflow window between tasks) holds none and is not in the set."""
+    out: set[str] = set()
+    t = now()
+    for doc in held_leases(store):
+        expires = _parse_iso(doc.get("expires_at"))
+        owner = doc.get("owner")
+        if expires is None or expires < t or holder_is_dead(doc) or not isinstance(owner, dict):
+            continue
+        run_id = owner.get("run_id")
+        if isinstance(run_id, str) and run_id:
+            out.add(run_id)
+    return out
+
+
 def writer_lease(
     store: Store,
     *,

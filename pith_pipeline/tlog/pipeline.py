@@ -46,6 +46,7 @@ from pith_pipeline.tlog.log import (
     store_fetch,
 )
 from pith_pipeline.tlog.note import Checkpoint, Verifier
+from pith_pipeline.tlog.pending import judge, settle
 from pith_pipeline.tlog.tiles import TILE_WIDTH
 
 LOG_LEASE = "log"
@@ -468,24 +469,33 @@ def sync_log(
     *,
     lease_wait: float = 600.0,
     entries: EntrySource | None = None,
+    pending: Iterable[str] = (),
+    run_id: str = "",
 ) -> LogRun:
     """Append this run's events (`entries` the run made as it wrote them, then any of
     `run_keys` they did not cover, read from the store; keys other than events are
     ignored), and every other event the event store holds and the log lacks.
 
-    The cheap check: the log's size equals the number of events in the store. Only
-    when it does not (a run died before appending, or events were published outside
-    a run) is the whole store compared with the log.
+    The whole event store is compared with the log only when another run may have
+    left events unlogged: a pending marker (`tlog.pending`) of a run that is gone or
+    that this run's ledger does not cover, or a log that was empty before this run
+    (the first run with a log key on a store with events). Otherwise the run lists
+    nothing: its cost does not grow with the store. `pending`: the markers of this
+    run (`RunSummary.log_pending`), deleted once its events are in; `run_id`: this
+    run's id (its own markers that `pending` lacks are killed attempts of it).
     """
+    settled = judge(store, run_id, pending)  # before anything lists the event store
     run = LogRun(None, [])
     if entries is not None:
         run = _merged(run, append_from(store, log, entries, lease_wait=lease_wait))
     run = _merged(run, append_events(store, log, run_keys, lease_wait=lease_wait))
-    total = sum(1 for k in iter_unsorted(store, EVENTS) if event_key_id(k))  # streamed: no key held
     assert run.result is not None
-    if run.result.size >= total:
-        return run
-    return _merged(run, append_events(store, log, event_store_keys(store), lease_wait=lease_wait))
+    if settled.stale or run.result.old_size == 0:
+        total = sum(1 for k in iter_unsorted(store, EVENTS) if event_key_id(k))  # streamed: no key held
+        if run.result.size < total:
+            run = _merged(run, append_events(store, log, event_store_keys(store), lease_wait=lease_wait))
+    settle(store, settled.covered + settled.stale)
+    return run
 
 
 def _merged(first: LogRun, then: LogRun) -> LogRun:
@@ -503,13 +513,21 @@ def _merged(first: LogRun, then: LogRun) -> LogRun:
 
 
 def log_run(
-    store: Store, written: Iterable[str], log: LogSigner | None = None, *, entries: EntrySource | None = None
+    store: Store,
+    written: Iterable[str],
+    log: LogSigner | None = None,
+    *,
+    entries: EntrySource | None = None,
+    pending: Iterable[str] = (),
+    run_id: str = "",
 ) -> LogRun | None:
     """The pipeline's one call at the end of a run (before its run manifest).
 
     `log` defaults to `PITH_LOG_SIGNER`. Without a log key a store with no log stays
-    without one; a store that has a log refuses to finish the run unlogged (the run's
-    events stay published and the next run with the key appends them).
+    without one (the run's pending markers are deleted: nothing is owed to a log);
+    a store that has a log refuses to finish the run unlogged (the run's events stay
+    published, its markers stay, and the next run with the key appends them).
+    `pending`, `run_id`: see `sync_log`.
     """
     log = log or log_from_env(store)
     if log is None:
@@ -519,8 +537,9 @@ def log_run(
                 f"{LOG_SIGNER_ENV} (this run's events are published; the next run with the "
                 "key appends them)"
             )
+        settle(store, pending)
         return None
-    run = sync_log(store, log, written, entries=entries)
+    run = sync_log(store, log, written, entries=entries, pending=pending, run_id=run_id)
     import logging
 
     for p in run.problems[:20]:
@@ -536,7 +555,10 @@ def rebuild_log(store: Store, log: LogSigner, *, lease_wait: float = 600.0) -> L
             "a log exists; it is never rewritten (use `log sync` to append what it lacks)",
             key=LOG_PREFIX + CHECKPOINT,
         )
-    return append_events(store, log, event_store_keys(store), lease_wait=lease_wait)
+    stale = judge(store, "", ()).stale  # before the event store is listed
+    run = append_events(store, log, event_store_keys(store), lease_wait=lease_wait)
+    settle(store, stale)
+    return run
 
 
 # -- checking ------------------------------------------------------------

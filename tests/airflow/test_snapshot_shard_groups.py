@@ -71,6 +71,9 @@ def test_snapshot_chunks_split_by_shard_group_publish_side_by_side(
     assert summary.fetched == len(lines)  # every line counted once, whichever group read it
     bundles = [k for k in store.list("pith/") if k.endswith("/bundle.json") and k.count("/") == 2]
     assert len(bundles) == summary.built > 0
+    # each chunk's pending log marker reaches the window's summary through its staged
+    # ledger, so the window's log append settles them without listing the event store
+    assert sorted(summary.log_pending) == sorted(store.list("log/pending/")) != []
     for key in bundles:
         events = [loads(store.get(k) or b"") for k in store.list(f"events/{key.split('/')[1]}/")]
         assert Counter(e["event_type"] for e in events)["record_created"] == 1, key

@@ -23,9 +23,12 @@ def test_daily_windows_are_logged_and_recorded_in_their_run_manifests(
     store = open_store(pith_env["PITH_STORE"])
     run(dagbag, DAY1)
     first = load(store, "runs/ingest-2024-01-02/manifest.json")["log"]
+    assert list(store.list("log/pending/")) == []
     assert first["origin"] == "pith.test.example/log" and first["size"] == first["appended"] > 0
     run(dagbag, DAY2)
     second = load(store, "runs/ingest-2024-01-03/manifest.json")["log"]
     assert second["first_index"] == first["size"] and second["size"] > first["size"]
     assert second["size"] == sum(1 for _ in event_store_keys(store))
     assert check_log_matches_event_store(store) == []
+    # each window's pending markers travelled with its staged ledgers and were settled
+    assert list(store.list("log/pending/")) == []

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import rfc8785
+from store_doubles import without_markers
 
 from pith_pipeline import pipeline as pipeline_mod
 from pith_pipeline.core import bundle as bundle_mod
@@ -120,7 +121,7 @@ def publish_lines(lines: list[str], path: Path) -> dict[str, bytes]:
     )
     summary = pub.publish(iter_jsonl(path))
     assert summary.quarantined == 0
-    return store.objects
+    return without_markers(store.objects)
 
 
 @pytest.fixture
@@ -170,7 +171,7 @@ def test_superseding_run_writes_the_reference_bytes(
             p = tmp_path / f"run{i}.jsonl"
             p.write_text(json.dumps(rec) + "\n", encoding="utf-8")
             Publisher(store, SIGNER, BuildConfig(), clock=clock, run_id=f"r{i}").publish(iter_jsonl(p))
-        return store.objects
+        return without_markers(store.objects)
 
     fast = two_runs()
     use_reference_path(monkeypatch)
