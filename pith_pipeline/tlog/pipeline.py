@@ -391,23 +391,30 @@ class EntrySource(Protocol):
         ...
 
 
-def append_from(store: Store, log: LogSigner, source: EntrySource, *, lease_wait: float = 600.0) -> LogRun:
+def append_from(
+    store: Store,
+    log: LogSigner,
+    source: EntrySource,
+    *,
+    lease_wait: float = 600.0,
+    ids: IdFilter | None = None,
+) -> LogRun:
     """Append the entries `source` holds that the log lacks, in its order, without
-    reading the events back from the store (a run's own events: `sync_log`)."""
+    reading the events back from the store (a run's own events: `sync_log`).
+    `ids`: `IdFilter(source.log_ids())` when the caller made it already."""
     from pith_pipeline.storage.lease import WriterLease
 
     publish_log_key(store, log)
-    wanted = SpillList(source.log_ids())
+    wanted = ids if ids is not None else IdFilter(source.log_ids())
     with WriterLease(store, [LOG_LEASE], wait=lease_wait):
         cp = _current(store, log.verifier)
         size = cp.size if cp else 0
-        logged = _logged(store, iter(wanted), size)
+        logged = _logged(store, wanted, size)
         new_ids = SpillList()
 
         def entries() -> Iterator[bytes]:
-            for hex_id, _key, entry in source.log_entries():
+            for hex_id, _key, entry in source.log_entries():  # each id once
                 if hex_id not in logged:
-                    logged.add(hex_id)
                     new_ids.append(hex_id)
                     yield entry
 
@@ -435,7 +442,7 @@ def append_events(
     with WriterLease(store, [LOG_LEASE], wait=lease_wait):
         cp = _current(store, log.verifier)
         size = cp.size if cp else 0
-        logged = _logged(store, (event_key_id(k) or "" for k in wanted), size)
+        logged = _logged(store, IdFilter(h for k in wanted if (h := event_key_id(k))), size)
         missing = (k for k in wanted if event_key_id(k) not in logged)
         written = event_keys if isinstance(event_keys, Mapping) else None
         result = _append_keys(store, log, _order(store, missing, problems), problems, written)
@@ -446,15 +453,50 @@ def _current(store: Store, verifier: Verifier) -> Checkpoint | None:
     return read_checkpoint(store_fetch(store), verifier, f"{store.url}/{LOG_PREFIX.rstrip('/')}")
 
 
-def _logged(store: Store, hex_ids: Iterable[str], size: int) -> set[str]:
-    """Which of these event ids the lookup places inside the tree."""
-    shards: dict[str, list[str]] = {}
-    for h in hex_ids:
-        shards.setdefault(h[:INDEX_HEX], []).append(h)
+class IdFilter:
+    """A set of event ids held as their first 64 bits, sorted (8 bytes an id, where a
+    set of the hex strings takes about 120): a run of two million events asks "is this
+    id one of them?" without holding two million strings.
+
+    `in` has no false negatives; a false positive needs two of the ids to share their
+    first 64 bits (about one in 10^7 for 2 M against 2 M), so callers use it where a
+    positive is then confirmed on the full id (`_logged`), or only to skip re-reading
+    an event the run's entries already appended (`sync_log`).
+    """
+
+    def __init__(self, hex_ids: Iterable[str]) -> None:
+        from array import array
+
+        prefixes = array("Q")
+        shards: set[str] = set()
+        for h in hex_ids:
+            prefixes.append(int(h[:16], 16))
+            shards.add(h[:INDEX_HEX])
+        self._sorted = array("Q", sorted(prefixes))
+        self.shards = frozenset(shards)
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def __contains__(self, hex_id: object) -> bool:
+        from bisect import bisect_left
+
+        if not isinstance(hex_id, str) or len(hex_id) < 16:
+            return False
+        p = int(hex_id[:16], 16)
+        i = bisect_left(self._sorted, p)
+        return i < len(self._sorted) and self._sorted[i] == p
+
+
+def _logged(store: Store, wanted: IdFilter, size: int) -> set[str]:
+    """Which of the `wanted` event ids the lookup places inside the tree (exact: the
+    full ids of logged entries that the filter holds; one lookup object at a time)."""
     out: set[str] = set()
-    for shard, ids in shards.items():
+    if size == 0:
+        return out  # an empty log holds none of them
+    for shard in sorted(wanted.shards):
         known = parse_index(store.get(LOG_PREFIX + INDEX_DIR + shard), size)
-        out.update(h for h in ids if h in known)
+        out.update(h for h in known if h in wanted)
     return out
 
 
@@ -487,7 +529,10 @@ def sync_log(
     settled = judge(store, run_id, pending)  # before anything lists the event store
     run = LogRun(None, [])
     if entries is not None:
-        run = _merged(run, append_from(store, log, entries, lease_wait=lease_wait))
+        covered = IdFilter(entries.log_ids())
+        run = _merged(run, append_from(store, log, entries, lease_wait=lease_wait, ids=covered))
+        # the run's events its entries did not cover (their ids are not held as strings)
+        run_keys = (k for k in run_keys if event_key_id(k) not in covered)
     run = _merged(run, append_events(store, log, run_keys, lease_wait=lease_wait))
     assert run.result is not None
     if settled.stale or run.result.old_size == 0:

@@ -248,3 +248,31 @@ def test_a_run_with_a_row_sink_logs_its_events_without_reading_them_back(
     assert logged_entries(first) == logged_entries(second)
     assert run.result.root == other.result.root and run.result.size == other.result.size
     assert check_log_matches_event_store(first) == []
+
+
+def test_the_id_filter_holds_ids_compactly_and_the_lookup_confirms_full_ids(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """`IdFilter` keeps 64 bits an id: no false negatives, and `_logged` answers on
+    full ids, so an id sharing its first 64 bits with a logged one is not taken as
+    logged."""
+    import hashlib
+
+    from pith_pipeline.tlog.pipeline import IdFilter, _logged
+
+    ids = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(5000)]
+    f = IdFilter(ids[:4000])
+    assert len(f) == 4000 and all(h in f for h in ids[:4000])
+    assert sum(h in f for h in ids[4000:]) == 0
+    assert f.shards == {h[:2] for h in ids[:4000]}
+    store = MemoryStore()
+    summary = publish(store, sample_lines[:4], tmp_path)
+    run = log_run(store, summary.written, log_signer())
+    assert run is not None and run.result is not None
+    logged = [k.split("/")[2].removesuffix(".json") for k in event_store_keys(store)]
+    twin = logged[0][:16] + ("0" if logged[0][16] != "0" else "1") + logged[0][17:]
+    wanted = IdFilter([twin, logged[1], ids[0]])
+    assert twin in wanted and logged[0] in wanted  # the filter alone cannot tell them apart
+    out = _logged(store, wanted, run.result.size)
+    # asked on full ids: the twin is not logged, the logged id is, the stranger is not
+    assert twin not in out and logged[1] in out and ids[0] not in out
