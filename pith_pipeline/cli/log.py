@@ -73,6 +73,16 @@ def status(location: str, vkey: str | None) -> None:
         except (ValueError, KeyError, TypeError, AttributeError):
             pass
     click.echo(f"age:        {age}")
+    if loc.pending_runs is not None:
+        runs = loc.pending_runs()
+        if not runs:
+            click.echo("pending:    none")
+        else:
+            named = ", ".join(runs[:5]) + (", ..." if len(runs) > 5 else "")
+            click.echo(
+                f"pending:    {len(runs)} run{'s' if len(runs) != 1 else ''} ({named}) may have events "
+                "the log lacks (the next run appends them; `log sync` does it now)"
+            )
 
 
 @log.command("prove")

@@ -30,6 +30,8 @@ class LogLocation:
     fetch: Fetch
     where: str
     key_doc: Callable[[], bytes | None]
+    #: the run ids of the store's pending markers (`tlog.pending`); None over HTTP
+    pending_runs: Callable[[], list[str]] | None = None
 
     @classmethod
     def open(cls, location: str) -> LogLocation:
@@ -40,12 +42,14 @@ class LogLocation:
             parent = base.rsplit("/", 1)[0]
             return cls(http_fetch(base), base, lambda: http_fetch(parent)(KEY_DOCUMENT))
         from pith_pipeline.storage.base import open_store
+        from pith_pipeline.tlog.pending import PENDING, run_of
 
         store = open_store(location)
         return cls(
             store_fetch(store),
             f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}",
             lambda: store.get(KEY_DOCUMENT),
+            lambda: sorted({run_of(k) for k in store.list(PENDING)}),
         )
 
     def verifier(self, vkey: str | None = None) -> Verifier:

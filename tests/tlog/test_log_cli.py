@@ -59,6 +59,13 @@ def test_build_logs_its_events_and_the_commands_prove_them(logged_store: Path) -
     status = run("log", "status", "out", cwd=cwd)
     assert status.returncode == 0, status.stderr
     assert f"size:       {logged['size']}" in status.stdout and logged["root_hash_b64"] in status.stdout
+    assert "pending:    none" in status.stdout  # the run settled its marker
+    marker = cwd / "out/log/pending/20260101T000000Z-abcdef.0123456789ab.json"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("{}")  # a run that died before appending its events
+    status = run("log", "status", "out", cwd=cwd)
+    assert "pending:    1 run (20260101T000000Z-abcdef) may have events the log lacks" in status.stdout
+    marker.unlink()
     # a bundle's events are in the log, proven against the checkpoint
     bundle = next((cwd / "out/pith").glob("*/bundle.json"))
     r = run("verify", str(bundle), "--log", "out", cwd=cwd)
