@@ -223,7 +223,9 @@ def _published(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes()
         for p in root.rglob("*")
-        if p.is_file() and not str(p.relative_to(root)).startswith(("raw", "quarantine"))
+        # a run's own records: its raw pages, its rejects, and the log's pending marker
+        # of a run that has not finished (`tlog.pending`)
+        if p.is_file() and not str(p.relative_to(root)).startswith(("raw", "quarantine", "log/pending"))
     }
 
 
