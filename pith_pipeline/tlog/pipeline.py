@@ -30,7 +30,7 @@ from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.canonical_json import dumps, dumps_pretty, dumps_trusted, loads
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
-from pith_pipeline.core.layout import EVENTS, PUBLIC_KEY_FILE
+from pith_pipeline.core.layout import EVENTS, PUBLIC_KEY_FILE, RUNS
 from pith_pipeline.errors import IntegrityError, KeyFileError, TerminalError
 from pith_pipeline.storage.base import Store, iter_unsorted
 from pith_pipeline.tlog import merkle
@@ -521,7 +521,8 @@ def sync_log(
     The whole event store is compared with the log only when another run may have
     left events unlogged: a pending marker (`tlog.pending`) of a run that is gone or
     that this run's ledger does not cover, or a log that was empty before this run
-    (the first run with a log key on a store with events). Otherwise the run lists
+    on a store where earlier runs finished (the first run with a log key on a store
+    with events: `_runs_finished_before`). Otherwise the run lists
     nothing: its cost does not grow with the store. `pending`: the markers of this
     run (`RunSummary.log_pending`), deleted once its events are in; `run_id`: this
     run's id (its own markers that `pending` lacks are killed attempts of it).
@@ -535,12 +536,20 @@ def sync_log(
         run_keys = (k for k in run_keys if event_key_id(k) not in covered)
     run = _merged(run, append_events(store, log, run_keys, lease_wait=lease_wait))
     assert run.result is not None
-    if settled.stale or run.result.old_size == 0:
+    if settled.stale or (run.result.old_size == 0 and _runs_finished_before(store)):
         total = sum(1 for k in iter_unsorted(store, EVENTS) if event_key_id(k))  # streamed: no key held
         if run.result.size < total:
             run = _merged(run, append_events(store, log, event_store_keys(store), lease_wait=lease_wait))
     settle(store, settled.covered + settled.stale)
     return run
+
+
+def _runs_finished_before(store: Store) -> bool:
+    """Whether any run finished in this store (its manifest is written after its log
+    append, so this run's is not there yet). An empty log on a store where one did
+    may lack their events (they ran without a log key); on a new store the log can
+    lack none but this run's, and a run that died there left a marker."""
+    return any(k.endswith("/manifest.json") for k in iter_unsorted(store, RUNS))
 
 
 def _merged(first: LogRun, then: LogRun) -> LogRun:

@@ -15,6 +15,7 @@ from testclock import StepClock
 
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
+from pith_pipeline.runs.manifest import write_manifest
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.lease import WriterLease, default_owner, shard_lease
 from pith_pipeline.storage.memory import MemoryStore
@@ -101,6 +102,20 @@ def test_a_run_alone_does_not_list_the_event_store_and_removes_its_marker(
     assert check_log_matches_event_store(store) == []
 
 
+def test_the_first_run_on_a_new_store_does_not_list_the_event_store(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """An empty log on a store no earlier run finished in: nothing but this run's
+    events can be there (a run that died leaves a marker), so nothing is listed."""
+    store = ListCounting()
+    summary = publish(store, sample_lines[:4], tmp_path, "a.jsonl")
+    before = len(store.listed)
+    run = finish(store, summary)
+    assert run is not None and run.result is not None and run.result.appended > 4
+    assert [p for p in store.listed[before:] if p.startswith("events")] == []
+    assert check_log_matches_event_store(store) == []
+
+
 def test_a_marker_left_by_a_dead_run_makes_the_next_run_log_its_events(
     tmp_path: Path, sample_lines: list[str]
 ) -> None:
@@ -170,8 +185,10 @@ def test_without_a_log_a_run_leaves_no_marker(
     monkeypatch.delenv("PITH_LOG_SIGNER", raising=False)
     store = MemoryStore()
     summary = publish(store, sample_lines[:3], tmp_path, "a.jsonl")
+    write_manifest(store, summary)  # the run's end: no log key, no log
     assert log_run(store, summary.written, pending=summary.log_pending, run_id=summary.run_id) is None
     assert pending(store) == []
-    # the first run with a log key then logs every event the store holds
+    # the first run with a log key then logs every event the store holds (earlier
+    # runs finished here: their manifests say so)
     finish(store, publish(store, sample_lines[3:4], tmp_path, "b.jsonl"))
     assert check_log_matches_event_store(store) == []
