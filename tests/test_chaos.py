@@ -6,7 +6,10 @@ reruns complete (docs/pages/guarantees.md):
 - every paper version has exactly one `record_created` event;
 - every older version of a paper carries the correction naming its successor,
   whichever writer published which version first and wherever a run died;
-- the index has exactly one row per Pith number.
+- the index has exactly one row per Pith number;
+- the transparency log holds exactly the event store's events (`verify STORE`
+  checks it), though runs were killed between publishing events and appending
+  them; and no pending marker is left (`tlog.pending`).
 
 Two inputs race: the full records (each paper at its latest version) and the same
 papers at v1 only, so supersession is exercised in both build orders. The moments
@@ -64,19 +67,32 @@ def inputs(tmp: Path, n: int) -> tuple[Path, Path, Path]:
             rec = orjson.loads(line)
             rec["versions"] = rec["versions"][:1]
             out.write(orjson.dumps(rec) + b"\n")
-    r = subprocess.run(
-        [sys.executable, "-m", "pith_pipeline", "keys", "generate", "--out", str(tmp / "keys")],
-        capture_output=True,
-        text=True,
-        env=_env(),
-    )
-    assert r.returncode == 0, r.stderr
+    for d in ("keys", "logkey"):
+        r = subprocess.run(
+            [sys.executable, "-m", "pith_pipeline", "keys", "generate", "--out", str(tmp / d)],
+            capture_output=True,
+            text=True,
+            env=_env(),
+        )
+        assert r.returncode == 0, r.stderr
     return full, v1, tmp / "keys" / "pith-private-key.json"
 
 
 def build(store: str, source: Path, key: Path, cwd: Path) -> subprocess.Popen[str]:
+    log_key = key.parent.parent / "logkey" / "pith-private-key.json"  # the log's own key
     return pith(
-        "build", "--input", str(source), "--store", store, "--key", str(key), "--wait", "600", cwd=cwd
+        "build",
+        "--input",
+        str(source),
+        "--store",
+        store,
+        "--key",
+        str(key),
+        "--log-signer",
+        str(log_key),
+        "--wait",
+        "600",
+        cwd=cwd,
     )
 
 
@@ -153,6 +169,8 @@ def check_store(url: str, store: Store, cwd: Path, papers: int, multi_version: i
         timeout=1200,
     )
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert store.exists("log/checkpoint")
+    assert list(store.list("log/pending/")) == []
 
 
 @pytest.mark.slow
