@@ -442,8 +442,7 @@ def append_events(
     with WriterLease(store, [LOG_LEASE], wait=lease_wait):
         cp = _current(store, log.verifier)
         size = cp.size if cp else 0
-        logged = _logged(store, IdFilter(h for k in wanted if (h := event_key_id(k))), size)
-        missing = (k for k in wanted if event_key_id(k) not in logged)
+        missing = _not_logged(store, wanted, size)
         written = event_keys if isinstance(event_keys, Mapping) else None
         result = _append_keys(store, log, _order(store, missing, problems), problems, written)
     return LogRun(result, problems)
@@ -498,6 +497,29 @@ def _logged(store: Store, wanted: IdFilter, size: int) -> set[str]:
         known = parse_index(store.get(LOG_PREFIX + INDEX_DIR + shard), size)
         out.update(h for h in known if h in wanted)
     return out
+
+
+def _not_logged(store: Store, keys: Iterable[str], size: int) -> Iterator[str]:
+    """The event keys among `keys` whose events the log does not hold (each once,
+    except from an empty log, where all of `keys` are).
+
+    Why sorted by lookup object: a whole-store comparison (`log sync`, a dead run's
+    marker) may hold millions of keys, almost all logged; going through them in the
+    order of their ids holds one lookup object's ids at a time (and reads each
+    object once), where a set of every logged id would grow with the store.
+    """
+    if size == 0:  # an empty log lacks every one of them (`_order` drops repeats)
+        yield from keys
+        return
+    rows = SpillList(f"{h} {k}" for k in keys if (h := event_key_id(k)))
+    shard, known = "", dict[str, int]()
+    for row in rows.iter_sorted(unique=True):
+        hex_id, _, key = row.partition(" ")
+        if hex_id[:INDEX_HEX] != shard:
+            shard = hex_id[:INDEX_HEX]
+            known = parse_index(store.get(LOG_PREFIX + INDEX_DIR + shard), size)
+        if hex_id not in known:
+            yield key
 
 
 def event_store_keys(store: Store) -> Iterator[str]:

@@ -276,3 +276,34 @@ def test_the_id_filter_holds_ids_compactly_and_the_lookup_confirms_full_ids(
     out = _logged(store, wanted, run.result.size)
     # asked on full ids: the twin is not logged, the logged id is, the stranger is not
     assert twin not in out and logged[1] in out and ids[0] not in out
+
+
+def test_the_keys_the_log_lacks_are_found_one_lookup_object_at_a_time(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """The whole-store comparison (`log sync`, a dead run's marker) goes through the
+    keys sorted by lookup object, so it holds one object's ids at a time, never a set
+    of every logged id; each lookup object is read once."""
+    from pith_pipeline.tlog.pipeline import _not_logged
+
+    store = MemoryStore()
+    first = publish(store, sample_lines[:6], tmp_path)
+    run = log_run(store, first.written, log_signer())
+    assert run is not None and run.result is not None
+    publish(store, sample_lines[6:9], tmp_path, "b.jsonl")  # not logged
+    every = list(event_store_keys(store))
+    logged = {k for k in first.written if k.startswith("events/")}
+    reads: list[str] = []
+    real_get = store.get
+
+    def counting(key: str) -> bytes | None:
+        reads.append(key)
+        return real_get(key)
+
+    store.get = counting  # type: ignore[method-assign]
+    lacking = list(_not_logged(store, every + every[:3], run.result.size))  # repeats: once
+    store.get = real_get  # type: ignore[method-assign]
+    assert sorted(lacking) == sorted(set(every) - logged) != []
+    index_reads = [k for k in reads if k.startswith("log/index/")]
+    assert len(index_reads) == len(set(index_reads)) == len({k.split("/")[2][:2] for k in every})
+    assert list(_not_logged(store, every, 0)) == every  # an empty log lacks them all (no read)
