@@ -169,7 +169,9 @@ def reissue(
 
     st = open_store(store)
     r = Reissuer(st, open_signer(signer_spec), build_config(base_url, registry_name, signer_id))
-    with writer_lease(st, command="receipts reissue", wait=lease_wait, on_wait=lease_notice) as lease:
+    with writer_lease(
+        st, command="receipts reissue", run_id=r.pub.summary.run_id, wait=lease_wait, on_wait=lease_notice
+    ) as lease:
         r.pub.lease = lease
         total = len(r.subjects())
         with tqdm(total=total, desc="reissue", unit="rec", disable=None) as bar:

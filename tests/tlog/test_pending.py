@@ -192,3 +192,43 @@ def test_without_a_log_a_run_leaves_no_marker(
     # runs finished here: their manifests say so)
     finish(store, publish(store, sample_lines[3:4], tmp_path, "b.jsonl"))
     assert check_log_matches_event_store(store) == []
+
+
+def test_every_command_that_writes_a_marker_holds_a_lease_naming_its_run(
+    tmp_path: Path, monkeypatch: Any, asset: Any
+) -> None:
+    """Another run's log step leaves a marker alone only while its run holds a writer
+    lease naming that run: a command whose lease names no run (or another one) would
+    see its marker settled while it is still writing events."""
+    from click.testing import CliRunner
+
+    from pith_pipeline.cli import cli
+    from pith_pipeline.signing.local import generate_key
+    from pith_pipeline.storage.lease import live_run_ids
+    from pith_pipeline.tlog import pending as pending_mod
+
+    seen: list[tuple[str, bool]] = []
+    real_ensure = pending_mod.PendingMark.ensure
+
+    def ensure(self: Any, run_id: str) -> str | None:
+        key = real_ensure(self, run_id)
+        if key is not None:
+            seen.append((run_id, run_id in live_run_ids(self.store)))
+        return key
+
+    monkeypatch.setattr(pending_mod.PendingMark, "ensure", ensure)
+    monkeypatch.delenv("PITH_LOG_SIGNER", raising=False)
+    old = generate_key(tmp_path / "keys", key_id="old-key")[0]
+    new = generate_key(tmp_path / "keys2", key_id="new-key")[0]
+    store, sample = str(tmp_path / "store"), str(asset("arxiv-sample.jsonl"))
+    commands = [
+        ["build", "--input", sample, "--store", store, "--key", str(old)],
+        ["receipts", "reissue", "--store", store, "--signer", str(new)],
+        # a store of its own, so it has events to write
+        ["ingest", "--snapshot", sample, "--store", store + "-2", "--key", str(old)],
+    ]
+    for args in commands:
+        result = CliRunner().invoke(cli, [*args, "--workers", "1"])
+        assert result.exit_code == 0, result.output
+        assert seen and all(live for _run, live in seen), (args[0], seen)
+        seen.clear()
