@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 # Only the standard library, the error classes and this package's standard-library-only
 # modules at import time: DAG files import this module while the scheduler parses
@@ -51,34 +51,38 @@ from pith_pipeline.config import load_settings as config_load_settings
 
 # The window steps live in runs/steps.py (no Airflow); the DAGs call them from here.
 from pith_pipeline.runs.steps import (
-    _signer as _signer,
+    _signer,
+    _store,
+    build_chunk,
+    finish_window,
+    index_window,
+    publish_staged,
+    sha256_hex,
+    window_summary,
 )
-from pith_pipeline.runs.steps import (
-    _store as _store,
-)
-from pith_pipeline.runs.steps import (
-    build_chunk as build_chunk,
-)
-from pith_pipeline.runs.steps import (
-    finish_window as finish_window,
-)
-from pith_pipeline.runs.steps import (
-    index_window as index_window,
-)
-from pith_pipeline.runs.steps import (
-    publish_staged as publish_staged,
-)
-from pith_pipeline.runs.steps import (
-    sha256_hex as sha256_hex,
-)
-from pith_pipeline.runs.steps import (
-    window_summary as window_summary,
-)
+
+#: what the DAG files take from here (the window steps re-exported from runs/steps.py)
+__all__ = [
+    "ARXIV_POOL",
+    "INDEX_ASSET_NAMES",
+    "Settings",
+    "_signer",
+    "_store",
+    "airflow_variable",
+    "build_chunk",
+    "default_args",
+    "finish_window",
+    "index_window",
+    "integer",
+    "load_settings",
+    "mapped_results",
+    "number",
+    "publish_staged",
+    "sha256_hex",
+    "window_summary",
+]
 
 log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-    pass
 
 #: The Parquet index tables, published as Airflow Assets by the tasks that change them.
 INDEX_ASSET_NAMES = ("pith_index_records", "pith_index_events", "pith_index_aliases")
