@@ -95,6 +95,12 @@ def run_manifest_key(run_id: str) -> str:
     return f"{RUNS}{run_id}/manifest.json"
 
 
+def is_run_manifest(key: str) -> bool:
+    """Whether a key under `runs/` is a run manifest (not a staged chunk or a
+    backfill's chunk record)."""
+    return key.startswith(RUNS) and key.endswith("/manifest.json")
+
+
 def backfill_prefix(run_id: str) -> str:
     """Where a backfill records its finished chunks."""
     return f"{RUNS}backfill/{run_id}/"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from pith_pipeline.core.canonical_json import loads
-from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT
+from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT, RUNS, is_run_manifest
 from pith_pipeline.index.delta import location
 from pith_pipeline.index.query import connect, needs_views, read_error
 from pith_pipeline.index.schema import TABLES
@@ -65,7 +65,7 @@ def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
     out["records"] = tables["records"]["rows"]
     out["latest_versions"] = int(latest[0]) if latest else 0
     out["events"] = tables["events"]["rows"]
-    runs = [k for k in store.list("runs/") if k.endswith("/manifest.json")]
+    runs = [k for k in store.list(RUNS) if is_run_manifest(k)]
     out["runs"] = len(runs)
     out["last_run"] = None
     if runs:

@@ -30,7 +30,7 @@ from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.canonical_json import dumps, dumps_pretty, dumps_trusted, loads
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
-from pith_pipeline.core.layout import EVENTS, PUBLIC_KEY_FILE, RUNS
+from pith_pipeline.core.layout import EVENTS, PUBLIC_KEY_FILE, RUNS, is_run_manifest
 from pith_pipeline.errors import IntegrityError, KeyFileError, TerminalError
 from pith_pipeline.storage.base import Store, iter_unsorted
 from pith_pipeline.tlog import merkle
@@ -571,7 +571,7 @@ def _runs_finished_before(store: Store) -> bool:
     append, so this run's is not there yet). An empty log on a store where one did
     may lack their events (they ran without a log key); on a new store the log can
     lack none but this run's, and a run that died there left a marker."""
-    return any(k.endswith("/manifest.json") for k in iter_unsorted(store, RUNS))
+    return any(is_run_manifest(k) for k in iter_unsorted(store, RUNS))
 
 
 def _merged(first: LogRun, then: LogRun) -> LogRun:
