@@ -6,6 +6,8 @@ and runs the store contract tests with the local and S3 stores.)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,24 @@ PUBLISHED = ("events/", "pith/", ".well-known/", "arxiv/")
 #: The transparency log's pending markers: one per publishing process, named by a
 #: random token (`tlog.pending`); a run that finishes deletes its own.
 PENDING_MARKERS = "log/pending/"
+
+
+@contextmanager
+def counting_gets(store: Any) -> Iterator[list[str]]:
+    """The keys `store.get` is asked for inside the block, in order (to show what a
+    step reads back from the store)."""
+    reads: list[str] = []
+    real_get = store.get
+
+    def counting(key: str) -> bytes | None:
+        reads.append(key)
+        return real_get(key)  # type: ignore[no-any-return]
+
+    store.get = counting
+    try:
+        yield reads
+    finally:
+        store.get = real_get
 
 
 def without_markers(objects: dict[str, bytes]) -> dict[str, bytes]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from index_helpers import Runner, record_with_versions
+from store_doubles import counting_gets
 
 from pith_pipeline.cli import cli, main
 from pith_pipeline.errors import InputError, StorageError
@@ -204,16 +205,8 @@ def test_rows_the_run_has_are_not_read_back(tmp_path: Path, sample: list[str], s
         pub = Publisher(store, signer, clock=fixed_clock, on_bundle=sink.add_bundle)
         summary = pub.publish(iter_jsonl(path))
         sink.flush()  # what a worker process does at the end of its chunk
-        reads: list[str] = []
-        real_get = store.get
-
-        def counting_get(key: str) -> bytes | None:
-            reads.append(key)
-            return real_get(key)
-
-        store.get = counting_get  # type: ignore[method-assign]
-        finish_run(store, summary, {"input": "in"}, clock=fixed_clock, rows=RowSink(tmp_path / "rows"))
-        store.get = real_get  # type: ignore[method-assign]
+        with counting_gets(store) as reads:
+            finish_run(store, summary, {"input": "in"}, clock=fixed_clock, rows=RowSink(tmp_path / "rows"))
     assert not [k for k in reads if k.endswith("/bundle.json")]
     assert (tmp_path / "rows").is_dir()  # a sink given a directory leaves it to its owner
     # the same rows as reading the bundles back (`reindex`)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from store_doubles import counting_gets
 from testclock import StepClock
 
 from pith_pipeline.core.canonical_json import dumps, loads
@@ -230,16 +231,8 @@ def test_a_run_with_a_row_sink_logs_its_events_without_reading_them_back(
         )
         summary = pub.publish(iter_jsonl(path))
         sink.flush()
-        reads: list[str] = []
-        real_get = first.get
-
-        def counting(key: str) -> bytes | None:
-            reads.append(key)
-            return real_get(key)
-
-        first.get = counting  # type: ignore[method-assign]
-        run = log_run(first, summary.written, log_signer(), entries=sink)
-        first.get = real_get  # type: ignore[method-assign]
+        with counting_gets(first) as reads:
+            run = log_run(first, summary.written, log_signer(), entries=sink)
     assert run is not None and run.result is not None and not run.problems
     assert [k for k in reads if k.startswith("events/")] == []
     publish(second, sample_lines[:8], tmp_path, "again.jsonl")
@@ -293,16 +286,8 @@ def test_the_keys_the_log_lacks_are_found_one_lookup_object_at_a_time(
     publish(store, sample_lines[6:9], tmp_path, "b.jsonl")  # not logged
     every = list(event_store_keys(store))
     logged = {k for k in first.written if k.startswith("events/")}
-    reads: list[str] = []
-    real_get = store.get
-
-    def counting(key: str) -> bytes | None:
-        reads.append(key)
-        return real_get(key)
-
-    store.get = counting  # type: ignore[method-assign]
-    lacking = list(_not_logged(store, every + every[:3], run.result.size))  # repeats: once
-    store.get = real_get  # type: ignore[method-assign]
+    with counting_gets(store) as reads:
+        lacking = list(_not_logged(store, every + every[:3], run.result.size))  # repeats: once
     assert sorted(lacking) == sorted(set(every) - logged) != []
     index_reads = [k for k in reads if k.startswith("log/index/")]
     assert len(index_reads) == len(set(index_reads)) == len({k.split("/")[2][:2] for k in every})
