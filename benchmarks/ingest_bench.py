@@ -37,8 +37,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 DRIVER = r"""
-import json, os, sys, time
+import json, os, resource, sys, time
 t0 = time.perf_counter()
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 import pith_pipeline.runs.manifest as runs
 phases = {}
 orig_update = runs.update_indexes
@@ -46,6 +48,7 @@ def update_indexes(*a, **k):
     t = time.perf_counter()
     out = orig_update(*a, **k)
     phases["update_s"] = time.perf_counter() - t
+    phases["peak_after_index_mb"] = peak_mb()
     phases["index_line"] = out.line()
     return out
 runs.update_indexes = update_indexes
@@ -55,12 +58,14 @@ def log_run(*a, **k):
     t = time.perf_counter()
     out = orig_log(*a, **k)
     phases["log_s"] = time.perf_counter() - t
+    phases["peak_after_log_mb"] = peak_mb()
     return out
 tlog.log_run = log_run
 orig_finish = runs.finish_run
 def finish_run(*a, **k):
     t1 = time.perf_counter()
     phases["publish_s"] = t1 - t0
+    phases["peak_after_publish_mb"] = peak_mb()
     out = orig_finish(*a, **k)
     phases["finish_s"] = time.perf_counter() - t1
     sys.stderr.write("PHASES " + json.dumps(phases) + "\n")
@@ -145,6 +150,10 @@ def run_one(args: argparse.Namespace, n: int, keyfile: Path) -> dict[str, float 
         "tree_peak_mb": peak[0] / 1e6,
         "process_peak_mb": int(maxrss.group(1)) / 1024 if maxrss else float("nan"),
         "index_line": phases.get("index_line", ""),
+        "peaks": " / ".join(
+            f"{phases[k]:.0f}" if k in phases else "-"
+            for k in ("peak_after_publish_mb", "peak_after_index_mb", "peak_after_log_mb")
+        ),
         "user_s": float(user.group(1)) if user else float("nan"),
         "sys_s": float(system.group(1)) if system else float("nan"),
     }
@@ -195,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         print(f"   {r['index_line']}", flush=True)
+        print(f"   main process peak RSS MB after publish / index / log: {r['peaks']}", flush=True)
         if not args.keep:
             shutil.rmtree(args.workdir / f"store-{n}", ignore_errors=True)
     return 0
