@@ -164,28 +164,57 @@ class RowSink:
         return ds.dataset(files, schema=spec.schema, format="parquet")
 
     def group(self, table: str, partitions: list[str]) -> pa.Table:
-        """`table`'s rows in `partitions`; of `records` rows of one paper, the last written.
+        """`table`'s rows in `partitions`; of `records` rows of one paper, the last written."""
+        return self._combine(table, list(self._parts(table, partitions)))
+
+    def slices(self, table: str, partitions: list[str], max_rows: int) -> Iterator[pa.Table]:
+        """`group(table, partitions)` in slices of whole spilled files, each holding at
+        most `max_rows` rows plus one file's.
+
+        Why: a snapshot's events all fall in one `created_month`, so one partition can
+        hold every event of the run; written at once, the update's memory grew with the
+        run. A key written twice may land in two slices; the table's MERGE rules
+        (`update_when`, the `valid` correction) pick the same winner as one slice would,
+        since the slices are written in write order.
+        """
+        held: list[tuple[int, pa.Table]] = []
+        n = 0
+        for part in self._parts(table, partitions):
+            held.append(part)
+            n += part[1].num_rows
+            if n >= max_rows:
+                yield self._combine(table, held)
+                held, n = [], 0
+        if held:
+            yield self._combine(table, held)
+
+    def _parts(self, table: str, partitions: list[str]) -> Iterator[tuple[int, pa.Table]]:
+        """(file number in write order, its rows in `partitions`) of each file with any."""
+        import pyarrow.dataset as ds
+
+        spec = TABLES[table]
+        where = ds.field(spec.partition).isin(partitions)
+        for i, path in enumerate(self.files(table)):
+            part = ds.dataset(path, schema=spec.schema, format="parquet").to_table(filter=where)
+            if part.num_rows:
+                yield i, part
+
+    def _combine(self, table: str, parts: list[tuple[int, pa.Table]]) -> pa.Table:
+        """The rows of `parts`; of `records` rows of one paper, the last written.
 
         Files of one process sort in write order (`<pid>-<tag>-<n>`), and one paper's
         bundles are always written by one process, so the last file wins.
         """
-        import pyarrow.dataset as ds
-
-        spec = TABLES[table]
-        dataset = self.dataset(table)
-        where = ds.field(spec.partition).isin(partitions)
-        if table != "records" or not self.files(table):
-            return dataset.to_table(filter=where)
         import pyarrow.compute as pc
 
-        parts = []
-        for i, path in enumerate(self.files(table)):  # in write order within a process
-            part = ds.dataset(path, schema=spec.schema, format="parquet").to_table(filter=where)
-            if part.num_rows:
-                parts.append(part.append_column("__f", pa.array([i] * part.num_rows, pa.int32())))
+        spec = TABLES[table]
         if not parts:
             return spec.schema.empty_table()
-        named = pa.concat_tables(parts)
+        if table != "records":
+            return pa.concat_tables([part for _, part in parts])
+        named = pa.concat_tables(
+            [part.append_column("__f", pa.array([i] * part.num_rows, pa.int32())) for i, part in parts]
+        )
         rows = named.drop_columns(["__f"])
         key = named.column(spec.merge_column)
         if pc.count_distinct(key).as_py() == named.num_rows:

@@ -471,7 +471,7 @@ GROUP_ROWS = 100_000  # rows of one table per commit of an update (memory bound)
 
 def partition_groups(dataset: Any, column: str, max_rows: int) -> list[list[str]]:
     """The partition values of `dataset`, in order, in groups of at most `max_rows` rows
-    (a partition larger than that is a group alone).
+    (a partition larger than that is a group alone, written in slices: `RowSink.slices`).
 
     Why groups of partitions, not batches of papers: a run then writes each partition
     it touches once per table (one file, not one per batch), so nothing is left to
@@ -479,8 +479,11 @@ def partition_groups(dataset: Any, column: str, max_rows: int) -> list[list[str]
     """
     import pyarrow.compute as pc
 
-    counts = pc.value_counts(dataset.to_table(columns=[column]).column(column))
-    per = sorted((str(v["values"]), int(v["counts"])) for v in counts.to_pylist())
+    counted: dict[str, int] = {}
+    for batch in dataset.to_batches(columns=[column]):  # streamed: one column of millions of rows
+        for v in pc.value_counts(batch.column(0)).to_pylist():
+            counted[str(v["values"])] = counted.get(str(v["values"]), 0) + int(v["counts"])
+    per = sorted(counted.items())
     groups: list[list[str]] = []
     size = 0
     for value, n in per:
@@ -508,8 +511,11 @@ def _index_sink(
     for name in ("events", "aliases", "records"):
         spec = TABLES[name]
         dataset = sink.dataset(name)
-        for group in partition_groups(dataset, spec.partition, group_rows):
-            table = sink.group(name, group)
+        for table in (
+            sliced
+            for group in partition_groups(dataset, spec.partition, group_rows)
+            for sliced in sink.slices(name, group, group_rows)
+        ):
             report = MergeReport()
             versions = merge_rows(loc, spec, table, run_id=run_id, report=report)
             if report.appended + report.merged:
