@@ -286,7 +286,7 @@ def main() -> None:
         table.sort_by([(RECORDS.partition, "ascending")] + [(c, "ascending") for c in RECORDS.sort]),
         mode="overwrite",
         partition_by=[RECORDS.partition],
-        writer_properties=writer_properties(),
+        writer_properties=writer_properties(RECORDS),
     )
     files, size = _size(store)
     print(
@@ -336,7 +336,8 @@ def main() -> None:
     before = _queries(store, args.repeat)
     if args.z_order:
         t = time.perf_counter()
-        open_table(loc, RECORDS).optimize.z_order(["primary_cat"], writer_properties=writer_properties())
+        props = writer_properties(RECORDS)
+        open_table(loc, RECORDS).optimize.z_order(["primary_cat"], writer_properties=props)
         files, size = _size(store)
         print(f"z-order on primary_cat: {time.perf_counter() - t:.1f}s, {files} files, {size / 1e6:.1f} MB")
         after = _queries(store, args.repeat)

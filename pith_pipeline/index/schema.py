@@ -36,6 +36,10 @@ class TableSpec:
     #: columns that, equal in the source and the indexed row of a key, mean there is
     #: nothing to write for it (a records row is a function of its bundle's bytes)
     compare: tuple[str, ...] = ()
+    #: string columns whose values rarely repeat (hashes, identifiers, titles): stored
+    #: without a dictionary (one of 32,768 unique values outgrows its page and falls
+    #: back anyway) and with delta-encoded lengths (`writer.writer_properties`)
+    unique_text: tuple[str, ...] = ()
 
     @property
     def merge_column(self) -> str:
@@ -96,6 +100,21 @@ RECORDS = TableSpec(
     update_when="t.built_at IS NULL OR s.built_at >= t.built_at",
     required=("pith_number", "submitted_month", "arxiv_id", "primary_cat", "bundle_key"),
     compare=("bundle_sha256",),
+    unique_text=(
+        "pith_number",
+        "short_pith_number",
+        "arxiv_id",
+        "title",
+        "authors_text",
+        "doi",
+        "canonical_sha256",
+        "title_canon_sha256",
+        "abstract_canon_sha256",
+        "record_created_event_id",
+        "bundle_key",
+        "bundle_sha256",
+        "state_sha256",
+    ),
 )
 
 EVENTS = TableSpec(
@@ -129,6 +148,7 @@ EVENTS = TableSpec(
     update_when=None,
     required=("event_id", "created_month", "subject", "event_type"),
     compare=("valid",),
+    unique_text=("event_id", "subject", "target", "prev_event", "event_key"),
 )
 
 ALIASES = TableSpec(
@@ -157,6 +177,7 @@ ALIASES = TableSpec(
     ),
     required=("alias_kind", "alias_value", "alias", "pith_number"),
     compare=("pith_number", "version", "record_created_at", "created_at"),
+    unique_text=("alias_value", "alias"),
 )
 
 TABLES: dict[str, TableSpec] = {t.name: t for t in (RECORDS, EVENTS, ALIASES)}

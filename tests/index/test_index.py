@@ -542,3 +542,30 @@ def test_log_entries_merge_many_files_in_order_with_bounded_fan_in(
     want = sorted((e["created_at"], e["event_id"].removeprefix("sha256:"), k) for k, e in events.items())
     assert [(h, k) for h, k, _ in got] == [(h, k) for _c, h, k in want]
     assert all(json.loads(entry) == events[k] for _h, k, entry in got)
+
+
+def test_columns_of_unique_values_are_stored_without_dictionaries(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    """Why: a dictionary of 32,768 unique hashes outgrows its page and falls back, and
+    plain strings carry a 4-byte length each; no dictionary and delta-encoded lengths
+    make the 1 M-row `records` table 333 bytes a row, not 363 (benchmarks/index_bench.py)."""
+    import pyarrow.parquet as pq
+
+    store = LocalStore(tmp_path / "s")
+    run(store, sample)
+    for name, spec in TABLES.items():
+        assert spec.unique_text, name
+        for f in live_files(open_table(location(store), spec), spec):
+            meta = pq.ParquetFile(store.root / "index" / name / f["path"]).metadata
+            columns = {
+                meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i)
+                for i in range(meta.num_columns)
+            }
+            for col in spec.unique_text:
+                chunk = columns[col]
+                assert not chunk.has_dictionary_page, (name, col)
+                assert "DELTA_LENGTH_BYTE_ARRAY" in chunk.encodings, (name, col, chunk.encodings)
+            if name == "records":
+                assert columns["primary_cat"].has_dictionary_page  # repeated values keep theirs
+
