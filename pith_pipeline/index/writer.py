@@ -250,12 +250,19 @@ class MergeReport:
 
 
 def _target_rows(
-    loc: Location, dt: Any, spec: TableSpec, partitions: set[str], columns: list[str]
+    loc: Location, dt: Any, spec: TableSpec, partitions: set[str], columns: list[str], keys: pa.Array
 ) -> pa.Table:
-    """`columns` of the version `dt`'s rows in `partitions` (a projected scan, no filter:
-    pyarrow cannot bind a string filter to files of both string kinds, see `query`)."""
+    """`columns` of the version `dt`'s rows in `partitions` whose key is one of `keys`.
+
+    A projected scan in batches, each filtered to `keys` as it comes: memory holds the
+    batch and the matches, not every key of the partition (a snapshot's events are one
+    partition: 2 M keys at 1 M papers). No filter is pushed into the scan: pyarrow
+    cannot bind a string filter to files of both string kinds (see `query`).
+    """
+    import pyarrow.compute as pc
+
     files = [f for f in live_files(dt, spec) if f["partition"] in partitions]
-    schema = pa.schema([spec.schema.field(c) for c in columns])
+    schema = pa.schema([spec.schema.field(c) for c in columns if c != spec.partition])
     if not files:
         return schema.empty_table()
     if loc.local:
@@ -269,14 +276,18 @@ def _target_rows(
         fragments = [
             fmt.make_fragment(f"{loc.uri(spec.name)}/{unquote(f['path'])}", filesystem=local) for f in files
         ]
-        file_schema = pa.schema([spec.schema.field(c) for c in columns if c != spec.partition])
-        table = ds.FileSystemDataset(fragments, file_schema, fmt, local).to_table(columns=file_schema.names)
+        dataset = ds.FileSystemDataset(fragments, schema, fmt, local)
     else:
-        part = sorted(partitions)
-        table = dt.to_pyarrow_dataset(file_pruning_predicate=[(spec.partition, "in", part)]).to_table(
-            columns=[c for c in columns if c != spec.partition]
-        )
-    return pa.table({c: table.column(c).cast(schema.field(c).type) for c in columns if c != spec.partition})
+        dataset = dt.to_pyarrow_dataset(file_pruning_predicate=[(spec.partition, "in", sorted(partitions))])
+    key = spec.merge_column
+    wanted = keys.cast(pa.string())
+    found = []
+    for batch in dataset.to_batches(columns=schema.names):
+        got = pa.table({c: batch.column(c).cast(schema.field(c).type) for c in schema.names})
+        got = got.filter(pc.is_in(got.column(key), value_set=wanted))
+        if got.num_rows:
+            found.append(got)
+    return pa.concat_tables(found) if found else schema.empty_table()
 
 
 def split_new(loc: Location, dt: Any, spec: TableSpec, source: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -290,7 +301,9 @@ def split_new(loc: Location, dt: Any, spec: TableSpec, source: pa.Table) -> tupl
 
     key = spec.merge_column
     partitions = set(source.column(spec.partition).unique().to_pylist())
-    target = _target_rows(loc, dt, spec, partitions, [key, *spec.compare])
+    target = _target_rows(
+        loc, dt, spec, partitions, [key, *spec.compare], source.column(key).combine_chunks()
+    )
     if target.num_rows == 0:
         return source, source.schema.empty_table()
     present = pc.is_in(source.column(key), value_set=target.column(key))
@@ -298,7 +311,6 @@ def split_new(loc: Location, dt: Any, spec: TableSpec, source: pa.Table) -> tupl
     held = source.filter(present)
     if held.num_rows == 0 or not spec.compare:
         return new, held
-    target = target.filter(pc.is_in(target.column(key), value_set=held.column(key)))
     indexed = {r[key]: tuple(r[c] for c in spec.compare) for r in target.to_pylist()}
     differs = [
         indexed.get(r[key]) != tuple(r[c] for c in spec.compare)
