@@ -163,6 +163,25 @@ class RowSink:
             return ds.dataset(spec.schema.empty_table())
         return ds.dataset(files, schema=spec.schema, format="parquet")
 
+    def rows_within(self, table: str, budget: int) -> int:
+        """How many of `table`'s rows take about `budget` bytes uncompressed (at least 1),
+        from the spilled files' Parquet metadata.
+
+        Why: a `records` row (title, authors, hashes) is several times an `aliases`
+        row, and a write holds a few copies of its rows, so a memory bound is a byte
+        bound, not a row count.
+        """
+        import pyarrow.parquet as pq
+
+        rows = size = 0
+        for path in self.files(table):
+            meta = pq.ParquetFile(path).metadata
+            rows += meta.num_rows
+            size += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        if not rows or not size:
+            return max(1, budget)
+        return max(1, budget * rows // size)
+
     def group(self, table: str, partitions: list[str]) -> pa.Table:
         """`table`'s rows in `partitions`; of `records` rows of one paper, the last written."""
         return self._combine(table, list(self._parts(table, partitions)))

@@ -488,6 +488,9 @@ def _refuse_legacy(store: Store) -> None:
 
 
 GROUP_ROWS = 100_000  # rows of one table per commit of an update (memory bound)
+#: ... and at most this many bytes of them (uncompressed Arrow): a write holds a few
+#: copies of its rows (the sink's, the deduplicated, the writer's)
+GROUP_BYTES = 32 * 2**20
 
 
 def partition_groups(dataset: Any, column: str, max_rows: int) -> list[list[str]]:
@@ -532,10 +535,11 @@ def _index_sink(
     for name in ("events", "aliases", "records"):
         spec = TABLES[name]
         dataset = sink.dataset(name)
+        rows = min(group_rows, sink.rows_within(name, GROUP_BYTES))
         for table in (
             sliced
-            for group in partition_groups(dataset, spec.partition, group_rows)
-            for sliced in sink.slices(name, group, group_rows)
+            for group in partition_groups(dataset, spec.partition, rows)
+            for sliced in sink.slices(name, group, rows)
         ):
             report = MergeReport()
             versions = merge_rows(loc, spec, table, run_id=run_id, report=report)

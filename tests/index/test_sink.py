@@ -69,16 +69,7 @@ def test_a_partition_larger_than_a_group_is_written_in_bounded_slices(
     import pith_pipeline.index.writer as writer
     from pith_pipeline.index.schema import TABLES
 
-    bundle = json.loads(Path(asset("pith-bundle-1909.11150.json")).read_text(encoding="utf-8"))
-    papers = []
-    for i in range(24):  # 24 papers, one spilled file per 2: every event in one month
-        rows = rows_from_bundle(bundle, bundle_key=f"pith/P{i:02d}/bundle.json", bundle_sha256=f"{i:064x}")
-        for table in (rows.records, rows.events, rows.aliases):
-            for row in table:
-                for col in ("pith_number", "event_id", "alias_value", "alias", "subject"):
-                    if row.get(col):
-                        row[col] = f"{row[col]}-{i:02d}"
-        papers.append(rows)
+    papers = _papers(asset, 24)  # one spilled file per 2: every event in one month
     sizes: dict[str, list[int]] = {}
     real = writer.merge_rows
 
@@ -117,3 +108,49 @@ def pq_rows(path: str) -> int:
     import pyarrow.parquet as pq
 
     return int(pq.ParquetFile(path).metadata.num_rows)
+
+
+def _papers(asset: Any, n: int) -> list[Rows]:
+    """The rows of `n` distinct papers (one real bundle's, with its keys renamed)."""
+    bundle = json.loads(Path(asset("pith-bundle-1909.11150.json")).read_text(encoding="utf-8"))
+    papers = []
+    for i in range(n):
+        rows = rows_from_bundle(bundle, bundle_key=f"pith/P{i:02d}/bundle.json", bundle_sha256=f"{i:064x}")
+        for table in (rows.records, rows.events, rows.aliases):
+            for row in table:
+                for col in ("pith_number", "event_id", "alias_value", "alias", "subject"):
+                    if row.get(col):
+                        row[col] = f"{row[col]}-{i:02d}"
+        papers.append(rows)
+    return papers
+
+
+def test_a_write_takes_a_byte_budget_of_rows_so_wide_rows_come_fewer_at_a_time(
+    tmp_path: Path, asset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why: at 300 k papers the update's peak was its `records` writes (100,000 rows of
+    titles, authors and hashes, held a few times over); an `aliases` row is a fraction
+    of that. Each write now holds about `GROUP_BYTES` of rows."""
+    import pith_pipeline.index.writer as writer
+
+    with RowSink(tmp_path / "rows", chunk_papers=1) as sink:
+        for rows in _papers(asset, 12):
+            sink.add(rows)
+        sink.flush()
+        wide = sink.rows_within("records", 10_000)
+        narrow = sink.rows_within("aliases", 10_000)
+        assert 1 <= wide < narrow
+        sizes: dict[str, list[int]] = {}
+        real = writer.merge_rows
+
+        def spy(loc: Any, spec: Any, table: Any, **kw: Any) -> Any:
+            sizes.setdefault(spec.name, []).append(table.num_rows)
+            return real(loc, spec, table, **kw)
+
+        monkeypatch.setattr(writer, "merge_rows", spy)
+        monkeypatch.setattr(writer, "GROUP_BYTES", 10_000)
+        update_indexes(LocalStore(tmp_path / "s"), [], rows=sink)
+    # one spilled file holds one paper's rows: a write takes the budget plus one file's
+    assert max(sizes["records"]) <= wide + 1 and len(sizes["records"]) > 1
+    assert sum(sizes["records"]) == 12
+
