@@ -565,17 +565,19 @@ def tidy_partitions(
     run_id: str | None,
     views: dict[str, set[str]] | None = None,
 ) -> None:
-    """Rewrite the partitions a change left untidy into plain, sorted files (one commit
-    per table that has any).
+    """Rewrite the partitions a change left untidy into plain, sorted files (a commit
+    per table and kind of rewrite that has any).
 
     Untidy: a partition the change MERGEd into (`views[name]`, or every touched one
     when `views` is None), or one holding more than `max_files` files. Why: a MERGE
     writes its files with `string_view` columns, and DuckDB pushes no filter into a
     scan whose schema has views, so until rewritten such files cost every query its
     partition pruning (see `query`); appended files hold plain strings. `records`
-    partitions (bounded by month) are z-ordered on `primary_cat`, which also clusters a
-    category into few row groups; `events` and `aliases` partitions (which can be
-    large) are compacted. `touched[name]` None means every partition.
+    partitions a MERGE wrote are z-ordered on `primary_cat` (a MERGE leaves its rows
+    unsorted; z-order clusters a category into few row groups again); every other
+    untidy partition is compacted: its files were appended sorted (slices of a large
+    partition), and compaction streams where z-order sorts the whole partition in
+    memory. `touched[name]` None means every partition.
     """
     for name, partitions in touched.items():
         spec = TABLES[name]
@@ -586,33 +588,33 @@ def tidy_partitions(
             per[f["partition"]] = per.get(f["partition"], 0) + 1
         scope = set(per) if partitions is None else set(partitions) & set(per)
         merged = scope if views is None else scope & views.get(name, set())
-        wanted = {p for p in scope if per[p] > max_files}
+        many = {p for p in scope if per[p] > max_files}
         if name == "records":
-            wanted |= merged  # events/aliases views are rewritten when compacted
+            z_ordered, compacted = merged, many - merged  # events/aliases views go when compacted
         else:
-            wanted |= {p for p in merged if per[p] > max_files}
-        if not wanted:
-            continue
-        chosen = sorted(wanted)
+            z_ordered, compacted = set(), many
+        for chosen, how in ((sorted(z_ordered), "z_order"), (sorted(compacted), "compact")):
+            if not chosen:
+                continue
 
-        def rewrite(
-            dt: Any, chosen: list[str] = chosen, name: str = name, column: str = column
-        ) -> dict[str, Any]:
-            opts: dict[str, Any] = {
-                "partition_filters": [(column, "in", chosen)],
-                "writer_properties": writer_properties(TABLES[name]),
-                "commit_properties": _commit_properties(run_id),
-            }
-            if name == "records":
-                result: dict[str, Any] = dt.optimize.z_order(["primary_cat"], **opts)
-            else:
-                result = dt.optimize.compact(**opts)
-            update.files_compacted += int(result.get("numFilesRemoved", 0))
-            return result
+            def rewrite(
+                dt: Any, chosen: list[str] = chosen, name: str = name, column: str = column, how: str = how
+            ) -> dict[str, Any]:
+                opts: dict[str, Any] = {
+                    "partition_filters": [(column, "in", chosen)],
+                    "writer_properties": writer_properties(TABLES[name]),
+                    "commit_properties": _commit_properties(run_id),
+                }
+                if how == "z_order":
+                    result: dict[str, Any] = dt.optimize.z_order(["primary_cat"], **opts)
+                else:
+                    result = dt.optimize.compact(**opts)
+                update.files_compacted += int(result.get("numFilesRemoved", 0))
+                return result
 
-        dt, committed = _commit_retry(loc, spec, rewrite)
-        if committed:
-            _record_commits(update, name, [dt.version()])
+            dt, committed = _commit_retry(loc, spec, rewrite)
+            if committed:
+                _record_commits(update, name, [dt.version()])
 
 
 def _uncovered(subjects: Iterator[str], covered: Iterator[str]) -> Iterator[str]:
