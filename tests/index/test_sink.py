@@ -177,3 +177,40 @@ def test_a_records_partition_written_in_slices_is_compacted_not_z_ordered(
     plans = [c.get("operationMetrics", {}).get("plannerStrategy") for c in dt.history()]
     assert len(dt.file_uris()) == 1 and "preserveLocality" in plans and "zOrder" not in plans, plans
     assert run_query(store, "SELECT count(*), count(DISTINCT pith_number) FROM records").rows == [(12, 12)]
+
+
+def test_entries_are_read_a_row_group_at_a_time_not_the_whole_file(tmp_path: Path) -> None:
+    """Why: pyarrow pre-buffers a whole Parquet file by default, and the log's merge
+    opens up to 32 entries files at once: at 1 M papers the log phase held 1.8 GB, the
+    run's peak. Reading them holds about one row group (256 entries) each."""
+    import os
+
+    import pyarrow as pa
+
+    from pith_pipeline.index.sink import ENTRY_ROW_GROUP, _read_sorted, _write_merged
+
+    part = tmp_path / "a.parquet"
+    import pyarrow.parquet as pq
+
+    from pith_pipeline.index.sink import ENTRY_SCHEMA, _entries_table
+
+    rows = sorted(
+        (f"2026-01-01T00:00:{i % 60:02d}Z", os.urandom(32).hex(), f"events/X/{i}", os.urandom(1024))
+        for i in range(64 * ENTRY_ROW_GROUP)
+    )
+    with pq.ParquetWriter(part, ENTRY_SCHEMA, compression="zstd") as writer:
+        for i in range(0, len(rows), ENTRY_ROW_GROUP):
+            writer.write_table(_entries_table(rows[i : i + ENTRY_ROW_GROUP]), row_group_size=ENTRY_ROW_GROUP)
+    size = part.stat().st_size
+    assert size > 16_000_000
+    before = pa.total_allocated_bytes()
+    held = 0
+    got = []
+    for row in _read_sorted(part):
+        got.append(row)
+        held = max(held, pa.total_allocated_bytes() - before)
+    assert got == rows
+    assert held < size // 8, (held, size)  # a few row groups, not the file
+    out = tmp_path / "m.parquet"
+    _write_merged([part], out)
+    assert list(_read_sorted(out)) == rows
