@@ -581,7 +581,6 @@ def tidy_partitions(
     """
     for name, partitions in touched.items():
         spec = TABLES[name]
-        column = spec.partition
         files = live_files(open_table(loc, spec, create=True), spec)
         per: dict[str, int] = {}
         for f in files:
@@ -598,23 +597,32 @@ def tidy_partitions(
                 continue
 
             def rewrite(
-                dt: Any, chosen: list[str] = chosen, name: str = name, column: str = column, how: str = how
+                dt: Any, chosen: list[str] = chosen, spec: TableSpec = spec, how: str = how
             ) -> dict[str, Any]:
-                opts: dict[str, Any] = {
-                    "partition_filters": [(column, "in", chosen)],
-                    "writer_properties": writer_properties(TABLES[name]),
-                    "commit_properties": _commit_properties(run_id),
-                }
-                if how == "z_order":
-                    result: dict[str, Any] = dt.optimize.z_order(["primary_cat"], **opts)
-                else:
-                    result = dt.optimize.compact(**opts)
-                update.files_compacted += int(result.get("numFilesRemoved", 0))
-                return result
+                return _optimize(
+                    dt,
+                    spec,
+                    update,
+                    z_order=how == "z_order",
+                    partition_filters=[(spec.partition, "in", chosen)],
+                    commit_properties=_commit_properties(run_id),
+                )
 
             dt, committed = _commit_retry(loc, spec, rewrite)
             if committed:
                 _record_commits(update, name, [dt.version()])
+
+
+def _optimize(dt: Any, spec: TableSpec, update: IndexUpdate, *, z_order: bool, **opts: Any) -> dict[str, Any]:
+    """One `optimize` commit of `spec`'s table: z-order on `primary_cat` (records) or
+    compaction, with the table's writer properties; counts the files it removed."""
+    opts["writer_properties"] = writer_properties(spec)
+    if z_order:
+        result: dict[str, Any] = dt.optimize.z_order(["primary_cat"], **opts)
+    else:
+        result = dt.optimize.compact(**opts)
+    update.files_compacted += int(result.get("numFilesRemoved", 0))
+    return result
 
 
 def _uncovered(subjects: Iterator[str], covered: Iterator[str]) -> Iterator[str]:
@@ -719,14 +727,8 @@ def compact(
         if not table_exists(loc, spec):
             continue
 
-        def optimize(dt: Any, name: str = name) -> dict[str, Any]:
-            opts: dict[str, Any] = {"writer_properties": writer_properties(TABLES[name])}
-            if z_order and name == "records":
-                result: dict[str, Any] = dt.optimize.z_order(["primary_cat"], **opts)
-            else:
-                result = dt.optimize.compact(**opts)
-            update.files_compacted += int(result.get("numFilesRemoved", 0))
-            return result
+        def optimize(dt: Any, spec: TableSpec = spec) -> dict[str, Any]:
+            return _optimize(dt, spec, update, z_order=z_order and spec.name == "records")
 
         dt, committed = _commit_retry(loc, spec, optimize)
         if committed:
