@@ -182,13 +182,10 @@ class RowSink:
             return max(1, budget)
         return max(1, budget * rows // size)
 
-    def group(self, table: str, partitions: list[str]) -> pa.Table:
-        """`table`'s rows in `partitions`; of `records` rows of one paper, the last written."""
-        return self._combine(table, list(self._parts(table, partitions)))
-
     def slices(self, table: str, partitions: list[str], max_rows: int) -> Iterator[pa.Table]:
-        """`group(table, partitions)` in slices of whole spilled files, each holding at
-        most `max_rows` rows plus one file's.
+        """`table`'s rows in `partitions` (of `records` rows of one paper, the last
+        written) in slices of whole spilled files, each holding at most `max_rows` rows
+        plus one file's.
 
         Why: a snapshot's events all fall in one `created_month`, so one partition can
         hold every event of the run; written at once, the update's memory grew with the
