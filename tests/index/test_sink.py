@@ -66,18 +66,10 @@ def test_a_partition_larger_than_a_group_is_written_in_bounded_slices(
     kinds), so writing a partition as one group made the update's memory grow with the
     run (838 MB at 100 k papers, 1.1 GB at 300 k). Each write now takes at most
     `group_rows` rows plus one spilled file's, and the tables end the same as in one go."""
-    import pith_pipeline.index.writer as writer
     from pith_pipeline.index.schema import TABLES
 
     papers = _papers(asset, 24)  # one spilled file per 2: every event in one month
-    sizes: dict[str, list[int]] = {}
-    real = writer.merge_rows
-
-    def spy(loc: Any, spec: Any, table: Any, **kw: Any) -> Any:
-        sizes.setdefault(spec.name, []).append(table.num_rows)
-        return real(loc, spec, table, **kw)
-
-    monkeypatch.setattr(writer, "merge_rows", spy)
+    sizes = _write_sizes(monkeypatch)
     got = {}
     for group_rows in (5, 10_000):
         with RowSink(tmp_path / f"rows-{group_rows}", chunk_papers=2) as sink:
@@ -110,6 +102,22 @@ def pq_rows(path: str) -> int:
     return int(pq.ParquetFile(path).metadata.num_rows)
 
 
+def _write_sizes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
+    """Per table, the rows of each `merge_rows` call the index update makes (filled as
+    it runs)."""
+    import pith_pipeline.index.writer as writer
+
+    sizes: dict[str, list[int]] = {}
+    real = writer.merge_rows
+
+    def spy(loc: Any, spec: Any, table: Any, **kw: Any) -> Any:
+        sizes.setdefault(spec.name, []).append(table.num_rows)
+        return real(loc, spec, table, **kw)
+
+    monkeypatch.setattr(writer, "merge_rows", spy)
+    return sizes
+
+
 def _papers(asset: Any, n: int) -> list[Rows]:
     """The rows of `n` distinct papers (one real bundle's, with its keys renamed)."""
     bundle = json.loads(Path(asset("pith-bundle-1909.11150.json")).read_text(encoding="utf-8"))
@@ -140,14 +148,7 @@ def test_a_write_takes_a_byte_budget_of_rows_so_wide_rows_come_fewer_at_a_time(
         wide = sink.rows_within("records", 10_000)
         narrow = sink.rows_within("aliases", 10_000)
         assert 1 <= wide < narrow
-        sizes: dict[str, list[int]] = {}
-        real = writer.merge_rows
-
-        def spy(loc: Any, spec: Any, table: Any, **kw: Any) -> Any:
-            sizes.setdefault(spec.name, []).append(table.num_rows)
-            return real(loc, spec, table, **kw)
-
-        monkeypatch.setattr(writer, "merge_rows", spy)
+        sizes = _write_sizes(monkeypatch)
         monkeypatch.setattr(writer, "GROUP_BYTES", 10_000)
         update_indexes(LocalStore(tmp_path / "s"), [], rows=sink)
     # one spilled file holds one paper's rows: a write takes the budget plus one file's
