@@ -281,6 +281,11 @@ class WriterLease:
             raise
         self._thread = threading.Thread(target=self._renew_loop, name="pith-lease", daemon=True)
         self._thread.start()
+        # the next writer removes what killed ones left in the store's `.tmp/` (a local
+        # store; only files of writers that are gone: `LocalStore.sweep_temporary`)
+        sweep = getattr(self.store, "sweep_temporary", None)
+        if sweep is not None:
+            sweep()
         return self
 
     def _acquire_one(self, name: str, deadline: float) -> _Held:
