@@ -28,6 +28,10 @@ def compact_indexes(
     with writer_lease(
         store, command="airflow compact", papers=False, index=True, wait=settings.lease_wait_seconds
     ):
+        from pith_pipeline.storage.local import LocalStore
+
+        if isinstance(store, LocalStore):  # a killed writer's leftovers, wherever they are
+            store.sweep_temporary(published=True)
         update = compact(store, retention_hours=hours)
     return {
         "versions": dict(update.versions),

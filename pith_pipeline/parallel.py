@@ -31,6 +31,8 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -47,6 +49,7 @@ from pith_pipeline.items import Item, Rejected
 from pith_pipeline.loader import Loader
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
 from pith_pipeline.storage.base import Store, barrier
+from pith_pipeline.storage.lease import LeaseLostError
 
 if TYPE_CHECKING:
     from pith_pipeline.index.sink import RowSink
@@ -176,8 +179,6 @@ def _watch_parent(parent_pid: int) -> None:
     that started the worker ends, not the process, and the pool may be started from a
     thread that ends before the pool does (workers live across `publish` calls).
     """
-    import threading
-    import time
 
     def watch() -> None:
         while True:
@@ -187,7 +188,30 @@ def _watch_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="pith-parent-watch", daemon=True).start()
 
 
-def _init_worker(spec: WorkerSpec, parent_pid: int | None = None) -> None:
+class SharedLease:
+    """The parent's writer lease as its workers see it: the wall-clock time after which
+    the run must not write (`WriterLease.valid_until`), in memory the parent keeps
+    current while it renews.
+
+    Why: workers write under the parent's lease but cannot hold it. Had they no check
+    of their own, a run suspended past its TTL (a paused VM) would resume with every
+    worker publishing its queued chunks beside the writer that took the lease over.
+    The time is all they need: once it passes, they stop before their next write.
+    """
+
+    def __init__(self, until: Any, where: str) -> None:
+        self._until = until  # a shared c_double (`multiprocessing.Value`)
+        self._where = where
+
+    def check(self) -> None:
+        if time.time() > self._until.value:
+            raise LeaseLostError(
+                f"{self._where}: the run's writer lease ran out (lost, or not renewed in time); "
+                "stopped writing (run again to finish)"
+            )
+
+
+def _init_worker(spec: WorkerSpec, parent_pid: int | None = None, lease_until: Any = None) -> None:
     """Open the worker's store, signer and publisher once, for all its chunks.
 
     An error here is kept and raised by the first chunk: an initializer's own
@@ -213,6 +237,7 @@ def _init_worker(spec: WorkerSpec, parent_pid: int | None = None) -> None:
             run_id=spec.run_id,
             shards=spec.shards,
             io_concurrency=spec.io_concurrency,
+            lease=None if lease_until is None else SharedLease(lease_until, store.url),
         )
         if spec.rows_dir is not None:
             from pith_pipeline.index.sink import RowSink
@@ -342,6 +367,7 @@ class ParallelPublisher:
         self._seq = 0  # input sequence number across the run: orders the quarantine
         self.chunks_dispatched = 0
         self.worker_pids: set[int] = set()
+        self._relay_stop = threading.Event()
 
     @property
     def started(self) -> bool:
@@ -352,23 +378,43 @@ class ParallelPublisher:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")  # no fork: threads, clients, sockets
+        valid_until = getattr(self.publisher.lease, "valid_until", None)
+        until = None
+        if valid_until is not None:  # the workers' view of the lease (`SharedLease`)
+            until = ctx.Value("d", valid_until(), lock=False)
+            self._relay_lease(until, valid_until)
         self._pools = [
             ProcessPoolExecutor(
                 max_workers=1,
                 mp_context=ctx,
                 initializer=_init_worker,
-                initargs=(self._spec, os.getpid()),  # workers end when this process is gone
+                # workers end when this process is gone, and stop once its lease runs out
+                initargs=(self._spec, os.getpid(), until),
             )
             for _ in range(self.workers)
         ]
         self._queues = [deque() for _ in range(self.workers)]
         self._buffers = [[] for _ in range(self.workers)]
 
+    def _relay_lease(self, until: Any, valid_until: Callable[[], float]) -> None:
+        """Keep the workers' copy of the lease's time current while the run lasts (a
+        thread: the parent may wait on a slow worker for longer than a renewal)."""
+        stop = self._relay_stop = threading.Event()
+
+        def relay() -> None:
+            while True:
+                until.value = valid_until()
+                if stop.wait(PARENT_CHECK_SECONDS):
+                    return
+
+        threading.Thread(target=relay, name="pith-lease-relay", daemon=True).start()
+
     def close(self) -> None:
         """Stop the workers (after their current chunk); safe to call twice."""
         pools, self._pools = self._pools, None
         for pool in pools or ():
             pool.shutdown(wait=True, cancel_futures=True)
+        self._relay_stop.set()
         self._queues, self._buffers = [], []
 
     def __enter__(self) -> ParallelPublisher:

@@ -189,8 +189,8 @@ def new_run_id(now: datetime) -> str:
 class Publisher:
     """Publishes records into a store with one signer; one instance per run.
 
-    `lease`: the run's writer lease, checked before every paper, so a writer whose
-    lease was lost stops before it writes again. `shards`: publish only papers of
+    `lease`: the run's writer lease, checked before every paper and every write, so a
+    writer whose lease was lost stops before it writes again. `shards`: publish only papers of
     these shards (others are counted as skipped and left to their writer).
     `rotating`: the signer may be a key the store does not list yet (`keys rotate`,
     `receipts reissue`); otherwise such a signer is refused (`signing.guard`).
@@ -397,6 +397,7 @@ class Publisher:
         """Replace a derived object only when its bytes change. `changed`: the caller
         knows they do (a new paper's bundle, a pointer that gains a record), so the
         stored bytes are not read first."""
+        self._fence()
         if not changed and self.store.get(key) == data:
             return
         self.store.put(key, data)
@@ -405,10 +406,12 @@ class Publisher:
     def _put_copy(self, key: str, data: bytes, *, of: str) -> None:
         """The `.well-known` copy of the bundle just written under `of`: one object
         with two names where the store can (`storage.base.put_copy`)."""
+        self._fence()
         put_copy(self.store, key, data, of=of)
         self._record_write(key, data)
 
     def _put_once(self, key: str, data: bytes) -> None:
+        self._fence()
         if key.startswith(EVENTS):
             # the log learns of a run that dies before appending (`tlog.pending`)
             marker = self._pending.ensure(self._summary.run_id)
@@ -416,6 +419,17 @@ class Publisher:
                 self._summary.log_pending.append(marker)
         if self.store.put_once(key, data):
             self._record_write(key, data)
+
+    def _fence(self) -> None:
+        """Check the lease before each write, not only before each paper.
+
+        Why: a run suspended past its lease's TTL (a paused VM, SIGSTOP) resumes in the
+        middle of a paper; checked once per paper, it went on to write that paper's
+        `record_created` beside the one the writer that took the lease over had
+        written. The check is a clock reading, so the window left is one write.
+        """
+        if self.lease is not None:
+            self.lease.check()
 
     def _record_write(self, key: str, data: bytes) -> None:
         self.summary.written[key] = self._sha256(data)

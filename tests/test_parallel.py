@@ -465,3 +465,32 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path: Path, key: Path, sampl
         for w in workers:  # only the processes this test started, by pid
             if _alive(w):
                 w.kill()
+
+
+class _RunOutLease:
+    """The parent's lease as its workers must see it after the machine was suspended
+    past the lease's TTL: the parent has not checked yet, but its time is up."""
+
+    def check(self) -> None:
+        pass
+
+    def valid_until(self) -> float:
+        return time.time() - 1.0
+
+
+def test_workers_stop_once_the_parents_lease_has_run_out(tmp_path: Path, key: Path, snapshot: Path) -> None:
+    """Issue 16 item 4: worker processes published without any lease check, so after
+    a suspension past the TTL each went on with up to `IN_FLIGHT` chunks of papers
+    beside the writer that took the lease over. They check the parent's lease
+    (shared with them) before every write, as the parent does."""
+    from pith_pipeline.storage.lease import LeaseLostError
+
+    store = tmp_path / "s"
+    pub = Publisher(LocalStore(store), load_signer(key), run_id="run-1", lease=_RunOutLease())
+    with (
+        ParallelPublisher(pub, workers=2, signer_spec=f"file:{key}", chunk_size=1) as par,
+        pytest.raises(LeaseLostError, match="lease"),
+    ):
+        par.publish(iter_jsonl(snapshot))
+    assert par.chunks_dispatched  # the papers went to the workers
+    assert not (store / "events").exists() and not (store / "pith").exists()

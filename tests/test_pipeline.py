@@ -399,3 +399,35 @@ def test_a_rerun_replaces_a_stale_state_or_well_known_copy_a_killed_run_left_beh
     second = publish(store, asset("arxiv-sample.jsonl"), datetime(2026, 8, 1, tzinfo=UTC))
     assert second.unchanged == 30
     assert {p: p.read_bytes() for p in expected} == expected
+
+
+class _LostAfter:
+    """A writer lease that is lost after `n` checks pass: a run suspended (a paused VM,
+    SIGSTOP) past its lease's TTL while it was building a paper, then resumed."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def check(self) -> None:
+        self.n -= 1
+        if self.n < 0:
+            from pith_pipeline.storage.lease import LeaseLostError
+
+            raise LeaseLostError("lease lost")
+
+
+def test_a_lease_lost_while_a_paper_is_built_stops_before_the_paper_writes_anything(
+    tmp_path: Path, asset: Any
+) -> None:
+    """Issue 16 item 4: the lease used to be checked once per paper, so a writer
+    resumed after losing its lease still wrote the paper it was building: its own
+    `record_created` beside the next writer's (two for one version, found by a
+    SIGSTOP test). Each write checks it now."""
+    import pytest
+
+    from pith_pipeline.storage.lease import LeaseLostError
+
+    pub = Publisher(LocalStore(tmp_path), SIGNER, BuildConfig(), run_id="run-1", lease=_LostAfter(1))
+    with pytest.raises(LeaseLostError):
+        pub.publish(iter_jsonl(asset("arxiv-sample.jsonl")))
+    assert not (tmp_path / "events").exists() and not (tmp_path / "pith").exists()

@@ -21,8 +21,9 @@ all of them, always in the same order, so two writers can never deadlock. Index
 maintenance (`compact`, `reindex`, a run's index update) also holds `index`.
 
 What a lease cannot do: fence a writer that stops for longer than the TTL (a
-suspended VM) and then resumes writing. Writers check their lease before every paper
-and stop once it is lost; worker processes exit when their parent dies; and every
+suspended VM) and then resumes writing. Writers check their lease before every write
+(worker processes against their parent's expiry, `parallel.SharedLease`) and stop once
+it is lost; worker processes exit when their parent dies; and every
 write is either write-once or re-derivable, and supersession repairs itself, so even
 then nothing published is lost.
 """
@@ -280,6 +281,11 @@ class WriterLease:
             raise
         self._thread = threading.Thread(target=self._renew_loop, name="pith-lease", daemon=True)
         self._thread.start()
+        # the next writer removes what killed ones left in the store's `.tmp/` (a local
+        # store; only files of writers that are gone: `LocalStore.sweep_temporary`)
+        sweep = getattr(self.store, "sweep_temporary", None)
+        if sweep is not None:
+            sweep()
         return self
 
     def _acquire_one(self, name: str, deadline: float) -> _Held:
@@ -376,13 +382,26 @@ class WriterLease:
                 except StorageError as exc:  # keep trying until it expires
                     log.warning("could not renew lease %s: %s", h.key, exc)
 
+    def valid_until(self) -> float:
+        """The wall-clock time after which this writer must not write: its soonest
+        expiry, less a margin for the write in flight; 0 once a lease is lost, and
+        infinity while it holds none (before `acquire`, after `release`).
+
+        Why a time and not only `check`: worker processes write under their parent's
+        lease, and a time shared with them (`parallel`) is all they need to stop on
+        their own when the whole run was suspended past its TTL."""
+        if self._lost is not None:
+            return 0.0
+        held = self._held
+        if not held:
+            return float("inf")
+        return min(h.expires_at for h in held) - min(10.0, self.ttl / 10)
+
     def check(self) -> None:
         """Raise `LeaseLostError` when this writer may no longer write."""
-        if self._lost is None and self._held:
-            margin = min(10.0, self.ttl / 10)
+        if self._lost is None and self._held and self.now() > self.valid_until():
             soonest = min(h.expires_at for h in self._held)
-            if self.now() > soonest - margin:
-                self._lost = f"lease expired at {_iso(soonest)} without renewal"
+            self._lost = f"lease expired at {_iso(soonest)} without renewal"
         if self._lost is not None:
             raise LeaseLostError(f"{self.store.url}: {self._lost}; stopped writing (run again to finish)")
 

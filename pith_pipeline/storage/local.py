@@ -553,35 +553,70 @@ class LocalStore:
             return True
 
     # -- housekeeping -------------------------------------------------------------
-    def sweep_temporary(self, *, max_age: float = STALE_SECONDS) -> tuple[str, ...]:
+    def sweep_temporary(self, *, max_age: float = STALE_SECONDS, published: bool = False) -> tuple[str, ...]:
         """Remove temporary files of writers that are gone; returns their names.
 
-        A file is stale when its writer (named in it) ran on this host and is no
-        longer alive, or when it is older than `max_age` whoever wrote it.
+        A file in `.tmp/` is stale when its writer (named in it) ran on this host and
+        is no longer alive, or when it is older than `max_age` whoever wrote it.
+
+        `published`: also walk every published directory for `.tmp-*` files (and the
+        `.tmp-lock-*` files) that versions before `.tmp/` left beside the objects they
+        replaced when killed. Nothing writes there any more, so each is a leftover,
+        unless its name carries the pid of a live writer of this host. A walk of the
+        whole store: `compact` does it, not every run.
         """
+        removed: list[str] = []
         tmp_dir = self.root / TMP_DIR
-        if not tmp_dir.is_dir():
-            return ()
-        host = _host_tag()
-        removed: tuple[str, ...] = ()
-        now = time.time()
-        for entry in os.scandir(tmp_dir):
-            name = entry.name
-            stale = False
-            try:
-                age = now - entry.stat(follow_symlinks=False).st_mtime
-            except FileNotFoundError:
-                continue
-            if age > max_age:
-                stale = True
-            elif name.startswith(f".tmp-{host}-"):
-                pid_text = name[len(f".tmp-{host}-") :].split("-", 1)[0]
-                stale = pid_text.isdigit() and not _alive(int(pid_text))
-            if stale:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-                removed += (name,)
-        return removed
+        if tmp_dir.is_dir():
+            now = time.time()
+            for entry in os.scandir(tmp_dir):
+                try:
+                    age = now - entry.stat(follow_symlinks=False).st_mtime
+                except FileNotFoundError:
+                    continue
+                if age > max_age or _writer_gone(entry.name):
+                    _remove_stale(entry.path, entry.name, removed)
+        if published:
+            root = self._root
+            for dirpath, dirs, files in os.walk(root):
+                if dirpath == root:
+                    dirs[:] = [d for d in dirs if d != TMP_DIR]
+                for name in files:
+                    if name.startswith(".tmp-") and not _writer_alive(name):
+                        path = os.path.join(dirpath, name)
+                        _remove_stale(path, os.path.relpath(path, root), removed)
+        return tuple(removed)
+
+
+def _remove_stale(path: str, name: str, removed: list[str]) -> None:
+    """Best effort: a file that cannot be removed (gone meanwhile, or not ours to
+    remove) is left, and the writer goes on."""
+    try:
+        os.unlink(path)
+    except OSError:
+        return
+    removed.append(name)
+
+
+def _writer_pid(name: str) -> int | None:
+    """The pid in a temporary file's name when its writer ran on this host (`.tmp-<host>-<pid>-…`)."""
+    prefix = f".tmp-{_host_tag()}-"
+    if not name.startswith(prefix):
+        return None
+    pid_text = name[len(prefix) :].split("-", 1)[0]
+    return int(pid_text) if pid_text.isascii() and pid_text.isdigit() else None
+
+
+def _writer_gone(name: str) -> bool:
+    """Its writer ran on this host and no longer runs."""
+    pid = _writer_pid(name)
+    return pid is not None and not _alive(pid)
+
+
+def _writer_alive(name: str) -> bool:
+    """Its writer ran on this host and still runs."""
+    pid = _writer_pid(name)
+    return pid is not None and _alive(pid)
 
 
 def _makedirs(path: str, made: list[str]) -> None:

@@ -72,3 +72,26 @@ def test_two_runs_of_one_window_keep_their_own_staged_chunks(settings: at.Settin
     again = finish(second)
     assert again["built"] == 0 and again["unchanged"] == done["built"]
     assert list(store.list("staging/")) == []
+
+
+def test_objects_staged_before_the_upgrade_are_published_only_under_the_paper_leases(
+    tmp_path: Path,
+) -> None:
+    """Issue 16 item 4: the publish task wrote the paper objects of a chunk staged by
+    an older version (bundles, arXiv pointers) holding no lease, so it could replace a
+    pointer while the paper's writer was adding a version to it. It takes the paper
+    leases for them now (a busy store fails or waits as for every writer)."""
+    from pith_pipeline.core.canonical_json import dumps_compact
+    from pith_pipeline.storage.lease import writer_lease
+    from pith_pipeline.storage.staging import staged_key
+
+    store = LocalStore(tmp_path / "store")
+    settings = at.Settings(store=str(store.root), lease_wait="0")
+    key = staged_key("ingest-2024-01-01", 0, "abcd")
+    header = {"chunk": 0, "run_id": "ingest-2024-01-01", "counts": {}, "quarantine": []}
+    obj = {"key": "arxiv/2101.00001.json", "data": '{"records": []}\n', "once": False}
+    store.put(key, dumps_compact(header) + b"\n" + dumps_compact(obj) + b"\n")
+    with writer_lease(store, command="another build"), pytest.raises(LeaseBusyError):
+        at.publish_staged(settings, [key], store=store)
+    assert not store.exists("arxiv/2101.00001.json")
+    assert at.publish_staged(settings, [key], store=store)["written"] == 1  # once it is free

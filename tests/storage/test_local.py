@@ -117,3 +117,65 @@ def test_a_copy_in_a_directory_store_is_a_second_name_of_one_file(tmp_path: Path
     put_copy(store, ".well-known/pith/A/bundle.json", b'{"a":2}', of="pith/A/bundle.json")
     assert bundle.stat().st_ino == copy.stat().st_ino
     assert copy.read_bytes() == b'{"a":2}'
+
+
+def _build(store: Path, tmp_path: Path, *extra: str) -> None:
+    from click.testing import CliRunner
+
+    from pith_pipeline.cli import cli
+    from pith_pipeline.signing.local import generate_key
+
+    key = tmp_path / "keys" / "pith-private-key.json"
+    if not key.exists():
+        generate_key(tmp_path / "keys", key_id="sweep-test")
+    sample = Path(__file__).parents[1] / "data" / "arxiv-sample.jsonl"
+    args = ["build", "--input", str(sample), "--store", str(store), "--key", str(key), *extra]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+
+
+def test_the_next_writing_command_sweeps_a_killed_writers_temporary_files(tmp_path: Path) -> None:
+    """Issue 16 item 11: only `compact` swept `.tmp/`, though the next run must too.
+    Every command that writes sweeps once it holds its lease; a live writer's file
+    (a running process of this host) is kept."""
+    from pith_pipeline.storage.local import _host_tag
+
+    store = tmp_path / "store"
+    proc = subprocess.run([sys.executable, "-c", KILLED, str(store)], check=False)
+    assert proc.returncode == -9
+    (dead,) = (store / TMP_DIR).iterdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        live = store / TMP_DIR / f".tmp-{_host_tag()}-{sleeper.pid}-abcdef-0"
+        live.write_bytes(b"in flight")
+        _build(store, tmp_path)
+        assert not dead.exists()
+        assert live.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_compact_removes_temporary_files_left_in_published_directories(tmp_path: Path) -> None:
+    """Issue 16 item 11: versions before `.tmp/` wrote temporaries (and lock files)
+    beside the objects they replaced; a kill left them in published directories, where
+    nothing removed them. `compact` does; the published objects stay as they are."""
+    from click.testing import CliRunner
+
+    from pith_pipeline.cli import cli
+
+    store = tmp_path / "store"
+    _build(store, tmp_path)
+    bundle = next((store / "pith").glob("*/bundle.json"))
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file() and TMP_DIR not in p.parts}
+    stray = [
+        bundle.parent / ".tmp-k2j3h4x_",
+        store / "arxiv" / ".tmp-lock-2101.00001.json",
+        store / ".tmp-9q8w7e6r",
+    ]
+    for p in stray:
+        p.write_bytes(b"half")
+    result = CliRunner().invoke(cli, ["compact", "--store", str(store)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert [p for p in stray if p.exists()] == []
+    assert all(p.read_bytes() == data for p, data in before.items() if not p.is_relative_to(store / "index"))
