@@ -117,3 +117,27 @@ def test_a_copy_in_a_directory_store_is_a_second_name_of_one_file(tmp_path: Path
     put_copy(store, ".well-known/pith/A/bundle.json", b'{"a":2}', of="pith/A/bundle.json")
     assert bundle.stat().st_ino == copy.stat().st_ino
     assert copy.read_bytes() == b'{"a":2}'
+
+
+def test_a_directory_that_cannot_be_listed_is_an_error_not_an_empty_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unreadable `events/<ID>/` listed as empty made `verify`, `status --deep` and
+    the log report every event there as deleted, and a rebuild would drop them: a
+    listing either sees every object or fails naming the directory."""
+    store = LocalStore(tmp_path)
+    store.put("events/A/1.json", b"{}")
+    store.put("events/B/2.json", b"{}")
+    hidden = tmp_path / "events" / "B"
+    real_scandir = os.scandir
+
+    def scandir(path: object = ".") -> object:
+        if Path(str(path)) == hidden:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_scandir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    for prefix in ("events/", "events/B/", ""):
+        with pytest.raises(StorageError) as caught:
+            list(store.list(prefix))
+        assert str(hidden) in str(caught.value) and "Permission denied" in str(caught.value)
