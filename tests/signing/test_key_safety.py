@@ -319,3 +319,22 @@ def test_a_certified_runs_root_key_and_a_staged_airflow_build_are_checked_too(tm
         Publisher(LocalStore(store), open_signer(f"certified:file:{priv}"))
     with pytest.raises(KeyFileError, match="inside the store"):
         Publisher(StagingStore(LocalStore(store)), load_signer(priv))
+
+
+def test_a_log_key_file_inside_the_store_is_refused_too(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """The transparency log's private key is as secret as the signing key: inside the
+    store it would be served with the bundles. Every command that opens a log key
+    (`build`/`ingest` with --log-signer, `log sync`, `log rebuild`) goes through one
+    function, which refuses it."""
+    store = tmp_path / "store"
+    signing, _pub, _doc = generate_key(tmp_path / "keys")
+    log_key, _pub2, _doc2 = generate_key(store / "log-keys", key_id="pith-log-1")
+    result = cli(
+        "build", "--input", str(SAMPLE), "--store", str(store), "--key", str(signing),
+        "--log-signer", str(log_key), "--workers", "1",
+    )  # fmt: skip
+    _assert_refused_naming(result, log_key.resolve())
+    assert not (store / "pith").exists()
+    for sub in ("sync", "rebuild"):
+        result = cli("log", sub, "--store", str(store), "--log-signer", str(log_key))
+        _assert_refused_naming(result, log_key.resolve())
