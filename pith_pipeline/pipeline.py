@@ -279,6 +279,7 @@ class Publisher:
         from pith_pipeline.signing import guard
 
         guard.refuse_key_inside_store(self.signer, self.store)
+        guard.refuse_key_spec_inside_store(config.from_env("log_signer"), self.store)  # used at the end
         keys = self._stored_keys(self.store.get(PUBLIC_KEY_FILE))
         published = self.signer.published_keys(url=self.site.key_url)
         if not self.rotating:

@@ -74,6 +74,18 @@ def _os_error(op: str, path: str | Path, exc: OSError) -> StorageError:
     return StorageError(f"{op} {path}: {reason}{hints.get(exc.errno or 0, '')}", transient=transient)
 
 
+def _unlistable(exc: OSError) -> None:
+    """`os.walk`'s error handler: a directory that cannot be read fails the listing.
+
+    Why not skip it (the default): a listing that silently leaves out an unreadable
+    `events/<ID>/` made `verify` report its events deleted, and a rebuild would drop
+    them. A directory removed while the walk runs (a concurrent `delete`) was empty.
+    """
+    if isinstance(exc, FileNotFoundError | NotADirectoryError):
+        return
+    raise _os_error("cannot list", exc.filename or "", exc) from None
+
+
 def _umask() -> int | None:
     """The process umask, read without changing it (Linux /proc), or None."""
     try:
@@ -491,7 +503,7 @@ class LocalStore:
             return
         root = str(base)
         cut = len(root) + 1
-        for dirpath, dirs, files in os.walk(walk_root):
+        for dirpath, dirs, files in os.walk(walk_root, onerror=_unlistable):
             if dirpath == root:
                 dirs[:] = [d for d in dirs if d != TMP_DIR]
             rel_dir = dirpath[cut:].replace(os.sep, "/") if dirpath != root else ""
