@@ -220,6 +220,8 @@ class _Auditor:
         self.on_report = on_report
         #: arXiv id -> pith numbers the bundles say are versions of it
         self.by_arxiv: dict[str, set[str]] = {}
+        #: pith number -> (arXiv id, version) its bundle's source says
+        self.source_of: dict[str, tuple[str, Any]] = {}
         #: body -> ids of its verified record_created events and of its damaged objects
         self.created: dict[str, set[str]] = {}
 
@@ -327,6 +329,7 @@ class _Auditor:
             arxiv_id = src.get("id")
             if isinstance(arxiv_id, str):
                 self.by_arxiv.setdefault(arxiv_id, set()).add(subject)
+                self.source_of[subject] = (arxiv_id, src.get("version"))
 
     def pointers(self) -> Iterator[Finding]:
         """Each arXiv pointer is well formed, names bundles that exist with their
@@ -379,6 +382,15 @@ class _Auditor:
                 body = PithNumber.parse(r["pith_number"]).body
             except ValueError:
                 yield Finding(key, f"lists {r['pith_number'][:80]!r}, not a Pith number")
+                continue
+            # a genuine record of another paper (or version) is no record of this one
+            source = self.source_of.get(r["pith_number"])
+            if source is not None and source != (arxiv_id, r["version"]):
+                yield Finding(
+                    key,
+                    f"lists {r['pith_number']} as version {r['version']} of {arxiv_id}, "
+                    f"but its bundle is version {source[1]} of {source[0]}",
+                )
                 continue
             if r["record_created"] not in self.created.get(body, set()):
                 yield Finding(

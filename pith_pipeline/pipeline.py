@@ -435,8 +435,15 @@ class Publisher:
 
         if self._known_absent(event_prefix(body)):
             return []
+        # within one paper's publishing, a subject's events are read once (the paper
+        # and its pointer's records); a write of one of its events forgets them
+        cache: dict[str, list[dict[str, Any]]] | None = getattr(self._local, "events", None)
+        if cache is not None and body in cache:
+            return list(cache[body])
         got = subject_events(self.store, body, self._keyring())
         got.raise_for_problems()
+        if cache is not None:
+            cache[body] = list(got.events)
         return list(got.events)
 
     def _keyring(self) -> KeyRing:
@@ -468,17 +475,56 @@ class Publisher:
             records = pointer["records"]
             if not isinstance(records, list) or not all(
                 isinstance(r, dict)
-                and isinstance(r.get("version"), int)
+                and type(r.get("version")) is int
                 and isinstance(r.get("pith_number"), str)
                 and isinstance(r.get("record_created"), str)
                 and isinstance(r.get("created_at"), str)
                 for r in records
             ):
                 raise ValueError("records must be a list of version entries")
+            if pointer.get("arxiv_id") != arxiv_id:
+                raise ValueError(f"arxiv_id is {str(pointer.get('arxiv_id'))[:80]!r}")
         except (ValueError, KeyError, TypeError) as exc:
             raise IntegrityError(f"unreadable arXiv pointer ({exc}); run `rebuild`", key=key) from None
+        for r in records:
+            self._check_pointer_record(key, arxiv_id, r)
         result: dict[str, Any] = pointer
         return result
+
+    def _check_pointer_record(self, key: str, arxiv_id: str, entry: dict[str, Any]) -> None:
+        """A pointer's record is trusted only as far as its stored events say.
+
+        Why: the pointer is not signed, and what it lists becomes signed data (the
+        `supersedes` of a new version, a `correction` of an older one). An entry must
+        name a verified `record_created` of its Pith number whose record is that
+        version of this arXiv id; a genuine record of another paper is refused.
+        """
+        try:
+            body = PithNumber.parse(entry["pith_number"]).body
+        except ValueError:
+            raise IntegrityError(f"lists {entry['pith_number'][:80]!r}, not a Pith number", key=key) from None
+        for ev in self.subject_events(body):
+            if ev.get("event_id") != entry["record_created"] or ev.get("event_type") != "record_created":
+                continue
+            payload = ev.get("payload")
+            record = payload.get("canonical_record") if isinstance(payload, dict) else None
+            source = record.get("source") if isinstance(record, dict) else None
+            if ev.get("subject_pith_number") == entry["pith_number"] and source == {
+                "kind": "arxiv",
+                "id": arxiv_id,
+                "version": entry["version"],
+            }:
+                return
+            raise IntegrityError(
+                f"lists {entry['pith_number']} as version {entry['version']} of {arxiv_id}, but its "
+                f"record_created is of {source!r}; run `verify` on the store",
+                key=key,
+            )
+        raise IntegrityError(
+            f"lists {entry['pith_number']} with record_created {entry['record_created']}, which is "
+            f"not a stored event of it; run `verify` on the store",
+            key=key,
+        )
 
     # -- the run -----------------------------------------------------------
     def reject(self, item: Rejected) -> None:
@@ -538,10 +584,12 @@ class Publisher:
 
     def publish_record(self, rec: ArxivRecord) -> Identity:
         self._local.pointers = {}
+        self._local.events = {}
         try:
             return self._publish_record(rec)
         finally:
             self._local.pointers = None
+            self._local.events = None
 
     def _publish_record(self, rec: ArxivRecord) -> Identity:
         ident = self._identity(rec)
@@ -620,6 +668,9 @@ class Publisher:
     def _put_event(self, key: str, data: bytes) -> None:
         """Write-once; a different object already at an event's content-hash name
         can only be a damaged or forged one: name it, never overwrite it."""
+        cache: dict[str, list[dict[str, Any]]] | None = getattr(self._local, "events", None)
+        if cache is not None:
+            cache.pop(key.split("/")[1], None)
         try:
             self._put_once(key, data)
         except WriteConflictError:

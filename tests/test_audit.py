@@ -229,3 +229,16 @@ def test_subject_events_for_the_publisher(store: LocalStore) -> None:
         bad.raise_for_problems()
     # a key ring without our key: every event is a problem
     assert len(subject_events(store, body, KeyRing([])).problems) == 2
+
+
+def test_a_pointer_listing_another_papers_record_is_named(store: LocalStore) -> None:
+    """A pointer is for its arXiv id only: one that lists the (genuine, verified) record
+    of another paper would make a publisher sign a correction across papers."""
+    first, second = sorted(store.root.glob("arxiv/*.json"))[:2]
+    doc, other = json.loads(first.read_bytes()), json.loads(second.read_bytes())
+    doc["records"], doc["latest"] = other["records"], other["latest"]
+    first.write_bytes(json.dumps(doc).encode())
+    findings, _ = audit(store)
+    reasons = [f.reason for f in findings if f.key == rel(store, first)]
+    want = f"but its bundle is version {other['records'][0]['version']} of {other['arxiv_id']}"
+    assert any(r.endswith(want) for r in reasons), reasons

@@ -399,3 +399,22 @@ def test_a_rerun_replaces_a_stale_state_or_well_known_copy_a_killed_run_left_beh
     second = publish(store, asset("arxiv-sample.jsonl"), datetime(2026, 8, 1, tzinfo=UTC))
     assert second.unchanged == 30
     assert {p: p.read_bytes() for p in expected} == expected
+
+
+def test_a_pointer_listing_another_papers_record_stops_that_paper(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """A tampered pointer naming another paper's genuine record is never trusted: no
+    correction is signed across papers, and the paper is named as not published."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    first, second = sorted((store / "arxiv").rglob("*.json"))[:2]
+    doc, other = json.loads(first.read_bytes()), json.loads(second.read_bytes())
+    doc["records"], doc["latest"] = other["records"], other["latest"]
+    first.write_bytes(json.dumps(doc).encode())
+    before = snapshot(store / "events")
+    again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
+    assert again.failed == 1 and f"arxiv/{doc['arxiv_id']}.json" in again.problems[0]
+    assert snapshot(store / "events") == before  # nothing signed from it
