@@ -46,6 +46,7 @@ from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros
 from pith_pipeline.core.verify import KeyRing
 from pith_pipeline.errors import (
+    CanonicalJSONError,
     InputError,
     IntegrityError,
     SigningError,
@@ -858,9 +859,42 @@ class Publisher:
         `trusted`: event objects this run just built and signed; merging skips
         re-hashing and re-verifying them (the bytes written are the same).
         """
+        body = PithNumber.parse(subject).body
+        self._refuse_dropping(body, events, self.store.get(bundle_paths(body)[0]))
         bundle = self.signed_bundle(subject, events, aliases, trusted=trusted)
-        self._write_bundle_objects(PithNumber.parse(subject).body, bundle)
+        self._write_bundle_objects(body, bundle)
         return bundle
+
+    def _refuse_dropping(self, body: str, events: list[dict[str, Any]], published: bytes | None) -> None:
+        """Stop when the published bundle lists an event the store no longer holds.
+
+        Why: events are write-once and written before their bundle, so a listed event
+        that is not stored was deleted; a bundle re-derived without it would make the
+        loss silent and signed. Only a bundle whose signature verifies with a key we
+        know is believed (a forged list is no reason to stop; it is rebuilt).
+        """
+        if published is None:
+            return
+        try:
+            old = loads(published)
+            sig = old["bundle_signature"]
+            key = self.keys.get(sig["key_id"])
+            digest = bundle_sha256(old)
+            if key is None or sig.get("bundle_sha256") != digest:
+                return
+            if not verify_signature(key.public_key, digest, sig["signature_b64"]):
+                return
+            listed = {e["event_id"] for e in old["events"]}
+        except (ValueError, KeyError, TypeError, AttributeError, CanonicalJSONError):
+            return  # not a bundle we signed: it is replaced from the verified events
+        gone = sorted(listed - {e["event_id"] for e in events})
+        if gone:
+            more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+            raise IntegrityError(
+                f"lists event {gone[0]}{more}, which is not in {event_prefix(body)} (deleted?); "
+                "not re-derived without it; run `verify` on the store",
+                key=bundle_paths(body)[0],
+            )
 
     def rebuild_bundle(self, subject: str, events: list[dict[str, Any]]) -> bool:
         """Rebuild a subject's bundle from its events unless the published one already
@@ -869,9 +903,11 @@ class Publisher:
         Why: a rebuild re-signs, and a new signature carries a new `built_at`, so
         without this every `rebuild` would rewrite every bundle of an unchanged store.
         """
-        bundle = self.signed_bundle(subject, events)
         body = PithNumber.parse(subject).body
-        if _published_as(self.store, self.signer, body, bundle):
+        published = self.store.get(bundle_paths(body)[0])
+        self._refuse_dropping(body, events, published)
+        bundle = self.signed_bundle(subject, events)
+        if _published_as(self.store, self.signer, body, bundle, published):
             return False
         self._write_bundle_objects(body, bundle)
         return True
@@ -944,11 +980,13 @@ class Publisher:
 _REBUILD_VOLATILE = frozenset({"built_at", "bundle_signature"})
 
 
-def _published_as(store: Store, signer: Signer, body: str, bundle: dict[str, Any]) -> bool:
-    """The published bundle is `bundle` apart from when it was built, it is signed by
-    `signer` (the signature verifies), and its state and .well-known copies match it."""
-    bkey, skey, wkey = bundle_paths(body)
-    data = store.get(bkey)
+def _published_as(
+    store: Store, signer: Signer, body: str, bundle: dict[str, Any], data: bytes | None
+) -> bool:
+    """The published bundle (`data`) is `bundle` apart from when it was built, it is
+    signed by `signer` (the signature verifies), and its state and .well-known copies
+    match it."""
+    _, skey, wkey = bundle_paths(body)
     try:
         old = loads(data) if data is not None else None
     except ValueError:

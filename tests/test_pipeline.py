@@ -418,3 +418,50 @@ def test_a_pointer_listing_another_papers_record_stops_that_paper(
     again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
     assert again.failed == 1 and f"arxiv/{doc['arxiv_id']}.json" in again.problems[0]
     assert snapshot(store / "events") == before  # nothing signed from it
+
+
+def _event_of(store: Path, kind: str) -> Path:
+    for p in sorted(store.glob("events/*/*.json")):
+        if json.loads(p.read_bytes())["event_type"] == kind:
+            return p
+    raise AssertionError(kind)
+
+
+def test_a_deleted_stored_event_is_never_dropped_by_a_rebuild(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """The published bundle lists an event the store lost: `rebuild` stops that paper,
+    names the bundle, and re-signs nothing without the event."""
+    from pith_pipeline.pipeline import rebuild
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    gone = _event_of(store, "graph_snapshot")
+    body = gone.parent.name
+    gone.unlink()
+    before = snapshot(store / "pith")
+    failures: list[str] = []
+    rebuilt = list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
+    assert rebuilt == [] and len(failures) == 1
+    assert f"pith/{body}/bundle.json" in failures[0] and gone.stem in failures[0]
+    assert snapshot(store / "pith") == before
+
+
+def test_a_deleted_record_created_is_not_replaced_by_a_new_one(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """A build must not sign a second `record_created` for a paper whose first one was
+    deleted from the store: the paper is named as not published."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    gone = _event_of(store, "record_created")
+    body = gone.parent.name
+    gone.unlink()
+    before = snapshot(store / "events")
+    again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
+    assert again.failed == 1 and gone.stem in again.problems[0] and body in again.problems[0]
+    assert snapshot(store / "events") == before
