@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.core.canonical_json import dumps_compact, loads
 from pith_pipeline.core.keys import PublicKey
 from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths, event_prefix, pointer_key
 from pith_pipeline.core.pith_record import PithNumber
@@ -34,7 +34,7 @@ from pith_pipeline.core.verify import (
     check_stored_event,
     verify_bundle,
 )
-from pith_pipeline.errors import IntegrityError
+from pith_pipeline.errors import CanonicalJSONError, IntegrityError
 from pith_pipeline.storage.base import Store, get_capped
 
 __all__ = [
@@ -203,6 +203,14 @@ def _bodies(store: Store) -> tuple[dict[str, list[str]], list[Finding]]:
     return found, stray
 
 
+def _compact(value: Any) -> bytes | None:
+    """The bytes the publisher writes for `value` (None when it cannot be written)."""
+    try:
+        return dumps_compact(value)
+    except CanonicalJSONError:
+        return None
+
+
 class _Auditor:
     def __init__(
         self,
@@ -262,6 +270,8 @@ class _Auditor:
         for c in report.checks:
             if c.status == FAIL:
                 yield Finding(bkey, f"FAIL {c.name}: {c.detail}", check=c.name)
+        if report.ok and _compact(bundle) != raw:  # the signature covers content, not bytes
+            yield Finding(bkey, "re-serialised: not the compact JSON the publisher writes")
         if not isinstance(bundle, dict):
             return
         subject = bundle.get("pith_number")
@@ -295,6 +305,13 @@ class _Auditor:
             for ev in in_bundle[eid]:
                 if not any(ev == s for s in stored[eid]):
                     yield Finding(bkey, f"its copy of event {eid} differs from every stored copy")
+        # equal content in another key order: the publisher writes an event's object and
+        # its bundle copy from one value, so the stored object was re-serialised
+        for key, ev in zip(evs.event_keys, evs.events, strict=True):
+            copies = in_bundle.get(ev["event_id"], [])
+            same = [c for c in copies if c == ev]
+            if same and not any(dumps_compact(c) == dumps_compact(ev) for c in same):
+                yield Finding(key, f"re-serialised: its keys are in another order than its copy in {bkey}")
 
     def _copies(
         self, bkey: str, raw: bytes, skey: str, wkey: str, bundle: dict[str, Any]
@@ -321,6 +338,8 @@ class _Auditor:
             return
         if state != bundle.get("state"):
             yield Finding(skey, f"differs from the state in {bkey}")
+        elif _compact(state) != state_raw:
+            yield Finding(skey, "re-serialised: not the compact JSON the publisher writes")
 
     def _note_source(self, bundle: dict[str, Any]) -> None:
         src = bundle.get("source")

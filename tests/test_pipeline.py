@@ -9,6 +9,7 @@ from typing import Any
 
 from testclock import StepClock
 
+from pith_pipeline.core.canonical_json import dumps_compact
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.verify import verify_bundle
 from pith_pipeline.pipeline import BuildConfig, Publisher
@@ -465,3 +466,26 @@ def test_a_deleted_record_created_is_not_replaced_by_a_new_one(
     again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
     assert again.failed == 1 and gone.stem in again.problems[0] and body in again.problems[0]
     assert snapshot(store / "events") == before
+
+
+def test_a_re_serialised_event_stops_its_paper_and_a_re_serialised_bundle_is_rebuilt(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """Bytes the publisher did not write: an event (the source of truth) stops its
+    paper; a bundle, derived, is re-derived from the verified events."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    event = _event_of(store, "graph_snapshot")
+    event.write_bytes(json.dumps(json.loads(event.read_bytes()), indent=1).encode())
+    other = next(p for p in sorted((store / "pith").iterdir()) if p.name != event.parent.name)
+    bundle, well = other / "bundle.json", store / ".well-known" / "pith" / other.name / "bundle.json"
+    pretty = json.dumps(json.loads(bundle.read_bytes()), indent=1).encode()
+    for p in (bundle, well):
+        p.unlink()
+        p.write_bytes(pretty)
+    again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
+    assert again.failed == 1 and "re-serialised" in again.problems[0] and event.name in again.problems[0]
+    rebuilt = bundle.read_bytes()
+    assert rebuilt == well.read_bytes() == dumps_compact(json.loads(rebuilt)) != pretty
