@@ -275,3 +275,18 @@ def test_a_bundle_or_state_re_serialised_with_the_same_content_is_named(store: L
     findings, _ = audit(store)
     assert sorted(f.key for f in findings) == sorted([rel(store, bundle), rel(store, state)]), findings
     assert all("re-serialised" in f.reason for f in findings)
+
+
+def test_an_object_that_is_a_symlink_out_of_the_store_is_named_unread(
+    store: LocalStore, tmp_path: Path
+) -> None:
+    """A genuine event copied outside the store and linked back: the local store reads
+    only its own files, so the link is a finding, not a sound event."""
+    path, _ = some_event(store)
+    outside = tmp_path / "elsewhere.json"
+    outside.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(outside)
+    findings, _ = audit(store)
+    assert [f.key for f in findings] == [rel(store, path)]
+    assert "symbolic link" in findings[0].reason
