@@ -46,6 +46,7 @@ from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros
 from pith_pipeline.core.verify import KeyRing
 from pith_pipeline.errors import (
+    CanonicalJSONError,
     InputError,
     IntegrityError,
     SigningError,
@@ -450,8 +451,15 @@ class Publisher:
 
         if self._known_absent(event_prefix(body)):
             return []
+        # within one paper's publishing, a subject's events are read once (the paper
+        # and its pointer's records); a write of one of its events forgets them
+        cache: dict[str, list[dict[str, Any]]] | None = getattr(self._local, "events", None)
+        if cache is not None and body in cache:
+            return list(cache[body])
         got = subject_events(self.store, body, self._keyring())
         got.raise_for_problems()
+        if cache is not None:
+            cache[body] = list(got.events)
         return list(got.events)
 
     def _keyring(self) -> KeyRing:
@@ -483,17 +491,56 @@ class Publisher:
             records = pointer["records"]
             if not isinstance(records, list) or not all(
                 isinstance(r, dict)
-                and isinstance(r.get("version"), int)
+                and type(r.get("version")) is int
                 and isinstance(r.get("pith_number"), str)
                 and isinstance(r.get("record_created"), str)
                 and isinstance(r.get("created_at"), str)
                 for r in records
             ):
                 raise ValueError("records must be a list of version entries")
+            if pointer.get("arxiv_id") != arxiv_id:
+                raise ValueError(f"arxiv_id is {str(pointer.get('arxiv_id'))[:80]!r}")
         except (ValueError, KeyError, TypeError) as exc:
             raise IntegrityError(f"unreadable arXiv pointer ({exc}); run `rebuild`", key=key) from None
+        for r in records:
+            self._check_pointer_record(key, arxiv_id, r)
         result: dict[str, Any] = pointer
         return result
+
+    def _check_pointer_record(self, key: str, arxiv_id: str, entry: dict[str, Any]) -> None:
+        """A pointer's record is trusted only as far as its stored events say.
+
+        Why: the pointer is not signed, and what it lists becomes signed data (the
+        `supersedes` of a new version, a `correction` of an older one). An entry must
+        name a verified `record_created` of its Pith number whose record is that
+        version of this arXiv id; a genuine record of another paper is refused.
+        """
+        try:
+            body = PithNumber.parse(entry["pith_number"]).body
+        except ValueError:
+            raise IntegrityError(f"lists {entry['pith_number'][:80]!r}, not a Pith number", key=key) from None
+        for ev in self.subject_events(body):
+            if ev.get("event_id") != entry["record_created"] or ev.get("event_type") != "record_created":
+                continue
+            payload = ev.get("payload")
+            record = payload.get("canonical_record") if isinstance(payload, dict) else None
+            source = record.get("source") if isinstance(record, dict) else None
+            if ev.get("subject_pith_number") == entry["pith_number"] and source == {
+                "kind": "arxiv",
+                "id": arxiv_id,
+                "version": entry["version"],
+            }:
+                return
+            raise IntegrityError(
+                f"lists {entry['pith_number']} as version {entry['version']} of {arxiv_id}, but its "
+                f"record_created is of {source!r}; run `verify` on the store",
+                key=key,
+            )
+        raise IntegrityError(
+            f"lists {entry['pith_number']} with record_created {entry['record_created']}, which is "
+            f"not a stored event of it; run `verify` on the store",
+            key=key,
+        )
 
     # -- the run -----------------------------------------------------------
     def reject(self, item: Rejected) -> None:
@@ -553,10 +600,12 @@ class Publisher:
 
     def publish_record(self, rec: ArxivRecord) -> Identity:
         self._local.pointers = {}
+        self._local.events = {}
         try:
             return self._publish_record(rec)
         finally:
             self._local.pointers = None
+            self._local.events = None
 
     def _publish_record(self, rec: ArxivRecord) -> Identity:
         ident = self._identity(rec)
@@ -635,6 +684,9 @@ class Publisher:
     def _put_event(self, key: str, data: bytes) -> None:
         """Write-once; a different object already at an event's content-hash name
         can only be a damaged or forged one: name it, never overwrite it."""
+        cache: dict[str, list[dict[str, Any]]] | None = getattr(self._local, "events", None)
+        if cache is not None:
+            cache.pop(key.split("/")[1], None)
         try:
             self._put_once(key, data)
         except WriteConflictError:
@@ -789,7 +841,9 @@ class Publisher:
             if isinstance(bundle, dict) and isinstance(bundle.get("events"), list)
             else None
         )
-        if listed is None or listed != {e["event_id"] for e in events}:
+        # a bundle re-serialised by someone else is rebuilt too (the signature covers
+        # its content, not its bytes, so only the publisher's form is known good)
+        if listed is None or listed != {e["event_id"] for e in events} or dumps_compact(bundle) != data:
             self.write_bundle(subject, events)
             return
         assert data is not None
@@ -822,9 +876,42 @@ class Publisher:
         `trusted`: event objects this run just built and signed; merging skips
         re-hashing and re-verifying them (the bytes written are the same).
         """
+        body = PithNumber.parse(subject).body
+        self._refuse_dropping(body, events, self.store.get(bundle_paths(body)[0]))
         bundle = self.signed_bundle(subject, events, aliases, trusted=trusted)
-        self._write_bundle_objects(PithNumber.parse(subject).body, bundle)
+        self._write_bundle_objects(body, bundle)
         return bundle
+
+    def _refuse_dropping(self, body: str, events: list[dict[str, Any]], published: bytes | None) -> None:
+        """Stop when the published bundle lists an event the store no longer holds.
+
+        Why: events are write-once and written before their bundle, so a listed event
+        that is not stored was deleted; a bundle re-derived without it would make the
+        loss silent and signed. Only a bundle whose signature verifies with a key we
+        know is believed (a forged list is no reason to stop; it is rebuilt).
+        """
+        if published is None:
+            return
+        try:
+            old = loads(published)
+            sig = old["bundle_signature"]
+            key = self.keys.get(sig["key_id"])
+            digest = bundle_sha256(old)
+            if key is None or sig.get("bundle_sha256") != digest:
+                return
+            if not verify_signature(key.public_key, digest, sig["signature_b64"]):
+                return
+            listed = {e["event_id"] for e in old["events"]}
+        except (ValueError, KeyError, TypeError, AttributeError, CanonicalJSONError):
+            return  # not a bundle we signed: it is replaced from the verified events
+        gone = sorted(listed - {e["event_id"] for e in events})
+        if gone:
+            more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+            raise IntegrityError(
+                f"lists event {gone[0]}{more}, which is not in {event_prefix(body)} (deleted?); "
+                "not re-derived without it; run `verify` on the store",
+                key=bundle_paths(body)[0],
+            )
 
     def rebuild_bundle(self, subject: str, events: list[dict[str, Any]]) -> bool:
         """Rebuild a subject's bundle from its events unless the published one already
@@ -833,9 +920,11 @@ class Publisher:
         Why: a rebuild re-signs, and a new signature carries a new `built_at`, so
         without this every `rebuild` would rewrite every bundle of an unchanged store.
         """
-        bundle = self.signed_bundle(subject, events)
         body = PithNumber.parse(subject).body
-        if _published_as(self.store, self.signer, body, bundle):
+        published = self.store.get(bundle_paths(body)[0])
+        self._refuse_dropping(body, events, published)
+        bundle = self.signed_bundle(subject, events)
+        if _published_as(self.store, self.signer, body, bundle, published):
             return False
         self._write_bundle_objects(body, bundle)
         return True
@@ -908,11 +997,13 @@ class Publisher:
 _REBUILD_VOLATILE = frozenset({"built_at", "bundle_signature"})
 
 
-def _published_as(store: Store, signer: Signer, body: str, bundle: dict[str, Any]) -> bool:
-    """The published bundle is `bundle` apart from when it was built, it is signed by
-    `signer` (the signature verifies), and its state and .well-known copies match it."""
-    bkey, skey, wkey = bundle_paths(body)
-    data = store.get(bkey)
+def _published_as(
+    store: Store, signer: Signer, body: str, bundle: dict[str, Any], data: bytes | None
+) -> bool:
+    """The published bundle (`data`) is `bundle` apart from when it was built, it is
+    signed by `signer` (the signature verifies), and its state and .well-known copies
+    match it."""
+    _, skey, wkey = bundle_paths(body)
     try:
         old = loads(data) if data is not None else None
     except ValueError:
@@ -931,6 +1022,8 @@ def _published_as(store: Store, signer: Signer, body: str, bundle: dict[str, Any
         or not isinstance(sig.get("signature_b64"), str)
         or not verify_signature(signer.public_key, digest, sig["signature_b64"])
     ):
+        return False
+    if dumps_compact(old) != data:  # re-serialised by someone else
         return False
     return store.get(skey) == dumps_compact(old["state"]) and store.get(wkey) == data
 
