@@ -974,13 +974,23 @@ def _utc_today() -> date:
 
 
 def _build_failure(rec: ArxivRecord, exc: BaseException) -> Rejected:
-    """The quarantine entry of a record that parsed but could not be built."""
+    """The quarantine entry of a record that parsed but could not be built: with the
+    input as read (bytes kept exactly, base64 when not UTF-8) and where it was read,
+    like a parse failure; a re-serialisation only for a record made in code."""
     import json
 
     if isinstance(exc, InputError):
-        reason, fld, where = exc.message, exc.field, exc.where or ""
+        reason, fld, where = exc.message, exc.field, exc.where or rec.source_where or ""
     else:
-        reason, fld, where = f"could not build the record: {type(exc).__name__}: {exc}", None, ""
+        reason, fld, where = (
+            f"could not build the record: {type(exc).__name__}: {exc}",
+            None,
+            rec.source_where or "",
+        )
+    if isinstance(rec.source_raw, bytes):
+        return Rejected.of_bytes(where, reason, rec.source_raw, rec.id, fld)
+    if isinstance(rec.source_raw, str):
+        return Rejected(where, reason, rec.source_raw, rec.id, fld)
     try:
         raw = json.dumps(rec.to_json(), ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError):

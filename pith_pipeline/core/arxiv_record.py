@@ -141,6 +141,11 @@ class ArxivRecord:
     license: str | None = None
     update_date: str | None = None
     authors_parsed: tuple[tuple[str, ...], ...] | None = None
+    #: where the input was read (`file:line`, `page record n`) and its exact bytes or
+    #: text: a record refused after parsing (a date after the run's tomorrow, an index
+    #: row that does not fit) is quarantined with these, never with a re-serialisation
+    source_where: str | None = field(default=None, repr=False, compare=False)
+    source_raw: bytes | str | None = field(default=None, repr=False, compare=False)
     # derived once at construction, so hot paths never re-parse
     _category_list: tuple[str, ...] = field(default=(), repr=False, compare=False)
     _submitted: datetime | None = field(default=None, repr=False, compare=False)
@@ -279,8 +284,11 @@ class ArxivRecord:
 
     # ---- JSON-lines form ----------------------------------------------
     @classmethod
-    def from_json(cls, obj: Any, *, where: str | None = None) -> ArxivRecord:
-        """Build from one snapshot-layout object; errors name the record and field."""
+    def from_json(cls, obj: Any, *, where: str | None = None, raw: bytes | str | None = None) -> ArxivRecord:
+        """Build from one snapshot-layout object; errors name the record and field.
+
+        `where` and `raw` (the input's exact bytes) travel with the record, for the
+        quarantine of a record refused after parsing."""
         rid = obj.get("id") if isinstance(obj, dict) else None
         rid = rid if isinstance(rid, str) else None
         try:
@@ -343,6 +351,8 @@ class ArxivRecord:
                 license=obj.get("license"),
                 update_date=obj.get("update_date"),
                 authors_parsed=parsed_t,
+                source_where=where,
+                source_raw=raw,
             )
         except InputError as exc:
             raise InputError(

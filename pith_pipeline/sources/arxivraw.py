@@ -271,6 +271,8 @@ def parse_record(rec: etree._Element, where: str) -> ArxivRecord | Rejected | De
             license=fields["license"],
             update_date=datestamp,
             authors_parsed=None,
+            source_where=where,
+            source_raw=raw_xml(rec),
         )
     except InputError as exc:
         return reject(exc.message, exc.field, arxiv_id)

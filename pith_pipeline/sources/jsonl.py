@@ -34,7 +34,7 @@ def parse_line(line: bytes, where: str) -> Item:
     except orjson.JSONDecodeError as exc:
         return Rejected.of_bytes(where, f"invalid JSON: {exc}", raw)
     try:
-        return ArxivRecord.from_json(obj, where=where)
+        return ArxivRecord.from_json(obj, where=where, raw=raw)
     except InputError as exc:
         return Rejected.of_bytes(where, exc.message, raw, exc.record_id, exc.field)
 
