@@ -109,6 +109,10 @@ def test_pith_numbers_and_iso_stamps_are_full_ascii_matches() -> None:
         "Sat, \uff13\uff11 Mar 2007 02:26:18 GMT",
         "Sat, 31 Mar 2007 25:26:18 GMT",
         "31 Mar 07",
+        "Wed, 31 Mar 2007 02:26:18 GMT",  # 31 Mar 2007 was a Saturday: which one is meant?
+        "Sat, 31 Mar 2007 02:26:18 +0060",  # sixty minutes of offset
+        "Sat, 31 Mar 2007 02:26:18 +2500",  # no zone is 25 hours off
+        "Sat, 31 Mar 2007 02:26:18 -9999",
     ],
 )
 def test_dates_are_parsed_strictly(text: str) -> None:

@@ -81,7 +81,7 @@ def test_int32_overflowing_version_never_reaches_the_index(tmp_path: Path) -> No
 
 def test_dates_after_tomorrow_are_quarantined(tmp_path: Path) -> None:
     objs = sample()[:2]
-    future = dict(objs[0], versions=[{"version": "v1", "created": "Mon, 1 Jan 2099 00:00:00 GMT"}])
+    future = dict(objs[0], versions=[{"version": "v1", "created": "Thu, 1 Jan 2099 00:00:00 GMT"}])
     path = write(tmp_path / "in.jsonl", [future, objs[1]])
     store = MemoryStore()
     summary = publisher(store, today=date(2026, 7, 1)).publish(iter_jsonl(path))
@@ -107,7 +107,7 @@ def test_a_record_refused_after_parsing_keeps_its_exact_input_and_place(tmp_path
     row that does not fit): its quarantine line keeps the input's exact bytes and its
     file and line, as a parse failure does, not a re-serialisation of the parsed record."""
     objs = sample()[:2]
-    created = "Mon, 1 Jan 2099 00:00:00 GMT"
+    created = "Thu, 1 Jan 2099 00:00:00 GMT"
     # key order, spacing, an escape and a field the record does not keep: all lost if re-serialised
     future = dict(objs[0], versions=[{"version": "v1", "created": created}], extra={"kept": True})
     line = json.dumps(future, indent=None, separators=(" ,", ":  ")).replace("é", "\\u00e9").encode()
@@ -128,7 +128,7 @@ def test_an_oai_record_refused_after_parsing_keeps_its_xml(tmp_path: Path) -> No
         b'<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/"><ListRecords><record><header>'
         b"<identifier>oai:arXiv.org:2401.00005</identifier><datestamp>2024-01-02</datestamp></header>"
         b'<metadata><arXivRaw xmlns="http://arxiv.org/OAI/arXivRaw/"><id>2401.00005</id>'
-        b'<version version="v1"><date>Mon, 1 Jan 2099 00:00:00 GMT</date></version>'
+        b'<version version="v1"><date>Thu, 1 Jan 2099 00:00:00 GMT</date></version>'
         b"<title>T</title><authors>A</authors><categories>hep-th</categories><abstract>X</abstract>"
         b"</arXivRaw></metadata></record></ListRecords></OAI-PMH>"
     )
