@@ -23,8 +23,15 @@ from pith_pipeline.errors import InputError
 # Identifiers, categories and version labels come from outside: every pattern is used
 # with `fullmatch` and ASCII classes only (`$` admits a trailing newline, `\d` any
 # Unicode digit), so no look-alike value becomes an alias, a key or a file name.
-NEW_STYLE_ID = re.compile(r"[0-9]{4}\.[0-9]{4,5}", re.ASCII)
-OLD_STYLE_ID = re.compile(r"[a-z][a-z\-]*(\.[A-Z]{2})?/[0-9]{7}", re.ASCII)
+# The year and month are a real month of the scheme's time: new-style ids began in
+# April 2007 (`0704.0001`), old-style ones (`archive/YYMMNNN`) ran from 1991 to March
+# 2007; `2113.00021` or `hep-th/9900001` name no paper.
+NEW_STYLE_ID = re.compile(
+    r"(?:07(?:0[4-9]|1[0-2])|(?:0[89]|[1-9][0-9])(?:0[1-9]|1[0-2]))\.[0-9]{4,5}", re.ASCII
+)
+OLD_STYLE_ID = re.compile(
+    r"[a-z][a-z\-]*(?:\.[A-Z]{2})?/(?:(?:9[1-9]|0[0-6])(?:0[1-9]|1[0-2])|070[1-3])[0-9]{3}", re.ASCII
+)
 CATEGORY = re.compile(r"[a-z][a-z\-]*(\.[A-Za-z][A-Za-z\-]*)?", re.ASCII)
 #: `v1` .. `v9999` (InputLimits.max_version): no leading zero, no sign, ASCII digits
 VERSION = re.compile(r"v([1-9][0-9]{0,3})", re.ASCII)

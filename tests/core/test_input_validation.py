@@ -75,6 +75,12 @@ def test_highest_allowed_version_builds() -> None:
         "hep-th/9901001\n",
         " 2101.00021",
         "2101.00021v2",
+        "2113.00021",  # no thirteenth month
+        "2100.00021",
+        "0612.0001",  # new-style ids began in April 2007 (0704)
+        "hep-th/9913001",
+        "hep-th/9900001",
+        "hep-th/8901001",  # old-style ids ran from 1991 to March 2007
     ],
 )
 def test_ids_are_full_ascii_matches(ident: str) -> None:
@@ -83,7 +89,9 @@ def test_ids_are_full_ascii_matches(ident: str) -> None:
 
 
 def test_good_ids_still_match() -> None:
-    assert all(is_arxiv_id(i) for i in ("2101.00021", "0704.0001", "hep-th/9901001", "math.CO/0102003"))
+    good = ("2101.00021", "0704.0001", "0812.1234", "hep-th/9901001", "math.CO/0102003", "math/0703001")
+    assert all(is_arxiv_id(i) for i in good)
+    assert all(is_arxiv_id(i) for i in ("alg-geom/9108001", "2912.99999", "9912.00001"))
 
 
 @pytest.mark.parametrize("cat", ["cs.LG\u0661", "c\u0131s"])
