@@ -305,3 +305,24 @@ def test_incremental_continues_from_the_last_complete_window(
         server, "--incremental", "--from", "2024-01-01", "--store", str(tmp_path / "s"), "--key", str(key)
     )
     assert code == 2 and "chooses --from/--until itself" in err
+
+
+@pytest.mark.parametrize("bad", ["hep-th/9901001v3/../../x", "hep-th/99010\uff101v3", "2606.18380v1%0A"])
+def test_a_search_result_that_is_not_an_id_does_not_stop_the_query(
+    tmp_path: Path, bad: str, key: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The search API's answer is input too: an entry whose id is not an arXiv id is
+    left out with a warning naming it, and the other matches are still fetched."""
+    repo = standard_repository()
+    feed = repo.atom_query[QUERY]
+    repo.atom_query[QUERY] = feed.replace(b"/abs/hep-th/9901001v3<", f"/abs/{bad}<".encode())
+    assert repo.atom_query[QUERY] != feed
+    store = tmp_path / "store"
+    with FakeArxiv(repo) as server:
+        code, out, err = invoke(
+            server, "--query", QUERY, "--store", str(store), "--key", str(key), "--min-interval", "0"
+        )
+        assert code == 0, err
+        assert "fetched 1, built 1" in out
+        assert [r.params.get("identifier") for r in server.log[1:]] == ["oai:arXiv.org:2606.18380"]
+    assert any(bad in r.getMessage() and "not an arXiv identifier" in r.getMessage() for r in caplog.records)
