@@ -23,11 +23,13 @@ carrying the record's raw XML, so the rest of the page is still built.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from lxml import etree
 
-from pith_pipeline.core.arxiv_record import ArxivRecord, Version
+from pith_pipeline.core.arxiv_record import ArxivRecord, Version, is_arxiv_id
 from pith_pipeline.errors import InputError
 from pith_pipeline.items import Item, Rejected
 
@@ -101,13 +103,22 @@ def parse_page(data: bytes, where: str) -> Page:
     """Parse a `ListRecords` or `GetRecord` response into records, deletions and rejects.
 
     Raises `MalformedPageError` (naming `where`) when the bytes are not an OAI-PMH
-    XML document; a bad record inside a good page is a `Rejected` item instead.
+    XML document; a bad record inside a good page is a `Rejected` item instead, and
+    so is a record that is not well-formed XML inside a page that is otherwise sound
+    (see `_read_records_apart`).
     """
     try:
         root = etree.fromstring(data, parser=_PARSER)
     except etree.XMLSyntaxError as exc:
+        page = _read_records_apart(data, where)
+        if page is not None:
+            return page
         head = data[:80].decode("utf-8", errors="replace").replace("\n", " ")
         raise MalformedPageError(f"not an XML document ({exc}); starts with {head!r}", where=where) from None
+    return _page_of(root, where)
+
+
+def _page_of(root: etree._Element, where: str, first: int = 1) -> Page:
     docinfo = root.getroottree().docinfo
     if docinfo.doctype or docinfo.internalDTD is not None or docinfo.externalDTD is not None:
         raise MalformedPageError("refused: the response declares a DTD (OAI-PMH never does)", where=where)
@@ -124,7 +135,7 @@ def parse_page(data: bytes, where: str) -> Page:
         body = root.find(f"{_O}GetRecord")
     if body is None:
         raise MalformedPageError("neither ListRecords nor GetRecord nor error in the response", where=where)
-    for n, rec in enumerate(body.iterfind(f"{_O}record"), start=1):
+    for n, rec in enumerate(body.iterfind(f"{_O}record"), start=first):
         parsed = parse_record(rec, f"{where} record {n}")
         if isinstance(parsed, Deleted):
             page.deleted.append(parsed)
@@ -138,6 +149,60 @@ def parse_page(data: bytes, where: str) -> Page:
             raise MalformedPageError(exc.reason, where=where) from None
         page.complete_list_size = _int_attr(token, "completeListSize")
         page.cursor = _int_attr(token, "cursor")
+    return page
+
+
+# A record's bytes in a page: `<record>` .. the first `</record>` (records do not nest).
+_RECORD_SPAN = re.compile(rb"<record(?:[ \t\r\n][^<>]*)?>.*?</record[ \t\r\n]*>", re.DOTALL)
+_HEADER_ID = re.compile(rb"<identifier>[ \t\r\n]*oai:arXiv\.org:([!-~]{1,64}?)[ \t\r\n]*</identifier>")
+
+
+def _read_records_apart(data: bytes, where: str) -> Page | None:
+    """A page the XML parser refused as a whole, read record by record; None when it
+    cannot be split safely (then the page is malformed, kept and retried).
+
+    Why: one record with a byte that is not UTF-8, a character XML forbids or an
+    undeclared entity made the whole page malformed, so the window stopped there on
+    every rerun. No per-record problem may stop a run, so such a record becomes one
+    reject with its exact bytes and the rest of the page is read.
+
+    Only a page whose damage is inside cleanly separated records is read this way:
+    the page without its records (head, token, closing tags) must be a sound OAI-PMH
+    document, only blanks may lie between records, and the page may hold no comment,
+    CDATA section, processing instruction or declaration, which could hide a
+    `</record>` that is not one. A truncated page stays malformed, so it is fetched
+    again rather than read in part.
+    """
+    decl = re.match(rb"<\?xml[^<>]*\?>", data)
+    rest = data[decl.end() :] if decl else data
+    if b"<!" in rest or b"<?" in rest:
+        return None
+    spans = [m.span() for m in _RECORD_SPAN.finditer(data)]
+    if not spans or data.count(b"<record") != len(spans) or data.count(b"</record") != len(spans):
+        return None
+    if any(data[end:start].strip(b" \t\r\n") for (_, end), (start, _) in pairwise(spans)):
+        return None
+    head, tail = data[: spans[0][0]], data[spans[-1][1] :]
+    try:
+        envelope = _page_of(etree.fromstring(head + tail, parser=_PARSER), where)
+    except (etree.XMLSyntaxError, MalformedPageError):
+        return None
+    if envelope.error_code is not None or envelope.items or envelope.deleted:
+        return None
+    page = envelope
+    for n, (start, end) in enumerate(spans, start=1):
+        chunk = data[start:end]
+        try:
+            one = _page_of(etree.fromstring(head + chunk + tail, parser=_PARSER), where, first=n)
+        except (etree.XMLSyntaxError, MalformedPageError) as exc:
+            found = _HEADER_ID.search(chunk)
+            rid = found.group(1).decode("ascii") if found else None
+            rid = rid if rid is not None and is_arxiv_id(rid) else None
+            reason = f"not well-formed XML ({exc}); the page's other records were read"
+            page.items.append(Rejected.of_bytes(f"{where} record {n}", reason, chunk, rid, "record"))
+            continue
+        page.items.extend(one.items)
+        page.deleted.extend(one.deleted)
     return page
 
 
