@@ -301,7 +301,8 @@ def parse_record(rec: etree._Element, where: str) -> ArxivRecord | Rejected | De
             return reject(f"header identifier {oai_id!r} does not match <id> {arxiv_id!r}", "id", arxiv_id)
         versions = []
         for v in meta.iterfind(f"{_A}version"):
-            label = (v.get("version") or "").strip()
+            # as written: a label is a token, and `"v1 "` is refused in a snapshot line too
+            label = v.get("version") or ""
             date = _text(v, "date", "versions")
             if not label or date is None:
                 return reject("a <version> needs a version attribute and a <date>", "versions", arxiv_id)

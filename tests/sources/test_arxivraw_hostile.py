@@ -231,3 +231,11 @@ def test_token_cut_by_a_comment_is_read_whole() -> None:
         b'<resumptionToken completeListSize="9">12<!-- c -->34</resumptionToken></ListRecords>',
     )
     assert parse_page(body, "t").resumption_token == "1234"
+
+
+@pytest.mark.parametrize("label", [" v1", "v1 ", "v1&#9;", "v&#x31;&#10;"])
+def test_a_version_label_is_taken_as_written(label: str) -> None:
+    """The snapshot refuses `"v1 "`; an arXivRaw `version` attribute is held to the same
+    rule rather than trimmed into a label it does not spell."""
+    (bad,) = parse_page(page_of(record(label=label)), "t").rejected
+    assert bad.field == "versions" and "version label" in bad.reason
