@@ -234,6 +234,13 @@ class ArxivAPI:
             raise TransientError(f"arXiv API at {self.api_url}: HTTP {exc.status} for {exc.url}") from None
         except arxiv.ArxivError as exc:
             raise TransientError(f"arXiv API at {self.api_url}: {exc}") from None
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            # the package's own parsing of the answer (a bad `<updated>` is a ValueError):
+            # the server's answer is input, so it is named, never a traceback
+            raise TransientError(
+                f"arXiv API at {self.api_url}: an answer the arxiv package cannot read "
+                f"({type(exc).__name__}: {exc}); try again later"
+            ) from None
 
     def ids_for_query(self, query: str, *, max_results: int | None = 1000) -> list[str]:
         """Ids matching an API query, de-duplicated, in the API's order."""

@@ -326,3 +326,39 @@ def test_a_search_result_that_is_not_an_id_does_not_stop_the_query(
         assert "fetched 1, built 1" in out
         assert [r.params.get("identifier") for r in server.log[1:]] == ["oai:arXiv.org:2606.18380"]
     assert any(bad in r.getMessage() and "not an arXiv identifier" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    "updated",
+    ["garbage", "2021-13-01T00:00:00Z", "2021-01-01T00:00:0\u0661Z"],
+    ids=["text", "month", "digit"],
+)
+def test_a_search_answer_the_api_package_cannot_read_is_one_line(
+    tmp_path: Path,
+    updated: str,
+    key: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The `arxiv` package raises whatever its parsing meets (a ValueError for a bad
+    `<updated>`): that used to end the run with a traceback. It is one line naming the
+    API, with the exit code of a failed run."""
+    from oai_server import _feed
+
+    from pith_pipeline.cli import main
+
+    entry = (
+        "<entry xmlns='http://www.w3.org/2005/Atom'><id>http://arxiv.org/abs/2101.00001v1</id>"
+        f"<published>2021-01-01T00:00:00Z</published><updated>{updated}</updated><title>x</title></entry>"
+    ).encode()
+    repo = standard_repository()
+    repo.atom_query[QUERY] = _feed([entry])
+    with FakeArxiv(repo) as server:
+        monkeypatch.setenv("PITH_ARXIV_API_URL", server.api_url)
+        monkeypatch.setenv("PITH_OAI_URL", server.oai_url)
+        args = ["ingest", "--query", QUERY, "--store", str(tmp_path / "s"), "--key", str(key)]
+        with pytest.raises(SystemExit) as exit_:
+            main([*args, "--min-interval", "0"])
+    assert exit_.value.code == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: arXiv API") and server.api_url in line and "cannot read" in line
