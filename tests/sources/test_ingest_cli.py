@@ -362,3 +362,26 @@ def test_a_search_answer_the_api_package_cannot_read_is_one_line(
     assert exit_.value.code == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: arXiv API") and server.api_url in line and "cannot read" in line
+
+
+def test_getrecord_answered_with_another_paper_is_quarantined(tmp_path: Path, key: Path) -> None:
+    """A `GetRecord` for one id answered with another paper's record (or with several)
+    builds nothing that was not asked for: the answer is quarantined naming both ids,
+    on the harvest and on its replay."""
+    from oai_server import data
+
+    from pith_pipeline.sources.politeness import Gate, Politeness
+
+    repo = standard_repository()
+    repo.getrecord["oai:arXiv.org:1909.11150"] = data("getrecord-hep-th_9901001.xml")
+    store = LocalStore(tmp_path / "s")
+    with FakeArxiv(repo) as server:
+        run = Ingest(store, load_signer(key))
+        run.records(["1909.11150"], oai_url=server.oai_url, gate=Gate(Politeness(min_interval=0.0)))
+    assert run.report.counts()["built"] == 0 and run.report.counts()["quarantined"] == 1
+    [q] = [json.loads(x) for x in (store.get(f"quarantine/{run.run_id}.jsonl") or b"").splitlines()]
+    assert "1909.11150" in q["reason"] and "hep-th/9901001" in q["reason"] and q["record_id"] == "1909.11150"
+    assert store.get("arxiv/hep-th/9901001.json") is None
+    replay = Ingest(store, load_signer(key))
+    replay.replay()
+    assert replay.report.counts()["built"] == 0 and replay.report.counts()["quarantined"] == 1
