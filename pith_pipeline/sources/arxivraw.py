@@ -115,10 +115,20 @@ def parse_page(data: bytes, where: str) -> Page:
             return page
         head = data[:80].decode("utf-8", errors="replace").replace("\n", " ")
         raise MalformedPageError(f"not an XML document ({exc}); starts with {head!r}", where=where) from None
-    return _page_of(root, where)
+    return _page_of(root, where, data=data)
 
 
-def _page_of(root: etree._Element, where: str, first: int = 1) -> Page:
+def _page_of(
+    root: etree._Element,
+    where: str,
+    first: int = 1,
+    *,
+    data: bytes | None = None,
+    raws: list[bytes] | None = None,
+) -> Page:
+    """The page of a parsed document. Each record's exact bytes (`raws`, or found in
+    `data`, the document) go with it, for the quarantine; lxml's re-serialisation
+    only when they cannot be told apart for sure."""
     docinfo = root.getroottree().docinfo
     if docinfo.doctype or docinfo.internalDTD is not None or docinfo.externalDTD is not None:
         raise MalformedPageError("refused: the response declares a DTD (OAI-PMH never does)", where=where)
@@ -135,8 +145,12 @@ def _page_of(root: etree._Element, where: str, first: int = 1) -> Page:
         body = root.find(f"{_O}GetRecord")
     if body is None:
         raise MalformedPageError("neither ListRecords nor GetRecord nor error in the response", where=where)
-    for n, rec in enumerate(body.iterfind(f"{_O}record"), start=first):
-        parsed = parse_record(rec, f"{where} record {n}")
+    records = body.findall(f"{_O}record")
+    if raws is None and data is not None:
+        raws = _record_bytes(data, len(records))
+    for n, rec in enumerate(records, start=first):
+        raw = raws[n - first] if raws is not None and len(raws) == len(records) else None
+        parsed = parse_record(rec, f"{where} record {n}", raw)
         if isinstance(parsed, Deleted):
             page.deleted.append(parsed)
         else:
@@ -155,6 +169,20 @@ def _page_of(root: etree._Element, where: str, first: int = 1) -> Page:
 # A record's bytes in a page: `<record>` .. the first `</record>` (records do not nest).
 _RECORD_SPAN = re.compile(rb"<record(?:[ \t\r\n][^<>]*)?>.*?</record[ \t\r\n]*>", re.DOTALL)
 _HEADER_ID = re.compile(rb"<identifier>[ \t\r\n]*oai:arXiv\.org:([!-~]{1,64}?)[ \t\r\n]*</identifier>")
+
+
+def _record_bytes(data: bytes, count: int) -> list[bytes] | None:
+    """The exact bytes of the `count` records of a well-formed page, or None.
+
+    Sure only when the page holds `<record` and `</record` exactly `count` times each
+    and the spans found are as many: then every occurrence is a real tag (one inside a
+    comment, CDATA or text would make a count too high, an empty `<record/>` or a `>`
+    in an attribute the spans too few), and records do not nest.
+    """
+    if not count or data.count(b"<record") != count or data.count(b"</record") != count:
+        return None
+    spans = [data[a:b] for a, b in (m.span() for m in _RECORD_SPAN.finditer(data))]
+    return spans if len(spans) == count else None
 
 
 def _read_records_apart(data: bytes, where: str) -> Page | None:
@@ -193,7 +221,7 @@ def _read_records_apart(data: bytes, where: str) -> Page | None:
     for n, (start, end) in enumerate(spans, start=1):
         chunk = data[start:end]
         try:
-            one = _page_of(etree.fromstring(head + chunk + tail, parser=_PARSER), where, first=n)
+            one = _page_of(etree.fromstring(head + chunk + tail, parser=_PARSER), where, n, raws=[chunk])
         except (etree.XMLSyntaxError, MalformedPageError) as exc:
             found = _HEADER_ID.search(chunk)
             rid = found.group(1).decode("ascii") if found else None
@@ -271,12 +299,19 @@ def raw_xml(el: etree._Element) -> str:
     return str(etree.tostring(el, encoding="unicode"))
 
 
-def parse_record(rec: etree._Element, where: str) -> ArxivRecord | Rejected | Deleted:
-    """One `<record>` element -> record, reject (with its raw XML) or deletion notice."""
+def parse_record(
+    rec: etree._Element, where: str, raw: bytes | None = None
+) -> ArxivRecord | Rejected | Deleted:
+    """One `<record>` element -> record, reject (with its raw XML) or deletion notice.
+
+    `raw`: the record's bytes as served, kept by a reject (base64 when not UTF-8) and
+    by the record; without it, lxml's serialisation of the element."""
     header = rec.find(f"{_O}header")
     header_id: str | None = None
 
     def reject(reason: str, fld: str | None = None, rid: str | None = None) -> Rejected:
+        if raw is not None:
+            return Rejected.of_bytes(where, reason, raw, rid or header_id, fld)
         return Rejected(where, reason, raw_xml(rec), rid or header_id, fld)
 
     try:
@@ -338,7 +373,7 @@ def parse_record(rec: etree._Element, where: str) -> ArxivRecord | Rejected | De
             update_date=datestamp,
             authors_parsed=None,
             source_where=where,
-            source_raw=raw_xml(rec),
+            source_raw=raw if raw is not None else raw_xml(rec),
         )
     except InputError as exc:
         return reject(exc.message, exc.field, arxiv_id)

@@ -239,3 +239,18 @@ def test_a_version_label_is_taken_as_written(label: str) -> None:
     rule rather than trimmed into a label it does not spell."""
     (bad,) = parse_page(page_of(record(label=label)), "t").rejected
     assert bad.field == "versions" and "version label" in bad.reason
+
+
+def test_a_rejected_record_keeps_its_bytes_as_served() -> None:
+    """The quarantine keeps a rejected record's bytes as the server sent them, not lxml's
+    re-serialisation (which resolves character references, re-quotes attributes and
+    adds the page's namespace declaration)."""
+    rec = record({"title": "Caf&#233; &amp; <![CDATA[x]]>"}, label="v0").replace(
+        '<version version="v0">', "<version version='v0'  >"
+    )
+    body = page_of(record(ident="2401.00006", override={"id": "2401.00006"}), rec)
+    (bad,) = parse_page(body, "t").rejected
+    assert bad.field == "versions" and bad.raw_encoding == "utf-8"
+    assert bad.raw == rec
+    (good,) = parse_page(body, "t").records
+    assert good.source_raw == record(ident="2401.00006", override={"id": "2401.00006"}).encode()
