@@ -462,7 +462,7 @@ def test_any_arxivraw_record_builds_whole_or_is_rejected(case: tuple[str, dict[s
     for d in page.deleted:
         assert isinstance(d, Deleted)
     for item in page.items:
-        check_item(item)
+        check_item(item, xml.encode("utf-8"))  # a reject keeps the record's bytes as served
         if isinstance(item, ArxivRecord):  # built: every field whole, never cut at markup
             for name, want in expected.items():
                 assert want is not None, f"<{name}> with markup inside was built"
