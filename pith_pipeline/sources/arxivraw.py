@@ -314,6 +314,12 @@ def parse_record(
             return Rejected.of_bytes(where, reason, raw, rid or header_id, fld)
         return Rejected(where, reason, raw_xml(rec), rid or header_id, fld)
 
+    # a block given twice says two things at once, as a field given twice does
+    for path, name in ((f"{_O}header", "header"), (f"{_O}metadata", "metadata")):
+        if len(rec.findall(path)) > 1:
+            return reject(f"more than one <{name}> in the record", name)
+    if len(rec.findall(f"{_O}metadata/{_A}arXivRaw")) > 1:
+        return reject("more than one <arXivRaw> in the record's metadata", "metadata")
     try:
         oai_id = _header_text(header, "identifier") or ""
         header_id = oai_id[len(OAI_ID_PREFIX) :] if oai_id.startswith(OAI_ID_PREFIX) else None

@@ -254,3 +254,22 @@ def test_a_rejected_record_keeps_its_bytes_as_served() -> None:
     assert bad.raw == rec
     (good,) = parse_page(body, "t").records
     assert good.source_raw == record(ident="2401.00006", override={"id": "2401.00006"}).encode()
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            "</metadata>",
+            '<arXivRaw xmlns="http://arxiv.org/OAI/arXivRaw/"><title>Other</title></arXivRaw></metadata>',
+        ),
+        ("</metadata>", "</metadata><metadata/>"),
+        ("</header>", "</header><header><identifier>oai:arXiv.org:2401.00009</identifier></header>"),
+    ],
+    ids=["two arXivRaw", "two metadata", "two headers"],
+)
+def test_a_record_given_twice_inside_one_record_is_rejected(old: str, new: str) -> None:
+    """A record that holds its header, metadata or arXivRaw block twice says two things
+    at once, as a field given twice does: rejected, never built from the first."""
+    (bad,) = parse_page(page_of(record().replace(old, new, 1)), "t").rejected
+    assert "more than one" in bad.reason
