@@ -16,7 +16,7 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits, utf8_size
-from pith_pipeline.core.text import collapse_ws
+from pith_pipeline.core.text import collapse_ws, shown
 from pith_pipeline.core.timeutil import parse_iso_day, parse_rfc2822
 from pith_pipeline.errors import InputError
 
@@ -166,7 +166,7 @@ class ArxivRecord:
             return InputError(message, record_id=rid, field=field_name)
 
         if not isinstance(self.id, str) or not is_arxiv_id(self.id):
-            raise bad("id", f"not an arXiv identifier without version: {self.id!r}")
+            raise bad("id", f"not an arXiv identifier without version: {shown(self.id)}")
         total = _check_text(self, limits, bad)
         for name in ("title", "abstract"):
             value = getattr(self, name)
@@ -177,7 +177,7 @@ class ArxivRecord:
         cats = tuple(self.categories.split())
         for c in cats:
             if not CATEGORY.fullmatch(c):
-                raise bad("categories", f"bad category {c!r} in {self.categories!r}")
+                raise bad("categories", f"bad category {shown(c)} in {shown(self.categories)}")
         if not isinstance(self.versions, tuple) or not self.versions:
             raise bad("versions", "no versions")
         numbers = []
@@ -191,10 +191,16 @@ class ArxivRecord:
                 label = v.version if isinstance(v, Version) else v
                 raise bad(
                     "versions",
-                    f"bad version label {label!r} (expected v1 .. v{limits.max_version}, ASCII digits)",
+                    f"bad version label {shown(label)} (expected v1 .. v{limits.max_version}, ASCII digits)",
                 )
             numbers.append(v.number)
-            total += len(v.version) + utf8_size(v.created)
+            created = _size(v.created, f"versions[{v.version}].created", bad)
+            if created > limits.field_limit("created"):
+                raise bad(
+                    f"versions[{v.version}].created",
+                    f"{created} bytes, over the limit of {limits.field_limit('created')}",
+                )
+            total += len(v.version) + created
         if len(set(numbers)) != len(numbers):
             raise bad("versions", f"duplicate version numbers {numbers}")
         if self.authors_parsed is not None:

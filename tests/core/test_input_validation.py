@@ -206,3 +206,30 @@ def test_unencodable_text_is_refused() -> None:
 def test_submitted_year_has_four_digits_for_pith_numbers() -> None:
     rec = ArxivRecord.from_json(base())
     assert rec.submitted_at == datetime(2007, 3, 31, 2, 26, 18, tzinfo=UTC)
+
+
+def test_a_version_date_has_its_documented_size_limit() -> None:
+    """`created` is limited to 64 bytes (docs/pages/input-limits.md): blanks around a
+    date must not carry it past the limit into the signed record."""
+    limit = DEFAULT_LIMITS.field_limit("created")
+    padded = GOOD_DATE + " " * (limit - len(GOOD_DATE) + 1)
+    err = refused(base(versions=[{"version": "v1", "created": padded}]))
+    assert err.field == "versions[v1].created" and str(limit) in err.message
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        base(id="2101." + "1" * 1_000_000),
+        base(versions=[{"version": "v" + "1" * 1_000_000, "created": GOOD_DATE}]),
+        base(versions=[{"version": "v1", "created": "x" * 1_000_000}]),
+        base(categories="cs.LG " + "x!" * 500),
+        base(update_date="2" * 1_000_000),
+    ],
+    ids=["id", "version", "date", "category", "update_date"],
+)
+def test_a_reason_never_repeats_a_huge_value(obj: dict[str, Any]) -> None:
+    """A reject's reason names the value, shortened: the value itself is in the raw
+    input the quarantine keeps, and a reason of megabytes would be printed and logged."""
+    err = refused(obj)
+    assert len(err.message) < 300, err.message[:300]
