@@ -171,6 +171,11 @@ _RECORD_SPAN = re.compile(rb"<record(?:[ \t\r\n][^<>]*)?>.*?</record[ \t\r\n]*>"
 _HEADER_ID = re.compile(rb"<identifier>[ \t\r\n]*oai:arXiv\.org:([!-~]{1,64}?)[ \t\r\n]*</identifier>")
 
 
+#: the most of a page outside its records (a real one: a few hundred bytes) for which the
+#: page is read record by record
+_ENVELOPE_BYTES = 16 * 1024
+
+
 def _record_bytes(data: bytes, count: int) -> list[bytes] | None:
     """The exact bytes of the `count` records of a well-formed page, or None.
 
@@ -211,6 +216,8 @@ def _read_records_apart(data: bytes, where: str) -> Page | None:
     if any(data[end:start].strip(b" \t\r\n") for (_, end), (start, _) in pairwise(spans)):
         return None
     head, tail = data[: spans[0][0]], data[spans[-1][1] :]
+    if len(head) + len(tail) > _ENVELOPE_BYTES:
+        return None  # parsed again around every record: a huge one would cost that many times
     try:
         envelope = _page_of(etree.fromstring(head + tail, parser=_PARSER), where)
     except (etree.XMLSyntaxError, MalformedPageError):
