@@ -625,11 +625,8 @@ class Publisher:
         if not existing and self.fresh_path:  # the common case: one pass does it all
             fresh = self._fresh_builder().build(ident, now, self.clock(), supersedes=supersedes)
             self._check_signer(fresh.events[0])
-            rows = _check_index_rows(fresh.bundle)  # before anything of the record is published
-            if self.on_bundle is not None:  # the sink takes these rows: made once
-                if len(self._checked_rows) > 4096:  # papers that failed after the check
-                    self._checked_rows.clear()
-                self._checked_rows[id(fresh.bundle)] = (fresh.bundle, rows)
+            # before anything of the record is published
+            self._remember_checked_rows(fresh.bundle, _check_index_rows(fresh.bundle))
             for ev, data in zip(fresh.events, fresh.event_bytes, strict=True):
                 self._put_event(event_key(ident.body, ev["content_sha256"]), data)
             # no stored event: whatever a bundle there holds, it is not these bytes
@@ -649,9 +646,14 @@ class Publisher:
                 builder_version=self.config.builder_version,
             )
             self._check_signer(built.events[0])
+            # built and its index rows checked before any of its events is published
+            bundle = self.signed_bundle(
+                ident.subject, existing + built.events, built.aliases, trusted=built.events
+            )
+            self._remember_checked_rows(bundle, _check_index_rows(bundle))
             for ev in built.events:
                 self._put_event(event_key(ident.body, ev["content_sha256"]), dumps_compact(ev))
-            self.write_bundle(ident.subject, existing + built.events, built.aliases, trusted=built.events)
+            self._write_bundle_objects(ident.body, bundle)
             built_events = built.events
         self.summary.built += 1
         self.summary.pith_numbers.append(ident.subject)
@@ -659,6 +661,13 @@ class Publisher:
         self._update_pointer(ident, existing + built_events)
         self.summary.superseded += self.reconcile(rec.id)
         return ident
+
+    def _remember_checked_rows(self, bundle: dict[str, Any], rows: Any) -> None:
+        """Keep a bundle's checked index rows for the sink, so they are made once."""
+        if self.on_bundle is not None:
+            if len(self._checked_rows) > 4096:  # papers that failed after the check
+                self._checked_rows.clear()
+            self._checked_rows[id(bundle)] = (bundle, rows)
 
     def _complete_snapshot(self, ident: Identity, existing: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Write the `graph_snapshot` a run killed between a record's two events left out.
@@ -1082,13 +1091,23 @@ def _utc_today() -> date:
 
 
 def _build_failure(rec: ArxivRecord, exc: BaseException) -> Rejected:
-    """The quarantine entry of a record that parsed but could not be built."""
+    """The quarantine entry of a record that parsed but could not be built: with the
+    input as read (bytes kept exactly, base64 when not UTF-8) and where it was read,
+    like a parse failure; a re-serialisation only for a record made in code."""
     import json
 
     if isinstance(exc, InputError):
-        reason, fld, where = exc.message, exc.field, exc.where or ""
+        reason, fld, where = exc.message, exc.field, exc.where or rec.source_where or ""
     else:
-        reason, fld, where = f"could not build the record: {type(exc).__name__}: {exc}", None, ""
+        reason, fld, where = (
+            f"could not build the record: {type(exc).__name__}: {exc}",
+            None,
+            rec.source_where or "",
+        )
+    if isinstance(rec.source_raw, bytes):
+        return Rejected.of_bytes(where, reason, rec.source_raw, rec.id, fld)
+    if isinstance(rec.source_raw, str):
+        return Rejected(where, reason, rec.source_raw, rec.id, fld)
     try:
         raw = json.dumps(rec.to_json(), ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError):

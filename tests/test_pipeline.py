@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from testclock import StepClock
 
 from pith_pipeline.core.canonical_json import dumps_compact
@@ -328,13 +329,17 @@ def test_a_correction_stored_but_not_yet_in_its_bundle_is_added_on_rerun(
     assert verify_bundle(json.loads((store / "pith" / old_body / "bundle.json").read_bytes())).ok
 
 
+@pytest.mark.parametrize("fresh_path", [True, False], ids=["one-pass", "events-then-bundle"])
 def test_a_record_whose_index_row_does_not_fit_is_quarantined_before_publishing(
-    tmp_path: Path, asset: Any, monkeypatch: Any
+    tmp_path: Path, asset: Any, monkeypatch: Any, fresh_path: bool
 ) -> None:
     """Index rows are checked against the schemas before anything of a record is
-    published: one record can never make the index unbuildable."""
+    published, on either way of building it: one record can never make the index
+    unbuildable."""
     from pith_pipeline.errors import InputError
     from pith_pipeline.index import rows
+
+    monkeypatch.setattr(Publisher, "fresh_path", fresh_path)
 
     real = rows.check_bundle
 
