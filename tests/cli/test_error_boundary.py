@@ -15,10 +15,11 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import click
 import pytest
+from cli_in_process import CliResult as Result
+from cli_in_process import run_cli
 
 from pith_pipeline.cli import cli as cli_group
 from pith_pipeline.cli import main
@@ -26,21 +27,8 @@ from pith_pipeline.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class Result(NamedTuple):
-    code: int
-    out: str
-    err: str
-
-
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> Result:
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    cap = capsys.readouterr()
-    return Result(code, cap.out, cap.err)
+    return run_cli(capsys, *args)
 
 
 def one_error_line(result: Result) -> str:

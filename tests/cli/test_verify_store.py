@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import run_cli
 from testclock import StepClock
 
 from pith_pipeline.core.canonical_json import dumps_compact
@@ -22,28 +23,9 @@ SAMPLE = Path(__file__).parent.parent / "data" / "arxiv-sample.jsonl"
 SIGNER = Ed25519Signer(b"\x06" * 32, "pith-cli-verify")
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Any:
-    from pith_pipeline.cli import main
-
-    def run(*args: str) -> Result:
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        cap = capsys.readouterr()
-        return Result(code, cap.out, cap.err)
-
-    return run
+    return partial(run_cli, capsys)
 
 
 def publish(store: Store) -> None:

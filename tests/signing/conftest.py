@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cli_in_process import run_cli
 from signing_consts import KMS_ALIAS
 
 from pith_pipeline.signing import envelope
@@ -88,24 +91,7 @@ def file_key2(tmp_path: Path) -> Path:
     return priv
 
 
-class CliResult:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+def cli(capsys: pytest.CaptureFixture[str]) -> Any:
     """Run `pith-pipeline ARGS...` in this process; returns exit code and output."""
-    from pith_pipeline.cli import main
-
-    def run(*args: str) -> CliResult:
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        cap = capsys.readouterr()
-        return CliResult(code, cap.out, cap.err)
-
-    return run
+    return partial(run_cli, capsys)
