@@ -465,6 +465,18 @@ def _event_of(store: Path, kind: str) -> Path:
     raise AssertionError(kind)
 
 
+def _published_then_lost(tmp_path: Path, sample_lines: list[str], kind: str) -> tuple[Path, Path, Path]:
+    """A store of three sample papers, one of whose `kind` events is then deleted:
+    (store, input, the deleted event's path)."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    gone = _event_of(store, kind)
+    gone.unlink()
+    return store, path, gone
+
+
 def test_a_deleted_stored_event_is_never_dropped_by_a_rebuild(
     tmp_path: Path, sample_lines: list[str]
 ) -> None:
@@ -472,13 +484,8 @@ def test_a_deleted_stored_event_is_never_dropped_by_a_rebuild(
     names the bundle, and re-signs nothing without the event."""
     from pith_pipeline.pipeline import rebuild
 
-    path = tmp_path / "in.jsonl"
-    path.write_text("\n".join(sample_lines[:3]) + "\n")
-    store = tmp_path / "store"
-    publish(store, path)
-    gone = _event_of(store, "graph_snapshot")
+    store, _path, gone = _published_then_lost(tmp_path, sample_lines, "graph_snapshot")
     body = gone.parent.name
-    gone.unlink()
     before = snapshot(store / "pith")
     failures: list[str] = []
     rebuilt = list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
@@ -492,13 +499,8 @@ def test_a_deleted_record_created_is_not_replaced_by_a_new_one(
 ) -> None:
     """A build must not sign a second `record_created` for a paper whose first one was
     deleted from the store: the paper is named as not published."""
-    path = tmp_path / "in.jsonl"
-    path.write_text("\n".join(sample_lines[:3]) + "\n")
-    store = tmp_path / "store"
-    publish(store, path)
-    gone = _event_of(store, "record_created")
+    store, path, gone = _published_then_lost(tmp_path, sample_lines, "record_created")
     body = gone.parent.name
-    gone.unlink()
     before = snapshot(store / "events")
     again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
     assert again.failed == 1 and gone.stem in again.problems[0] and body in again.problems[0]
