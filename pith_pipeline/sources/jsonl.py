@@ -59,7 +59,7 @@ def iter_jsonl(
     if isinstance(path, str | Path):
         p = Path(path)
         with p.open("rb") as raw_file:
-            fh = _open_stream(raw_file, p.suffix == ".gz")
+            fh = open_stream(raw_file, p.suffix == ".gz")
             yield from _iter_lines(
                 fh, name or p.name, categories, submitted_from, submitted_until, limits, raw_file.tell
             )
@@ -78,7 +78,8 @@ def iter_jsonl(
     )
 
 
-def _open_stream(raw: IO[bytes], gz_suffix: bool) -> IO[bytes]:
+def open_stream(raw: IO[bytes], gz_suffix: bool) -> IO[bytes]:
+    """`raw`, or its gzip decompression when it is named `.gz` or starts like gzip."""
     magic = raw.peek(2)[:2] if isinstance(raw, io.BufferedReader) else b""
     if gz_suffix or magic == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
@@ -110,6 +111,42 @@ def _read_line(fh: IO[bytes], limit: int) -> tuple[bytes, int]:
             return line, size
 
 
+def read_line(
+    fh: IO[bytes], limit: int, label: str, read_so_far: str, position: Callable[[], int] | None
+) -> tuple[bytes, int]:
+    """`_read_line`, with a damaged stream turned into one `DamagedInputError`.
+
+    Why one place: gzip reports a truncated file as `EOFError`, which the CLI's click
+    takes for Ctrl-D ("aborted", exit 130), and a bad header as `BadGzipFile`; every
+    reader of input files (whole files and the byte ranges of `snapshot_ranges`)
+    must name the file and how far it got instead. `read_so_far` says that
+    ("line 12", "reading 4096 bytes").
+    """
+    try:
+        return _read_line(fh, limit)
+    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+        where = ""
+        if position is not None:
+            try:
+                where = f", at byte {position()} of the file"
+            except (OSError, ValueError):
+                where = ""
+        raise DamagedInputError(
+            f"{label}: damaged input after {read_so_far}{where}: {exc} "
+            "(records before it were read; repair or download the file again)"
+        ) from None
+
+
+def oversized(where: str, line: bytes, size: int, limit: int) -> Rejected:
+    """The reject for a line over `limit` bytes: its start is kept, to name it."""
+    return Rejected.of_bytes(
+        where,
+        f"line of {size} bytes, over the limit of {limit} "
+        f"(the first {KEPT_OF_LONG_LINE} bytes are kept here)",
+        _utf8_prefix(line[:KEPT_OF_LONG_LINE]),
+    )
+
+
 def _iter_lines(
     fh: IO[bytes],
     label: str,
@@ -121,29 +158,12 @@ def _iter_lines(
 ) -> Iterator[Item]:
     n = 0
     while True:
-        try:
-            line, size = _read_line(fh, limits.line_bytes)
-        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
-            where = ""
-            if position is not None:
-                try:
-                    where = f", at byte {position()} of the file"
-                except (OSError, ValueError):
-                    where = ""
-            raise DamagedInputError(
-                f"{label}: damaged input after line {n}{where}: {exc} "
-                "(records before it were read; repair or download the file again)"
-            ) from None
+        line, size = read_line(fh, limits.line_bytes, label, f"line {n}", position)
         if not line:
             return
         n += 1
         if size > limits.line_bytes:
-            yield Rejected.of_bytes(
-                f"{label}:{n}",
-                f"line of {size} bytes, over the limit of {limits.line_bytes} "
-                f"(the first {KEPT_OF_LONG_LINE} bytes are kept here)",
-                _utf8_prefix(line[:KEPT_OF_LONG_LINE]),
-            )
+            yield oversized(f"{label}:{n}", line, size, limits.line_bytes)
             continue
         if not line.strip():
             continue

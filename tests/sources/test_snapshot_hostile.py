@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,64 @@ def test_over_long_line_is_quarantined_and_the_next_line_read(tmp_path: Path) ->
     assert isinstance(bad, Rejected) and bad.where == "in.jsonl:2"
     assert "10000" in bad.reason and len(bad.raw) <= 10_000
     assert json.dumps(bad.to_json())  # serialisable as it is
+
+
+# -- the byte-range reader of `backfill --source snapshot` and the Airflow chunks ---------
+
+
+def damaged_header_gz(tmp_path: Path) -> Path:
+    data = bytearray(gzip.compress(SNAPSHOT.read_bytes(), mtime=0))
+    data[2] = 7  # compression method: not deflate
+    path = tmp_path / "header.json.gz"
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("make", [truncated_gz, damaged_header_gz], ids=["truncated", "bad-header"])
+def test_snapshot_range_names_the_damaged_file(tmp_path: Path, make: Callable[[Path], Path]) -> None:
+    from pith_pipeline.runs.windows import window_from_options
+    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range, plan_snapshot_chunks
+
+    path = make(tmp_path)
+    (chunk,) = plan_snapshot_chunks(path, window_from_options("1990-01-01", "2030-01-01"))
+    with pytest.raises(DamagedInputError) as err:
+        list(iter_snapshot_range(chunk))
+    msg = str(err.value)
+    assert path.name in msg and "damaged" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("make", [truncated_gz, damaged_header_gz], ids=["truncated", "bad-header"])
+def test_cli_backfill_reports_damaged_snapshot(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[[Path], Path],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    key = generate_key(tmp_path / "keys")[0]
+    path = make(tmp_path)
+    argv = ["backfill", "--from", "1990-01-01", "--until", "2030-01-01", "--source", "snapshot"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--snapshot", str(path), "--store", str(tmp_path / "s"), "--key", str(key)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 65
+    assert "aborted" not in err and "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert path.name in line and "damaged" in line
+
+
+def test_snapshot_range_quarantines_an_over_long_line(tmp_path: Path) -> None:
+    """The range reader holds at most one line's limit, like `iter_jsonl`."""
+    from pith_pipeline.runs.windows import window_from_options
+    from pith_pipeline.sources import snapshot_ranges
+
+    good = SNAPSHOT.read_bytes().splitlines(keepends=True)
+    path = tmp_path / "in.jsonl"
+    huge = b'{"id": "2101.00001", "title": "' + b"x" * 50_000 + b'"}\n'
+    path.write_bytes(good[0] + huge + good[1])
+    (chunk,) = snapshot_ranges.plan_snapshot_chunks(path, window_from_options("1990-01-01", "2030-01-01"))
+    items = list(snapshot_ranges.iter_snapshot_range(chunk, limits=InputLimits(line_bytes=10_000)))
+    kinds = [type(i).__name__ for i in items]
+    assert kinds.count("Rejected") == 1 and kinds.count("ArxivRecord") >= 1
+    (bad,) = [i for i in items if isinstance(i, Rejected)]
+    assert bad.where == f"in.jsonl@{len(good[0])}" and "10000" in bad.reason and len(bad.raw) <= 10_000
