@@ -33,6 +33,7 @@ died in between) is taken from the store on resume, not fetched again.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import logging
 import re
 import time
@@ -47,6 +48,7 @@ from oaipmh_scythe.config import HTTPConfig
 from pith_pipeline import config
 from pith_pipeline._internal.capped import deadline_scope, deadline_transport, read_capped
 from pith_pipeline.clock import system_clock
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.timeutil import Clock, iso_seconds
@@ -98,6 +100,11 @@ class Checkpoint:
     restarts: int = 0
     oai_url: str = ""
     updated_at: str = ""
+    #: digests (`_digest`) of the resumption tokens this attempt has used and of the
+    #: pages it has committed: one coming back means the list goes round, and keeping
+    #: them here means a rerun does not start another round (see `_check_progress`)
+    seen_tokens: list[str] = field(default_factory=list)
+    seen_pages: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,10 +119,19 @@ class Checkpoint:
             "deleted": self.deleted,
             "restarts": self.restarts,
             "updated_at": self.updated_at,
+            "seen_tokens": self.seen_tokens,
+            "seen_pages": self.seen_pages,
         }
 
     @classmethod
     def from_json(cls, window: Window, obj: dict[str, Any]) -> Checkpoint:
+        token = obj.get("resumption_token")
+        # checkpoints written before the lists existed: the current token is known used
+        tokens = obj.get("seen_tokens", [_digest(token)] if isinstance(token, str) and token else [])
+        pages = obj.get("seen_pages", [])
+        for seen in (tokens, pages):
+            if not isinstance(seen, list) or not all(isinstance(d, str) for d in seen):
+                raise TypeError("seen_tokens and seen_pages must be lists of strings")
         return cls(
             window=window,
             attempt=int(obj.get("attempt", 1)),
@@ -128,7 +144,28 @@ class Checkpoint:
             restarts=int(obj.get("restarts", 0)),
             oai_url=str(obj.get("oai_url", "")),
             updated_at=str(obj.get("updated_at", "")),
+            seen_tokens=list(tokens),
+            seen_pages=list(pages),
         )
+
+
+def _digest(text: str) -> str:
+    """A short name for a token or a page's content (64 bits: a collision would need a
+    server that tries, and costs only a window stopped early)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def page_digest(page: Page) -> str:
+    """What a page lists, whatever its token and response date: the identity of each
+    record (id and datestamp), deletion and reject, in order-free form."""
+    parts = []
+    for item in page.items:
+        if isinstance(item, ArxivRecord):
+            parts.append(f"r {item.id} {item.update_date}")
+        else:
+            parts.append(f"x {item.record_id} {_digest(item.raw)}")
+    parts.extend(f"d {d.arxiv_id} {d.datestamp}" for d in page.deleted)
+    return _digest("\n".join(sorted(parts)))
 
 
 @dataclass(slots=True)
@@ -386,8 +423,6 @@ class Harvester:
                 return
             cp = Checkpoint(window, attempt=cp.attempt + 1, restarts=cp.restarts)
             self._save(cp)
-        # tokens this attempt has used: one coming back means the list never ends
-        seen: set[str] = {cp.resumption_token} if cp.resumption_token else set()
         while True:
             n = cp.pages_done + 1
             key = self.page_key(window, cp.attempt, n)
@@ -423,13 +458,16 @@ class Harvester:
                             content_type="application/gzip",
                         )
                         raise _TokenRefused(page.error_message)
-                    if page.error_code not in (None, "noRecordsMatch"):
+                    # `noRecordsMatch` is an empty window only as the answer to its first
+                    # request; to a token it means the list broke off, records missing
+                    if page.error_code is not None and (page.error_code != "noRecordsMatch" or n > 1):
                         bad = self._free_key(
                             lambda k, a=cp.attempt, m=n: self.page_key(window, a, m, f".error-{k:02d}")
                         )
                         self.store.put_once(bad, gz(body), content_type="application/gzip")
+                        broke_off = " to a resumption token: the list broke off" if n > 1 else ""
                         raise TerminalError(
-                            f"{where}: arXiv's OAI-PMH answered {page.error_code}: "
+                            f"{where}: arXiv's OAI-PMH answered {page.error_code}{broke_off}: "
                             f"{page.error_message} (request {params}; response kept as {bad})"
                         )
                     self.store.put_once(key, gz(body), content_type="application/gzip")
@@ -446,9 +484,8 @@ class Harvester:
                 self.stats.restarts += 1
                 cp = Checkpoint(window, attempt=cp.attempt + 1, restarts=cp.restarts + 1)
                 self._save(cp)
-                seen = set()
                 continue
-            self._check_progress(window, cp, page, seen, where)
+            self._check_progress(window, cp, page, where)
             self.stats.pages += 1
             if page.complete_list_size is not None:
                 cp.complete_list_size = page.complete_list_size
@@ -462,29 +499,36 @@ class Harvester:
             if cp.complete:
                 return
 
-    def _check_progress(self, window: Window, cp: Checkpoint, page: Page, seen: set[str], where: str) -> None:
+    def _check_progress(self, window: Window, cp: Checkpoint, page: Page, where: str) -> None:
         """Stop a list that does not end, before its page is published.
 
-        Why: a server that hands back a token already used (or pages beyond its own
-        `completeListSize`) would be followed forever, republishing the same records.
+        Why: a server that hands back a token already used, or new tokens for pages
+        already seen (the same records again, or empty pages), or pages beyond its own
+        `completeListSize`, would be followed forever, republishing the same records.
+        The token and the page are recorded in `cp` (saved with the next commit).
         """
+        stop = f"{self.window_prefix(window)}: "
+        why = "; window stopped (the server's list does not end; try again later)"
         total = cp.records + cp.deleted + len(page.items) + len(page.deleted)
         size = page.complete_list_size if page.complete_list_size is not None else cp.complete_list_size
         if size is not None and total > size:
             raise ResumptionLoopError(
-                f"{self.window_prefix(window)}: {total} records by {where}, more than the "
-                f"completeListSize of {size} the server announced; window stopped "
-                "(the server's list does not end; try again later)"
+                f"{stop}{total} records by {where}, more than the completeListSize of {size} "
+                f"the server announced{why}"
             )
         token = page.resumption_token
         if token is not None:
-            if token in seen:
+            token_digest = _digest(token)
+            if token_digest in cp.seen_tokens:
                 raise ResumptionLoopError(
-                    f"{self.window_prefix(window)}: resumption token {token!r} in {where} was "
-                    "already used in this window; window stopped (the server's list does "
-                    "not end; try again later)"
+                    f"{stop}resumption token {token[:200]!r} in {where} was already used in this window{why}"
                 )
-            seen.add(token)
+            cp.seen_tokens.append(token_digest)
+        listed = page_digest(page)
+        if listed in cp.seen_pages:
+            what = "lists the same records as" if page.items or page.deleted else "is empty, like"
+            raise ResumptionLoopError(f"{stop}{where} {what} an earlier page of this window{why}")
+        cp.seen_pages.append(listed)
 
     # -- GetRecord -----------------------------------------------------------
     def get_records(self, ids: Iterable[str], run_id: str) -> Iterator[HarvestedPage]:
