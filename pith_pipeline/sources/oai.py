@@ -302,9 +302,12 @@ class OAIClient:
                 f"{what}: response larger than the limit of {self.limits.response_bytes} bytes; "
                 "stopped reading it (see docs/pages/input-limits.md)"
             )
-        if response.is_redirect:  # following it would be a second, unspaced request
+        if 300 <= response.status_code < 400:  # following it would be a second, unspaced request
+            location = response.headers.get("location")
+            if location is None:
+                raise TerminalError(f"{what}: HTTP {response.status_code} redirect without a Location")
             raise TerminalError(
-                f"{what}: redirected to {response.headers.get('location')}; "
+                f"{what}: HTTP {response.status_code}, redirected to {location}; "
                 f"set --oai-url (or {OAI_URL_ENV}) to that address"
             )
         return response
@@ -378,17 +381,22 @@ class Harvester:
             response = client.request(params)
             self.stats.requests += client.gate.requests - sent  # retries included
             body = response.content
+            status = response.status_code
             try:
+                # OAI-PMH answers 200 and reports its errors in the body: any other status
+                # (429 and 5xx were retried by the gate) is not a page, whatever the body
+                if status != 200:
+                    raise MalformedPageError(f"HTTP {status} from {client.base_url}", where=where)
                 page = parse_page(body, where)
             except MalformedPageError as exc:
                 self.stats.malformed_pages += 1
                 key = self._free_key(malformed_key)
                 self.store.put_once(key, gz(body), content_type="application/gzip")
                 self.stats.malformed_keys.append(key)
-                log.warning("%s (HTTP %s); kept as %s", exc, response.status_code, key)
-                if response.status_code >= 400:
+                log.warning("%s (HTTP %s); kept as %s", exc, status, key)
+                if status != 200:
                     raise TerminalError(
-                        f"{where}: HTTP {response.status_code} from {client.base_url}; response kept as {key}"
+                        f"{where}: HTTP {status} from {client.base_url}; response kept as {key}"
                     ) from None
                 if attempt >= policy.max_retries:
                     raise TransientError(
