@@ -23,6 +23,7 @@ carrying the record's raw XML, so the rest of the page is still built.
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass, field
 
 from lxml import etree
@@ -97,6 +98,22 @@ def _int_attr(el: etree._Element, name: str) -> int | None:
         return None
 
 
+def _not_utf8(data: bytes, declared: str | None) -> str | None:
+    """The encoding a page is in when it is not UTF-8 (else None).
+
+    lxml reports the declaration, or UTF-8 when there is none, even for UTF-16 with a
+    byte order mark; UTF-16 and UTF-32 are told by their NUL bytes (XML never has one).
+    """
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in data[:4]:
+        return "UTF-16 or UTF-32"
+    try:
+        if declared is None or codecs.lookup(declared).name == "utf-8":
+            return None
+    except LookupError:
+        pass
+    return repr(declared)
+
+
 def parse_page(data: bytes, where: str) -> Page:
     """Parse a `ListRecords` or `GetRecord` response into records, deletions and rejects.
 
@@ -111,6 +128,13 @@ def parse_page(data: bytes, where: str) -> Page:
     docinfo = root.getroottree().docinfo
     if docinfo.doctype or docinfo.internalDTD is not None or docinfo.externalDTD is not None:
         raise MalformedPageError("refused: the response declares a DTD (OAI-PMH never does)", where=where)
+    other = _not_utf8(data, docinfo.encoding)
+    if other is not None:
+        # decoded by its declaration, UTF-8 bytes declared ISO-8859-1 turn `café` into
+        # `cafÃ©`: text that would be signed as if arXiv had served it
+        raise MalformedPageError(
+            f"refused: the response is in {other}, not UTF-8 (OAI-PMH responses are UTF-8)", where=where
+        )
     if root.tag != f"{_O}OAI-PMH":
         raise MalformedPageError(f"not an OAI-PMH response (root element {root.tag!r})", where=where)
     page = Page(where)

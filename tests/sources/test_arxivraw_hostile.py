@@ -168,3 +168,31 @@ def test_token_cut_by_a_comment_is_read_whole() -> None:
         b'<resumptionToken completeListSize="9">12<!-- c -->34</resumptionToken></ListRecords>',
     )
     assert parse_page(body, "t").resumption_token == "1234"
+
+
+@pytest.mark.parametrize(
+    ("prolog", "encode"),
+    [
+        ('<?xml version="1.0" encoding="ISO-8859-1"?>', "utf-8"),  # UTF-8 bytes, Latin-1 declared
+        ("<?xml version='1.0' encoding='windows-1252'?>", "cp1252"),
+        ('<?xml version="1.0" encoding="UTF-16"?>', "utf-16"),
+        ("", "utf-16"),  # a byte order mark, no declaration
+    ],
+    ids=["latin1-declared", "cp1252", "utf16", "utf16-bom"],
+)
+def test_pages_not_in_utf8_are_refused(prolog: str, encode: str) -> None:
+    """OAI-PMH responses are UTF-8. A page declaring another encoding was decoded by
+    its declaration: UTF-8 bytes declared ISO-8859-1 made `café` into `cafÃ©`, signed."""
+    body = (prolog + page_of(record({"title": "café"})).decode()).encode(encode)
+    with pytest.raises(MalformedPageError) as err:
+        parse_page(body, "raw/p.xml.gz")
+    assert "UTF-8" in str(err.value) and "raw/p.xml.gz" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "prolog",
+    ["", '<?xml version="1.0" encoding="UTF-8"?>', "<?xml version='1.0' encoding='utf-8'?>", "\ufeff"],
+)
+def test_utf8_pages_parse_with_or_without_a_declaration(prolog: str) -> None:
+    page = parse_page((prolog + page_of(record({"title": "café"})).decode()).encode("utf-8"), "t")
+    assert [r.title for r in page.records] == ["café"]
