@@ -37,6 +37,7 @@ import hashlib
 import logging
 import re
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,7 @@ from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.timeutil import Clock, iso_seconds
 from pith_pipeline.errors import (
+    DamagedInputError,
     RequestDeadlineError,
     ResponseTooLargeError,
     ResumptionLoopError,
@@ -81,8 +83,30 @@ def gz(data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=6, mtime=0)
 
 
-def gunzip(data: bytes) -> bytes:
-    return gzip.decompress(data)
+def gunzip(data: bytes, where: str, cap: int = DEFAULT_LIMITS.response_bytes) -> bytes:
+    """A stored page's bytes: one gzip member, at most `cap` bytes when inflated.
+
+    Why not `gzip.decompress`: a truncated object raised a bare `EOFError` (which the
+    CLI reports as Ctrl-C, "aborted") and one that inflates without end was inflated
+    whole. No page is stored bigger than a response may be (`response_bytes`), so
+    anything bigger, or damaged, is `DamagedInputError` naming the object.
+    """
+    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        body = inflate.decompress(data, cap + 1)
+    except zlib.error as exc:
+        raise DamagedInputError(f"{where}: damaged gzip ({exc}); move it away to harvest it again") from None
+    if len(body) > cap:
+        raise DamagedInputError(
+            f"{where}: inflates to more than {cap} bytes, the limit of a response; "
+            "no page is stored that big (see docs/pages/input-limits.md)"
+        )
+    if not inflate.eof or inflate.unused_data:
+        raise DamagedInputError(
+            f"{where}: damaged gzip ({'truncated' if not inflate.eof else 'data after its end'}); "
+            "move it away to harvest it again"
+        )
+    return body
 
 
 @dataclass(slots=True)
@@ -328,8 +352,10 @@ class Harvester:
         raw_root: str = RAW_ROOT,
         metadata_prefix: str = METADATA_PREFIX,
         clock: Clock = system_clock,
+        limits: InputLimits = DEFAULT_LIMITS,
     ) -> None:
         self.store = store
+        self.limits = limits
         self.client = client
         self.raw_root = raw_root.rstrip("/")
         self.prefix = metadata_prefix
@@ -438,7 +464,7 @@ class Harvester:
             stored = self.store.get(key)
             try:
                 if stored is not None:
-                    body = gunzip(stored)
+                    body = gunzip(stored, key, self.limits.response_bytes)
                     page = parse_page(body, where)
                     from_store = True
                     self.stats.pages_from_store += 1
@@ -596,7 +622,7 @@ class Harvester:
             data = self.store.get(key)
             if data is None:
                 continue
-            body = gunzip(data)
+            body = gunzip(data, key, self.limits.response_bytes)
             page = parse_page(body, key)
             if "/getrecord/" in key:
                 ident = key.rsplit("/", 1)[1].split("-", 1)[1][: -len(".xml.gz")]

@@ -154,3 +154,53 @@ def test_snapshot_range_quarantines_an_over_long_line(tmp_path: Path) -> None:
     assert kinds.count("Rejected") == 1 and kinds.count("ArxivRecord") >= 1
     (bad,) = [i for i in items if isinstance(i, Rejected)]
     assert bad.where == f"in.jsonl@{len(good[0])}" and "10000" in bad.reason and len(bad.raw) <= 10_000
+
+
+# -- raw pages kept in the store are gzip files too ---------------------------------------
+
+
+def sample_store(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A store with the bundled sample harvested into it; returns (store, key, a page)."""
+    key = generate_key(tmp_path / "keys")[0]
+    store = tmp_path / "s"
+    main_ok(["ingest", "--sample", "--store", str(store), "--key", str(key)])
+    page = sorted((store / "raw").rglob("page-00002.xml.gz"))[0]
+    return store, key, page
+
+
+def main_ok(argv: list[str]) -> None:
+    try:
+        main(argv)
+    except SystemExit as exit_:
+        assert exit_.code in (0, None)
+
+
+def test_a_truncated_stored_page_is_named_on_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A truncated raw page printed 'aborted' (gzip's EOFError, exit 130)."""
+    monkeypatch.chdir(tmp_path)
+    store, key, page = sample_store(tmp_path)
+    page.write_bytes(page.read_bytes()[:300])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["ingest", "--sample", "--replay", "--store", str(store), "--key", str(key)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 65 and "aborted" not in err
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert page.name in line and "damaged" in line
+
+
+def test_a_stored_page_is_decompressed_with_the_response_cap(tmp_path: Path) -> None:
+    """A raw page that inflates without end was decompressed whole before the XML
+    parser saw it; no page was ever stored bigger than a response may be."""
+    from pith_pipeline.ingest import Ingest
+    from pith_pipeline.signing.local import load_signer
+    from pith_pipeline.storage.local import LocalStore
+
+    store, key, page = sample_store(tmp_path)
+    page.write_bytes(gzip.compress(b" " * 3_000_000, mtime=0))
+    run = Ingest(LocalStore(store), load_signer(key), limits=InputLimits(response_bytes=1_000_000))
+    with pytest.raises(DamagedInputError) as err:
+        run.replay(raw_root="raw/sample")
+    assert page.name in str(err.value) and "1000000" in str(err.value)
