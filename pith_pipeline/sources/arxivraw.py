@@ -114,11 +114,12 @@ def _not_utf8(data: bytes, declared: str | None) -> str | None:
     return repr(declared)
 
 
-def parse_page(data: bytes, where: str) -> Page:
-    """Parse a `ListRecords` or `GetRecord` response into records, deletions and rejects.
+def parse_xml(data: bytes, where: str) -> etree._Element:
+    """The root of an XML document from the outside world, or `MalformedPageError`.
 
-    Raises `MalformedPageError` (naming `where`) when the bytes are not an OAI-PMH
-    XML document; a bad record inside a good page is a `Rejected` item instead.
+    One place for what every response from arXiv (OAI-PMH pages, the search API's
+    Atom feeds) must be: well-formed, without a DTD (so no entity is expanded and no
+    file or URL read), and UTF-8.
     """
     try:
         root = etree.fromstring(data, parser=_PARSER)
@@ -127,14 +128,24 @@ def parse_page(data: bytes, where: str) -> Page:
         raise MalformedPageError(f"not an XML document ({exc}); starts with {head!r}", where=where) from None
     docinfo = root.getroottree().docinfo
     if docinfo.doctype or docinfo.internalDTD is not None or docinfo.externalDTD is not None:
-        raise MalformedPageError("refused: the response declares a DTD (OAI-PMH never does)", where=where)
+        raise MalformedPageError("refused: the response declares a DTD (arXiv never sends one)", where=where)
     other = _not_utf8(data, docinfo.encoding)
     if other is not None:
         # decoded by its declaration, UTF-8 bytes declared ISO-8859-1 turn `café` into
         # `cafÃ©`: text that would be signed as if arXiv had served it
         raise MalformedPageError(
-            f"refused: the response is in {other}, not UTF-8 (OAI-PMH responses are UTF-8)", where=where
+            f"refused: the response is in {other}, not UTF-8 (arXiv answers in UTF-8)", where=where
         )
+    return root
+
+
+def parse_page(data: bytes, where: str) -> Page:
+    """Parse a `ListRecords` or `GetRecord` response into records, deletions and rejects.
+
+    Raises `MalformedPageError` (naming `where`) when the bytes are not an OAI-PMH
+    XML document; a bad record inside a good page is a `Rejected` item instead.
+    """
+    root = parse_xml(data, where)
     if root.tag != f"{_O}OAI-PMH":
         raise MalformedPageError(f"not an OAI-PMH response (root element {root.tag!r})", where=where)
     page = Page(where)

@@ -281,3 +281,29 @@ def test_window_and_snapshot_dates_are_strict(value: str, tmp_path: Path, signer
         window_from_options(value, "2024-01-03")
     with pytest.raises(InputError, match="YYYY-MM-DD"):
         Ingest(LocalStore(tmp_path / "s"), signer).snapshot(tmp_path / "none.jsonl", from_=value)
+
+
+ATOM_OPEN = b'<?xml version="1.0" encoding="UTF-8"?><feed xmlns="http://www.w3.org/2005/Atom">'
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html><body>Service temporarily unavailable</body></html>",
+        ATOM_OPEN + b"<entry><id>http://arxiv.org/abs/1909.11150v2</id>",  # cut short
+        b'<?xml version="1.0"?><!DOCTYPE feed [<!ENTITY x SYSTEM "file:///etc/hostname">]>'
+        b'<feed xmlns="http://www.w3.org/2005/Atom"><title>&x;</title></feed>',
+        ATOM_OPEN.replace(b"UTF-8", b"ISO-8859-1") + b"</feed>",
+    ],
+    ids=["html", "truncated", "dtd", "not-utf8"],
+)
+def test_search_api_answer_that_is_not_an_atom_feed_fails(body: bytes) -> None:
+    """The `arxiv` package's feed parser is lenient: an HTML page or a cut feed read as
+    a feed with no entries, so `--query` found nothing and every `--ids` id was
+    quarantined as unknown to arXiv. The answer is checked as OAI pages are."""
+    with DripServer(body, 0.0, "application/atom+xml") as server:
+        api = ArxivAPI(Gate(FAST), server.url.replace("/oai", "/api/query"))
+        with pytest.raises(TransientError) as err:
+            api.check_ids(["1909.11150"])
+    msg = str(err.value)
+    assert "arXiv API" in msg and "\n" not in msg
