@@ -124,17 +124,72 @@ def read_line(
     """
     try:
         return _read_line(fh, limit)
-    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
-        where = ""
-        if position is not None:
-            try:
-                where = f", at byte {position()} of the file"
-            except (OSError, ValueError):
-                where = ""
+    except _DAMAGE as exc:
+        raise _damaged(label, read_so_far, position, exc) from None
+
+
+_DAMAGE = (EOFError, zlib.error, gzip.BadGzipFile, OSError)
+
+#: what a file that is not JSON lines starts with (after any gzip was taken off)
+_MAGIC = (
+    (b"\x1f\x8b", "gzip twice"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"PK\x03\x04", "zip"),
+    (b"7z\xbc\xaf\x27\x1c", "7z"),
+)
+
+
+def _damaged(
+    label: str, read_so_far: str, position: Callable[[], int] | None, exc: BaseException
+) -> DamagedInputError:
+    where = ""
+    if position is not None:
+        try:
+            where = f", at byte {position()} of the file"
+        except (OSError, ValueError):
+            where = ""
+    return DamagedInputError(
+        f"{label}: damaged input after {read_so_far}{where}: {exc} "
+        "(records before it were read; repair or download the file again)"
+    )
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def check_start(fh: IO[bytes], label: str, position: Callable[[], int] | None = None) -> None:
+    """Refuse a file that is not JSON lines at all, before its first line.
+
+    Why: a binary file, or a snapshot compressed with something other than gzip, was
+    read as lines of text, and every "line" quarantined: exit 0, and the whole file
+    held in memory (base64) as quarantine entries. JSON text never starts with these
+    magic numbers nor holds a NUL byte. Only the start decides (NUL bytes, and a first
+    line that is not JSON): further in, a line of junk is one record's reject.
+    """
+    peek = getattr(fh, "peek", None)
+    if peek is None:
+        return
+    try:
+        head: bytes = peek(4096)[:4096]
+    except _DAMAGE as exc:
+        raise _damaged(label, "line 0", position, exc) from None
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            raise DamagedInputError(
+                f"{label}: compressed with {name}, which is not read here; decompress it "
+                "first (JSON lines are read as they are or gzip-compressed)"
+            )
+    if b"\x00" in head and not _is_json(head.split(b"\n", 1)[0]):
         raise DamagedInputError(
-            f"{label}: damaged input after {read_so_far}{where}: {exc} "
-            "(records before it were read; repair or download the file again)"
-        ) from None
+            f"{label}: binary data, not JSON lines (a NUL byte at byte {head.index(0)} of its content)"
+        )
 
 
 def oversized(where: str, line: bytes, size: int, limit: int) -> Rejected:
@@ -156,6 +211,7 @@ def _iter_lines(
     limits: InputLimits = DEFAULT_LIMITS,
     position: Callable[[], int] | None = None,
 ) -> Iterator[Item]:
+    check_start(fh, label, position)
     n = 0
     while True:
         line, size = read_line(fh, limits.line_bytes, label, f"line {n}", position)

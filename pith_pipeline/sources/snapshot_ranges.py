@@ -75,7 +75,7 @@ def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAU
     reached, never a bare `EOFError` (which the CLI would report as Ctrl-C).
     """
     from pith_pipeline.core.arxiv_record import ArxivRecord
-    from pith_pipeline.sources.jsonl import open_stream, oversized, parse_line, read_line
+    from pith_pipeline.sources.jsonl import check_start, open_stream, oversized, parse_line, read_line
 
     path = Path(chunk["path"])
     window = Window.from_json(chunk["window"])
@@ -84,7 +84,9 @@ def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAU
     with path.open("rb") as raw:
         fh: Any = open_stream(raw, False)
         pos = 0
-        if start > 0:
+        if start == 0:
+            check_start(fh, path.name, raw.tell)
+        else:
             fh.seek(start - 1)
             read_line(fh, limit, path.name, f"reading {start - 1} bytes", raw.tell)  # the line before ours
             pos = fh.tell()

@@ -204,3 +204,63 @@ def test_a_stored_page_is_decompressed_with_the_response_cap(tmp_path: Path) -> 
     with pytest.raises(DamagedInputError) as err:
         run.replay(raw_root="raw/sample")
     assert page.name in str(err.value) and "1000000" in str(err.value)
+
+
+# -- files that are not JSON lines at all -------------------------------------------------
+
+
+def _lzma(data: bytes) -> bytes:
+    import lzma
+
+    return lzma.compress(data)
+
+
+def _bz2(data: bytes) -> bytes:
+    import bz2
+
+    return bz2.compress(data)
+
+
+NOT_JSON_LINES = {
+    "gz-of-binary": ("snap.json.gz", lambda: gzip.compress(bytes(range(256)) * 400, mtime=0), "binary"),
+    "gz-of-gz": ("snap.json.gz", lambda: gzip.compress(gzip.compress(SNAPSHOT.read_bytes())), "gzip"),
+    "bzip2": ("snap.json.bz2", lambda: _bz2(SNAPSHOT.read_bytes()), "bzip2"),
+    "xz": ("snap.json.xz", lambda: _lzma(SNAPSHOT.read_bytes()), "xz"),
+    "zstd": ("snap.json.zst", lambda: b"\x28\xb5\x2f\xfd" + bytes(300), "zstd"),
+    "zip": ("snap.zip", lambda: b"PK\x03\x04" + bytes(300), "zip"),
+    "binary": ("snap.jsonl", lambda: bytes(range(256)) * 400, "binary"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_JSON_LINES))
+def test_a_file_that_is_not_json_lines_fails_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """A binary file, or one compressed with something other than gzip, used to be
+    read as lines of text: every "line" quarantined (the whole file, base64, held in
+    memory for the run) and exit 0. It is one line naming the file instead."""
+    name, make, what = NOT_JSON_LINES[case]
+    path = tmp_path / name
+    path.write_bytes(make())
+    with pytest.raises(DamagedInputError) as err:
+        list(iter_jsonl(path))
+    assert name in str(err.value) and what in str(err.value) and "\n" not in str(err.value)
+
+    monkeypatch.chdir(tmp_path)
+    key = generate_key(tmp_path / "keys")[0]
+    with pytest.raises(SystemExit) as exit_:
+        main(["build", "--input", str(path), "--store", str(tmp_path / "s"), "--key", str(key)])
+    assert exit_.value.code == 65
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+    assert name in line and what in line
+    assert not (tmp_path / "s" / "quarantine").exists()
+
+
+def test_one_binary_line_inside_a_snapshot_is_one_reject(tmp_path: Path) -> None:
+    """Only the start of a file decides that it is not JSON lines; later, a line of
+    junk is one record's problem."""
+    good = SNAPSHOT.read_bytes().splitlines(keepends=True)
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(good[0] + b"\x00\x01\x02 junk\n" + good[1])
+    kinds = [type(i).__name__ for i in iter_jsonl(path)]
+    assert kinds == ["ArxivRecord", "Rejected", "ArxivRecord"]
