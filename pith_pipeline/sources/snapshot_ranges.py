@@ -37,8 +37,8 @@ def plan_snapshot_chunks(
         raise InputError(f"snapshot file not found: {p}")
     size = p.stat().st_size
     base = {"kind": "snapshot", "path": str(p), "window": window.to_json()}
-    with p.open("rb") as fh:
-        gz = fh.read(2) == b"\x1f\x8b"
+    with p.open("rb") as fh:  # named .gz: gzip, whatever it starts with (as `iter_jsonl`)
+        gz = fh.read(2) == b"\x1f\x8b" or p.suffix == ".gz"
     if gz or size == 0:
         return [{**base, "index": 0, "start": 0, "end": None}]
     if min_bytes is None:
@@ -82,7 +82,7 @@ def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAU
     start, end = int(chunk["start"]), chunk["end"]
     limit = limits.line_bytes
     with path.open("rb") as raw:
-        fh: Any = open_stream(raw, False)
+        fh: Any = open_stream(raw, path.suffix == ".gz")
         pos = 0
         if start == 0:
             check_start(fh, path.name, raw.tell)

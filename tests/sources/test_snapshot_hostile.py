@@ -264,3 +264,19 @@ def test_one_binary_line_inside_a_snapshot_is_one_reject(tmp_path: Path) -> None
     path.write_bytes(good[0] + b"\x00\x01\x02 junk\n" + good[1])
     kinds = [type(i).__name__ for i in iter_jsonl(path)]
     assert kinds == ["ArxivRecord", "Rejected", "ArxivRecord"]
+
+
+def test_backfill_reads_a_gz_name_as_gzip_like_build(tmp_path: Path) -> None:
+    """`build` refused a `.gz` that is not gzip while the range reader read it as plain
+    text; both take the name at its word now."""
+    from pith_pipeline.runs.windows import window_from_options
+    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range, plan_snapshot_chunks
+
+    path = tmp_path / "plain.json.gz"
+    path.write_bytes(SNAPSHOT.read_bytes())
+    with pytest.raises(DamagedInputError):
+        list(iter_jsonl(path))
+    (chunk,) = plan_snapshot_chunks(path, window_from_options("1990-01-01", "2030-01-01"), min_bytes=1000)
+    with pytest.raises(DamagedInputError) as err:
+        list(iter_snapshot_range(chunk))
+    assert "plain.json.gz" in str(err.value)
