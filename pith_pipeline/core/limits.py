@@ -51,6 +51,12 @@ class InputLimits:
     max_version: int = 9999
     #: one HTTP response body (an OAI-PMH page of 1000 arXivRaw records is a few MB)
     response_bytes: int = 64 * MIB
+    #: markup (`<`: tags, comments, processing instructions) in one response, so that a
+    #: response of tiny elements cannot build a tree (and rejects) many times its size;
+    #: a page of 1,000 arXivRaw records has about 40,000
+    response_markup: int = 1_000_000
+    #: records in one OAI-PMH page (arXiv sends 1,000 at most)
+    page_records: int = 20_000
     #: wall-clock seconds for one HTTP request, body included (the read timeout alone
     #: never fires for a server that sends one byte just before each timeout)
     request_deadline: float = 300.0

@@ -177,11 +177,11 @@ class _GatedSession(requests.Session):
                 f"{API_URL_ENV}) to that address"
             )
         if response.status_code == 200:
-            _check_feed(response.content, what)
+            _check_feed(response.content, what, self.limits)
         return response
 
 
-def _check_feed(body: bytes, what: str) -> None:
+def _check_feed(body: bytes, what: str, limits: InputLimits) -> None:
     """Refuse an answer that is not an Atom feed, before the `arxiv` package reads it.
 
     Why: its feed parser is lenient, so an HTML error page or a feed cut short read as
@@ -190,7 +190,7 @@ def _check_feed(body: bytes, what: str) -> None:
     UTF-8).
     """
     try:
-        root = parse_xml(body, what)
+        root = parse_xml(body, what, limits)
     except MalformedPageError as exc:
         raise TransientError(f"{what}: {exc.message}; try again later") from None
     if root.tag != _ATOM_FEED:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from pith_pipeline.core.arxiv_record import ArxivRecord, Version
+from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.errors import InputError
 from pith_pipeline.items import Item, Rejected
 
@@ -114,13 +115,22 @@ def _not_utf8(data: bytes, declared: str | None) -> str | None:
     return repr(declared)
 
 
-def parse_xml(data: bytes, where: str) -> etree._Element:
+def parse_xml(data: bytes, where: str, limits: InputLimits = DEFAULT_LIMITS) -> etree._Element:
     """The root of an XML document from the outside world, or `MalformedPageError`.
 
     One place for what every response from arXiv (OAI-PMH pages, the search API's
     Atom feeds) must be: well-formed, without a DTD (so no entity is expanded and no
-    file or URL read), and UTF-8.
+    file or URL read), UTF-8, and with at most `limits.response_markup` pieces of
+    markup (counted before parsing: the tree of a response of tiny elements is many
+    times its size).
     """
+    markup = data.count(b"<")
+    if markup > limits.response_markup:
+        raise MalformedPageError(
+            f"refused: {markup} pieces of markup, over the limit of {limits.response_markup} "
+            "for one response (see docs/pages/input-limits.md)",
+            where=where,
+        )
     try:
         root = etree.fromstring(data, parser=_PARSER)
     except etree.XMLSyntaxError as exc:
@@ -139,13 +149,13 @@ def parse_xml(data: bytes, where: str) -> etree._Element:
     return root
 
 
-def parse_page(data: bytes, where: str) -> Page:
+def parse_page(data: bytes, where: str, *, limits: InputLimits = DEFAULT_LIMITS) -> Page:
     """Parse a `ListRecords` or `GetRecord` response into records, deletions and rejects.
 
     Raises `MalformedPageError` (naming `where`) when the bytes are not an OAI-PMH
     XML document; a bad record inside a good page is a `Rejected` item instead.
     """
-    root = parse_xml(data, where)
+    root = parse_xml(data, where, limits)
     if root.tag != f"{_O}OAI-PMH":
         raise MalformedPageError(f"not an OAI-PMH response (root element {root.tag!r})", where=where)
     page = Page(where)
@@ -159,7 +169,14 @@ def parse_page(data: bytes, where: str) -> Page:
         body = root.find(f"{_O}GetRecord")
     if body is None:
         raise MalformedPageError("neither ListRecords nor GetRecord nor error in the response", where=where)
-    for n, rec in enumerate(body.iterfind(f"{_O}record"), start=1):
+    records = body.findall(f"{_O}record")
+    if len(records) > limits.page_records:
+        raise MalformedPageError(
+            f"refused: {len(records)} records in one page, over the limit of {limits.page_records} "
+            "(see docs/pages/input-limits.md)",
+            where=where,
+        )
+    for n, rec in enumerate(records, start=1):
         parsed = parse_record(rec, f"{where} record {n}")
         if isinstance(parsed, Deleted):
             page.deleted.append(parsed)

@@ -413,7 +413,7 @@ class Harvester:
                 # (429 and 5xx were retried by the gate) is not a page, whatever the body
                 if status != 200:
                     raise MalformedPageError(f"HTTP {status} from {client.base_url}", where=where)
-                page = parse_page(body, where)
+                page = parse_page(body, where, limits=self.limits)
             except MalformedPageError as exc:
                 self.stats.malformed_pages += 1
                 key = self._free_key(malformed_key)
@@ -465,7 +465,7 @@ class Harvester:
             try:
                 if stored is not None:
                     body = gunzip(stored, key, self.limits.response_bytes)
-                    page = parse_page(body, where)
+                    page = parse_page(body, where, limits=self.limits)
                     from_store = True
                     self.stats.pages_from_store += 1
                 else:
@@ -623,7 +623,7 @@ class Harvester:
             if data is None:
                 continue
             body = gunzip(data, key, self.limits.response_bytes)
-            page = parse_page(body, key)
+            page = parse_page(body, key, limits=self.limits)
             if "/getrecord/" in key:
                 ident = key.rsplit("/", 1)[1].split("-", 1)[1][: -len(".xml.gz")]
                 _explain_getrecord_error(page, ident.replace("_", "/"), body)

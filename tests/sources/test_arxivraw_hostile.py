@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from pith_pipeline.core.limits import InputLimits
 from pith_pipeline.items import Rejected
 from pith_pipeline.sources.arxivraw import MalformedPageError, parse_page
 
@@ -196,3 +197,21 @@ def test_pages_not_in_utf8_are_refused(prolog: str, encode: str) -> None:
 def test_utf8_pages_parse_with_or_without_a_declaration(prolog: str) -> None:
     page = parse_page((prolog + page_of(record({"title": "café"})).decode()).encode("utf-8"), "t")
     assert [r.title for r in page.records] == ["café"]
+
+
+def test_a_page_of_many_tiny_elements_is_refused_before_its_tree_is_built() -> None:
+    """4.5 MB of `<record/>` made a 217 MB tree and half a million rejects; at the
+    64 MiB response cap, gigabytes. Markup per response is limited, so the tree is."""
+    body = page_of("<record/>" * 1000)
+    with pytest.raises(MalformedPageError) as err:
+        parse_page(body, "raw/p.xml.gz", limits=InputLimits(response_markup=500))
+    assert "500" in str(err.value) and "raw/p.xml.gz" in str(err.value)
+    assert len(parse_page(body, "t", limits=InputLimits(response_markup=5000)).items) == 1000
+
+
+def test_a_page_with_more_records_than_any_arxiv_page_is_refused() -> None:
+    body = page_of(*[record()] * 30)
+    with pytest.raises(MalformedPageError) as err:
+        parse_page(body, "raw/p.xml.gz", limits=InputLimits(page_records=20))
+    assert "30 records" in str(err.value) and "20" in str(err.value)
+    assert len(parse_page(body, "t", limits=InputLimits(page_records=30)).items) == 30
