@@ -34,6 +34,7 @@ _FIELD_BYTES = {
     "update_date": 32,
     "version": 16,  # one version label, `v1` .. `v9999`
     "created": 64,  # one version's date text
+    "resumptionToken": 4 * KIB,  # sent back in a URL; arXiv's are a few dozen bytes
 }
 
 

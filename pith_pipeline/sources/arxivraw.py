@@ -188,6 +188,13 @@ def parse_page(data: bytes, where: str, *, limits: InputLimits = DEFAULT_LIMITS)
             page.resumption_token = content(token, "resumptionToken").strip() or None
         except _FieldError as exc:
             raise MalformedPageError(exc.reason, where=where) from None
+        size = len((page.resumption_token or "").encode("utf-8", "surrogatepass"))
+        if size > limits.field_limit("resumptionToken"):
+            raise MalformedPageError(
+                f"refused: a resumption token of {size} bytes, over the limit of "
+                f"{limits.field_limit('resumptionToken')}",
+                where=where,
+            )
         page.complete_list_size = _int_attr(token, "completeListSize")
         page.cursor = _int_attr(token, "cursor")
     return page

@@ -215,3 +215,16 @@ def test_a_page_with_more_records_than_any_arxiv_page_is_refused() -> None:
         parse_page(body, "raw/p.xml.gz", limits=InputLimits(page_records=20))
     assert "30 records" in str(err.value) and "20" in str(err.value)
     assert len(parse_page(body, "t", limits=InputLimits(page_records=30)).items) == 30
+
+
+def test_an_over_long_resumption_token_is_refused() -> None:
+    """A token is sent back in the next request's URL and kept in the checkpoint: a
+    megabyte one went into both."""
+    token = "t" * 5000
+    body = page_of(record()).replace(
+        b"</ListRecords>", f"<resumptionToken>{token}</resumptionToken></ListRecords>".encode()
+    )
+    with pytest.raises(MalformedPageError) as err:
+        parse_page(body, "raw/p.xml.gz")
+    assert "resumption token" in str(err.value) and "4096" in str(err.value)
+    assert token not in str(err.value)
