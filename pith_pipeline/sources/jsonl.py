@@ -19,7 +19,7 @@ import orjson
 
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.errors import DamagedInputError, InputError
+from pith_pipeline.errors import DamagedInputError, InputError, UnreadableInputError
 from pith_pipeline.items import Item, Rejected
 
 #: how much of an over-long line is kept in the quarantine (its start names it)
@@ -58,7 +58,7 @@ def iter_jsonl(
     """
     if isinstance(path, str | Path):
         p = Path(path)
-        with p.open("rb") as raw_file:
+        with open_input(p) as raw_file:
             fh = open_stream(raw_file, p.suffix == ".gz")
             yield from _iter_lines(
                 fh, name or p.name, categories, submitted_from, submitted_until, limits, raw_file.tell
@@ -76,6 +76,15 @@ def iter_jsonl(
         limits,
         _teller(stream),
     )
+
+
+def open_input(path: Path) -> IO[bytes]:
+    """`path` opened for reading, or one `UnreadableInputError` naming it (a bare
+    FileNotFoundError or IsADirectoryError would reach the person as a traceback)."""
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise UnreadableInputError(f"{path}: cannot read the input file ({exc.strerror or exc})") from None
 
 
 def open_stream(raw: IO[bytes], gz_suffix: bool) -> IO[bytes]:

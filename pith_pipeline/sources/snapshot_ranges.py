@@ -75,13 +75,20 @@ def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAU
     reached, never a bare `EOFError` (which the CLI would report as Ctrl-C).
     """
     from pith_pipeline.core.arxiv_record import ArxivRecord
-    from pith_pipeline.sources.jsonl import check_start, open_stream, oversized, parse_line, read_line
+    from pith_pipeline.sources.jsonl import (
+        check_start,
+        open_input,
+        open_stream,
+        oversized,
+        parse_line,
+        read_line,
+    )
 
     path = Path(chunk["path"])
     window = Window.from_json(chunk["window"])
     start, end = int(chunk["start"]), chunk["end"]
     limit = limits.line_bytes
-    with path.open("rb") as raw:
+    with open_input(path) as raw:
         fh: Any = open_stream(raw, path.suffix == ".gz")
         pos = 0
         if start == 0:

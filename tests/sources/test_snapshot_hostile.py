@@ -280,3 +280,24 @@ def test_backfill_reads_a_gz_name_as_gzip_like_build(tmp_path: Path) -> None:
     with pytest.raises(DamagedInputError) as err:
         list(iter_snapshot_range(chunk))
     assert "plain.json.gz" in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_an_input_that_cannot_be_opened_is_one_error(tmp_path: Path, kind: str) -> None:
+    """The command line checks `--input` before a run, but the readers are also called
+    by Airflow's chunk tasks (the file may be gone by then) and from Python: they
+    raised a bare FileNotFoundError / IsADirectoryError."""
+    from pith_pipeline.errors import UnreadableInputError
+    from pith_pipeline.runs.windows import window_from_options
+    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range
+
+    path = tmp_path / "snap.jsonl"
+    if kind == "directory":
+        path.mkdir()
+    window = window_from_options("1990-01-01", "2030-01-01")
+    chunk = {"kind": "snapshot", "path": str(path), "window": window.to_json(), "start": 0, "end": None}
+    for read in (lambda: list(iter_jsonl(path)), lambda: list(iter_snapshot_range(chunk))):
+        with pytest.raises(UnreadableInputError) as err:
+            read()
+        assert str(path) in str(err.value) and "\n" not in str(err.value)
+    assert UnreadableInputError.exit_code == 2
