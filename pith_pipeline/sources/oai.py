@@ -457,6 +457,9 @@ class Harvester:
                 return
             cp = Checkpoint(window, attempt=cp.attempt + 1, restarts=cp.restarts)
             self._save(cp)
+        # per run, not per window: a window that used up its restarts once must still
+        # be able to start again later (its stored token has expired by then)
+        restarts_left = MAX_RESTARTS
         while True:
             n = cp.pages_done + 1
             key = self.page_key(window, cp.attempt, n)
@@ -507,11 +510,12 @@ class Harvester:
                     self.store.put_once(key, gz(body), content_type="application/gzip")
             except _TokenRefused as exc:
                 self.stats.refused_tokens += 1
-                if cp.restarts >= MAX_RESTARTS:
+                if restarts_left <= 0:
                     raise TransientError(
                         f"{self.window_prefix(window)}: resumption token refused again "
-                        f"({exc}); restarted {cp.restarts} times already; try later"
+                        f"({exc}); restarted {MAX_RESTARTS} times in this run already; try later"
                     ) from None
+                restarts_left -= 1
                 log.warning(
                     "%s: resumption token refused (%s); restarting the window from its start", where, exc
                 )

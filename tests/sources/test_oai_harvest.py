@@ -444,3 +444,19 @@ def test_a_redirect_without_location_names_its_status(
     with pytest.raises(TerminalError) as err:
         harvest(LocalStore(tmp_path / "s"), signer, server)
     assert "HTTP 302" in str(err.value) and "None" not in str(err.value)
+
+
+def test_a_window_whose_tokens_were_refused_before_can_still_complete(
+    tmp_path: Path, signer: Signer, server: FakeArxiv
+) -> None:
+    """The restart budget is per run: once a window had used up its restarts, every
+    later run met the (by then expired) token's refusal and gave up at once, for good."""
+    server.fail(T2, *[refused_token()] * 4)  # a bad hour: every restart is refused too
+    store = LocalStore(tmp_path / "s")
+    with pytest.raises(TransientError, match="refused again"):
+        harvest(store, signer, server)
+    server.fail(T2, refused_token())  # later: the stored token has expired meanwhile
+    r = harvest(store, signer, server).report
+    assert r.harvest.restarts == 1 and r.counts()["built"] + r.counts()["unchanged"] == 7
+    cp = json.loads(store.get("raw/oai/arXivRaw/2024-01-01_2024-01-03/checkpoint.json") or b"")
+    assert cp["complete"] and cp["restarts"] == 4  # the count is kept, as evidence
