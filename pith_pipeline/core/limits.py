@@ -48,6 +48,9 @@ class InputLimits:
     record_bytes: int = 4 * MIB
     #: one line of a JSON-lines snapshot (JSON escapes make a line longer than its record)
     line_bytes: int = 8 * MIB
+    #: rejected input of one input file held for the run's quarantine (which is written
+    #: at the end of the run): each reject counts its raw text plus `REJECT_OVERHEAD`
+    rejected_bytes: int = 256 * MIB
     #: version labels are `v1` .. `v<max_version>`; the index column is int32
     max_version: int = 9999
     #: one HTTP response body (an OAI-PMH page of 1000 arXivRaw records is a few MB)
@@ -71,6 +74,10 @@ class InputLimits:
 
 
 DEFAULT_LIMITS: Final = InputLimits()
+
+#: what holding one quarantine entry costs beyond its raw text (measured: 300,000
+#: rejects of `{}` took 387 MB)
+REJECT_OVERHEAD: Final = 1 * KIB
 
 
 def utf8_size(text: str) -> int:

@@ -18,7 +18,7 @@ from typing import IO, Any
 import orjson
 
 from pith_pipeline.core.arxiv_record import ArxivRecord
-from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
+from pith_pipeline.core.limits import DEFAULT_LIMITS, REJECT_OVERHEAD, InputLimits
 from pith_pipeline.errors import DamagedInputError, InputError, UnreadableInputError
 from pith_pipeline.items import Item, Rejected
 
@@ -211,6 +211,31 @@ def oversized(where: str, line: bytes, size: int, limit: int) -> Rejected:
     )
 
 
+class RejectBudget:
+    """Stops a file whose rejects would not fit in memory.
+
+    Why: a run holds its rejects until it writes the quarantine at its end, so 911
+    bytes of gzip (300,000 lines of `{}`) took 387 MB and a small gzip bomb any amount.
+    A real snapshot has few rejects; one with more than `limits.rejected_bytes` of
+    them is not arXiv metadata, and fails whole like a damaged file.
+    """
+
+    def __init__(self, label: str, limits: InputLimits) -> None:
+        self.label = label
+        self.limit = limits.rejected_bytes
+        self.spent = 0
+
+    def spend(self, item: Rejected, read_so_far: str) -> Rejected:
+        self.spent += len(item.raw) + REJECT_OVERHEAD
+        if self.spent > self.limit:
+            raise DamagedInputError(
+                f"{self.label}: more than {self.limit} bytes of rejected lines by {read_so_far} "
+                "(rejects are held in memory for the quarantine); the file is probably not "
+                "arXiv metadata (see docs/pages/input-limits.md)"
+            )
+        return item
+
+
 def _iter_lines(
     fh: IO[bytes],
     label: str,
@@ -221,6 +246,7 @@ def _iter_lines(
     position: Callable[[], int] | None = None,
 ) -> Iterator[Item]:
     check_start(fh, label, position)
+    budget = RejectBudget(label, limits)
     n = 0
     while True:
         line, size = read_line(fh, limits.line_bytes, label, f"line {n}", position)
@@ -228,12 +254,14 @@ def _iter_lines(
             return
         n += 1
         if size > limits.line_bytes:
-            yield oversized(f"{label}:{n}", line, size, limits.line_bytes)
+            yield budget.spend(oversized(f"{label}:{n}", line, size, limits.line_bytes), f"line {n}")
             continue
         if not line.strip():
             continue
         item = parse_line(line, f"{label}:{n}")
-        if isinstance(item, ArxivRecord) and not _keep(item, categories, since, until):
+        if isinstance(item, Rejected):
+            budget.spend(item, f"line {n}")
+        elif not _keep(item, categories, since, until):
             continue
         yield item
 

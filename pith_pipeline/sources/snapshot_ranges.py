@@ -76,6 +76,7 @@ def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAU
     """
     from pith_pipeline.core.arxiv_record import ArxivRecord
     from pith_pipeline.sources.jsonl import (
+        RejectBudget,
         check_start,
         open_input,
         open_stream,
@@ -97,6 +98,7 @@ def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAU
             fh.seek(start - 1)
             read_line(fh, limit, path.name, f"reading {start - 1} bytes", raw.tell)  # the line before ours
             pos = fh.tell()
+        budget = RejectBudget(path.name, limits)
         # byte offsets name lines; numbering would need a full scan
         while end is None or pos < end:
             line, size = read_line(fh, limit, path.name, f"reading {pos} bytes", raw.tell)
@@ -105,11 +107,14 @@ def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAU
             where = f"{path.name}@{pos}"
             pos += size
             if size > limit:
-                yield oversized(where, line, size, limit)
+                yield budget.spend(oversized(where, line, size, limit), f"byte {pos}")
                 continue
             if not line.strip():
                 continue
             item = parse_line(line, where)
-            if isinstance(item, ArxivRecord) and not window.contains(record_datestamp(item)):
-                continue
+            if isinstance(item, ArxivRecord):
+                if not window.contains(record_datestamp(item)):
+                    continue
+            else:
+                budget.spend(item, f"byte {pos}")
             yield item

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pith_pipeline.cli import main
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.limits import InputLimits
 from pith_pipeline.errors import DamagedInputError
 from pith_pipeline.items import Rejected
@@ -301,3 +302,26 @@ def test_an_input_that_cannot_be_opened_is_one_error(tmp_path: Path, kind: str) 
             read()
         assert str(path) in str(err.value) and "\n" not in str(err.value)
     assert UnreadableInputError.exit_code == 2
+
+
+def test_rejects_held_for_the_quarantine_are_bounded(tmp_path: Path) -> None:
+    """Rejects are held in memory until the run writes its quarantine: 911 bytes of
+    gzip (300,000 lines of `{}`) took 387 MB and made a 50 MB quarantine, so a small
+    gzip bomb could take any amount of memory. Past the budget, the file fails whole."""
+    from pith_pipeline.runs.windows import window_from_options
+    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range, plan_snapshot_chunks
+
+    good = SNAPSHOT.read_bytes().splitlines(keepends=True)
+    path = tmp_path / "bomb.json.gz"
+    path.write_bytes(gzip.compress(good[0] + b"{}\n" * 5000, mtime=0))
+    limits = InputLimits(rejected_bytes=100_000)
+    items: list[object] = []
+    with pytest.raises(DamagedInputError) as err:
+        items.extend(iter_jsonl(path, limits=limits))
+    msg = str(err.value)
+    assert "bomb.json.gz" in msg and "100000" in msg and "\n" not in msg
+    assert isinstance(items[0], ArxivRecord) and 1 < len(items) < 200  # what came first is kept
+    (chunk,) = plan_snapshot_chunks(path, window_from_options("1990-01-01", "2030-01-01"))
+    with pytest.raises(DamagedInputError):
+        list(iter_snapshot_range(chunk, limits=limits))
+    assert len(list(iter_jsonl(path, limits=InputLimits(rejected_bytes=10_000_000)))) == 5001
