@@ -325,3 +325,36 @@ def test_rejects_held_for_the_quarantine_are_bounded(tmp_path: Path) -> None:
     with pytest.raises(DamagedInputError):
         list(iter_snapshot_range(chunk, limits=limits))
     assert len(list(iter_jsonl(path, limits=InputLimits(rejected_bytes=10_000_000)))) == 5001
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["build", "--input"], ["build", "--workers", "2", "--input"], ["ingest", "--snapshot"]],
+    ids=["build", "build-workers", "ingest"],
+)
+def test_what_comes_before_the_damage_is_published_and_quarantined(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """The damage was raised through the publishing loop, which reads records in
+    batches of 256: the records read before it (all of them, in a small file) were
+    never published, and `build` never wrote the rejects before it."""
+    monkeypatch.chdir(tmp_path)
+    lines = SNAPSHOT.read_bytes().splitlines(keepends=True)
+    data = gzip.compress(lines[0] + b"{not json\n" + b"".join(lines[1:]), mtime=0)
+    path = tmp_path / "snap.json.gz"
+    path.write_bytes(data[: len(data) // 2])
+    read: list[object] = []
+    with pytest.raises(DamagedInputError):
+        read.extend(iter_jsonl(path))
+    good = [i for i in read if isinstance(i, ArxivRecord)]
+    assert len(good) > 3 and len(read) == len(good) + 1
+    key = generate_key(tmp_path / "keys")[0]
+    store = tmp_path / "s"
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, str(path), "--store", str(store), "--key", str(key)])
+    assert exit_.value.code == 65
+    published = {json.loads(p.read_bytes())["source"]["id"] for p in store.glob("pith/*/bundle.json")}
+    assert published == {r.id for r in good}
+    (quarantine,) = store.glob("quarantine/*.jsonl")
+    (entry,) = [json.loads(x) for x in quarantine.read_text().splitlines()]
+    assert entry["where"] == "snap.json.gz:2"
