@@ -99,6 +99,17 @@ def _int_attr(el: etree._Element, name: str) -> int | None:
         return None
 
 
+def _one_line(text: str, limit: int) -> str:
+    """Server text for a message: one line, printable, at most `limit` characters.
+
+    Why: an OAI `<error>` text goes into the error a person reads; as served, a server
+    could print any number of lines (or megabytes, or terminal controls) there.
+    """
+    flat = " ".join(text.split())
+    flat = "".join(c if c.isprintable() else "?" for c in flat)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def _not_utf8(data: bytes, declared: str | None) -> str | None:
     """The encoding a page is in when it is not UTF-8 (else None).
 
@@ -161,8 +172,8 @@ def parse_page(data: bytes, where: str, *, limits: InputLimits = DEFAULT_LIMITS)
     page = Page(where)
     error = root.find(f"{_O}error")
     if error is not None:
-        page.error_code = error.get("code") or "unknown"
-        page.error_message = (error.text or "").strip()
+        page.error_code = _one_line(error.get("code") or "unknown", 64)
+        page.error_message = _one_line(error.text or "", 300)
         return page
     body = root.find(f"{_O}ListRecords")
     if body is None:

@@ -307,3 +307,18 @@ def test_search_api_answer_that_is_not_an_atom_feed_fails(body: bytes) -> None:
             api.check_ids(["1909.11150"])
     msg = str(err.value)
     assert "arXiv API" in msg and "\n" not in msg
+
+
+def test_a_server_error_message_is_one_short_line(tmp_path: Path, signer: Signer) -> None:
+    """The text of an OAI `<error>` went into the run's error as served: a server could
+    print any number of lines (or megabytes) in place of one line naming the problem."""
+    noise = "line\r\n" * 50_000 + "\u2028\u0085\tcleared"
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?><OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+        f'<error code="badArgument\nX">{noise}</error></OAI-PMH>'
+    ).encode()
+    with serve((FIRST, body)) as server, pytest.raises(TerminalError) as err:
+        Ingest(LocalStore(tmp_path / "s"), signer).windows([W], oai_url=server.oai_url, politeness=FAST)
+    msg = str(err.value)
+    assert "badArgument" in msg and len(msg) < 1000
+    assert not any(c in msg for c in "\r\n\t\u2028\u0085")
