@@ -197,7 +197,8 @@ def check_start(fh: IO[bytes], label: str, position: Callable[[], int] | None = 
             )
     if b"\x00" in head and not _is_json(head.split(b"\n", 1)[0]):
         raise DamagedInputError(
-            f"{label}: binary data, not JSON lines (a NUL byte at byte {head.index(0)} of its content)"
+            f"{label}: binary data (or UTF-16/32 text), not UTF-8 JSON lines "
+            f"(a NUL byte at byte {head.index(0)} of its content)"
         )
 
 

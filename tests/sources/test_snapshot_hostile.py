@@ -358,3 +358,10 @@ def test_what_comes_before_the_damage_is_published_and_quarantined(
     (quarantine,) = store.glob("quarantine/*.jsonl")
     (entry,) = [json.loads(x) for x in quarantine.read_text().splitlines()]
     assert entry["where"] == "snap.json.gz:2"
+
+
+def test_a_utf16_snapshot_is_named_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "snap.jsonl"
+    path.write_bytes(SNAPSHOT.read_text("utf-8").encode("utf-16"))
+    with pytest.raises(DamagedInputError, match="UTF-16"):
+        list(iter_jsonl(path))
