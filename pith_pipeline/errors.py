@@ -216,6 +216,14 @@ class DamagedInputError(TerminalError):
     exit_code = 65  # EX_DATAERR (sysexits.h): the input data was incorrect
 
 
+class UnreadableInputError(TerminalError):
+    """An input file that cannot be opened at all (missing, a directory, no permission).
+    Exit status 2, as when the command line's own check of `--input` refuses it: the
+    readers are also called without that check (Airflow's chunk tasks, Python)."""
+
+    exit_code = 2
+
+
 class IncompleteRunError(TerminalError):
     """A run that finished, but left papers unpublished because a stored object of
     theirs failed its checks: everything else was published and the run manifest

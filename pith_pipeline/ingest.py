@@ -137,7 +137,7 @@ class Ingest:
         return self.publisher.summary.run_id
 
     def _harvester(self, client: OAIClient | None, raw_root: str = RAW_ROOT) -> Harvester:
-        h = Harvester(self.store, client, raw_root=raw_root, clock=self.clock)
+        h = Harvester(self.store, client, raw_root=raw_root, clock=self.clock, limits=self.limits)
         h.stats = self.report.harvest  # one set of counts across the run
         return h
 

@@ -36,9 +36,9 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pith_pipeline.errors import InputError
+from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.items import Item, Rejected
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ Reject = tuple[int, dict[str, Any]]
 #: what a thread hands back per record: (sequence number, quarantine entry, the
 #: record's counts, its error); counts None: not published (the loop was stopping)
 Done = tuple[int, "dict[str, Any] | None", "RunSummary | None", BaseException | None]
+T = TypeVar("T")
 
 
 def default_io_concurrency(store: Store) -> int:
@@ -104,10 +105,15 @@ class Loader:
             reserve_connections(publisher.store, self.io_concurrency + 2)
 
     def publish(self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None) -> RunSummary:
-        """A whole run: the key document, every item, then the quarantine file."""
+        """A whole run: the key document, every item, then the quarantine file (also
+        when the input is damaged part way: see `UntilDamaged`)."""
         pub = self.publisher
         pub.publish_key_document()
-        pub.quarantine.extend(entry for _seq, entry in self.run(enumerate(items), progress=progress))
+        try:
+            pub.quarantine.extend(entry for _seq, entry in self.run(enumerate(items), progress=progress))
+        except DamagedInputError:
+            pub.flush_quarantine()
+            raise
         pub.flush_quarantine()
         return pub.summary
 
@@ -120,12 +126,18 @@ class Loader:
         stops the loop: papers already in flight finish, no new one starts, and the
         error is raised (what was published stays published; a rerun completes it).
         """
+        source = UntilDamaged(items)
         try:
             if self.io_concurrency == 1:
-                return self._run_here(items, progress)
-            return _Concurrent(self, progress).run(items)
+                rejects = self._run_here(source, progress)
+            else:
+                rejects = _Concurrent(self, progress).run(source)
         finally:
             self.publisher.forget_learned()
+        if source.damage is not None:  # what came before it is published; its rejects kept
+            self.publisher.quarantine.extend(entry for _seq, entry in rejects)
+            raise source.damage
+        return rejects
 
     def _run_here(
         self, items: Iterable[tuple[int, Item]], progress: Callable[[int], None] | None
@@ -257,6 +269,33 @@ class _Concurrent:
                 self.progress(1)
         if entry is not None:
             self.rejects.append((seq, entry))
+
+
+class UntilDamaged(Iterator[T]):
+    """An input's items up to where it turns out damaged; the damage is kept in `damage`.
+
+    Why: a reader raises `DamagedInputError` (a truncated `.gz`, see `sources/jsonl.py`)
+    in the middle of a batch (`batches` reads 256 ahead); raised through the loop, it
+    dropped the records read before it, never published, and every reject, never
+    quarantined. The loop ends at the damage as at the end of the input, publishes
+    what it read, and the caller raises `damage` afterwards.
+    """
+
+    def __init__(self, items: Iterable[T]) -> None:
+        self._items = iter(items)
+        self.damage: DamagedInputError | None = None
+
+    def __iter__(self) -> UntilDamaged[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self.damage is not None:
+            raise StopIteration
+        try:
+            return next(self._items)
+        except DamagedInputError as exc:
+            self.damage = exc
+            raise StopIteration from None
 
 
 def batches(items: Iterable[tuple[int, Item]], size: int) -> Iterator[list[tuple[int, Item]]]:

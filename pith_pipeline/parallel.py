@@ -46,7 +46,7 @@ from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import InputError, TransientError
 from pith_pipeline.items import Item, Rejected
-from pith_pipeline.loader import Loader
+from pith_pipeline.loader import Loader, UntilDamaged
 from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
 from pith_pipeline.storage.base import Store, barrier
 from pith_pipeline.storage.lease import LeaseLostError
@@ -435,8 +435,9 @@ class ParallelPublisher:
         self._progress = progress
         rejects = self._rejects = []
         pending: list[tuple[int, ArxivRecord]] = []
+        source = UntilDamaged(items)  # a damaged input ends the loop; raised after it
         try:
-            for item in items:
+            for item in source:
                 seq = self._seq
                 self._seq += 1
                 if isinstance(item, Rejected):  # counted here, in input order
@@ -461,6 +462,8 @@ class ParallelPublisher:
             rejects.sort(key=lambda r: r[0])
             pub.quarantine.extend(entry for _seq, entry in rejects)
         pub.flush_quarantine()
+        if source.damage is not None:  # what came before it is published and quarantined
+            raise source.damage
         return pub.summary
 
     def _route(self, seq: int, rec: ArxivRecord) -> None:

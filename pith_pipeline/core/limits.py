@@ -34,6 +34,7 @@ _FIELD_BYTES = {
     "update_date": 32,
     "version": 16,  # one version label, `v1` .. `v9999`
     "created": 64,  # one version's date text
+    "resumptionToken": 4 * KIB,  # sent back in a URL; arXiv's are a few dozen bytes
 }
 
 
@@ -47,10 +48,19 @@ class InputLimits:
     record_bytes: int = 4 * MIB
     #: one line of a JSON-lines snapshot (JSON escapes make a line longer than its record)
     line_bytes: int = 8 * MIB
+    #: rejected input of one input file held for the run's quarantine (which is written
+    #: at the end of the run): each reject counts its raw text plus `REJECT_OVERHEAD`
+    rejected_bytes: int = 256 * MIB
     #: version labels are `v1` .. `v<max_version>`; the index column is int32
     max_version: int = 9999
     #: one HTTP response body (an OAI-PMH page of 1000 arXivRaw records is a few MB)
     response_bytes: int = 64 * MIB
+    #: markup (`<`: tags, comments, processing instructions) in one response, so that a
+    #: response of tiny elements cannot build a tree (and rejects) many times its size;
+    #: a page of 1,000 arXivRaw records has about 40,000
+    response_markup: int = 1_000_000
+    #: records in one OAI-PMH page (arXiv sends 1,000 at most)
+    page_records: int = 20_000
     #: wall-clock seconds for one HTTP request, body included (the read timeout alone
     #: never fires for a server that sends one byte just before each timeout)
     request_deadline: float = 300.0
@@ -64,6 +74,10 @@ class InputLimits:
 
 
 DEFAULT_LIMITS: Final = InputLimits()
+
+#: what holding one quarantine entry costs beyond its raw text (measured: 300,000
+#: rejects of `{}` took 387 MB)
+REJECT_OVERHEAD: Final = 1 * KIB
 
 
 def utf8_size(text: str) -> int:

@@ -75,6 +75,6 @@ def iter_chunk_items(store: Store, chunk: Mapping[str, Any]) -> Iterator[Item]:
                 raise StorageError(
                     f"raw page {key} is missing from {store.url}; re-run the harvest task for this window"
                 )
-            yield from parse_page(gunzip(data), key).items
+            yield from parse_page(gunzip(data, key), key).items
     else:
         raise InputError(f"unknown chunk kind {chunk['kind']!r}")

@@ -37,12 +37,14 @@ from pith_pipeline.errors import (
     TerminalError,
     TransientError,
 )
+from pith_pipeline.sources.arxivraw import MalformedPageError, parse_xml
 from pith_pipeline.sources.politeness import Gate
 
 DEFAULT_API_URL = config.DEFAULT_API_URL
 API_URL_ENV = config.env_name("arxiv_api_url")
 _VERSIONED = re.compile(r"(.+?)(v[0-9]+)?", re.ASCII | re.DOTALL)  # fullmatch; the id is checked after
 _ABS_URL = re.compile(r"^https?://[^/]+/abs/")
+_ATOM_FEED = "{http://www.w3.org/2005/Atom}feed"
 log = logging.getLogger(__name__)
 
 
@@ -176,7 +178,25 @@ class _GatedSession(requests.Session):
                 f"{response.headers.get('location')}; set --api-url (or "
                 f"{API_URL_ENV}) to that address"
             )
+        if response.status_code == 200:
+            _check_feed(response.content, what, self.limits)
         return response
+
+
+def _check_feed(body: bytes, what: str, limits: InputLimits) -> None:
+    """Refuse an answer that is not an Atom feed, before the `arxiv` package reads it.
+
+    Why: its feed parser is lenient, so an HTML error page or a feed cut short read as
+    a feed without entries: `--query` found nothing, and every `--ids` id was
+    quarantined as unknown to arXiv. Checked as OAI pages are (`parse_xml`: no DTD,
+    UTF-8).
+    """
+    try:
+        root = parse_xml(body, what, limits)
+    except MalformedPageError as exc:
+        raise TransientError(f"{what}: {exc.message}; try again later") from None
+    if root.tag != _ATOM_FEED:
+        raise TransientError(f"{what}: not an Atom feed (root element {root.tag!r}); try again later")
 
 
 def _chunks(response: requests.Response) -> Iterator[bytes]:

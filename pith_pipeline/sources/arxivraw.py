@@ -23,6 +23,7 @@ carrying the record's raw XML, so the rest of the page is still built.
 
 from __future__ import annotations
 
+import codecs
 import re
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -30,6 +31,7 @@ from itertools import pairwise
 from lxml import etree
 
 from pith_pipeline.core.arxiv_record import ArxivRecord, Version, is_arxiv_id
+from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.errors import InputError
 from pith_pipeline.items import Item, Rejected
 
@@ -99,46 +101,129 @@ def _int_attr(el: etree._Element, name: str) -> int | None:
         return None
 
 
-def parse_page(data: bytes, where: str) -> Page:
-    """Parse a `ListRecords` or `GetRecord` response into records, deletions and rejects.
+def _one_line(text: str, limit: int) -> str:
+    """Server text for a message: one line, printable, at most `limit` characters.
 
-    Raises `MalformedPageError` (naming `where`) when the bytes are not an OAI-PMH
-    XML document; a bad record inside a good page is a `Rejected` item instead, and
-    so is a record that is not well-formed XML inside a page that is otherwise sound
-    (see `_read_records_apart`).
+    Why: an OAI `<error>` text goes into the error a person reads; as served, a server
+    could print any number of lines (or megabytes, or terminal controls) there.
     """
+    flat = " ".join(text.split())
+    flat = "".join(c if c.isprintable() else "?" for c in flat)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _not_utf8(data: bytes, declared: str | None) -> str | None:
+    """The encoding a page is in when it is not UTF-8 (else None).
+
+    lxml reports the declaration, or UTF-8 when there is none, even for UTF-16 with a
+    byte order mark; UTF-16 and UTF-32 are told by their NUL bytes (XML never has one).
+    """
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in data[:4]:
+        return "UTF-16 or UTF-32"
+    try:
+        if declared is None or codecs.lookup(declared).name == "utf-8":
+            return None
+    except LookupError:
+        pass
+    return repr(declared)
+
+
+def _check_markup(data: bytes, where: str, limits: InputLimits) -> None:
+    """Refuse a response with more than `limits.response_markup` pieces of markup,
+    counted before parsing: the tree of a response of tiny elements is many times its
+    size."""
+    markup = data.count(b"<")
+    if markup > limits.response_markup:
+        raise MalformedPageError(
+            f"refused: {markup} pieces of markup, over the limit of {limits.response_markup} "
+            "for one response (see docs/pages/input-limits.md)",
+            where=where,
+        )
+
+
+def _not_xml(exc: etree.XMLSyntaxError, data: bytes, where: str) -> MalformedPageError:
+    head = data[:80].decode("utf-8", errors="replace").replace("\n", " ")
+    return MalformedPageError(f"not an XML document ({exc}); starts with {head!r}", where=where)
+
+
+def _checked_root(root: etree._Element, data: bytes, where: str) -> etree._Element:
+    """`root`, parsed from `data`, unless the document declares a DTD or is not UTF-8."""
+    docinfo = root.getroottree().docinfo
+    if docinfo.doctype or docinfo.internalDTD is not None or docinfo.externalDTD is not None:
+        raise MalformedPageError("refused: the response declares a DTD (arXiv never sends one)", where=where)
+    other = _not_utf8(data, docinfo.encoding)
+    if other is not None:
+        # decoded by its declaration, UTF-8 bytes declared ISO-8859-1 turn `café` into
+        # `cafÃ©`: text that would be signed as if arXiv had served it
+        raise MalformedPageError(
+            f"refused: the response is in {other}, not UTF-8 (arXiv answers in UTF-8)", where=where
+        )
+    return root
+
+
+def parse_xml(data: bytes, where: str, limits: InputLimits = DEFAULT_LIMITS) -> etree._Element:
+    """The root of an XML document from the outside world, or `MalformedPageError`.
+
+    One place for what every response from arXiv (OAI-PMH pages, the search API's
+    Atom feeds) must be: well-formed, without a DTD (so no entity is expanded and no
+    file or URL read), UTF-8, and with at most `limits.response_markup` pieces of
+    markup.
+    """
+    _check_markup(data, where, limits)
     try:
         root = etree.fromstring(data, parser=_PARSER)
     except etree.XMLSyntaxError as exc:
-        page = _read_records_apart(data, where)
+        raise _not_xml(exc, data, where) from None
+    return _checked_root(root, data, where)
+
+
+def parse_page(data: bytes, where: str, *, limits: InputLimits = DEFAULT_LIMITS) -> Page:
+    """Parse a `ListRecords` or `GetRecord` response into records, deletions and rejects.
+
+    Raises `MalformedPageError` (naming `where`) when the bytes are not an OAI-PMH
+    XML document (see `parse_xml`); a bad record inside a good page is a `Rejected`
+    item instead, and so is a record that is not well-formed XML inside a page that
+    is otherwise sound (see `_read_records_apart`).
+    """
+    _check_markup(data, where, limits)
+    try:
+        root = etree.fromstring(data, parser=_PARSER)
+    except etree.XMLSyntaxError as exc:
+        page = _read_records_apart(data, where, limits)
         if page is not None:
             return page
-        head = data[:80].decode("utf-8", errors="replace").replace("\n", " ")
-        raise MalformedPageError(f"not an XML document ({exc}); starts with {head!r}", where=where) from None
-    return _page_of(root, where, data=data)
+        raise _not_xml(exc, data, where) from None
+    return _page_of(_checked_root(root, data, where), where, limits, data=data)
+
+
+def _check_record_count(count: int, where: str, limits: InputLimits) -> None:
+    if count > limits.page_records:
+        raise MalformedPageError(
+            f"refused: {count} records in one page, over the limit of {limits.page_records} "
+            "(see docs/pages/input-limits.md)",
+            where=where,
+        )
 
 
 def _page_of(
     root: etree._Element,
     where: str,
+    limits: InputLimits,
     first: int = 1,
     *,
     data: bytes | None = None,
     raws: list[bytes] | None = None,
 ) -> Page:
-    """The page of a parsed document. Each record's exact bytes (`raws`, or found in
+    """The page of a checked document. Each record's exact bytes (`raws`, or found in
     `data`, the document) go with it, for the quarantine; lxml's re-serialisation
     only when they cannot be told apart for sure."""
-    docinfo = root.getroottree().docinfo
-    if docinfo.doctype or docinfo.internalDTD is not None or docinfo.externalDTD is not None:
-        raise MalformedPageError("refused: the response declares a DTD (OAI-PMH never does)", where=where)
     if root.tag != f"{_O}OAI-PMH":
         raise MalformedPageError(f"not an OAI-PMH response (root element {root.tag!r})", where=where)
     page = Page(where)
     error = root.find(f"{_O}error")
     if error is not None:
-        page.error_code = error.get("code") or "unknown"
-        page.error_message = (error.text or "").strip()
+        page.error_code = _one_line(error.get("code") or "unknown", 64)
+        page.error_message = _one_line(error.text or "", 300)
         return page
     body = root.find(f"{_O}ListRecords")
     if body is None:
@@ -146,6 +231,7 @@ def _page_of(
     if body is None:
         raise MalformedPageError("neither ListRecords nor GetRecord nor error in the response", where=where)
     records = body.findall(f"{_O}record")
+    _check_record_count(len(records), where, limits)
     if raws is None and data is not None:
         raws = _record_bytes(data, len(records))
     for n, rec in enumerate(records, start=first):
@@ -161,6 +247,13 @@ def _page_of(
             page.resumption_token = content(token, "resumptionToken").strip() or None
         except _FieldError as exc:
             raise MalformedPageError(exc.reason, where=where) from None
+        size = len((page.resumption_token or "").encode("utf-8", "surrogatepass"))
+        if size > limits.field_limit("resumptionToken"):
+            raise MalformedPageError(
+                f"refused: a resumption token of {size} bytes, over the limit of "
+                f"{limits.field_limit('resumptionToken')}",
+                where=where,
+            )
         page.complete_list_size = _int_attr(token, "completeListSize")
         page.cursor = _int_attr(token, "cursor")
     return page
@@ -190,7 +283,7 @@ def _record_bytes(data: bytes, count: int) -> list[bytes] | None:
     return spans if len(spans) == count else None
 
 
-def _read_records_apart(data: bytes, where: str) -> Page | None:
+def _read_records_apart(data: bytes, where: str, limits: InputLimits) -> Page | None:
     """A page the XML parser refused as a whole, read record by record; None when it
     cannot be split safely (then the page is malformed, kept and retried).
 
@@ -215,11 +308,12 @@ def _read_records_apart(data: bytes, where: str) -> Page | None:
         return None
     if any(data[end:start].strip(b" \t\r\n") for (_, end), (start, _) in pairwise(spans)):
         return None
+    _check_record_count(len(spans), where, limits)
     head, tail = data[: spans[0][0]], data[spans[-1][1] :]
     if len(head) + len(tail) > _ENVELOPE_BYTES:
         return None  # parsed again around every record: a huge one would cost that many times
     try:
-        envelope = _page_of(etree.fromstring(head + tail, parser=_PARSER), where)
+        envelope = _page_of(_parsed(head + tail, where), where, limits)
     except (etree.XMLSyntaxError, MalformedPageError):
         return None
     if envelope.error_code is not None or envelope.items or envelope.deleted:
@@ -228,7 +322,7 @@ def _read_records_apart(data: bytes, where: str) -> Page | None:
     for n, (start, end) in enumerate(spans, start=1):
         chunk = data[start:end]
         try:
-            one = _page_of(etree.fromstring(head + chunk + tail, parser=_PARSER), where, n, raws=[chunk])
+            one = _page_of(_parsed(head + chunk + tail, where), where, limits, n, raws=[chunk])
         except (etree.XMLSyntaxError, MalformedPageError) as exc:
             found = _HEADER_ID.search(chunk)
             rid = found.group(1).decode("ascii") if found else None
@@ -239,6 +333,10 @@ def _read_records_apart(data: bytes, where: str) -> Page | None:
         page.items.extend(one.items)
         page.deleted.extend(one.deleted)
     return page
+
+
+def _parsed(doc: bytes, where: str) -> etree._Element:
+    return _checked_root(etree.fromstring(doc, parser=_PARSER), doc, where)
 
 
 class _FieldError(Exception):

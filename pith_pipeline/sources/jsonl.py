@@ -15,10 +15,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+import orjson
+
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.canonical_json import loads
-from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.errors import DamagedInputError, InputError
+from pith_pipeline.core.limits import DEFAULT_LIMITS, REJECT_OVERHEAD, InputLimits
+from pith_pipeline.errors import DamagedInputError, InputError, UnreadableInputError
 from pith_pipeline.items import Item, Rejected
 
 #: how much of an over-long line is kept in the quarantine (its start names it)
@@ -59,8 +61,8 @@ def iter_jsonl(
     """
     if isinstance(path, str | Path):
         p = Path(path)
-        with p.open("rb") as raw_file:
-            fh = _open_stream(raw_file, p.suffix == ".gz")
+        with open_input(p) as raw_file:
+            fh = open_stream(raw_file, p.suffix == ".gz")
             yield from _iter_lines(
                 fh, name or p.name, categories, submitted_from, submitted_until, limits, raw_file.tell
             )
@@ -79,7 +81,17 @@ def iter_jsonl(
     )
 
 
-def _open_stream(raw: IO[bytes], gz_suffix: bool) -> IO[bytes]:
+def open_input(path: Path) -> IO[bytes]:
+    """`path` opened for reading, or one `UnreadableInputError` naming it (a bare
+    FileNotFoundError or IsADirectoryError would reach the person as a traceback)."""
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise UnreadableInputError(f"{path}: cannot read the input file ({exc.strerror or exc})") from None
+
+
+def open_stream(raw: IO[bytes], gz_suffix: bool) -> IO[bytes]:
+    """`raw`, or its gzip decompression when it is named `.gz` or starts like gzip."""
     magic = raw.peek(2)[:2] if isinstance(raw, io.BufferedReader) else b""
     if gz_suffix or magic == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
@@ -111,6 +123,123 @@ def _read_line(fh: IO[bytes], limit: int) -> tuple[bytes, int]:
             return line, size
 
 
+def read_line(
+    fh: IO[bytes], limit: int, label: str, read_so_far: str, position: Callable[[], int] | None
+) -> tuple[bytes, int]:
+    """`_read_line`, with a damaged stream turned into one `DamagedInputError`.
+
+    Why one place: gzip reports a truncated file as `EOFError`, which the CLI's click
+    takes for Ctrl-D ("aborted", exit 130), and a bad header as `BadGzipFile`; every
+    reader of input files (whole files and the byte ranges of `snapshot_ranges`)
+    must name the file and how far it got instead. `read_so_far` says that
+    ("line 12", "reading 4096 bytes").
+    """
+    try:
+        return _read_line(fh, limit)
+    except _DAMAGE as exc:
+        raise _damaged(label, read_so_far, position, exc) from None
+
+
+_DAMAGE = (EOFError, zlib.error, gzip.BadGzipFile, OSError)
+
+#: what a file that is not JSON lines starts with (after any gzip was taken off)
+_MAGIC = (
+    (b"\x1f\x8b", "gzip twice"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"PK\x03\x04", "zip"),
+    (b"7z\xbc\xaf\x27\x1c", "7z"),
+)
+
+
+def _damaged(
+    label: str, read_so_far: str, position: Callable[[], int] | None, exc: BaseException
+) -> DamagedInputError:
+    where = ""
+    if position is not None:
+        try:
+            where = f", at byte {position()} of the file"
+        except (OSError, ValueError):
+            where = ""
+    return DamagedInputError(
+        f"{label}: damaged input after {read_so_far}{where}: {exc} "
+        "(records before it were read; repair or download the file again)"
+    )
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def check_start(fh: IO[bytes], label: str, position: Callable[[], int] | None = None) -> None:
+    """Refuse a file that is not JSON lines at all, before its first line.
+
+    Why: a binary file, or a snapshot compressed with something other than gzip, was
+    read as lines of text, and every "line" quarantined: exit 0, and the whole file
+    held in memory (base64) as quarantine entries. JSON text never starts with these
+    magic numbers nor holds a NUL byte. Only the start decides (NUL bytes, and a first
+    line that is not JSON): further in, a line of junk is one record's reject.
+    """
+    peek = getattr(fh, "peek", None)
+    if peek is None:
+        return
+    try:
+        head: bytes = peek(4096)[:4096]
+    except _DAMAGE as exc:
+        raise _damaged(label, "line 0", position, exc) from None
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            raise DamagedInputError(
+                f"{label}: compressed with {name}, which is not read here; decompress it "
+                "first (JSON lines are read as they are or gzip-compressed)"
+            )
+    if b"\x00" in head and not _is_json(head.split(b"\n", 1)[0]):
+        raise DamagedInputError(
+            f"{label}: binary data (or UTF-16/32 text), not UTF-8 JSON lines "
+            f"(a NUL byte at byte {head.index(0)} of its content)"
+        )
+
+
+def oversized(where: str, line: bytes, size: int, limit: int) -> Rejected:
+    """The reject for a line over `limit` bytes: its start is kept, to name it."""
+    return Rejected.of_bytes(
+        where,
+        f"line of {size} bytes, over the limit of {limit} "
+        f"(the first {KEPT_OF_LONG_LINE} bytes are kept here)",
+        _utf8_prefix(line[:KEPT_OF_LONG_LINE]),
+    )
+
+
+class RejectBudget:
+    """Stops a file whose rejects would not fit in memory.
+
+    Why: a run holds its rejects until it writes the quarantine at its end, so 911
+    bytes of gzip (300,000 lines of `{}`) took 387 MB and a small gzip bomb any amount.
+    A real snapshot has few rejects; one with more than `limits.rejected_bytes` of
+    them is not arXiv metadata, and fails whole like a damaged file.
+    """
+
+    def __init__(self, label: str, limits: InputLimits) -> None:
+        self.label = label
+        self.limit = limits.rejected_bytes
+        self.spent = 0
+
+    def spend(self, item: Rejected, read_so_far: str) -> Rejected:
+        self.spent += len(item.raw) + REJECT_OVERHEAD
+        if self.spent > self.limit:
+            raise DamagedInputError(
+                f"{self.label}: more than {self.limit} bytes of rejected lines by {read_so_far} "
+                "(rejects are held in memory for the quarantine); the file is probably not "
+                "arXiv metadata (see docs/pages/input-limits.md)"
+            )
+        return item
+
+
 def _iter_lines(
     fh: IO[bytes],
     label: str,
@@ -120,36 +249,23 @@ def _iter_lines(
     limits: InputLimits = DEFAULT_LIMITS,
     position: Callable[[], int] | None = None,
 ) -> Iterator[Item]:
+    check_start(fh, label, position)
+    budget = RejectBudget(label, limits)
     n = 0
     while True:
-        try:
-            line, size = _read_line(fh, limits.line_bytes)
-        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
-            where = ""
-            if position is not None:
-                try:
-                    where = f", at byte {position()} of the file"
-                except (OSError, ValueError):
-                    where = ""
-            raise DamagedInputError(
-                f"{label}: damaged input after line {n}{where}: {exc} "
-                "(records before it were read; repair or download the file again)"
-            ) from None
+        line, size = read_line(fh, limits.line_bytes, label, f"line {n}", position)
         if not line:
             return
         n += 1
         if size > limits.line_bytes:
-            yield Rejected.of_bytes(
-                f"{label}:{n}",
-                f"line of {size} bytes, over the limit of {limits.line_bytes} "
-                f"(the first {KEPT_OF_LONG_LINE} bytes are kept here)",
-                _utf8_prefix(line[:KEPT_OF_LONG_LINE]),
-            )
+            yield budget.spend(oversized(f"{label}:{n}", line, size, limits.line_bytes), f"line {n}")
             continue
         if not line.strip():
             continue
         item = parse_line(line, f"{label}:{n}")
-        if isinstance(item, ArxivRecord) and not _keep(item, categories, since, until):
+        if isinstance(item, Rejected):
+            budget.spend(item, f"line {n}")
+        elif not _keep(item, categories, since, until):
             continue
         yield item
 

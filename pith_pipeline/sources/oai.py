@@ -33,9 +33,11 @@ died in between) is taken from the store on resume, not fetched again.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import logging
 import re
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +54,7 @@ from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.timeutil import Clock, iso_seconds
 from pith_pipeline.errors import (
+    DamagedInputError,
     RequestDeadlineError,
     ResponseTooLargeError,
     ResumptionLoopError,
@@ -80,8 +83,30 @@ def gz(data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=6, mtime=0)
 
 
-def gunzip(data: bytes) -> bytes:
-    return gzip.decompress(data)
+def gunzip(data: bytes, where: str, cap: int = DEFAULT_LIMITS.response_bytes) -> bytes:
+    """A stored page's bytes: one gzip member, at most `cap` bytes when inflated.
+
+    Why not `gzip.decompress`: a truncated object raised a bare `EOFError` (which the
+    CLI reports as Ctrl-C, "aborted") and one that inflates without end was inflated
+    whole. No page is stored bigger than a response may be (`response_bytes`), so
+    anything bigger, or damaged, is `DamagedInputError` naming the object.
+    """
+    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        body = inflate.decompress(data, cap + 1)
+    except zlib.error as exc:
+        raise DamagedInputError(f"{where}: damaged gzip ({exc}); move it away to harvest it again") from None
+    if len(body) > cap:
+        raise DamagedInputError(
+            f"{where}: inflates to more than {cap} bytes, the limit of a response; "
+            "no page is stored that big (see docs/pages/input-limits.md)"
+        )
+    if not inflate.eof or inflate.unused_data:
+        raise DamagedInputError(
+            f"{where}: damaged gzip ({'truncated' if not inflate.eof else 'data after its end'}); "
+            "move it away to harvest it again"
+        )
+    return body
 
 
 @dataclass(slots=True)
@@ -99,6 +124,11 @@ class Checkpoint:
     restarts: int = 0
     oai_url: str = ""
     updated_at: str = ""
+    #: digests (`_digest`) of the resumption tokens this attempt has used and of the
+    #: pages it has committed: one coming back means the list goes round, and keeping
+    #: them here means a rerun does not start another round (see `_check_progress`)
+    seen_tokens: list[str] = field(default_factory=list)
+    seen_pages: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -113,10 +143,19 @@ class Checkpoint:
             "deleted": self.deleted,
             "restarts": self.restarts,
             "updated_at": self.updated_at,
+            "seen_tokens": self.seen_tokens,
+            "seen_pages": self.seen_pages,
         }
 
     @classmethod
     def from_json(cls, window: Window, obj: dict[str, Any]) -> Checkpoint:
+        token = obj.get("resumption_token")
+        # checkpoints written before the lists existed: the current token is known used
+        tokens = obj.get("seen_tokens", [_digest(token)] if isinstance(token, str) and token else [])
+        pages = obj.get("seen_pages", [])
+        for seen in (tokens, pages):
+            if not isinstance(seen, list) or not all(isinstance(d, str) for d in seen):
+                raise TypeError("seen_tokens and seen_pages must be lists of strings")
         return cls(
             window=window,
             attempt=int(obj.get("attempt", 1)),
@@ -129,7 +168,28 @@ class Checkpoint:
             restarts=int(obj.get("restarts", 0)),
             oai_url=str(obj.get("oai_url", "")),
             updated_at=str(obj.get("updated_at", "")),
+            seen_tokens=list(tokens),
+            seen_pages=list(pages),
         )
+
+
+def _digest(text: str) -> str:
+    """A short name for a token or a page's content (64 bits: a collision would need a
+    server that tries, and costs only a window stopped early)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def page_digest(page: Page) -> str:
+    """What a page lists, whatever its token and response date: the identity of each
+    record (id and datestamp), deletion and reject, in order-free form."""
+    parts = []
+    for item in page.items:
+        if isinstance(item, ArxivRecord):
+            parts.append(f"r {item.id} {item.update_date}")
+        else:
+            parts.append(f"x {item.record_id} {_digest(item.raw)}")
+    parts.extend(f"d {d.arxiv_id} {d.datestamp}" for d in page.deleted)
+    return _digest("\n".join(sorted(parts)))
 
 
 @dataclass(slots=True)
@@ -266,9 +326,12 @@ class OAIClient:
                 f"{what}: response larger than the limit of {self.limits.response_bytes} bytes; "
                 "stopped reading it (see docs/pages/input-limits.md)"
             )
-        if response.is_redirect:  # following it would be a second, unspaced request
+        if 300 <= response.status_code < 400:  # following it would be a second, unspaced request
+            location = response.headers.get("location")
+            if location is None:
+                raise TerminalError(f"{what}: HTTP {response.status_code} redirect without a Location")
             raise TerminalError(
-                f"{what}: redirected to {response.headers.get('location')}; "
+                f"{what}: HTTP {response.status_code}, redirected to {location}; "
                 f"set --oai-url (or {OAI_URL_ENV}) to that address"
             )
         return response
@@ -289,8 +352,10 @@ class Harvester:
         raw_root: str = RAW_ROOT,
         metadata_prefix: str = METADATA_PREFIX,
         clock: Clock = system_clock,
+        limits: InputLimits = DEFAULT_LIMITS,
     ) -> None:
         self.store = store
+        self.limits = limits
         self.client = client
         self.raw_root = raw_root.rstrip("/")
         self.prefix = metadata_prefix
@@ -342,17 +407,22 @@ class Harvester:
             response = client.request(params)
             self.stats.requests += client.gate.requests - sent  # retries included
             body = response.content
+            status = response.status_code
             try:
-                page = parse_page(body, where)
+                # OAI-PMH answers 200 and reports its errors in the body: any other status
+                # (429 and 5xx were retried by the gate) is not a page, whatever the body
+                if status != 200:
+                    raise MalformedPageError(f"HTTP {status} from {client.base_url}", where=where)
+                page = parse_page(body, where, limits=self.limits)
             except MalformedPageError as exc:
                 self.stats.malformed_pages += 1
                 key = self._free_key(malformed_key)
                 self.store.put_once(key, gz(body), content_type="application/gzip")
                 self.stats.malformed_keys.append(key)
-                log.warning("%s (HTTP %s); kept as %s", exc, response.status_code, key)
-                if response.status_code >= 400:
+                log.warning("%s (HTTP %s); kept as %s", exc, status, key)
+                if status != 200:
                     raise TerminalError(
-                        f"{where}: HTTP {response.status_code} from {client.base_url}; response kept as {key}"
+                        f"{where}: HTTP {status} from {client.base_url}; response kept as {key}"
                     ) from None
                 if attempt >= policy.max_retries:
                     raise TransientError(
@@ -387,8 +457,9 @@ class Harvester:
                 return
             cp = Checkpoint(window, attempt=cp.attempt + 1, restarts=cp.restarts)
             self._save(cp)
-        # tokens this attempt has used: one coming back means the list never ends
-        seen: set[str] = {cp.resumption_token} if cp.resumption_token else set()
+        # per run, not per window: a window that used up its restarts once must still
+        # be able to start again later (its stored token has expired by then)
+        restarts_left = MAX_RESTARTS
         while True:
             n = cp.pages_done + 1
             key = self.page_key(window, cp.attempt, n)
@@ -396,8 +467,8 @@ class Harvester:
             stored = self.store.get(key)
             try:
                 if stored is not None:
-                    body = gunzip(stored)
-                    page = parse_page(body, where)
+                    body = gunzip(stored, key, self.limits.response_bytes)
+                    page = parse_page(body, where, limits=self.limits)
                     from_store = True
                     self.stats.pages_from_store += 1
                 else:
@@ -424,32 +495,35 @@ class Harvester:
                             content_type="application/gzip",
                         )
                         raise _TokenRefused(page.error_message)
-                    if page.error_code not in (None, "noRecordsMatch"):
+                    # `noRecordsMatch` is an empty window only as the answer to its first
+                    # request; to a token it means the list broke off, records missing
+                    if page.error_code is not None and (page.error_code != "noRecordsMatch" or n > 1):
                         bad = self._free_key(
                             lambda k, a=cp.attempt, m=n: self.page_key(window, a, m, f".error-{k:02d}")
                         )
                         self.store.put_once(bad, gz(body), content_type="application/gzip")
+                        broke_off = " to a resumption token: the list broke off" if n > 1 else ""
                         raise TerminalError(
-                            f"{where}: arXiv's OAI-PMH answered {page.error_code}: "
+                            f"{where}: arXiv's OAI-PMH answered {page.error_code}{broke_off}: "
                             f"{page.error_message} (request {params}; response kept as {bad})"
                         )
                     self.store.put_once(key, gz(body), content_type="application/gzip")
             except _TokenRefused as exc:
                 self.stats.refused_tokens += 1
-                if cp.restarts >= MAX_RESTARTS:
+                if restarts_left <= 0:
                     raise TransientError(
                         f"{self.window_prefix(window)}: resumption token refused again "
-                        f"({exc}); restarted {cp.restarts} times already; try later"
+                        f"({exc}); restarted {MAX_RESTARTS} times in this run already; try later"
                     ) from None
+                restarts_left -= 1
                 log.warning(
                     "%s: resumption token refused (%s); restarting the window from its start", where, exc
                 )
                 self.stats.restarts += 1
                 cp = Checkpoint(window, attempt=cp.attempt + 1, restarts=cp.restarts + 1)
                 self._save(cp)
-                seen = set()
                 continue
-            self._check_progress(window, cp, page, seen, where)
+            self._check_progress(window, cp, page, where)
             self.stats.pages += 1
             if page.complete_list_size is not None:
                 cp.complete_list_size = page.complete_list_size
@@ -463,29 +537,36 @@ class Harvester:
             if cp.complete:
                 return
 
-    def _check_progress(self, window: Window, cp: Checkpoint, page: Page, seen: set[str], where: str) -> None:
+    def _check_progress(self, window: Window, cp: Checkpoint, page: Page, where: str) -> None:
         """Stop a list that does not end, before its page is published.
 
-        Why: a server that hands back a token already used (or pages beyond its own
-        `completeListSize`) would be followed forever, republishing the same records.
+        Why: a server that hands back a token already used, or new tokens for pages
+        already seen (the same records again, or empty pages), or pages beyond its own
+        `completeListSize`, would be followed forever, republishing the same records.
+        The token and the page are recorded in `cp` (saved with the next commit).
         """
+        stop = f"{self.window_prefix(window)}: "
+        why = "; window stopped (the server's list does not end; try again later)"
         total = cp.records + cp.deleted + len(page.items) + len(page.deleted)
         size = page.complete_list_size if page.complete_list_size is not None else cp.complete_list_size
         if size is not None and total > size:
             raise ResumptionLoopError(
-                f"{self.window_prefix(window)}: {total} records by {where}, more than the "
-                f"completeListSize of {size} the server announced; window stopped "
-                "(the server's list does not end; try again later)"
+                f"{stop}{total} records by {where}, more than the completeListSize of {size} "
+                f"the server announced{why}"
             )
         token = page.resumption_token
         if token is not None:
-            if token in seen:
+            token_digest = _digest(token)
+            if token_digest in cp.seen_tokens:
                 raise ResumptionLoopError(
-                    f"{self.window_prefix(window)}: resumption token {token!r} in {where} was "
-                    "already used in this window; window stopped (the server's list does "
-                    "not end; try again later)"
+                    f"{stop}resumption token {token[:200]!r} in {where} was already used in this window{why}"
                 )
-            seen.add(token)
+            cp.seen_tokens.append(token_digest)
+        listed = page_digest(page)
+        if listed in cp.seen_pages:
+            what = "lists the same records as" if page.items or page.deleted else "is empty, like"
+            raise ResumptionLoopError(f"{stop}{where} {what} an earlier page of this window{why}")
+        cp.seen_pages.append(listed)
 
     # -- GetRecord -----------------------------------------------------------
     def get_records(self, ids: Iterable[str], run_id: str) -> Iterator[HarvestedPage]:
@@ -545,8 +626,8 @@ class Harvester:
             data = self.store.get(key)
             if data is None:
                 continue
-            body = gunzip(data)
-            page = parse_page(body, key)
+            body = gunzip(data, key, self.limits.response_bytes)
+            page = parse_page(body, key, limits=self.limits)
             if "/getrecord/" in key:
                 ident = key.rsplit("/", 1)[1].split("-", 1)[1][: -len(".xml.gz")]
                 _explain_getrecord_error(page, ident.replace("_", "/"), body)

@@ -24,6 +24,7 @@ import errno
 import fcntl
 import hashlib
 import logging
+import math
 import os
 import random
 import threading
@@ -46,6 +47,8 @@ ARXIV_MIN_INTERVAL = 3.0
 USER_AGENT_ENV = env_name("user_agent")
 CONTACT_ENV = env_name("contact")
 POLITENESS_DIR_ENV = env_name("politeness_dir")
+#: a delta-seconds `Retry-After` with more digits than this is taken as "forever"
+_RETRY_AFTER_DIGITS = 15
 
 
 def politeness_dir() -> Path:
@@ -145,15 +148,17 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     """Seconds to wait from a `Retry-After` header: delta-seconds or an HTTP-date.
 
     None when absent or unreadable (the caller then falls back to backoff). A date in
-    the past means "now" (0 s).
+    the past means "now" (0 s); a number too long to hold is `math.inf`.
     """
     if value is None:
         return None
     text = value.strip()
     if not text:
         return None
-    if text.isdigit():
-        return float(int(text))
+    if text.isascii() and text.isdigit():  # `"²".isdigit()` is true too
+        # more digits than any real wait (or than float and Python's int parsing take):
+        # infinitely long, which the gate refuses as longer than its `max_wait`
+        return float(int(text)) if len(text) <= _RETRY_AFTER_DIGITS else math.inf
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
@@ -285,7 +290,7 @@ class Gate:
                         if asked is not None and asked > p.max_wait:
                             self._done()
                             raise TransientError(
-                                f"{what}: the server asked us to wait {asked:.0f} s (Retry-After), "
+                                f"{what}: the server asked us to wait {_seconds(asked)} (Retry-After), "
                                 f"longer than the limit of {p.max_wait:.0f} s; try again later"
                             )
                         wait = asked if asked is not None else p.backoff(attempt, self._rng)
@@ -309,6 +314,11 @@ class Gate:
                 finally:
                     if turn is not None:
                         turn.give(gap)
+
+
+def _seconds(value: float) -> str:
+    """A wait for a message: `86400 s`, or for an unbounded one, `forever`."""
+    return f"{value:.0f} s" if math.isfinite(value) else "forever"
 
 
 def _header(response: Any, name: str) -> str | None:

@@ -12,6 +12,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.errors import InputError
 from pith_pipeline.runs.chunks import MAX_CHUNKS
 from pith_pipeline.runs.windows import Window
@@ -36,8 +37,8 @@ def plan_snapshot_chunks(
         raise InputError(f"snapshot file not found: {p}")
     size = p.stat().st_size
     base = {"kind": "snapshot", "path": str(p), "window": window.to_json()}
-    with p.open("rb") as fh:
-        gz = fh.read(2) == b"\x1f\x8b"
+    with p.open("rb") as fh:  # named .gz: gzip, whatever it starts with (as `iter_jsonl`)
+        gz = fh.read(2) == b"\x1f\x8b" or p.suffix == ".gz"
     if gz or size == 0:
         return [{**base, "index": 0, "start": 0, "end": None}]
     if min_bytes is None:
@@ -65,35 +66,55 @@ def record_datestamp(rec: ArxivRecord) -> date:
     return parse_rfc2822(latest.created).date()
 
 
-def iter_snapshot_range(chunk: Mapping[str, Any]) -> Iterator[Item]:
-    """Lines that *start* in [start, end): each line belongs to exactly one chunk."""
-    import gzip
+def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAULT_LIMITS) -> Iterator[Item]:
+    """Lines that *start* in [start, end): each line belongs to exactly one chunk.
 
+    Read like `iter_jsonl` reads a whole file (`jsonl.read_line`): a line over
+    `limits.line_bytes` is a reject without being held whole, and a damaged file (a
+    truncated or corrupt `.gz`) is one `DamagedInputError` naming it and the byte
+    reached, never a bare `EOFError` (which the CLI would report as Ctrl-C).
+    """
     from pith_pipeline.core.arxiv_record import ArxivRecord
-    from pith_pipeline.sources.jsonl import parse_line
+    from pith_pipeline.sources.jsonl import (
+        RejectBudget,
+        check_start,
+        open_input,
+        open_stream,
+        oversized,
+        parse_line,
+        read_line,
+    )
 
     path = Path(chunk["path"])
     window = Window.from_json(chunk["window"])
     start, end = int(chunk["start"]), chunk["end"]
-    with path.open("rb") as raw:
-        magic = raw.read(2)
-        raw.seek(0)
-        fh: Any = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
+    limit = limits.line_bytes
+    with open_input(path) as raw:
+        fh: Any = open_stream(raw, path.suffix == ".gz")
         pos = 0
-        if start > 0:
+        if start == 0:
+            check_start(fh, path.name, raw.tell)
+        else:
             fh.seek(start - 1)
-            fh.readline()  # finish the line that started before us
+            read_line(fh, limit, path.name, f"reading {start - 1} bytes", raw.tell)  # the line before ours
             pos = fh.tell()
-        line_no = None  # byte offsets name lines; numbering would need a full scan
+        budget = RejectBudget(path.name, limits)
+        # byte offsets name lines; numbering would need a full scan
         while end is None or pos < end:
-            line = fh.readline()
+            line, size = read_line(fh, limit, path.name, f"reading {pos} bytes", raw.tell)
             if not line:
                 break
-            where = f"{path.name}@{pos}" if line_no is None else f"{path.name}:{line_no}"
-            pos += len(line)
+            where = f"{path.name}@{pos}"
+            pos += size
+            if size > limit:
+                yield budget.spend(oversized(where, line, size, limit), f"byte {pos}")
+                continue
             if not line.strip():
                 continue
             item = parse_line(line, where)
-            if isinstance(item, ArxivRecord) and not window.contains(record_datestamp(item)):
-                continue
+            if isinstance(item, ArxivRecord):
+                if not window.contains(record_datestamp(item)):
+                    continue
+            else:
+                budget.spend(item, f"byte {pos}")
             yield item

@@ -11,6 +11,7 @@ import base64
 
 import pytest
 
+from pith_pipeline.core.limits import InputLimits
 from pith_pipeline.items import Rejected
 from pith_pipeline.sources.arxivraw import MalformedPageError, parse_page
 
@@ -278,3 +279,62 @@ def test_a_record_given_twice_inside_one_record_is_rejected(old: str, new: str) 
     at once, as a field given twice does: rejected, never built from the first."""
     (bad,) = parse_page(page_of(record().replace(old, new, 1)), "t").rejected
     assert "more than one" in bad.reason
+
+
+@pytest.mark.parametrize(
+    ("prolog", "encode"),
+    [
+        ('<?xml version="1.0" encoding="ISO-8859-1"?>', "utf-8"),  # UTF-8 bytes, Latin-1 declared
+        ("<?xml version='1.0' encoding='windows-1252'?>", "cp1252"),
+        ('<?xml version="1.0" encoding="UTF-16"?>', "utf-16"),
+        ("", "utf-16"),  # a byte order mark, no declaration
+    ],
+    ids=["latin1-declared", "cp1252", "utf16", "utf16-bom"],
+)
+def test_pages_not_in_utf8_are_refused(prolog: str, encode: str) -> None:
+    """OAI-PMH responses are UTF-8. A page declaring another encoding was decoded by
+    its declaration: UTF-8 bytes declared ISO-8859-1 made `café` into `cafÃ©`, signed."""
+    body = (prolog + page_of(record({"title": "café"})).decode()).encode(encode)
+    with pytest.raises(MalformedPageError) as err:
+        parse_page(body, "raw/p.xml.gz")
+    assert "UTF-8" in str(err.value) and "raw/p.xml.gz" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "prolog",
+    ["", '<?xml version="1.0" encoding="UTF-8"?>', "<?xml version='1.0' encoding='utf-8'?>", "\ufeff"],
+)
+def test_utf8_pages_parse_with_or_without_a_declaration(prolog: str) -> None:
+    page = parse_page((prolog + page_of(record({"title": "café"})).decode()).encode("utf-8"), "t")
+    assert [r.title for r in page.records] == ["café"]
+
+
+def test_a_page_of_many_tiny_elements_is_refused_before_its_tree_is_built() -> None:
+    """4.5 MB of `<record/>` made a 217 MB tree and half a million rejects; at the
+    64 MiB response cap, gigabytes. Markup per response is limited, so the tree is."""
+    body = page_of("<record/>" * 1000)
+    with pytest.raises(MalformedPageError) as err:
+        parse_page(body, "raw/p.xml.gz", limits=InputLimits(response_markup=500))
+    assert "500" in str(err.value) and "raw/p.xml.gz" in str(err.value)
+    assert len(parse_page(body, "t", limits=InputLimits(response_markup=5000)).items) == 1000
+
+
+def test_a_page_with_more_records_than_any_arxiv_page_is_refused() -> None:
+    body = page_of(*[record()] * 30)
+    with pytest.raises(MalformedPageError) as err:
+        parse_page(body, "raw/p.xml.gz", limits=InputLimits(page_records=20))
+    assert "30 records" in str(err.value) and "20" in str(err.value)
+    assert len(parse_page(body, "t", limits=InputLimits(page_records=30)).items) == 30
+
+
+def test_an_over_long_resumption_token_is_refused() -> None:
+    """A token is sent back in the next request's URL and kept in the checkpoint: a
+    megabyte one went into both."""
+    token = "t" * 5000
+    body = page_of(record()).replace(
+        b"</ListRecords>", f"<resumptionToken>{token}</resumptionToken></ListRecords>".encode()
+    )
+    with pytest.raises(MalformedPageError) as err:
+        parse_page(body, "raw/p.xml.gz")
+    assert "resumption token" in str(err.value) and "4096" in str(err.value)
+    assert token not in str(err.value)

@@ -7,17 +7,18 @@ are fast.
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from oai_server import FIRST, FakeArxiv, Repository, data
+from oai_server import FIRST, FakeArxiv, Fault, Repository, data
 
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.limits import InputLimits
-from pith_pipeline.errors import ResponseTooLargeError, ResumptionLoopError, TransientError
+from pith_pipeline.errors import ResponseTooLargeError, ResumptionLoopError, TerminalError, TransientError
 from pith_pipeline.ingest import Ingest
 from pith_pipeline.runs.windows import window_from_options
 from pith_pipeline.signing.local import generate_key, load_signer
@@ -69,6 +70,86 @@ def test_more_records_than_complete_list_size_fails_the_window(tmp_path: Path, s
         with pytest.raises(ResumptionLoopError) as err:
             run.windows([W], oai_url=server.oai_url, politeness=FAST)
     assert "completeListSize of 5" in str(err.value)
+
+
+class FreshTokens(dict[str, bytes]):
+    """Resumption pages that never end: every token is answered with `page` (the same
+    records) and a token never handed out before; `size` sets completeListSize
+    (None: the attribute is left out)."""
+
+    def __init__(self, page: bytes, size: int | None) -> None:
+        super().__init__()
+        self.page, self.size = page, size
+
+    def get(self, token: str, default: bytes | None = None) -> bytes:  # type: ignore[override]
+        body = self.page.replace(b">7134892|7<", b">" + token.encode() + b"+<")
+        attr = b"" if self.size is None else b' completeListSize="%d"' % self.size
+        return body.replace(b' completeListSize="9"', attr)
+
+
+def endless(page: bytes, size: int | None) -> FakeArxiv:
+    first = P1.replace(b' completeListSize="9"', b"" if size is None else b' completeListSize="%d"' % size)
+    repo = Repository(pages=FreshTokens(page, size))
+    repo.first_by_window[(W.oai_from, W.oai_until)] = first
+    return FakeArxiv(repo)
+
+
+EMPTY_P2 = re.sub(rb"<record>.*</record>", b"", P2, flags=re.DOTALL)
+
+
+@pytest.mark.parametrize(
+    ("page", "size"),
+    [(P2, None), (P2, 10**9), (EMPTY_P2, None)],
+    ids=["no-completeListSize", "completeListSize-too-large", "empty-pages"],
+)
+def test_new_tokens_for_the_same_page_fail_the_window(
+    tmp_path: Path, signer: Signer, page: bytes, size: int | None
+) -> None:
+    """Tokens never seen before, but the list comes round again: the same records (or
+    no records) page after page. Without a truthful completeListSize this looped."""
+    with endless(page, size) as server:
+        run = Ingest(LocalStore(tmp_path / "s"), signer)
+        with pytest.raises(ResumptionLoopError) as err:
+            run.windows([W], oai_url=server.oai_url, politeness=FAST)
+        requests = len(server.log)
+    msg = str(err.value)
+    assert "page-00003" in msg and "\n" not in msg
+    assert requests == 3  # page 3 repeats page 2: the window stops there
+
+
+def test_a_loop_found_once_stops_the_window_on_every_rerun(tmp_path: Path, signer: Signer) -> None:
+    """The tokens and pages seen are kept with the window's checkpoint: a rerun does not
+    start a new round of the loop (it used to go one page further each time)."""
+
+    def unsized(page: bytes) -> bytes:
+        return page.replace(b' completeListSize="9"', b"")
+
+    alternating = [  # A, B, A, on three different pages and no completeListSize
+        (FIRST, unsized(P1).replace(b">7134892|4<", b">A<")),
+        ("A", unsized(P2).replace(b">7134892|7<", b">B<")),
+        ("B", unsized(P1).replace(b">7134892|4<", b">A<").replace(b"0704.0248", b"0704.0249")),
+    ]
+    store = LocalStore(tmp_path / "s")
+    for _ in range(2):
+        with serve(*alternating) as server:
+            with pytest.raises(ResumptionLoopError) as err:
+                Ingest(store, signer).windows([W], oai_url=server.oai_url, politeness=FAST)
+            requests = len(server.log)
+        assert "'A'" in str(err.value) and "already used" in str(err.value)
+    assert requests == 0  # the stored page 3 is checked again, nothing is fetched
+
+
+def test_no_records_match_for_a_resumption_token_fails_the_window(tmp_path: Path, signer: Signer) -> None:
+    """`noRecordsMatch` answers a first request; for a token it means the list broke off.
+    Taking it as the end marked the window complete with records missing for good."""
+    with serve((FIRST, P1)) as server:  # the token 7134892|4 gets noRecordsMatch
+        server.fail("7134892|4", Fault(200, (), data("error-noRecordsMatch.xml")))
+        store = LocalStore(tmp_path / "s")
+        with pytest.raises(TerminalError) as err:
+            Ingest(store, signer).windows([W], oai_url=server.oai_url, politeness=FAST)
+    assert "noRecordsMatch" in str(err.value) and "page-00002" in str(err.value)
+    checkpoint = store.get(f"raw/oai/arXivRaw/{W.label}/checkpoint.json")
+    assert checkpoint is not None and b'"complete": false' in checkpoint
 
 
 class DripServer:
@@ -224,3 +305,44 @@ def test_a_record_with_bytes_that_are_not_utf8_does_not_stop_the_window(
     raw = base64.b64decode(entry["raw"])
     assert raw.startswith(b"<record") and b"<title>\xff" in raw and raw in bad
     assert entry["where"].endswith("page-00001.xml.gz record 1")
+
+
+ATOM_OPEN = b'<?xml version="1.0" encoding="UTF-8"?><feed xmlns="http://www.w3.org/2005/Atom">'
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html><body>Service temporarily unavailable</body></html>",
+        ATOM_OPEN + b"<entry><id>http://arxiv.org/abs/1909.11150v2</id>",  # cut short
+        b'<?xml version="1.0"?><!DOCTYPE feed [<!ENTITY x SYSTEM "file:///etc/hostname">]>'
+        b'<feed xmlns="http://www.w3.org/2005/Atom"><title>&x;</title></feed>',
+        ATOM_OPEN.replace(b"UTF-8", b"ISO-8859-1") + b"</feed>",
+    ],
+    ids=["html", "truncated", "dtd", "not-utf8"],
+)
+def test_search_api_answer_that_is_not_an_atom_feed_fails(body: bytes) -> None:
+    """The `arxiv` package's feed parser is lenient: an HTML page or a cut feed read as
+    a feed with no entries, so `--query` found nothing and every `--ids` id was
+    quarantined as unknown to arXiv. The answer is checked as OAI pages are."""
+    with DripServer(body, 0.0, "application/atom+xml") as server:
+        api = ArxivAPI(Gate(FAST), server.url.replace("/oai", "/api/query"))
+        with pytest.raises(TransientError) as err:
+            api.check_ids(["1909.11150"])
+    msg = str(err.value)
+    assert "arXiv API" in msg and "\n" not in msg
+
+
+def test_a_server_error_message_is_one_short_line(tmp_path: Path, signer: Signer) -> None:
+    """The text of an OAI `<error>` went into the run's error as served: a server could
+    print any number of lines (or megabytes) in place of one line naming the problem."""
+    noise = "line\r\n" * 50_000 + "\u2028\u0085\tcleared"
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?><OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+        f'<error code="badArgument\nX">{noise}</error></OAI-PMH>'
+    ).encode()
+    with serve((FIRST, body)) as server, pytest.raises(TerminalError) as err:
+        Ingest(LocalStore(tmp_path / "s"), signer).windows([W], oai_url=server.oai_url, politeness=FAST)
+    msg = str(err.value)
+    assert "badArgument" in msg and len(msg) < 1000
+    assert not any(c in msg for c in "\r\n\t\u2028\u0085")

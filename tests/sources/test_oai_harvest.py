@@ -417,3 +417,46 @@ def test_other_oai_errors_stop_the_window_and_are_kept(
     assert raw_keys(store) == [
         "raw/oai/arXivRaw/2024-01-01_2024-01-03/attempt-001/page-00001.error-01.xml.gz"
     ]
+
+
+@pytest.mark.parametrize("status", [404, 410, 204, 299])
+def test_a_page_is_taken_only_from_a_200_response(
+    tmp_path: Path, signer: Signer, server: FakeArxiv, status: int
+) -> None:
+    """A 404 whose body happens to be an OAI-PMH page was harvested and signed: the
+    status was looked at only when the body did not parse. OAI-PMH answers 200 and puts
+    its errors in the body, so only a 200 is a page (429 and 5xx are retried first)."""
+    server.fail(FIRST, Fault(status, (("Content-Type", "text/xml"),), data("listrecords-2024-01-01-p1.xml")))
+    store = LocalStore(tmp_path / "s")
+    with pytest.raises(TerminalError) as err:
+        harvest(store, signer, server)
+    assert f"HTTP {status}" in str(err.value) and "\n" not in str(err.value)
+    assert not [k for k in store.list("pith/")]
+    assert raw_keys(store) == [
+        "raw/oai/arXivRaw/2024-01-01_2024-01-03/attempt-001/page-00001.malformed-01.xml.gz"
+    ]
+
+
+def test_a_redirect_without_location_names_its_status(
+    tmp_path: Path, signer: Signer, server: FakeArxiv
+) -> None:
+    server.fail(FIRST, Fault(302))
+    with pytest.raises(TerminalError) as err:
+        harvest(LocalStore(tmp_path / "s"), signer, server)
+    assert "HTTP 302" in str(err.value) and "None" not in str(err.value)
+
+
+def test_a_window_whose_tokens_were_refused_before_can_still_complete(
+    tmp_path: Path, signer: Signer, server: FakeArxiv
+) -> None:
+    """The restart budget is per run: once a window had used up its restarts, every
+    later run met the (by then expired) token's refusal and gave up at once, for good."""
+    server.fail(T2, *[refused_token()] * 4)  # a bad hour: every restart is refused too
+    store = LocalStore(tmp_path / "s")
+    with pytest.raises(TransientError, match="refused again"):
+        harvest(store, signer, server)
+    server.fail(T2, refused_token())  # later: the stored token has expired meanwhile
+    r = harvest(store, signer, server).report
+    assert r.harvest.restarts == 1 and r.counts()["built"] + r.counts()["unchanged"] == 7
+    cp = json.loads(store.get("raw/oai/arXivRaw/2024-01-01_2024-01-03/checkpoint.json") or b"")
+    assert cp["complete"] and cp["restarts"] == 4  # the count is kept, as evidence

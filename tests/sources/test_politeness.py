@@ -166,3 +166,21 @@ def test_client_errors_are_returned_not_retried() -> None:
     gate = make_gate(ft)
     assert gate.send(lambda: Resp(404), what="t").status_code == 404
     assert gate.requests == 1 and gate.retries == 0
+
+
+@pytest.mark.parametrize("value", ["9" * 400, "9" * 5000, "1" + "0" * 20])
+def test_a_retry_after_too_large_for_a_number_is_a_transient_error(value: str) -> None:
+    """Digits beyond a float (or Python's 4300-digit int limit) raised OverflowError or
+    ValueError out of the gate, a traceback instead of one line."""
+    ft = FakeTime()
+    gate = make_gate(ft, max_wait=60.0)
+    with pytest.raises(TransientError) as e:
+        gate.send(lambda: Resp(503, {"Retry-After": value}), what="OAI")
+    assert "Retry-After" in str(e.value) and len(str(e.value)) < 300 and ft.sleeps == []
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "-5", "1e9", "1.5", "0x10", "+3"])
+def test_retry_after_that_is_not_ascii_delta_seconds_falls_back_to_backoff(value: str) -> None:
+    """Only ASCII digits are delta-seconds (RFC 9110); `"²".isdigit()` is true and
+    `int("²")` raised ValueError."""
+    assert parse_retry_after(value, now=NOW) is None
