@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import threading
 from datetime import UTC, datetime
@@ -26,7 +25,7 @@ from typing import Any
 import nacl.signing
 
 from pith_pipeline._internal.redact_logs import sensitive_call
-from pith_pipeline.core.canonical_json import dumps_pretty
+from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import Ed25519Signer, fingerprint_b32
 from pith_pipeline.errors import KeyFileError, SigningError
 from pith_pipeline.signing.kms import Backoff, make_kms_client
@@ -71,7 +70,9 @@ def read_location(location: str) -> bytes:
 
 def parse_envelope(data: bytes, where: str) -> dict[str, Any]:
     try:
-        env = json.loads(data)
+        env = loads(data)  # refuses a repeated field: two key ids would name two keys
+        if not isinstance(env, dict):
+            raise ValueError("not a JSON object")
         if env.get("kind") != ENVELOPE_KIND or env.get("algorithm") != "ed25519":
             raise ValueError("not a pith KMS envelope")
         for name in ("key_id", "public_key_hex", "ciphertext_b64", "kms_key_id"):
@@ -80,7 +81,7 @@ def parse_envelope(data: bytes, where: str) -> dict[str, Any]:
         base64.b64decode(env["ciphertext_b64"], validate=True)
         if len(bytes.fromhex(env["public_key_hex"])) != 32:
             raise ValueError("public_key_hex is not 32 bytes")
-    except (ValueError, AttributeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # orjson's JSONDecodeError and DuplicateKeyError are ValueErrors
         raise KeyFileError(f"envelope {where} is malformed ({exc})") from None
     except RecursionError:  # absurdly deep nesting
         raise KeyFileError(f"envelope {where} is malformed (nested too deeply)") from None

@@ -10,7 +10,6 @@ wrong with the file (not JSON, wrong shape, not a regular file) is one
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 import stat
@@ -20,7 +19,7 @@ from pathlib import Path
 import nacl.signing
 
 from pith_pipeline._internal.error_text import describe_os_error
-from pith_pipeline.core.canonical_json import dumps_pretty
+from pith_pipeline.core.canonical_json import DuplicateKeyError, dumps_pretty, loads
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, fingerprint_b32
 from pith_pipeline.core.layout import PUBLIC_KEY_FILE as PUBLIC_KEY_FILE
 from pith_pipeline.errors import KeyFileError
@@ -182,7 +181,7 @@ def load_signer(path: Path | str) -> LocalKeySigner:
     except OSError as exc:
         raise KeyFileError(f"key file {p} cannot be read ({exc.strerror or type(exc).__name__})") from None
     try:
-        obj = json.loads(data)
+        obj = loads(data)  # refuses a repeated field: two key ids or seeds mean two keys
         if not isinstance(obj, dict):
             raise TypeError("not a JSON object")
         if obj.get("kind") != KEY_FILE_KIND or obj.get("algorithm") != "ed25519":
@@ -192,6 +191,8 @@ def load_signer(path: Path | str) -> LocalKeySigner:
         seed = base64.b64decode(obj["seed_b64"], validate=True)
         key_id = obj["key_id"]
         public_hex = obj.get("public_key_hex")
+    except DuplicateKeyError as exc:  # names the field, not its values
+        raise KeyFileError(f"key file {p} is malformed ({exc})") from None
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         # the message names the problem, never the file's content
         raise KeyFileError(f"key file {p} is malformed ({type(exc).__name__})") from None

@@ -367,3 +367,48 @@ def test_a_full_disk_during_keys_generate_leaves_no_half_written_key(
     assert not (out / PRIVATE_KEY_FILE).exists() and not (out / PUBLIC_KEY_FILE).exists()
     assert cli("keys", "generate", "--out", str(out)).code == 0  # free space, run again
     load_signer(out / PRIVATE_KEY_FILE)
+
+
+# -- duplicate keys ---------------------------------------------------------------------
+
+
+def test_a_key_file_with_a_repeated_field_is_refused(tmp_path: Path) -> None:
+    """Two `key_id`s (or seeds) say two things at once: whichever a reader keeps, the
+    file means something else to another reader, so it is refused, naming the file."""
+    from pith_pipeline.signing.factory import open_signer
+
+    priv, _pub, _doc = generate_key(tmp_path / "keys")
+    text = priv.read_text()
+    doubled = text.replace('"kind"', '"key_id": "forged-id",\n  "kind"', 1)
+    bad = tmp_path / "dup.json"
+    bad.write_text(doubled)
+    bad.chmod(0o600)
+    with pytest.raises(KeyFileError) as info:
+        open_signer(f"file:{bad}")
+    msg = str(info.value)
+    assert str(bad) in msg and "key_id" in msg and "\n" not in msg
+
+
+def test_an_envelope_with_a_repeated_field_is_refused(tmp_path: Path) -> None:
+    from pith_pipeline.signing.factory import open_signer
+
+    body = json.dumps(ENVELOPE)[:-1] + ', "key_id": "other-id"}'
+    path = tmp_path / "dup.envelope.json"
+    path.write_text(body)
+    with pytest.raises(KeyFileError) as info:
+        open_signer(f"kms-envelope:{path}")
+    msg = str(info.value)
+    assert str(path) in msg and "key_id" in msg and "\n" not in msg
+
+
+def test_a_monitor_state_with_a_repeated_field_is_refused(tmp_path: Path) -> None:
+    """The monitor's state holds the log key it trusts: a second `vkey` must not be read
+    past (the json module kept the last one)."""
+    from pith_pipeline.errors import IntegrityError
+    from pith_pipeline.tlog.monitor import _read_state
+
+    path = tmp_path / "monitor-state.json"
+    path.write_text('{"format": "x", "size": 1, "format": "y"}')
+    with pytest.raises(IntegrityError) as info:
+        _read_state(path)
+    assert str(path) in str(info.value) and "duplicate key 'format'" in str(info.value)
