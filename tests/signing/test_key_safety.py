@@ -412,3 +412,97 @@ def test_a_monitor_state_with_a_repeated_field_is_refused(tmp_path: Path) -> Non
     with pytest.raises(IntegrityError) as info:
         _read_state(path)
     assert str(path) in str(info.value) and "duplicate key 'format'" in str(info.value)
+
+
+# -- what a key file error says ----------------------------------------------------------
+
+_SEED = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+
+
+def _without(name: str) -> bytes:
+    return json.dumps({k: v for k, v in _GOOD.items() if k != name}).encode()
+
+
+SAYS: dict[str, tuple[bytes, str]] = {
+    "key_id missing": (_without("key_id"), "key_id is missing"),
+    "seed missing": (_without("seed_b64"), "seed_b64 is missing"),
+    "kind missing": (_without("kind"), "kind"),
+    "wrong algorithm": (json.dumps(dict(_GOOD, algorithm="rsa")).encode(), "algorithm"),
+    "seed a number": (json.dumps(dict(_GOOD, seed_b64=5)).encode(), "seed_b64 is a number, not a string"),
+    "seed not base64": (json.dumps(dict(_GOOD, seed_b64="!!")).encode(), "seed_b64 is not base64"),
+    "short seed": (json.dumps(dict(_GOOD, seed_b64="AAAA")).encode(), "seed_b64 holds 3 bytes, not 32"),
+    "public hex a number": (json.dumps(dict(_GOOD, public_key_hex=7)).encode(), "public_key_hex is a number"),
+    "a list": (b"[]", "not a JSON object"),
+    "not JSON": (b'{"kind": ', "not JSON"),
+    "empty": (b"", "empty"),
+    "not UTF-8": (b'{"kind": "\xff"}', "not JSON"),
+    "deeply nested": (b"[" * 100_000, "not JSON"),
+}
+
+
+@pytest.mark.parametrize("case", SAYS.values(), ids=SAYS.keys())
+def test_a_key_file_error_says_what_is_wrong_and_where(case: tuple[bytes, str], tmp_path: Path) -> None:
+    content, says = case
+    key = tmp_path / "bad-key.json"
+    key.write_bytes(content)
+    key.chmod(0o600)
+    with pytest.raises(KeyFileError) as info:
+        load_signer(key)
+    msg = str(info.value)
+    assert str(key) in msg and says in msg and "\n" not in msg, msg
+    assert "Error)" not in msg  # an exception's type name tells the operator nothing
+    assert _SEED not in msg and "AAAA" not in msg  # never the key material
+
+
+def test_a_public_key_document_given_as_the_key_says_so(tmp_path: Path) -> None:
+    from pith_pipeline.signing.factory import open_signer
+
+    _priv, pub, _doc = generate_key(tmp_path / "keys")
+    pub.chmod(0o600)
+    for spec in (f"file:{pub}", str(pub)):
+        with pytest.raises(KeyFileError) as info:
+            open_signer(spec)
+        msg = str(info.value)
+        assert str(pub) in msg and "public key document" in msg and PRIVATE_KEY_FILE in msg, msg
+
+
+def test_an_envelope_given_as_a_key_file_says_to_use_kms_envelope(tmp_path: Path) -> None:
+    path = tmp_path / "env.json"
+    path.write_text(json.dumps(ENVELOPE))
+    path.chmod(0o600)
+    with pytest.raises(KeyFileError, match="kms-envelope:") as info:
+        load_signer(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("spec", ["file:", "file:  ", ""])
+def test_an_empty_key_path_says_that_a_path_is_needed(spec: str) -> None:
+    from pith_pipeline.signing.factory import open_signer
+
+    with pytest.raises(KeyFileError) as info:
+        open_signer(spec)
+    msg = str(info.value)
+    assert "key file . " not in msg and "path" in msg, msg
+
+
+def test_a_key_directory_given_as_the_key_names_the_file_to_give(tmp_path: Path) -> None:
+    priv, _pub, _doc = generate_key(tmp_path / "keys")
+    with pytest.raises(KeyFileError) as info:
+        load_signer(priv.parent)
+    msg = str(info.value)
+    assert "a directory" in msg and str(priv) in msg, msg
+
+
+def test_a_private_key_file_given_as_an_envelope_says_to_use_file(tmp_path: Path) -> None:
+    from pith_pipeline.signing.factory import open_signer
+
+    priv, pub, _doc = generate_key(tmp_path / "keys")
+    with pytest.raises(KeyFileError, match="--signer file:") as info:
+        open_signer(f"kms-envelope:{priv}")
+    assert str(priv) in str(info.value)
+    with pytest.raises(KeyFileError, match="public key document"):
+        open_signer(f"kms-envelope:{pub}")
+    bad = tmp_path / "short.envelope.json"
+    bad.write_text(json.dumps(dict(ENVELOPE, public_key_hex="00" * 31)))
+    with pytest.raises(KeyFileError, match="public_key_hex holds 31 bytes, not 32"):
+        open_signer(f"kms-envelope:{bad}")
