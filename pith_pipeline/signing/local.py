@@ -78,6 +78,33 @@ def make_private_dir(path: Path) -> None:
         os.chmod(d, 0o700)
 
 
+def check_key_dir(out_dir: Path) -> None:
+    """Refuse to put a key where someone else could replace it (like ssh's StrictModes).
+
+    An existing directory that group or others can write (0777, 0775, even sticky 1777)
+    lets them swap the key file or the public document after it is made, or plant a
+    symlink under its name first: refused, with the fix. A 0755 directory is fine. When
+    the directory is still to be made (0700), the nearest existing parent must not let
+    others rename it away, so it must not be writable by them unless it is sticky (/tmp).
+    """
+    p = out_dir
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    try:
+        mode = stat.S_IMODE(p.stat().st_mode)
+    except OSError:
+        return  # not a directory, no permission: writing says why, in one line
+    if not stat.S_ISDIR(p.stat().st_mode) or not mode & 0o022:
+        return
+    if p != out_dir and mode & stat.S_ISVTX:
+        return
+    who = "group and others" if mode & 0o022 == 0o022 else "group" if mode & 0o020 else "others"
+    raise KeyFileError(
+        f"{p} is writable by {who} (mode {mode:04o}), who could replace the key; "
+        f"refusing to write a key there. Fix with: chmod 700 {p}"
+    )
+
+
 def default_key_id(public_key: bytes, when: datetime | None = None) -> str:
     when = when or datetime.now(tz=UTC)
     return f"pith-local-{when:%Y-%m}-{fingerprint_b32(public_key)[:8].lower()}"
@@ -122,6 +149,7 @@ def generate_key(
     pub = out_dir / PUBLIC_KEY_FILE
     if key_id is not None:
         check_key_id(key_id, "--key-id")
+    check_key_dir(out_dir)
     if priv.exists() and not overwrite:
         raise KeyFileError(f"{priv} already exists; refusing to replace a private key (move it away first)")
     if priv.exists():

@@ -506,3 +506,44 @@ def test_a_private_key_file_given_as_an_envelope_says_to_use_file(tmp_path: Path
     bad.write_text(json.dumps(dict(ENVELOPE, public_key_hex="00" * 31)))
     with pytest.raises(KeyFileError, match="public_key_hex holds 31 bytes, not 32"):
         open_signer(f"kms-envelope:{bad}")
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o757, 0o1777])
+def test_keys_generate_refuses_an_existing_directory_others_can_write(
+    mode: int,
+    tmp_path: Path,
+    cli,  # type: ignore[no-untyped-def]
+) -> None:
+    """Whoever can write the directory can replace the key file (or the public document)
+    after it is made: refused like ssh's StrictModes, naming the fix; nothing is written."""
+    out = tmp_path / "shared"
+    out.mkdir()
+    out.chmod(mode)
+    with pytest.raises(KeyFileError, match=f"chmod 700 {out}"):
+        generate_key(out)
+    result = cli("keys", "generate", "--out", str(out))
+    assert result.code == 1
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(out) in lines[0] and "chmod 700" in lines[0], result.err
+    assert list(out.iterdir()) == []
+
+
+def test_keys_generate_into_an_existing_0755_directory_is_fine(tmp_path: Path) -> None:
+    out = tmp_path / "keys"
+    out.mkdir()
+    out.chmod(0o755)
+    priv, _pub, _doc = generate_key(out)
+    assert load_signer(priv).key_id
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755  # an existing directory is not ours to chmod
+
+
+def test_keys_generate_refuses_a_new_directory_under_one_others_can_write(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # others could rename the new 0700 directory away and put theirs
+    with pytest.raises(KeyFileError, match=f"chmod 700 {shared}"):
+        generate_key(shared / "keys")
+    assert not (shared / "keys").exists()
+    shared.chmod(0o1777)  # sticky, like /tmp: nobody else can rename what we make in it
+    priv, _pub, _doc = generate_key(shared / "keys")
+    assert stat.S_IMODE(priv.parent.stat().st_mode) == 0o700
