@@ -51,16 +51,18 @@ def open_signer(spec: str, *, self_test: bool = True) -> Signer:
         from pith_pipeline.signing.kms import KmsSigner
 
         key, params = _kms_params(rest)
-        try:
-            signer = KmsSigner(
-                key,
-                key_id=params.get("key_id"),
-                region=params.get("region"),
-                concurrency=int(params.get("concurrency", 16)),
-                max_rps=float(params["max_rps"]) if "max_rps" in params else None,
-            )
+        try:  # only the numbers: a ValueError from making the client is not about them
+            concurrency = int(params.get("concurrency", 16))
+            max_rps = float(params["max_rps"]) if "max_rps" in params else None
         except ValueError:
             raise KeyFileError(f"kms signer options must be numbers in {spec!r}") from None
+        signer = KmsSigner(
+            key,
+            key_id=params.get("key_id"),
+            region=params.get("region"),
+            concurrency=concurrency,
+            max_rps=max_rps,
+        )
         if self_test:
             signer.self_test()
         return signer
