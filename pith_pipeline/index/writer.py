@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 from pith_pipeline._internal.disk_backed import sorted_unique
+from pith_pipeline._internal.error_text import one_line, os_error_hint
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.layout import bundle_key
@@ -121,10 +122,29 @@ def all_bundle_keys(store: Store) -> list[str]:
 # -- tables -------------------------------------------------------------------------
 
 
-def _delta_error(loc: Location, spec: TableSpec, exc: Exception) -> StorageError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+def _delta_error(loc: Location, spec: TableSpec, exc: Exception, *, writing: bool = False) -> StorageError:
+    """One line for a failure of the Delta library on table `spec`.
+
+    Why `writing`: the library's text does not say which it was (a full disk while a
+    data file is written reads "Failed to parse parquet: ..."), and the fix differs: a
+    table that cannot be read is repaired by `reindex`; a write that failed on the file
+    system (a full disk, a read-only mount, a permission) committed nothing, so the
+    table is as it was and the fix is the file system's, then the same command again.
+    """
+    text = one_line(str(exc)) or type(exc).__name__
+    uri = loc.uri(spec.name)
+    hint = os_error_hint(exc if isinstance(exc, OSError) else OSError(text))
+    if writing:
+        what = f"{uri}: writing the index table failed ({text})"
+        if hint:
+            return StorageError(f"{what}{hint}; nothing was committed by this write")
+        return StorageError(
+            f"{what}; nothing was committed: run the command again, or `pith-pipeline reindex`"
+        )
+    if hint:
+        return StorageError(f"{uri}: the index table cannot be read ({text}){hint}")
     return StorageError(
-        f"{loc.uri(spec.name)}: the index table cannot be read ({first}); "
+        f"{uri}: the index table cannot be read ({text}); "
         "`pith-pipeline reindex` rebuilds it from the bundles"
     )
 
@@ -221,8 +241,8 @@ def _commit_retry(loc: Location, spec: TableSpec, op: Callable[[Any], dict[str, 
         except CommitFailedError:
             time.sleep(min(2.0, 0.05 * 2**attempt))
             continue
-        except DeltaError as exc:
-            raise _delta_error(loc, spec, exc) from None
+        except (DeltaError, OSError) as exc:  # every op writes: a merge, an overwrite, a compaction
+            raise _delta_error(loc, spec, exc, writing=True) from None
         return dt, dt.version() != before
     raise StorageError(
         f"{loc.uri(spec.name)}: gave up after {COMMIT_ATTEMPTS} concurrent commits; try again",
@@ -354,8 +374,8 @@ def _append_new(
         except CommitFailedError:
             time.sleep(min(2.0, 0.05 * 2**attempt))
             continue
-        except DeltaError as exc:
-            raise _delta_error(loc, spec, exc) from None
+        except (DeltaError, OSError) as exc:
+            raise _delta_error(loc, spec, exc, writing=True) from None
         return [dt.version()], rest, new
     raise StorageError(
         f"{loc.uri(spec.name)}: gave up after {COMMIT_ATTEMPTS} concurrent commits; try again",

@@ -608,3 +608,51 @@ def test_the_keys_a_slice_holds_are_looked_up_without_reading_the_whole_partitio
     assert set(indexed.column("valid").to_pylist()) == {True}
     # the first row is indexed as it is (nothing to write); the second's flag changed
     assert changed.column("event_id").to_pylist() == [source.column("event_id")[1].as_py()]
+
+
+# -- a full disk while the index is written ------------------------------------------------
+
+# how deltalake (Rust) reports a full disk while it writes a data file: no errno, and a
+# first line about parsing Parquet that has nothing to do with it
+_ENOSPC_TEXT = (
+    "Failed to parse parquet: External: Generic LocalFileSystem error: Unable to copy data "
+    "to file: No space left on device (os error 28)"
+)
+
+
+def _delta_enospc() -> Exception:
+    from deltalake.exceptions import DeltaError
+
+    return DeltaError(_ENOSPC_TEXT)
+
+
+@pytest.mark.parametrize(
+    "make", [_delta_enospc, lambda: OSError(_ENOSPC_TEXT)], ids=["DeltaError", "OSError"]
+)
+def test_a_full_disk_while_writing_the_index_says_write_and_disk_full(
+    tmp_path: Path,
+    sample: list[str],
+    run: Runner,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    make: Any,
+) -> None:
+    """It failed to *write*: "cannot be read ... reindex" sent the operator to repair a
+    table that is fine, and reindex fails the same way until there is space."""
+    import deltalake
+
+    store = LocalStore(tmp_path / "s")
+    run(store, sample[:3])
+
+    def full(*_a: object, **_k: object) -> None:
+        raise make()
+
+    monkeypatch.setattr(deltalake, "write_deltalake", full)
+    with pytest.raises(SystemExit) as info:
+        main(["reindex", "--store", str(store.root)])
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "index/records" in lines[0] and "writing" in lines[0] and "disk is full" in lines[0], err
+    assert "cannot be read" not in lines[0]
