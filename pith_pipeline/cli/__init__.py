@@ -126,7 +126,23 @@ def _fail(text: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def _quiet_rust_panics() -> None:
+    """Turn off Rust backtraces, unless `PITH_TRACEBACK=1` asks for tracebacks.
+
+    Why: the Delta library's worker threads panic on some I/O failures (a full disk)
+    before the error reaches us, and with `RUST_BACKTRACE=1` in the environment (common
+    where Rust is built) each panic printed a backtrace above the one error line. Rust
+    reads the variables when it panics, so setting them before any command has started
+    a Delta thread is enough; worker processes inherit them. Rust's one-line panic
+    notice itself cannot be silenced from here without taking over stderr.
+    """
+    if from_env("traceback") != "1":
+        os.environ["RUST_BACKTRACE"] = "0"
+        os.environ["RUST_LIB_BACKTRACE"] = "0"
+
+
 def main(argv: list[str] | None = None) -> None:
+    _quiet_rust_panics()
     with _interrupts() as received:
         try:
             cli.main(args=argv, prog_name="pith-pipeline", standalone_mode=False)
