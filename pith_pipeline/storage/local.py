@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from pith_pipeline._internal.error_text import os_error_hint
 from pith_pipeline.config import from_env
 from pith_pipeline.errors import StorageError, WriteConflictError
 
@@ -61,17 +62,11 @@ def _host_tag() -> str:
 
 
 def _os_error(op: str, path: str | Path, exc: OSError) -> StorageError:
-    """One line naming what failed where; transient only where waiting can help."""
+    """One line naming what failed where, with the advice of the one table
+    (`_internal/error_text`); transient only where waiting can help."""
     reason = exc.strerror or type(exc).__name__
-    hints = {
-        errno.EROFS: " (the store's file system is read-only)",
-        errno.ENOSPC: " (the disk is full: free space, then run again)",
-        errno.EDQUOT: " (disk quota exceeded: free space, then run again)",
-        errno.EACCES: " (permission denied: check the store directory's owner and mode)",
-        errno.EPERM: " (operation not permitted: check the store directory's owner and mode)",
-    }
     transient = exc.errno in (errno.EAGAIN, errno.EINTR, errno.EBUSY)
-    return StorageError(f"{op} {path}: {reason}{hints.get(exc.errno or 0, '')}", transient=transient)
+    return StorageError(f"{op} {path}: {reason}{os_error_hint(exc)}", transient=transient)
 
 
 def _unlistable(exc: OSError) -> None:
