@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pith_pipeline._internal.error_text import os_error_hint
-from pith_pipeline.config import from_env
+from pith_pipeline.config import flag
 from pith_pipeline.errors import StorageError, WriteConflictError
 
 #: The directory (under the store root) that holds every temporary file.
@@ -151,7 +151,7 @@ class LocalStore:
         # durable at each barrier is the default; PITH_LOCAL_FSYNC=0 leaves flushing to
         # the OS (same files and bytes, weaker only against power loss: for benchmarks
         # and scratch stores)
-        self.fsync = from_env("local_fsync") != "0" if fsync is None else fsync
+        self.fsync = flag("local_fsync") if fsync is None else fsync
         self._pid = os.getpid()
         self._tmp_prefix = self._new_prefix()
         self._counter = itertools.count()
