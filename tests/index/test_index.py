@@ -387,6 +387,19 @@ def _damage_log(store: LocalStore) -> None:
     log[-1].write_bytes(b'{"add": {"path": ')
 
 
+def _empty_last_commit(store: LocalStore) -> None:
+    """An empty last commit: delta-rs read it as a commit with no actions, so the rows
+    it added were gone and `query` said 0 rows."""
+    log = sorted((store.root / "index" / "records" / "_delta_log").glob("*.json"))
+    log[-1].write_bytes(b"")
+
+
+def _cut_last_commit_at_a_line(store: LocalStore) -> None:
+    """Cut after its first line (commitInfo): valid JSON lines, the add actions lost."""
+    log = sorted((store.root / "index" / "records" / "_delta_log").glob("*.json"))
+    log[-1].write_bytes(log[-1].read_bytes().split(b"\n")[0] + b"\n")
+
+
 def _damage_parquet(store: LocalStore) -> str:
     spec = TABLES["records"]
     path = live_files(open_table(location(store), spec), spec)[0]["path"]
@@ -408,7 +421,17 @@ def _legacy_layout(store: LocalStore) -> None:
     store.put(LEGACY_MANIFEST_KEY, json.dumps({"format": "pith-index-v1", "generation": 1}).encode())
 
 
-@pytest.mark.parametrize("damage", [_damage_log, _damage_parquet, _delete_table, _legacy_layout])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _damage_log,
+        _empty_last_commit,
+        _cut_last_commit_at_a_line,
+        _damage_parquet,
+        _delete_table,
+        _legacy_layout,
+    ],
+)
 def test_reindex_repairs_any_state_of_the_index(
     tmp_path: Path, sample: list[str], run: Runner, damage: Any
 ) -> None:
@@ -442,12 +465,13 @@ def test_status_on_a_damaged_parquet_file_is_one_line_naming_it(
     assert f"{store.root}/{key}" in err and "reindex" in err
 
 
+@pytest.mark.parametrize("damage", [_damage_log, _empty_last_commit, _cut_last_commit_at_a_line])
 def test_status_on_a_damaged_log_is_one_line_naming_the_table(
-    tmp_path: Path, sample: list[str], run: Runner, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, sample: list[str], run: Runner, capsys: pytest.CaptureFixture[str], damage: Any
 ) -> None:
     store = LocalStore(tmp_path / "s")
     run(store, sample[:4])
-    _damage_log(store)
+    damage(store)
     with pytest.raises(SystemExit) as info:
         main(["status", "--store", str(store.root)])
     assert info.value.code == 1
