@@ -47,7 +47,7 @@ class LocalKeySigner(Ed25519Signer):
 def check_key_id(key_id: object, where: str) -> str:
     """`key_id` when it is a usable key id, else a KeyFileError naming `where`."""
     if not isinstance(key_id, str) or not KEY_ID_RE.fullmatch(key_id):
-        shown = repr(key_id)[:40] if isinstance(key_id, str) else type(key_id).__name__
+        shown = repr(key_id)[:40] if isinstance(key_id, str) else f"({_json_type(key_id)}, not a string)"
         raise KeyFileError(
             f"{where}: key id {shown} is not usable (1-128 characters of A-Z a-z 0-9 . _ : @ + -, "
             "starting with a letter or digit)"

@@ -547,3 +547,12 @@ def test_keys_generate_refuses_a_new_directory_under_one_others_can_write(tmp_pa
     shared.chmod(0o1777)  # sticky, like /tmp: nobody else can rename what we make in it
     priv, _pub, _doc = generate_key(shared / "keys")
     assert stat.S_IMODE(priv.parent.stat().st_mode) == 0o700
+
+
+def test_a_key_id_of_the_wrong_type_says_so_in_json_terms(tmp_path: Path) -> None:
+    key = tmp_path / "k.json"
+    key.write_text(json.dumps(dict(_GOOD, key_id=5)))
+    key.chmod(0o600)
+    with pytest.raises(KeyFileError) as info:
+        load_signer(key)
+    assert "key id (a number, not a string)" in str(info.value) and " int " not in str(info.value)
