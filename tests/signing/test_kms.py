@@ -254,3 +254,26 @@ def test_a_kms_client_that_cannot_be_made_names_the_setting(
     assert result.code == 1, result.err
     lines = [line for line in result.err.splitlines() if line.strip()]
     assert len(lines) == 1 and names in lines[0] and "unexpected" not in lines[0], result.err
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "concurrency=x",
+        "concurrency=0",
+        "concurrency=-3",
+        "max_rps=x",
+        "max_rps=nan",
+        "max_rps=inf",
+        "max_rps=-1",
+    ],
+)
+def test_kms_signer_numbers_are_checked_before_kms_is_asked(options: str) -> None:
+    """`max_rps=nan` reached int(nan) inside the signer (an unexpected ValueError), a
+    negative rate a negative sleep; each is one line naming the option."""
+    from pith_pipeline.errors import KeyFileError
+
+    name = options.partition("=")[0]
+    with pytest.raises(KeyFileError) as info:
+        open_signer(f"kms:alias/x?{options}")
+    assert name in str(info.value) and "\n" not in str(info.value)
