@@ -23,6 +23,7 @@ masked, for `pith-pipeline config`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -67,6 +68,9 @@ class Setting:
     aliases: tuple[str, ...] = ()
     #: how to describe the default when `default` is None or not the whole story
     default_text: str | None = None
+    #: the range of a number (`number`, `integer`), checked wherever it is read
+    minimum: float | None = None
+    maximum: float | None = None
 
     @property
     def envs(self) -> tuple[str, ...]:
@@ -97,6 +101,8 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "Seconds between OAI-PMH requests in DAG tasks; lower it only for a local mirror.",
         default_text="arXiv's policy, 3 s",
+        minimum=0,
+        maximum=3600,
     ),
     # -- the registry's identity
     Setting("base_url", "PITH_BASE_URL", DEFAULT_BASE_URL, "Public URL the store is served at."),
@@ -171,6 +177,8 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "Seconds to wait for another writer of the same papers (or index).",
         default_text="0 for commands (fail at once, naming the writer); 1800 in DAG tasks",
+        minimum=0,
+        maximum=7 * 86400,
     ),
     Setting("lease_ttl", "PITH_LEASE_TTL", "120", "Seconds a writer lease lasts without renewal."),
     Setting(
@@ -184,6 +192,7 @@ SETTINGS: tuple[Setting, ...] = (
         "PITH_SNAPSHOT_CHUNK_BYTES",
         str(64 * 1024 * 1024),
         "Smallest byte range of a snapshot file one DAG task builds.",
+        minimum=1,
     ),
     # -- politeness towards arXiv
     Setting(
@@ -210,13 +219,20 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # -- Airflow retries
     Setting(
-        "retries", "PITH_RETRIES", "3", "Retries of a failed DAG task (terminal errors are not retried)."
+        "retries",
+        "PITH_RETRIES",
+        "3",
+        "Retries of a failed DAG task (terminal errors are not retried).",
+        minimum=0,
+        maximum=100,
     ),
     Setting(
         "retry_delay_seconds",
         "PITH_RETRY_DELAY_SECONDS",
         "60",
         "First delay before a DAG task's retry; doubles up to an hour.",
+        minimum=0,
+        maximum=86400,
     ),
 )
 
@@ -321,22 +337,66 @@ class SettingError(TerminalError):
     """A setting whose value cannot be used: names the variable and what it expects."""
 
 
+def _where(r: Resolved) -> str:
+    return r.origin or r.setting.env
+
+
+def _range(s: Setting) -> str:
+    if s.minimum is not None and s.maximum is not None:
+        return f" from {s.minimum:g} to {s.maximum:g}"
+    if s.minimum is not None:
+        return f" of at least {s.minimum:g}"
+    return f" of at most {s.maximum:g}" if s.maximum is not None else ""
+
+
+def parse_number(name: str, text: str | None, where: str | None = None, *, whole: bool = False) -> float:
+    """`text` as setting `name`'s number: finite and in the row's range, else one
+    `SettingError` naming the variable (`where`), the value and what is accepted.
+
+    Why finite: nan passes every comparison, so it slipped through range checks, and
+    inf or 1e300 overflowed the timestamps and durations they were added to."""
+    s = BY_NAME[name]
+    where = where or s.env
+    what = ("a whole number" if whole else "a number") + _range(s)
+    try:
+        value = float(int(text or "")) if whole else float(text or "")
+    except (ValueError, OverflowError):
+        raise SettingError(f"{where}={text!r}: expected {what}") from None
+    too_small = s.minimum is not None and value < s.minimum
+    too_large = s.maximum is not None and value > s.maximum
+    if not math.isfinite(value) or too_small or too_large:
+        raise SettingError(f"{where}={text!r}: expected {what}")
+    return value
+
+
 def number(name: str, env: Mapping[str, str] | None = None) -> float:
     """Setting `name` (environment, else default) as a number; a bad value is one clear line."""
     r = resolve(name, env=env)
-    try:
-        return float(r.value or "")
-    except ValueError:
-        raise SettingError(f"{r.origin or r.setting.env}={r.value!r}: expected a number") from None
+    return parse_number(name, r.value, _where(r))
 
 
 def integer(name: str, env: Mapping[str, str] | None = None) -> int:
     """Setting `name` (environment, else default) as a whole number."""
     r = resolve(name, env=env)
-    try:
-        return int(r.value or "")
-    except ValueError:
-        raise SettingError(f"{r.origin or r.setting.env}={r.value!r}: expected a whole number") from None
+    return int(parse_number(name, r.value, _where(r), whole=True))
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def flag(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """Setting `name` as on or off: 1 or 0 (also true/false, yes/no, on/off, any case).
+
+    Why strict: `PITH_LOCAL_FSYNC=maybe` (or `false`) was silently on, since anything
+    but "0" was; a value that is not understood is one line naming the variable."""
+    r = resolve(name, env=env)
+    text = (r.value or "").strip().lower() or (r.setting.default or "")  # blank: unset
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SettingError(f"{_where(r)}={r.value!r}: expected 1 or 0 (also true/false, yes/no, on/off)")
 
 
 _SPEC_SCHEME = re.compile(r"^(file|kms|kms-envelope|certified):")
@@ -419,7 +479,15 @@ class Settings:
 
     @property
     def lease_wait_seconds(self) -> float:
-        return float(self.lease_wait) if self.lease_wait else DEFAULT_TASK_LEASE_WAIT
+        """PITH_LEASE_WAIT in seconds (checked: a bad value is one line naming it)."""
+        if not self.lease_wait:
+            return DEFAULT_TASK_LEASE_WAIT
+        return parse_number("lease_wait", self.lease_wait)
+
+    @property
+    def oai_min_interval_seconds(self) -> float | None:
+        """PITH_OAI_MIN_INTERVAL in seconds, or None for arXiv's policy (checked)."""
+        return parse_number("oai_min_interval", self.oai_min_interval) if self.oai_min_interval else None
 
     def __repr__(self) -> str:  # the signer spec may name a key file or KMS key: keep it out
         return (
@@ -439,10 +507,14 @@ def load_settings(
     `PITH_BASE_URL`, `PITH_REGISTRY_NAME`, `PITH_SIGNER_ID`, ...; an Airflow Variable
     of that name wins over the worker's environment.
     """
-    values: dict[str, Any] = {
-        name: resolve(name, flag=overrides.get(name), variable=variable, env=env).value
-        for name in TASK_SETTINGS
+    resolved = {
+        name: resolve(name, flag=overrides.get(name), variable=variable, env=env) for name in TASK_SETTINGS
     }
+    for name in ("oai_min_interval", "lease_wait"):  # checked here, naming where they came from
+        r = resolved[name]
+        if r.value:
+            parse_number(name, r.value, _where(r))
+    values: dict[str, Any] = {name: r.value for name, r in resolved.items()}
     return Settings(**values)
 
 

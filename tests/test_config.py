@@ -46,7 +46,7 @@ def test_an_alias_is_read_after_the_name() -> None:
 
 
 def test_a_bad_number_is_one_line_naming_the_variable() -> None:
-    with pytest.raises(SettingError, match=r"^PITH_RETRIES='many': expected a whole number$"):
+    with pytest.raises(SettingError, match=r"^PITH_RETRIES='many': expected a whole number from 0 to 100$"):
         config.integer("retries", {"PITH_RETRIES": "many"})
     assert config.number("retry_delay_seconds", {}) == 60.0
 
@@ -266,3 +266,105 @@ def test_config_never_prints_a_secret() -> None:
     }
     assert doc["aws"]["AWS_SECRET_ACCESS_KEY"] == config.MASK
     assert SECRET not in _run_config(["--signer", f"file:{SECRET}"], {})
+
+
+# -- every PITH_* value is read strictly (issue 16, item 16's sweep) ----------------------
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "of", " "])
+def test_local_fsync_is_1_or_0_and_anything_else_is_one_line(
+    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`PITH_LOCAL_FSYNC=maybe` was silently "on" (anything but "0" was), and "false"
+    silently "on" too: a setting that is not understood is an error naming it."""
+    from pith_pipeline.storage.local import LocalStore
+
+    monkeypatch.setenv("PITH_LOCAL_FSYNC", value)
+    if not value.strip():
+        assert LocalStore(tmp_path).fsync  # empty counts as unset: the default
+        return
+    with pytest.raises(SettingError) as info:
+        LocalStore(tmp_path)
+    assert str(info.value).startswith(f"PITH_LOCAL_FSYNC={value!r}: expected 1 or 0")
+
+
+@pytest.mark.parametrize(("value", "on"), [("0", False), ("1", True), ("false", False), ("Yes", True)])
+def test_local_fsync_understands_the_usual_words(
+    value: str, on: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pith_pipeline.storage.local import LocalStore
+
+    monkeypatch.setenv("PITH_LOCAL_FSYNC", value)
+    assert LocalStore(tmp_path).fsync is on
+
+
+@pytest.mark.parametrize("name", ["PITH_OAI_MIN_INTERVAL", "PITH_LEASE_WAIT"])
+@pytest.mark.parametrize("value", ["x", "nan", "inf", "-1"])
+def test_task_seconds_are_checked_when_the_settings_are_loaded(name: str, value: str) -> None:
+    """The Airflow harvest raised an unnamed ValueError from float('x') deep inside."""
+    with pytest.raises(SettingError) as info:
+        config.load_settings(env={name: value})
+    assert str(info.value).startswith(f"{name}={value!r}: expected")
+    s = config.Settings(oai_min_interval=value, lease_wait=value)  # made directly, as tests do
+    with pytest.raises(SettingError, match="PITH_"):
+        _ = s.oai_min_interval_seconds if name == "PITH_OAI_MIN_INTERVAL" else s.lease_wait_seconds
+
+
+def test_task_seconds_read_right() -> None:
+    s = config.load_settings(env={"PITH_OAI_MIN_INTERVAL": "0.5", "PITH_LEASE_WAIT": "10"})
+    assert (s.oai_min_interval_seconds, s.lease_wait_seconds) == (0.5, 10.0)
+    assert config.load_settings(env={}).oai_min_interval_seconds is None
+
+
+@pytest.mark.parametrize(
+    ("name", "env", "value"),
+    [
+        ("retries", "PITH_RETRIES", "-1"),
+        ("retry_delay_seconds", "PITH_RETRY_DELAY_SECONDS", "nan"),
+        ("retry_delay_seconds", "PITH_RETRY_DELAY_SECONDS", "1e300"),
+        ("retry_delay_seconds", "PITH_RETRY_DELAY_SECONDS", "-5"),
+        ("snapshot_chunk_bytes", "PITH_SNAPSHOT_CHUNK_BYTES", "0"),
+    ],
+)
+def test_numbers_out_of_range_are_one_line(name: str, env: str, value: str) -> None:
+    """nan became `timedelta(seconds=nan)`, an unnamed ValueError; 1e300 overflowed."""
+    read = config.integer if name in ("retries", "snapshot_chunk_bytes") else config.number
+    with pytest.raises(SettingError) as info:
+        read(name, {env: value})
+    assert str(info.value).startswith(f"{env}={value!r}: expected")
+
+
+def test_traceback_is_1_or_0(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from pith_pipeline.cli import main
+
+    monkeypatch.setenv("PITH_TRACEBACK", "maybe")
+    with pytest.raises(SystemExit) as info:
+        main(["config"])
+    assert info.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: PITH_TRACEBACK='maybe': expected 1 or 0") and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [
+        ("PITH_WORKERS", "x"),
+        ("PITH_IO_CONCURRENCY", "-1"),
+        ("PITH_LEASE_WAIT", "nan"),
+        ("PITH_LEASE_WAIT", "inf"),
+    ],
+)
+def test_a_command_option_from_the_environment_names_the_variable(
+    env: str, value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """click said "Invalid value for '--workers'" when nobody had given --workers: the
+    operator had set PITH_WORKERS, which the message must name."""
+    from pith_pipeline.cli import main
+
+    monkeypatch.setenv(env, value)
+    (tmp_path / "in.jsonl").write_text("")
+    with pytest.raises(SystemExit) as info:
+        main(["build", "--input", str(tmp_path / "in.jsonl"), "--store", str(tmp_path / "s"), "--key", "k"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{env}={value!r}" in err, err

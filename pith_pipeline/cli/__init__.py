@@ -52,13 +52,14 @@ def _loading_handlers() -> dict[int, object]:
 _loading = _loading_handlers()
 
 import click  # noqa: E402  (after the handler: importing the commands takes time)
+from click.core import ParameterSource  # noqa: E402
 
 from pith_pipeline import __version__  # noqa: E402
 from pith_pipeline._internal.error_text import describe_os_error, one_line, redact  # noqa: E402
 from pith_pipeline.cli import backfill, core, ingest, signing, storage  # noqa: E402
 from pith_pipeline.cli import config as config_cli  # noqa: E402
 from pith_pipeline.cli import log as log_cli  # noqa: E402
-from pith_pipeline.config import env_name, from_env  # noqa: E402
+from pith_pipeline.config import env_name, flag  # noqa: E402
 from pith_pipeline.errors import PithError  # noqa: E402
 
 for _sig, _handler in _loading.items():
@@ -126,9 +127,50 @@ def _fail(text: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def _quiet_rust_panics() -> None:
+    """Turn off Rust backtraces, unless `PITH_TRACEBACK=1` asks for tracebacks.
+
+    Why: the Delta library's worker threads panic on some I/O failures (a full disk)
+    before the error reaches us, and with `RUST_BACKTRACE=1` in the environment (common
+    where Rust is built) each panic printed a backtrace above the one error line. Rust
+    reads the variables when it panics, so setting them before any command has started
+    a Delta thread is enough; worker processes inherit them. Rust's one-line panic
+    notice itself cannot be silenced from here without taking over stderr.
+    """
+    if not flag("traceback"):  # a value that is not 1 or 0 is one line naming it
+        os.environ["RUST_BACKTRACE"] = "0"
+        os.environ["RUST_LIB_BACKTRACE"] = "0"
+
+
+def _wants_traceback() -> bool:
+    """PITH_TRACEBACK=1, read where an error is already being reported (never raises)."""
+    try:
+        return flag("traceback")
+    except PithError:
+        return False
+
+
+def _name_the_variable(exc: click.exceptions.UsageError) -> None:
+    """Make a bad option value that came from the environment name its variable.
+
+    click says "Invalid value for '--workers'" when the value came from PITH_WORKERS,
+    and nobody had typed --workers: the operator must learn which variable to fix."""
+    if not isinstance(exc, click.exceptions.BadParameter) or exc.param is None or exc.ctx is None:
+        return
+    param = exc.param
+    if exc.ctx.get_parameter_source(param.name or "") is not ParameterSource.ENVIRONMENT:
+        return
+    names = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or ())
+    for name in names:
+        if os.environ.get(name):
+            exc.param_hint = f"{param.get_error_hint(exc.ctx)} from {name}={os.environ[name]!r}"
+            return
+
+
 def main(argv: list[str] | None = None) -> None:
     with _interrupts() as received:
         try:
+            _quiet_rust_panics()
             cli.main(args=argv, prog_name="pith-pipeline", standalone_mode=False)
         except (click.exceptions.Abort, KeyboardInterrupt):
             _abort(received)
@@ -136,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
             if received:
                 _abort(received)
             if isinstance(exc, click.exceptions.UsageError):
+                _name_the_variable(exc)
                 exc.show()  # click's own text about the command line: no outside text
                 sys.exit(exc.exit_code)
             _fail(exc.format_message(), exc.exit_code)
@@ -150,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as exc:
             if received:
                 _abort(received)
-            if from_env("traceback") == "1":
+            if _wants_traceback():
                 raise
             _fail(
                 f"unexpected {type(exc).__name__}: {one_line(str(exc)) or '(no message)'} "

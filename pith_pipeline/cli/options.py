@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -178,13 +179,24 @@ LEASE_WAIT_HELP = (
 )
 
 
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange that also refuses nan and inf: nan passes every comparison (so a
+    range check let it through) and an endless wait is never what was meant."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if isinstance(rv, float) and not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return rv
+
+
 def wait_option(fn: F) -> F:
     """--wait SECONDS (env PITH_LEASE_WAIT): how long to wait for a busy writer lease."""
     return click.option(
         "--wait",
         "lease_wait",
         envvar=envvar("lease_wait"),
-        type=click.FloatRange(min=0),
+        type=FiniteFloatRange(min=0),
         default=0.0,
         show_default=True,
         metavar="SECONDS",

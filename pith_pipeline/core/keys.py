@@ -94,10 +94,16 @@ class PublicKey:
         key_id = obj.get("key_id")
         if not isinstance(key_id, str) or not key_id:
             raise ValueError("key_id missing")
-        raw = base64.b64decode(obj["public_key_b64"], validate=True)
+        b64 = obj.get("public_key_b64")
+        if not isinstance(b64, str):
+            raise ValueError(f"key {key_id}: field public_key_b64 is missing or not a string")
+        try:
+            raw = base64.b64decode(b64, validate=True)
+        except ValueError:
+            raise ValueError(f"key {key_id}: field public_key_b64 is not base64") from None
         if len(raw) != 32:
             raise ValueError(f"key {key_id}: public key is not 32 bytes")
-        if base64.b64encode(raw).decode() != obj["public_key_b64"]:
+        if base64.b64encode(raw).decode() != b64:
             raise ValueError(f"key {key_id}: public_key_b64 is not canonical base64")
         if obj.get("public_key_hex") != raw.hex():
             raise ValueError(f"key {key_id}: public_key_hex does not match public_key_b64")

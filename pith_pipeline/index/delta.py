@@ -19,7 +19,7 @@ Stores that are neither (an in-memory or wrapped store) have no index tables.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pith_pipeline.errors import StorageError
@@ -35,6 +35,8 @@ class Location:
     base: str
     options: dict[str, str]
     local: bool
+    #: the store the tables are in, to read a commit file as it is (`writer.open_table`)
+    store: Store | None = field(default=None, compare=False)
 
     def uri(self, table: str) -> str:
         return f"{self.base}/{table}"
@@ -88,10 +90,10 @@ def location(store: Store) -> Location:
 
     real = _unwrap(store)
     if isinstance(real, LocalStore):
-        return Location(str(real.root / "index"), {}, True)
+        return Location(str(real.root / "index"), {}, True, real)
     if isinstance(real, S3Store):
         root = f"{real.bucket}/{real.prefix}".rstrip("/") if real.prefix else real.bucket
-        return Location(f"s3://{root}/index", s3_options(real), False)
+        return Location(f"s3://{root}/index", s3_options(real), False, real)
     raise StorageError(f"{store.url}: the index (Delta tables) needs a local directory or an s3:// store")
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 from pith_pipeline._internal.disk_backed import sorted_unique
+from pith_pipeline._internal.error_text import one_line, os_error_hint
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.layout import bundle_key
@@ -121,10 +122,29 @@ def all_bundle_keys(store: Store) -> list[str]:
 # -- tables -------------------------------------------------------------------------
 
 
-def _delta_error(loc: Location, spec: TableSpec, exc: Exception) -> StorageError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+def _delta_error(loc: Location, spec: TableSpec, exc: Exception, *, writing: bool = False) -> StorageError:
+    """One line for a failure of the Delta library on table `spec`.
+
+    Why `writing`: the library's text does not say which it was (a full disk while a
+    data file is written reads "Failed to parse parquet: ..."), and the fix differs: a
+    table that cannot be read is repaired by `reindex`; a write that failed on the file
+    system (a full disk, a read-only mount, a permission) committed nothing, so the
+    table is as it was and the fix is the file system's, then the same command again.
+    """
+    text = one_line(str(exc)) or type(exc).__name__
+    uri = loc.uri(spec.name)
+    hint = os_error_hint(exc if isinstance(exc, OSError) else OSError(text))
+    if writing:
+        what = f"{uri}: writing the index table failed ({text})"
+        if hint:
+            return StorageError(f"{what}{hint}; nothing was committed by this write")
+        return StorageError(
+            f"{what}; nothing was committed: run the command again, or `pith-pipeline reindex`"
+        )
+    if hint:
+        return StorageError(f"{uri}: the index table cannot be read ({text}){hint}")
     return StorageError(
-        f"{loc.uri(spec.name)}: the index table cannot be read ({first}); "
+        f"{uri}: the index table cannot be read ({text}); "
         "`pith-pipeline reindex` rebuilds it from the bundles"
     )
 
@@ -144,12 +164,15 @@ def open_table(loc: Location, spec: TableSpec, *, create: bool = False) -> Any:
     opts = loc.options or None
     for _ in range(COMMIT_ATTEMPTS):
         try:
-            return DeltaTable(uri, storage_options=opts)
+            dt = DeltaTable(uri, storage_options=opts)
         except TableNotFoundError:
             if not create:
                 raise
         except (DeltaError, OSError, ValueError) as exc:
             raise _delta_error(loc, spec, exc) from None
+        else:
+            _check_last_commit(loc, spec, dt)
+            return dt
         from deltalake import CommitProperties
 
         try:
@@ -206,6 +229,70 @@ def dedupe_sorted(spec: TableSpec, table: pa.Table) -> pa.Table:
     return out.select(spec.schema.names).cast(spec.schema)
 
 
+#: operationMetrics of delta-rs commits that count their add and remove actions
+#: (WRITE and DELETE, OPTIMIZE, MERGE)
+_ADDED_METRICS = ("num_added_files", "numFilesAdded", "num_target_files_added")
+_REMOVED_METRICS = ("num_removed_files", "numFilesRemoved", "num_target_files_removed")
+
+
+def commit_problem(data: bytes) -> str | None:
+    """What is wrong with a Delta commit file's bytes, or None.
+
+    Why: delta-rs reads an empty commit file as a commit with no actions, and one cut
+    at a line boundary as a commit with fewer: the rows its add actions held were
+    silently gone (`query` said 0 rows, `status` passed). Each of our commits starts
+    with a commitInfo whose metrics count its add and remove actions, so a file with
+    no commitInfo, a line that is not an action, or other counts was cut short.
+    """
+    lines = [line for line in data.split(b"\n") if line.strip()]
+    if not lines:
+        return "is empty"
+    counts: dict[str, int] = {}
+    info: dict[str, Any] | None = None
+    for n, line in enumerate(lines, 1):
+        try:
+            action = loads(line)
+        except ValueError:
+            return f"is cut short or not JSON at line {n}"
+        if not isinstance(action, dict) or len(action) != 1:
+            return f"has a line that is not a Delta action (line {n})"
+        ((kind, body),) = action.items()
+        counts[kind] = counts.get(kind, 0) + 1
+        if kind == "commitInfo" and isinstance(body, dict):
+            info = body
+    if info is None:
+        return "has no commitInfo (cut short?)"
+    metrics = info.get("operationMetrics")
+    metrics = metrics if isinstance(metrics, dict) else {}
+    for names, kind in ((_ADDED_METRICS, "add"), (_REMOVED_METRICS, "remove")):
+        for name in names:
+            want, got = metrics.get(name), counts.get(kind, 0)
+            if isinstance(want, int) and want != got:
+                return f"holds {got} {kind} actions where its commitInfo counts {want} (cut short)"
+    return None
+
+
+def _check_last_commit(loc: Location, spec: TableSpec, dt: Any) -> None:
+    """Refuse a table whose last commit file is damaged (see `commit_problem`).
+
+    The last one only: it is the one a crash or a full disk cuts short, and reading
+    every commit would cost a request per commit on S3 each time a table is opened.
+    """
+    if loc.store is None:
+        return
+    key = commit_key(spec.name, int(dt.version()))
+    try:
+        data = loc.store.get(key)
+    except StorageError:
+        return  # reading it failed: the table's own reads say so
+    problem = commit_problem(data) if data is not None else None
+    if problem:
+        raise StorageError(
+            f"{loc.uri(spec.name)}: the index table is damaged: its last commit {key} {problem}; "
+            "`pith-pipeline reindex` rebuilds it from the bundles"
+        )
+
+
 def _commit_retry(loc: Location, spec: TableSpec, op: Callable[[Any], dict[str, Any]]) -> tuple[Any, bool]:
     """Run `op(table)` on the newest version, again after a lost commit race.
 
@@ -221,8 +308,8 @@ def _commit_retry(loc: Location, spec: TableSpec, op: Callable[[Any], dict[str, 
         except CommitFailedError:
             time.sleep(min(2.0, 0.05 * 2**attempt))
             continue
-        except DeltaError as exc:
-            raise _delta_error(loc, spec, exc) from None
+        except (DeltaError, OSError) as exc:  # every op writes: a merge, an overwrite, a compaction
+            raise _delta_error(loc, spec, exc, writing=True) from None
         return dt, dt.version() != before
     raise StorageError(
         f"{loc.uri(spec.name)}: gave up after {COMMIT_ATTEMPTS} concurrent commits; try again",
@@ -354,8 +441,8 @@ def _append_new(
         except CommitFailedError:
             time.sleep(min(2.0, 0.05 * 2**attempt))
             continue
-        except DeltaError as exc:
-            raise _delta_error(loc, spec, exc) from None
+        except (DeltaError, OSError) as exc:
+            raise _delta_error(loc, spec, exc, writing=True) from None
         return [dt.version()], rest, new
     raise StorageError(
         f"{loc.uri(spec.name)}: gave up after {COMMIT_ATTEMPTS} concurrent commits; try again",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import threading
 from datetime import UTC, datetime
@@ -26,7 +25,7 @@ from typing import Any
 import nacl.signing
 
 from pith_pipeline._internal.redact_logs import sensitive_call
-from pith_pipeline.core.canonical_json import dumps_pretty
+from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import Ed25519Signer, fingerprint_b32
 from pith_pipeline.errors import KeyFileError, SigningError
 from pith_pipeline.signing.kms import Backoff, make_kms_client
@@ -70,17 +69,34 @@ def read_location(location: str) -> bytes:
 
 
 def parse_envelope(data: bytes, where: str) -> dict[str, Any]:
+    """The envelope object of `data`; anything wrong is one line naming `where` and the
+    field, and a private key file or key document given in its place is named as such."""
     try:
-        env = json.loads(data)
+        env = loads(data)  # refuses a repeated field: two key ids would name two keys
+        if not isinstance(env, dict):
+            raise ValueError("not a JSON object")
+        if env.get("kind") == "pith_ed25519_private_key":
+            raise KeyFileError(
+                f"envelope {where} is a local private key file; give it as --signer file:{where}"
+            )
+        if "public_key_b64" in env or "keys" in env:
+            raise KeyFileError(f"envelope {where} is a public key document, which cannot sign")
         if env.get("kind") != ENVELOPE_KIND or env.get("algorithm") != "ed25519":
-            raise ValueError("not a pith KMS envelope")
+            raise ValueError("not a pith KMS envelope: field kind or algorithm is wrong")
         for name in ("key_id", "public_key_hex", "ciphertext_b64", "kms_key_id"):
             if not isinstance(env.get(name), str) or not env[name]:
-                raise ValueError(f"{name} missing")
-        base64.b64decode(env["ciphertext_b64"], validate=True)
-        if len(bytes.fromhex(env["public_key_hex"])) != 32:
-            raise ValueError("public_key_hex is not 32 bytes")
-    except (ValueError, AttributeError, json.JSONDecodeError) as exc:
+                raise ValueError(f"field {name} is missing, empty or not a string")
+        try:
+            base64.b64decode(env["ciphertext_b64"], validate=True)
+        except ValueError:
+            raise ValueError("field ciphertext_b64 is not base64") from None
+        try:
+            public = bytes.fromhex(env["public_key_hex"])
+        except ValueError:
+            raise ValueError("field public_key_hex is not hex") from None
+        if len(public) != 32:
+            raise ValueError(f"field public_key_hex holds {len(public)} bytes, not 32")
+    except ValueError as exc:  # orjson's JSONDecodeError and DuplicateKeyError are ValueErrors
         raise KeyFileError(f"envelope {where} is malformed ({exc})") from None
     except RecursionError:  # absurdly deep nesting
         raise KeyFileError(f"envelope {where} is malformed (nested too deeply)") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 from pith_pipeline.config import env_name
@@ -33,6 +34,36 @@ def _kms_params(rest: str) -> tuple[str, dict[str, str]]:
     return key, params
 
 
+#: Most KMS requests one signer keeps in flight (the connection pool is this big).
+MAX_KMS_CONCURRENCY = 256
+
+
+def _kms_numbers(params: dict[str, str]) -> tuple[int, float | None]:
+    """(concurrency, max_rps) of a kms: spec, checked before KMS is asked: a whole number
+    from 1 to MAX_KMS_CONCURRENCY, and a finite rate above 0 (nan reached int(nan) in
+    the signer, a negative rate a negative sleep)."""
+    text = params.get("concurrency", "16")
+    try:
+        concurrency = int(text)
+    except ValueError:
+        concurrency = 0
+    if not 1 <= concurrency <= MAX_KMS_CONCURRENCY:
+        raise KeyFileError(
+            f"kms signer option concurrency={text!r}: expected a whole number from 1 to {MAX_KMS_CONCURRENCY}"
+        )
+    if "max_rps" not in params:
+        return concurrency, None
+    try:
+        max_rps = float(params["max_rps"])
+    except ValueError:
+        max_rps = math.nan
+    if not (math.isfinite(max_rps) and max_rps > 0):
+        raise KeyFileError(
+            f"kms signer option max_rps={params['max_rps']!r}: expected a number of requests a second above 0"
+        )
+    return concurrency, max_rps
+
+
 def open_signer(spec: str, *, self_test: bool = True) -> Signer:
     """A signer from its spec; one option and `PITH_SIGNER` choose the back end.
 
@@ -51,16 +82,14 @@ def open_signer(spec: str, *, self_test: bool = True) -> Signer:
         from pith_pipeline.signing.kms import KmsSigner
 
         key, params = _kms_params(rest)
-        try:
-            signer = KmsSigner(
-                key,
-                key_id=params.get("key_id"),
-                region=params.get("region"),
-                concurrency=int(params.get("concurrency", 16)),
-                max_rps=float(params["max_rps"]) if "max_rps" in params else None,
-            )
-        except ValueError:
-            raise KeyFileError(f"kms signer options must be numbers in {spec!r}") from None
+        concurrency, max_rps = _kms_numbers(params)
+        signer = KmsSigner(
+            key,
+            key_id=params.get("key_id"),
+            region=params.get("region"),
+            concurrency=concurrency,
+            max_rps=max_rps,
+        )
         if self_test:
             signer.self_test()
         return signer

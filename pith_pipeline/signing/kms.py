@@ -24,6 +24,7 @@ Why the extra care:
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import threading
 import time
@@ -35,6 +36,7 @@ import nacl.exceptions
 import nacl.signing
 
 from pith_pipeline._internal.aws_errors import classify as aws_classify
+from pith_pipeline._internal.error_text import one_line
 from pith_pipeline.core.keys import Signer, fingerprint_b32
 from pith_pipeline.errors import SigningError
 
@@ -72,17 +74,54 @@ def spki_to_raw(der: bytes) -> bytes:
 def make_kms_client(
     *, region: str | None = None, endpoint_url: str | None = None, max_pool: int = 32, timeout: float = 10.0
 ) -> Any:
-    """A boto3 KMS client with botocore retries off (our backoff decides)."""
+    """A boto3 KMS client with botocore retries off (our backoff decides).
+
+    The region is `region`, else `AWS_REGION` (which the messages, `--region` and the S3
+    docs name, but botocore ignores), else botocore's own (`AWS_DEFAULT_REGION`, the
+    profile). A client that cannot be made (no region, a region or endpoint that is no
+    name or URL, an unknown profile, a broken config file) is configuration: one
+    terminal `SigningError` naming the setting, never an "unexpected" ValueError.
+    """
     import boto3
     from botocore.config import Config
 
+    region = region or os.environ.get("AWS_REGION") or None
     cfg = Config(
         retries={"total_max_attempts": 1, "mode": "standard"},
         max_pool_connections=max_pool,
         connect_timeout=timeout,
         read_timeout=timeout,
     )
-    return boto3.session.Session().client("kms", region_name=region, endpoint_url=endpoint_url, config=cfg)
+    try:
+        return boto3.session.Session().client(
+            "kms", region_name=region, endpoint_url=endpoint_url, config=cfg
+        )
+    except Exception as exc:  # botocore raises BotoCoreErrors and plain ValueErrors here
+        raise SigningError(_client_setup_problem(exc, region, endpoint_url), transient=False) from None
+
+
+def _client_setup_problem(exc: Exception, region: str | None, endpoint_url: str | None) -> str:
+    """One line naming the setting that kept a KMS client from being made."""
+    from botocore.exceptions import InvalidRegionError, NoRegionError, ProfileNotFound
+
+    fix = "set AWS_REGION or AWS_DEFAULT_REGION (or ?region= in a kms: signer, --region for envelope-create)"
+    if isinstance(exc, NoRegionError):
+        return f"cannot use KMS: no AWS region configured; {fix}"
+    if isinstance(exc, InvalidRegionError):
+        return f"cannot use KMS: the AWS region {region!r} is not a region name; {fix}"
+    if isinstance(exc, ProfileNotFound):
+        profile = os.environ.get("AWS_PROFILE", "")
+        return f"cannot use KMS: the AWS profile {profile!r} (AWS_PROFILE) is not configured"
+    if isinstance(exc, ValueError):  # "Invalid endpoint: X", urllib's "Invalid IPv6 URL"
+        for name, value in (
+            ("the endpoint URL", endpoint_url),
+            ("AWS_ENDPOINT_URL_KMS", os.environ.get("AWS_ENDPOINT_URL_KMS")),
+            ("AWS_ENDPOINT_URL", os.environ.get("AWS_ENDPOINT_URL")),
+        ):
+            if value:
+                return f"cannot use KMS: {name} {value!r} is not a URL (like https://kms.eu-west-1.amazonaws.com)"
+        return f"cannot use KMS: the AWS region {region or ''!r} gives no valid endpoint; {fix}"
+    return f"cannot create a KMS client: {type(exc).__name__}: {one_line(str(exc))}"
 
 
 def classify(exc: BaseException) -> tuple[bool, str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import nacl.signing
 
 from pith_pipeline._internal.error_text import describe_os_error
-from pith_pipeline.core.canonical_json import dumps_pretty
+from pith_pipeline.core.canonical_json import DuplicateKeyError, dumps_pretty, loads
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, fingerprint_b32
 from pith_pipeline.core.layout import PUBLIC_KEY_FILE as PUBLIC_KEY_FILE
 from pith_pipeline.errors import KeyFileError
@@ -47,7 +47,7 @@ class LocalKeySigner(Ed25519Signer):
 def check_key_id(key_id: object, where: str) -> str:
     """`key_id` when it is a usable key id, else a KeyFileError naming `where`."""
     if not isinstance(key_id, str) or not KEY_ID_RE.fullmatch(key_id):
-        shown = repr(key_id)[:40] if isinstance(key_id, str) else type(key_id).__name__
+        shown = repr(key_id)[:40] if isinstance(key_id, str) else f"({_json_type(key_id)}, not a string)"
         raise KeyFileError(
             f"{where}: key id {shown} is not usable (1-128 characters of A-Z a-z 0-9 . _ : @ + -, "
             "starting with a letter or digit)"
@@ -76,6 +76,33 @@ def make_private_dir(path: Path) -> None:
         except FileExistsError:
             continue  # made meanwhile by someone else: not ours to chmod
         os.chmod(d, 0o700)
+
+
+def check_key_dir(out_dir: Path) -> None:
+    """Refuse to put a key where someone else could replace it (like ssh's StrictModes).
+
+    An existing directory that group or others can write (0777, 0775, even sticky 1777)
+    lets them swap the key file or the public document after it is made, or plant a
+    symlink under its name first: refused, with the fix. A 0755 directory is fine. When
+    the directory is still to be made (0700), the nearest existing parent must not let
+    others rename it away, so it must not be writable by them unless it is sticky (/tmp).
+    """
+    p = out_dir
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    try:
+        mode = stat.S_IMODE(p.stat().st_mode)
+    except OSError:
+        return  # not a directory, no permission: writing says why, in one line
+    if not stat.S_ISDIR(p.stat().st_mode) or not mode & 0o022:
+        return
+    if p != out_dir and mode & stat.S_ISVTX:
+        return
+    who = "group and others" if mode & 0o022 == 0o022 else "group" if mode & 0o020 else "others"
+    raise KeyFileError(
+        f"{p} is writable by {who} (mode {mode:04o}), who could replace the key; "
+        f"refusing to write a key there. Fix with: chmod 700 {p}"
+    )
 
 
 def default_key_id(public_key: bytes, when: datetime | None = None) -> str:
@@ -122,6 +149,7 @@ def generate_key(
     pub = out_dir / PUBLIC_KEY_FILE
     if key_id is not None:
         check_key_id(key_id, "--key-id")
+    check_key_dir(out_dir)
     if priv.exists() and not overwrite:
         raise KeyFileError(f"{priv} already exists; refusing to replace a private key (move it away first)")
     if priv.exists():
@@ -161,6 +189,8 @@ def load_signer(path: Path | str) -> LocalKeySigner:
     Every way the file can be wrong is one KeyFileError naming the path and the kind
     of problem, never its content (it is a secret) and never a traceback.
     """
+    if not str(path).strip():  # Path("") is ".", the current directory: say what is missing
+        raise KeyFileError("no key file given: --key/--signer file: needs the path of pith-private-key.json")
     p = Path(path)
     try:
         st = p.stat()
@@ -170,7 +200,12 @@ def load_signer(path: Path | str) -> LocalKeySigner:
         ) from None
     except OSError as exc:
         raise KeyFileError(f"key file {p} cannot be read ({exc.strerror or type(exc).__name__})") from None
-    if not stat.S_ISREG(st.st_mode):  # a directory fails late; a FIFO would block forever
+    if stat.S_ISDIR(st.st_mode):
+        raise KeyFileError(
+            f"key file {p} is not a regular file but a directory; "
+            f"give the key file in it: {p / PRIVATE_KEY_FILE}"
+        )
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block forever, a device read forever
         raise KeyFileError(f"key file {p} is not a regular file")
     if stat.S_IMODE(st.st_mode) & 0o077:
         raise KeyFileError(
@@ -181,25 +216,78 @@ def load_signer(path: Path | str) -> LocalKeySigner:
         data = p.read_bytes()
     except OSError as exc:
         raise KeyFileError(f"key file {p} cannot be read ({exc.strerror or type(exc).__name__})") from None
-    try:
-        obj = json.loads(data)
-        if not isinstance(obj, dict):
-            raise TypeError("not a JSON object")
-        if obj.get("kind") != KEY_FILE_KIND or obj.get("algorithm") != "ed25519":
-            raise ValueError("not a pith ed25519 private key file")
-        if not isinstance(obj.get("seed_b64"), str):
-            raise TypeError("seed_b64 is not a string")
-        seed = base64.b64decode(obj["seed_b64"], validate=True)
-        key_id = obj["key_id"]
-        public_hex = obj.get("public_key_hex")
-    except (ValueError, KeyError, TypeError, RecursionError) as exc:
-        # the message names the problem, never the file's content
-        raise KeyFileError(f"key file {p} is malformed ({type(exc).__name__})") from None
+    seed, key_id, public_hex = _parse_key_file(data, p)
     check_key_id(key_id, f"key file {p}")
-    try:
-        signer = LocalKeySigner(seed, key_id, p.resolve())
-    except ValueError:
-        raise KeyFileError(f"key file {p} is malformed (the seed is not 32 bytes)") from None
+    signer = LocalKeySigner(seed, key_id, p.resolve())
     if public_hex is not None and public_hex != signer.public_key.hex():
         raise KeyFileError(f"key file {p}: public_key_hex does not match its seed")
     return signer
+
+
+def _json_type(value: object) -> str:
+    """The JSON name of a value's type, for a message that must not show the value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _field(obj: dict[str, object], name: str, p: Path, *, required: bool = True) -> str | None:
+    """Field `name` of a key file as a string; missing or of another type is one line."""
+    if name not in obj:
+        if required:
+            raise KeyFileError(f"key file {p} is malformed (field {name} is missing)")
+        return None
+    value = obj[name]
+    if not isinstance(value, str):
+        raise KeyFileError(f"key file {p} is malformed (field {name} is {_json_type(value)}, not a string)")
+    return value
+
+
+def _parse_key_file(data: bytes, p: Path) -> tuple[bytes, str, str | None]:
+    """(seed, key id, public_key_hex or None) of a key file's bytes.
+
+    Every message names the file and what is wrong with it (which field is missing, of
+    the wrong type or length), and never shows a value: the seed is the secret, and a
+    mangled file may hold it anywhere. A public key document or a KMS envelope given in
+    place of the private key is named as such, with the option that takes it.
+    """
+    if not data.strip():
+        raise KeyFileError(f"key file {p} is empty (an interrupted copy? restore it from your backup)")
+    try:
+        obj = loads(data)  # refuses a repeated field: two key ids or seeds mean two keys
+    except DuplicateKeyError as exc:  # names the field, not its values
+        raise KeyFileError(f"key file {p} is malformed ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise KeyFileError(f"key file {p} is not JSON{where} (or not UTF-8, or nested too deeply)") from None
+    if not isinstance(obj, dict):
+        raise KeyFileError(f"key file {p} is malformed (it is {_json_type(obj)}, not a JSON object)")
+    if obj.get("kind") != KEY_FILE_KIND and ("public_key_b64" in obj or "keys" in obj):
+        raise KeyFileError(
+            f"key file {p} is a public key document ({PUBLIC_KEY_FILE}), which cannot sign; "
+            f"give the private key file {PRIVATE_KEY_FILE} made with it"
+        )
+    if obj.get("kind") == "pith_kms_envelope":
+        raise KeyFileError(f"key file {p} is a KMS envelope; give it as --signer kms-envelope:{p}")
+    kind = _field(obj, "kind", p)
+    if kind != KEY_FILE_KIND:
+        raise KeyFileError(f"key file {p} is malformed (field kind is not {KEY_FILE_KIND!r})")
+    if _field(obj, "algorithm", p) != "ed25519":
+        raise KeyFileError(f"key file {p} is malformed (field algorithm is not 'ed25519')")
+    seed_b64 = _field(obj, "seed_b64", p) or ""
+    try:
+        seed = base64.b64decode(seed_b64, validate=True)
+    except ValueError:
+        raise KeyFileError(f"key file {p} is malformed (field seed_b64 is not base64)") from None
+    if len(seed) != 32:
+        raise KeyFileError(f"key file {p} is malformed (field seed_b64 holds {len(seed)} bytes, not 32)")
+    if "key_id" not in obj:
+        raise KeyFileError(f"key file {p} is malformed (field key_id is missing)")
+    key_id = check_key_id(obj["key_id"], f"key file {p}")
+    return seed, key_id, _field(obj, "public_key_hex", p, required=False)

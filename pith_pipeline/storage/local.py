@@ -40,7 +40,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from pith_pipeline.config import from_env
+from pith_pipeline._internal.error_text import os_error_hint
+from pith_pipeline.config import flag
 from pith_pipeline.errors import IntegrityError, StorageError, WriteConflictError
 
 #: The directory (under the store root) that holds every temporary file.
@@ -61,17 +62,11 @@ def _host_tag() -> str:
 
 
 def _os_error(op: str, path: str | Path, exc: OSError) -> StorageError:
-    """One line naming what failed where; transient only where waiting can help."""
+    """One line naming what failed where, with the advice of the one table
+    (`_internal/error_text`); transient only where waiting can help."""
     reason = exc.strerror or type(exc).__name__
-    hints = {
-        errno.EROFS: " (the store's file system is read-only)",
-        errno.ENOSPC: " (the disk is full: free space, then run again)",
-        errno.EDQUOT: " (disk quota exceeded: free space, then run again)",
-        errno.EACCES: " (permission denied: check the store directory's owner and mode)",
-        errno.EPERM: " (operation not permitted: check the store directory's owner and mode)",
-    }
     transient = exc.errno in (errno.EAGAIN, errno.EINTR, errno.EBUSY)
-    return StorageError(f"{op} {path}: {reason}{hints.get(exc.errno or 0, '')}", transient=transient)
+    return StorageError(f"{op} {path}: {reason}{os_error_hint(exc)}", transient=transient)
 
 
 def _unlistable(exc: OSError) -> None:
@@ -156,7 +151,7 @@ class LocalStore:
         # durable at each barrier is the default; PITH_LOCAL_FSYNC=0 leaves flushing to
         # the OS (same files and bytes, weaker only against power loss: for benchmarks
         # and scratch stores)
-        self.fsync = from_env("local_fsync") != "0" if fsync is None else fsync
+        self.fsync = flag("local_fsync") if fsync is None else fsync
         self._pid = os.getpid()
         self._tmp_prefix = self._new_prefix()
         self._counter = itertools.count()

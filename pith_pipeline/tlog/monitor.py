@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.keys import PublicKey
 from pith_pipeline.errors import IntegrityError, TerminalError
 from pith_pipeline.tlog import merkle
@@ -51,7 +52,7 @@ def _read_state(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = loads(path.read_bytes())  # refuses a repeated field (a second vkey)
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise ValueError("not a monitor state file")
         int(state["size"])

@@ -228,3 +228,30 @@ def test_ctrl_c_while_the_command_line_is_still_loading_is_not_a_traceback(tmp_p
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip() == "aborted"
+
+
+# -- the Delta library's Rust panic output ------------------------------------------------
+
+
+@pytest.mark.parametrize(("traceback", "expected"), [("", "0"), ("1", "1")])
+def test_rust_backtraces_are_off_while_a_command_runs_unless_pith_traceback(
+    capsys: pytest.CaptureFixture[str],
+    failing_command,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+    traceback: str,
+    expected: str,
+) -> None:
+    """deltalake's worker threads panic on some I/O failures (a full disk); with
+    RUST_BACKTRACE=1 in the environment (common in images that build Rust) each panic
+    printed a backtrace on stderr above our one error line. Rust reads the variable
+    when it panics, so the command turns it off, unless PITH_TRACEBACK=1 asks for
+    tracebacks."""
+    monkeypatch.setenv("RUST_BACKTRACE", "1")
+    monkeypatch.setenv("PITH_TRACEBACK", traceback)
+    seen: list[str | None] = []
+
+    def body() -> None:
+        seen.append(os.environ.get("RUST_BACKTRACE"))
+
+    assert run(capsys, failing_command(body)).code == 0
+    assert seen == [expected]

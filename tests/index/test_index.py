@@ -387,6 +387,19 @@ def _damage_log(store: LocalStore) -> None:
     log[-1].write_bytes(b'{"add": {"path": ')
 
 
+def _empty_last_commit(store: LocalStore) -> None:
+    """An empty last commit: delta-rs read it as a commit with no actions, so the rows
+    it added were gone and `query` said 0 rows."""
+    log = sorted((store.root / "index" / "records" / "_delta_log").glob("*.json"))
+    log[-1].write_bytes(b"")
+
+
+def _cut_last_commit_at_a_line(store: LocalStore) -> None:
+    """Cut after its first line (commitInfo): valid JSON lines, the add actions lost."""
+    log = sorted((store.root / "index" / "records" / "_delta_log").glob("*.json"))
+    log[-1].write_bytes(log[-1].read_bytes().split(b"\n")[0] + b"\n")
+
+
 def _damage_parquet(store: LocalStore) -> str:
     spec = TABLES["records"]
     path = live_files(open_table(location(store), spec), spec)[0]["path"]
@@ -408,7 +421,17 @@ def _legacy_layout(store: LocalStore) -> None:
     store.put(LEGACY_MANIFEST_KEY, json.dumps({"format": "pith-index-v1", "generation": 1}).encode())
 
 
-@pytest.mark.parametrize("damage", [_damage_log, _damage_parquet, _delete_table, _legacy_layout])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _damage_log,
+        _empty_last_commit,
+        _cut_last_commit_at_a_line,
+        _damage_parquet,
+        _delete_table,
+        _legacy_layout,
+    ],
+)
 def test_reindex_repairs_any_state_of_the_index(
     tmp_path: Path, sample: list[str], run: Runner, damage: Any
 ) -> None:
@@ -442,12 +465,13 @@ def test_status_on_a_damaged_parquet_file_is_one_line_naming_it(
     assert f"{store.root}/{key}" in err and "reindex" in err
 
 
+@pytest.mark.parametrize("damage", [_damage_log, _empty_last_commit, _cut_last_commit_at_a_line])
 def test_status_on_a_damaged_log_is_one_line_naming_the_table(
-    tmp_path: Path, sample: list[str], run: Runner, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, sample: list[str], run: Runner, capsys: pytest.CaptureFixture[str], damage: Any
 ) -> None:
     store = LocalStore(tmp_path / "s")
     run(store, sample[:4])
-    _damage_log(store)
+    damage(store)
     with pytest.raises(SystemExit) as info:
         main(["status", "--store", str(store.root)])
     assert info.value.code == 1
@@ -608,3 +632,51 @@ def test_the_keys_a_slice_holds_are_looked_up_without_reading_the_whole_partitio
     assert set(indexed.column("valid").to_pylist()) == {True}
     # the first row is indexed as it is (nothing to write); the second's flag changed
     assert changed.column("event_id").to_pylist() == [source.column("event_id")[1].as_py()]
+
+
+# -- a full disk while the index is written ------------------------------------------------
+
+# how deltalake (Rust) reports a full disk while it writes a data file: no errno, and a
+# first line about parsing Parquet that has nothing to do with it
+_ENOSPC_TEXT = (
+    "Failed to parse parquet: External: Generic LocalFileSystem error: Unable to copy data "
+    "to file: No space left on device (os error 28)"
+)
+
+
+def _delta_enospc() -> Exception:
+    from deltalake.exceptions import DeltaError
+
+    return DeltaError(_ENOSPC_TEXT)
+
+
+@pytest.mark.parametrize(
+    "make", [_delta_enospc, lambda: OSError(_ENOSPC_TEXT)], ids=["DeltaError", "OSError"]
+)
+def test_a_full_disk_while_writing_the_index_says_write_and_disk_full(
+    tmp_path: Path,
+    sample: list[str],
+    run: Runner,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    make: Any,
+) -> None:
+    """It failed to *write*: "cannot be read ... reindex" sent the operator to repair a
+    table that is fine, and reindex fails the same way until there is space."""
+    import deltalake
+
+    store = LocalStore(tmp_path / "s")
+    run(store, sample[:3])
+
+    def full(*_a: object, **_k: object) -> None:
+        raise make()
+
+    monkeypatch.setattr(deltalake, "write_deltalake", full)
+    with pytest.raises(SystemExit) as info:
+        main(["reindex", "--store", str(store.root)])
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "index/records" in lines[0] and "writing" in lines[0] and "disk is full" in lines[0], err
+    assert "cannot be read" not in lines[0]

@@ -78,3 +78,28 @@ def test_a_document_listing_a_key_id_twice_or_a_head_unlike_its_entry_is_refused
     """Readers that keep the first or the last of two entries would trust different keys."""
     with pytest.raises(IntegrityError, match="not a usable key document"):
         read_key_document(_doc_with(tmp_path, change), "pith-signing-key.json")
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"public_key_b64": None}, "public_key_b64 is missing or not a string"),
+        ({"public_key_b64": 5}, "public_key_b64 is missing or not a string"),
+        ({"public_key_b64": "!!"}, "public_key_b64 is not base64"),
+    ],
+)
+def test_a_damaged_key_entry_names_the_field(change: dict[str, object], says: str, tmp_path: Path) -> None:
+    """A KeyError's text "('public_key_b64')" or "Only base64 data is allowed" did not
+    say which field of which key was wrong."""
+    import json
+
+    _priv, pub, _doc = generate_key(tmp_path / "k")
+    entry = json.loads(pub.read_text())
+    for k, v in change.items():
+        if v is None:
+            del entry[k]
+        else:
+            entry[k] = v
+    with pytest.raises(IntegrityError) as info:
+        read_key_document(json.dumps(entry).encode(), str(pub))
+    assert says in str(info.value) and str(pub) in str(info.value)

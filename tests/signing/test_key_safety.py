@@ -367,3 +367,192 @@ def test_a_full_disk_during_keys_generate_leaves_no_half_written_key(
     assert not (out / PRIVATE_KEY_FILE).exists() and not (out / PUBLIC_KEY_FILE).exists()
     assert cli("keys", "generate", "--out", str(out)).code == 0  # free space, run again
     load_signer(out / PRIVATE_KEY_FILE)
+
+
+# -- duplicate keys ---------------------------------------------------------------------
+
+
+def test_a_key_file_with_a_repeated_field_is_refused(tmp_path: Path) -> None:
+    """Two `key_id`s (or seeds) say two things at once: whichever a reader keeps, the
+    file means something else to another reader, so it is refused, naming the file."""
+    from pith_pipeline.signing.factory import open_signer
+
+    priv, _pub, _doc = generate_key(tmp_path / "keys")
+    text = priv.read_text()
+    doubled = text.replace('"kind"', '"key_id": "forged-id",\n  "kind"', 1)
+    bad = tmp_path / "dup.json"
+    bad.write_text(doubled)
+    bad.chmod(0o600)
+    with pytest.raises(KeyFileError) as info:
+        open_signer(f"file:{bad}")
+    msg = str(info.value)
+    assert str(bad) in msg and "key_id" in msg and "\n" not in msg
+
+
+def test_an_envelope_with_a_repeated_field_is_refused(tmp_path: Path) -> None:
+    from pith_pipeline.signing.factory import open_signer
+
+    body = json.dumps(ENVELOPE)[:-1] + ', "key_id": "other-id"}'
+    path = tmp_path / "dup.envelope.json"
+    path.write_text(body)
+    with pytest.raises(KeyFileError) as info:
+        open_signer(f"kms-envelope:{path}")
+    msg = str(info.value)
+    assert str(path) in msg and "key_id" in msg and "\n" not in msg
+
+
+def test_a_monitor_state_with_a_repeated_field_is_refused(tmp_path: Path) -> None:
+    """The monitor's state holds the log key it trusts: a second `vkey` must not be read
+    past (the json module kept the last one)."""
+    from pith_pipeline.errors import IntegrityError
+    from pith_pipeline.tlog.monitor import _read_state
+
+    path = tmp_path / "monitor-state.json"
+    path.write_text('{"format": "x", "size": 1, "format": "y"}')
+    with pytest.raises(IntegrityError) as info:
+        _read_state(path)
+    assert str(path) in str(info.value) and "duplicate key 'format'" in str(info.value)
+
+
+# -- what a key file error says ----------------------------------------------------------
+
+_SEED = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+
+
+def _without(name: str) -> bytes:
+    return json.dumps({k: v for k, v in _GOOD.items() if k != name}).encode()
+
+
+SAYS: dict[str, tuple[bytes, str]] = {
+    "key_id missing": (_without("key_id"), "key_id is missing"),
+    "seed missing": (_without("seed_b64"), "seed_b64 is missing"),
+    "kind missing": (_without("kind"), "kind"),
+    "wrong algorithm": (json.dumps(dict(_GOOD, algorithm="rsa")).encode(), "algorithm"),
+    "seed a number": (json.dumps(dict(_GOOD, seed_b64=5)).encode(), "seed_b64 is a number, not a string"),
+    "seed not base64": (json.dumps(dict(_GOOD, seed_b64="!!")).encode(), "seed_b64 is not base64"),
+    "short seed": (json.dumps(dict(_GOOD, seed_b64="AAAA")).encode(), "seed_b64 holds 3 bytes, not 32"),
+    "public hex a number": (json.dumps(dict(_GOOD, public_key_hex=7)).encode(), "public_key_hex is a number"),
+    "a list": (b"[]", "not a JSON object"),
+    "not JSON": (b'{"kind": ', "not JSON"),
+    "empty": (b"", "empty"),
+    "not UTF-8": (b'{"kind": "\xff"}', "not JSON"),
+    "deeply nested": (b"[" * 100_000, "not JSON"),
+}
+
+
+@pytest.mark.parametrize("case", SAYS.values(), ids=SAYS.keys())
+def test_a_key_file_error_says_what_is_wrong_and_where(case: tuple[bytes, str], tmp_path: Path) -> None:
+    content, says = case
+    key = tmp_path / "bad-key.json"
+    key.write_bytes(content)
+    key.chmod(0o600)
+    with pytest.raises(KeyFileError) as info:
+        load_signer(key)
+    msg = str(info.value)
+    assert str(key) in msg and says in msg and "\n" not in msg, msg
+    assert "Error)" not in msg  # an exception's type name tells the operator nothing
+    assert _SEED not in msg and "AAAA" not in msg  # never the key material
+
+
+def test_a_public_key_document_given_as_the_key_says_so(tmp_path: Path) -> None:
+    from pith_pipeline.signing.factory import open_signer
+
+    _priv, pub, _doc = generate_key(tmp_path / "keys")
+    pub.chmod(0o600)
+    for spec in (f"file:{pub}", str(pub)):
+        with pytest.raises(KeyFileError) as info:
+            open_signer(spec)
+        msg = str(info.value)
+        assert str(pub) in msg and "public key document" in msg and PRIVATE_KEY_FILE in msg, msg
+
+
+def test_an_envelope_given_as_a_key_file_says_to_use_kms_envelope(tmp_path: Path) -> None:
+    path = tmp_path / "env.json"
+    path.write_text(json.dumps(ENVELOPE))
+    path.chmod(0o600)
+    with pytest.raises(KeyFileError, match="kms-envelope:") as info:
+        load_signer(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("spec", ["file:", "file:  ", ""])
+def test_an_empty_key_path_says_that_a_path_is_needed(spec: str) -> None:
+    from pith_pipeline.signing.factory import open_signer
+
+    with pytest.raises(KeyFileError) as info:
+        open_signer(spec)
+    msg = str(info.value)
+    assert "key file . " not in msg and "path" in msg, msg
+
+
+def test_a_key_directory_given_as_the_key_names_the_file_to_give(tmp_path: Path) -> None:
+    priv, _pub, _doc = generate_key(tmp_path / "keys")
+    with pytest.raises(KeyFileError) as info:
+        load_signer(priv.parent)
+    msg = str(info.value)
+    assert "a directory" in msg and str(priv) in msg, msg
+
+
+def test_a_private_key_file_given_as_an_envelope_says_to_use_file(tmp_path: Path) -> None:
+    from pith_pipeline.signing.factory import open_signer
+
+    priv, pub, _doc = generate_key(tmp_path / "keys")
+    with pytest.raises(KeyFileError, match="--signer file:") as info:
+        open_signer(f"kms-envelope:{priv}")
+    assert str(priv) in str(info.value)
+    with pytest.raises(KeyFileError, match="public key document"):
+        open_signer(f"kms-envelope:{pub}")
+    bad = tmp_path / "short.envelope.json"
+    bad.write_text(json.dumps(dict(ENVELOPE, public_key_hex="00" * 31)))
+    with pytest.raises(KeyFileError, match="public_key_hex holds 31 bytes, not 32"):
+        open_signer(f"kms-envelope:{bad}")
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o757, 0o1777])
+def test_keys_generate_refuses_an_existing_directory_others_can_write(
+    mode: int,
+    tmp_path: Path,
+    cli,  # type: ignore[no-untyped-def]
+) -> None:
+    """Whoever can write the directory can replace the key file (or the public document)
+    after it is made: refused like ssh's StrictModes, naming the fix; nothing is written."""
+    out = tmp_path / "shared"
+    out.mkdir()
+    out.chmod(mode)
+    with pytest.raises(KeyFileError, match=f"chmod 700 {out}"):
+        generate_key(out)
+    result = cli("keys", "generate", "--out", str(out))
+    assert result.code == 1
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(out) in lines[0] and "chmod 700" in lines[0], result.err
+    assert list(out.iterdir()) == []
+
+
+def test_keys_generate_into_an_existing_0755_directory_is_fine(tmp_path: Path) -> None:
+    out = tmp_path / "keys"
+    out.mkdir()
+    out.chmod(0o755)
+    priv, _pub, _doc = generate_key(out)
+    assert load_signer(priv).key_id
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755  # an existing directory is not ours to chmod
+
+
+def test_keys_generate_refuses_a_new_directory_under_one_others_can_write(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # others could rename the new 0700 directory away and put theirs
+    with pytest.raises(KeyFileError, match=f"chmod 700 {shared}"):
+        generate_key(shared / "keys")
+    assert not (shared / "keys").exists()
+    shared.chmod(0o1777)  # sticky, like /tmp: nobody else can rename what we make in it
+    priv, _pub, _doc = generate_key(shared / "keys")
+    assert stat.S_IMODE(priv.parent.stat().st_mode) == 0o700
+
+
+def test_a_key_id_of_the_wrong_type_says_so_in_json_terms(tmp_path: Path) -> None:
+    key = tmp_path / "k.json"
+    key.write_text(json.dumps(dict(_GOOD, key_id=5)))
+    key.chmod(0o600)
+    with pytest.raises(KeyFileError) as info:
+        load_signer(key)
+    assert "key id (a number, not a string)" in str(info.value) and " int " not in str(info.value)

@@ -211,3 +211,69 @@ def test_papers_in_flight_sign_with_kms_at_once(local_kms: LocalKmsServer) -> No
     ]
     assert len(bundles) == 30
     assert all(verify_bundle(b, pinned_fingerprint=signer.fingerprint).ok for b in bundles)
+
+
+# -- a KMS client that cannot be made ---------------------------------------------------
+
+_BAD_SETUPS = {
+    "no region": ({}, "AWS_REGION"),
+    "an empty region": ({"AWS_REGION": "", "AWS_DEFAULT_REGION": ""}, "AWS_REGION"),
+    "a region that is no name": ({"AWS_REGION": "bad region!"}, "bad region!"),
+    "an endpoint that is no URL": (
+        {"AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "not-a-url"},
+        "AWS_ENDPOINT_URL",
+    ),
+    "a KMS endpoint that is no URL": (
+        {"AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL_KMS": "http://[::1"},
+        "AWS_ENDPOINT_URL_KMS",
+    ),
+    "an unknown profile": ({"AWS_REGION": "us-east-1", "AWS_PROFILE": "no-such-profile"}, "AWS_PROFILE"),
+}
+
+
+@pytest.mark.parametrize("case", _BAD_SETUPS.values(), ids=_BAD_SETUPS.keys())
+def test_a_kms_client_that_cannot_be_made_names_the_setting(
+    case: tuple[dict[str, str], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:  # type: ignore[no-untyped-def]
+    """No region, an endpoint that is not a URL, an unknown profile: configuration, one
+    line naming the setting (exit 1), not an 'unexpected' bug (exit 70)."""
+    env, names = case
+    for var in list(__import__("os").environ):
+        if var.startswith("AWS_") and var not in ("AWS_CA_BUNDLE",):
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret-value")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(SigningError) as info:
+        open_signer("kms:alias/x")
+    assert names in str(info.value) and "\n" not in str(info.value)
+    result = cli("keys", "envelope-create", "--kms-key", "alias/x", "--out", str(tmp_path / "env.json"))
+    assert result.code == 1, result.err
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and names in lines[0] and "unexpected" not in lines[0], result.err
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "concurrency=x",
+        "concurrency=0",
+        "concurrency=-3",
+        "max_rps=x",
+        "max_rps=nan",
+        "max_rps=inf",
+        "max_rps=-1",
+    ],
+)
+def test_kms_signer_numbers_are_checked_before_kms_is_asked(options: str) -> None:
+    """`max_rps=nan` reached int(nan) inside the signer (an unexpected ValueError), a
+    negative rate a negative sleep; each is one line naming the option."""
+    from pith_pipeline.errors import KeyFileError
+
+    name = options.partition("=")[0]
+    with pytest.raises(KeyFileError) as info:
+        open_signer(f"kms:alias/x?{options}")
+    assert name in str(info.value) and "\n" not in str(info.value)

@@ -203,3 +203,24 @@ def test_a_directory_that_cannot_be_listed_is_an_error_not_an_empty_listing(
         with pytest.raises(StorageError) as caught:
             list(store.list(prefix))
         assert str(hidden) in str(caught.value) and "Permission denied" in str(caught.value)
+
+
+@pytest.mark.parametrize("err", [errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM])
+def test_the_store_gives_the_one_table_of_advice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int
+) -> None:
+    """The advice for an OS failure comes from `_internal/error_text.OS_ERROR_HINTS`, the
+    table the CLI boundary and the index use: a second copy here had drifted from it."""
+    from pith_pipeline._internal import error_text
+
+    monkeypatch.setitem(error_text.OS_ERROR_HINTS, err, "the one table's advice")
+    store = LocalStore(tmp_path)
+
+    def fail(*_a: object, **_k: object) -> None:
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr("pith_pipeline.storage.local.os.replace", fail)
+    monkeypatch.setattr("pith_pipeline.storage.local.os.link", fail)
+    with pytest.raises(StorageError) as info:
+        store.put("pith/A/bundle.json", b"{}")
+    assert "(the one table's advice)" in str(info.value)
