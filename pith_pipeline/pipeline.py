@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Container, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pith_pipeline import config
 from pith_pipeline._internal.disk_backed import Ledger, SpillList
@@ -57,6 +57,9 @@ from pith_pipeline.items import Item, Rejected
 from pith_pipeline.storage.base import Store, barrier, put_copy
 from pith_pipeline.storage.lease import shard_of
 from pith_pipeline.tlog.pending import PendingMark
+
+if TYPE_CHECKING:
+    from pith_pipeline.audit import SubjectEvents
 
 
 class LeaseCheck(Protocol):
@@ -447,20 +450,24 @@ class Publisher:
         checks are the store audit's (`pith_pipeline.audit`), so `verify STORE` and
         the publisher agree on what is damaged.
         """
-        from pith_pipeline.audit import subject_events
-
         if self._known_absent(event_prefix(body)):
             return []
+        return list(self._checked_events(body).events)
+
+    def _checked_events(self, body: str) -> SubjectEvents:
+        """A subject's stored events with their object keys, checked (`subject_events`)."""
+        from pith_pipeline.audit import subject_events
+
         # within one paper's publishing, a subject's events are read once (the paper
         # and its pointer's records); a write of one of its events forgets them
-        cache: dict[str, list[dict[str, Any]]] | None = getattr(self._local, "events", None)
+        cache: dict[str, SubjectEvents] | None = getattr(self._local, "events", None)
         if cache is not None and body in cache:
-            return list(cache[body])
+            return cache[body]
         got = subject_events(self.store, body, self._keyring())
         got.raise_for_problems()
         if cache is not None:
-            cache[body] = list(got.events)
-        return list(got.events)
+            cache[body] = got
+        return got
 
     def _keyring(self) -> KeyRing:
         """The ring of the keys we know, rebuilt only when they change (it caches the
@@ -684,7 +691,7 @@ class Publisher:
     def _put_event(self, key: str, data: bytes) -> None:
         """Write-once; a different object already at an event's content-hash name
         can only be a damaged or forged one: name it, never overwrite it."""
-        cache: dict[str, list[dict[str, Any]]] | None = getattr(self._local, "events", None)
+        cache: dict[str, SubjectEvents] | None = getattr(self._local, "events", None)
         if cache is not None:
             cache.pop(key.split("/")[1], None)
         try:
@@ -836,6 +843,7 @@ class Publisher:
                 bundle = loads(data)
             except ValueError:
                 bundle = None
+        self._refuse_reordered(body, bundle)
         listed = (
             {e.get("event_id") for e in bundle.get("events", []) if isinstance(e, dict)}
             if isinstance(bundle, dict) and isinstance(bundle.get("events"), list)
@@ -894,6 +902,10 @@ class Publisher:
             return
         try:
             old = loads(published)
+        except ValueError:
+            return  # not a bundle we signed: it is replaced from the verified events
+        self._refuse_reordered(body, old)
+        try:
             sig = old["bundle_signature"]
             key = self.keys.get(sig["key_id"])
             digest = bundle_sha256(old)
@@ -912,6 +924,22 @@ class Publisher:
                 "not re-derived without it; run `verify` on the store",
                 key=bundle_paths(body)[0],
             )
+
+    def _refuse_reordered(self, body: str, bundle: Any) -> None:
+        """Stop when a stored event and its copy in the published bundle hold the same
+        content in another key order (`audit.reordered_events`, as `verify` finds it).
+
+        Why: such an event passes every per-object check, and nothing would be
+        re-signed (its content is the same), so the paper's writers ended clean while
+        `verify STORE` reported the object.
+        """
+        if not isinstance(bundle, dict):
+            return
+        from pith_pipeline.audit import reordered_events
+
+        bkey = bundle_paths(body)[0]
+        for key, reason in reordered_events(self._checked_events(body), bundle.get("events"), bkey):
+            raise IntegrityError(f"stored event {reason}; run `verify` on the store", key=key)
 
     def rebuild_bundle(self, subject: str, events: list[dict[str, Any]]) -> bool:
         """Rebuild a subject's bundle from its events unless the published one already
@@ -1138,6 +1166,7 @@ def rebuild(
     for body in bodies:
         if lease is not None:
             lease.check()
+        pub._local.events = {}  # its events are read once, for its bundle and checks
         try:
             events = pub.subject_events(body)
             subjects = {e.get("subject_pith_number") for e in events}
@@ -1151,3 +1180,5 @@ def rebuild(
             if failures is None:
                 raise
             failures.append(str(exc))
+        finally:
+            pub._local.events = None

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from testclock import StepClock
 
 from pith_pipeline.core.canonical_json import dumps_compact
@@ -521,3 +522,52 @@ def test_a_re_serialised_event_stops_its_paper_and_a_re_serialised_bundle_is_reb
     assert again.failed == 1 and "re-serialised" in again.problems[0] and event.name in again.problems[0]
     rebuilt = bundle.read_bytes()
     assert rebuilt == well.read_bytes() == dumps_compact(json.loads(rebuilt)) != pretty
+
+
+def _reorder_keys(path: Path) -> None:
+    """The same content, compact, its keys in reverse order."""
+    doc = json.loads(path.read_bytes())
+    path.write_bytes(json.dumps(dict(reversed(list(doc.items()))), separators=(",", ":")).encode())
+
+
+def _reorder_bundle_copy(store: Path, body: str) -> None:
+    for p in (store / "pith" / body / "bundle.json", store / ".well-known" / "pith" / body / "bundle.json"):
+        doc = json.loads(p.read_bytes())
+        doc["events"] = [dict(reversed(list(e.items()))) for e in doc["events"]]
+        p.unlink()
+        p.write_bytes(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+_EVENT_DAMAGE = {
+    "keys reordered": lambda store, body: _reorder_keys(_event_of(store, "graph_snapshot")),
+    "bundle's copies reordered": _reorder_bundle_copy,
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_EVENT_DAMAGE))
+@pytest.mark.parametrize("command", ["build", "rebuild"])
+def test_a_command_touching_a_damaged_paper_never_ends_clean_while_verify_reports_it(
+    tmp_path: Path, sample_lines: list[str], damage: str, command: str
+) -> None:
+    """Whatever event damage `verify STORE` reports for a paper, a build or rebuild
+    that touches the paper either repairs it or names it and fails; it never ends
+    clean leaving the damage (and never replaces the paper's bundle)."""
+    from pith_pipeline.audit import audit_store
+    from pith_pipeline.pipeline import rebuild
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    body = _event_of(store, "graph_snapshot").parent.name
+    (store / "arxiv").rename(tmp_path / "pointers")  # so a build cannot learn the paper from it
+    _EVENT_DAMAGE[damage](store, body)
+    if command == "build":
+        failures = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC)).problems
+    else:
+        (tmp_path / "pointers").rename(store / "arxiv")
+        failures = []
+        list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
+    left = [f for f in audit_store(LocalStore(store)) if body in f.key]
+    assert left, "the damage was repaired: nothing to check"
+    assert any(body in f for f in failures), (failures, left)
