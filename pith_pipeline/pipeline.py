@@ -9,6 +9,7 @@ events first, then bundle and state, then the arXiv pointer.
 from __future__ import annotations
 
 import itertools
+import re
 import secrets
 import threading
 from collections.abc import Callable, Container, Iterable, Iterator, MutableMapping, Sequence
@@ -369,13 +370,16 @@ class Publisher:
                 continue
         pointers = sorted({pointer_key(i.record.id) for i in idents.values()})
         bodies = sorted({event_prefix(i.body) for i in idents.values()})
+        published = sorted(_published_prefix(i.body) for i in idents.values())
         absent_pointers, n1 = absent_keys(lister, "arxiv/", pointers)
         absent_bodies, n2 = absent_keys(lister, "events/", bodies)
+        absent_published, n3 = absent_keys(lister, "pith/", published)
         with self._known_lock:
             self._idents = idents
             self._absent.update(absent_pointers)
             self._absent.update(absent_bodies)
-        return n1 + n2
+            self._absent.update(absent_published)
+        return n1 + n2 + n3
 
     def forget_learned(self) -> None:
         """Drop what `learn_new` learned (a loop's end: another may write meanwhile)."""
@@ -625,6 +629,8 @@ class Publisher:
             self._update_pointer(ident, existing)
             self.summary.superseded += self.reconcile(rec.id)
             return ident
+        if not existing:
+            self._refuse_orphan(ident.body)
         now = self.clock()
         pointer = self._pointer(rec.id)
         previous = self._previous(pointer, ident)
@@ -666,6 +672,26 @@ class Publisher:
         self._update_pointer(ident, existing + built_events)
         self.summary.superseded += self.reconcile(rec.id)
         return ident
+
+    def _refuse_orphan(self, body: str) -> None:
+        """Stop a paper with no stored event whose bundle (or state) is published.
+
+        Why: events are written before their bundle, so such a paper lost its events;
+        treated as new, it got a fresh `record_created` and its bundle, which lists
+        the lost events, was replaced without a word. A paper is new only when neither
+        its events nor its published objects exist. `learn_new` lists `pith/` pages
+        as it lists `events/`, so a new paper costs no request of its own here.
+        """
+        prefix = _published_prefix(body)
+        if self._known_absent(prefix):
+            return
+        key = next(iter(self.store.list(prefix)), None)
+        if key is not None:
+            raise IntegrityError(
+                f"published, but {event_prefix(body)} holds no event (deleted?); not replaced "
+                "by a new record; run `verify` on the store",
+                key=key,
+            )
 
     def _complete_snapshot(self, ident: Identity, existing: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Write the `graph_snapshot` a run killed between a record's two events left out.
@@ -1056,6 +1082,14 @@ def _published_as(
     return store.get(skey) == dumps_compact(old["state"]) and store.get(wkey) == data
 
 
+def _published_prefix(body: str) -> str:
+    """`pith/<ID>/`: the prefix of a subject's bundle and state."""
+    return bundle_paths(body)[0].rsplit("/", 1)[0] + "/"
+
+
+#: a subject's id in store keys (`pith/<ID>/`); other names there are `verify`'s to report
+_BODY = re.compile(r"[A-Z2-7]{26}")
+
 #: keys per listing page (S3's most)
 LIST_PAGE = 1000
 
@@ -1162,13 +1196,17 @@ def rebuild(
     caller ends non-zero.
     """
     pub = Publisher(store, signer, config, clock=clock, lease=lease)
-    bodies = sorted({k.split("/")[1] for k in store.list("events/")})
-    for body in bodies:
+    # a published paper without events is named too (`_refuse_orphan`), not skipped
+    bodies = {k.split("/")[1] for k in store.list("events/")}
+    bodies.update(b for b in (k.split("/")[1] for k in store.list("pith/")) if _BODY.fullmatch(b))
+    for body in sorted(bodies):
         if lease is not None:
             lease.check()
         pub._local.events = {}  # its events are read once, for its bundle and checks
         try:
             events = pub.subject_events(body)
+            if not events:
+                pub._refuse_orphan(body)
             subjects = {e.get("subject_pith_number") for e in events}
             for subject in sorted(s for s in subjects if isinstance(s, str)):
                 own = [e for e in events if e.get("subject_pith_number") == subject]

@@ -538,9 +538,22 @@ def _reorder_bundle_copy(store: Path, body: str) -> None:
         p.write_bytes(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode())
 
 
+def _all_events_gone(store: Path, body: str) -> None:
+    import shutil
+
+    shutil.rmtree(store / "events" / body)
+
+
+def _events_dir_a_file(store: Path, body: str) -> None:
+    _all_events_gone(store, body)
+    (store / "events" / body).write_bytes(b"x")
+
+
 _EVENT_DAMAGE = {
     "keys reordered": lambda store, body: _reorder_keys(_event_of(store, "graph_snapshot")),
     "bundle's copies reordered": _reorder_bundle_copy,
+    "every event deleted": _all_events_gone,
+    "events/<ID> a file": _events_dir_a_file,
 }
 
 
