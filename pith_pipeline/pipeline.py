@@ -623,10 +623,12 @@ class Publisher:
         existing = self.subject_events(ident.body)
         if any(e.get("event_type") == "record_created" for e in existing):
             existing = self._complete_snapshot(ident, existing)
-            self.summary.unchanged += 1
-            self.summary.seen.append(ident.subject)
             self._ensure_bundle(ident.subject, existing)
             self._update_pointer(ident, existing)
+            # counted (and indexed) once its own objects are sound: a paper stopped on
+            # one of them is counted failed only, and its bundle is not read for the index
+            self.summary.unchanged += 1
+            self.summary.seen.append(ident.subject)
             self.summary.superseded += self.reconcile(rec.id)
             return ident
         if not existing:

@@ -584,3 +584,62 @@ def test_a_command_touching_a_damaged_paper_never_ends_clean_while_verify_report
     left = [f for f in audit_store(LocalStore(store)) if body in f.key]
     assert left, "the damage was repaired: nothing to check"
     assert any(body in f for f in failures), (failures, left)
+
+
+def _forget_paper(store: Path, body: str, pointer: Path) -> None:
+    """Remove every object of a paper, so the next build takes it for new."""
+    import shutil
+
+    for d in (store / "events" / body, store / "pith" / body, store / ".well-known" / "pith" / body):
+        shutil.rmtree(d)
+    pointer.unlink()
+
+
+def _occupy(path: Path, kind: str) -> None:
+    """Put the wrong kind of thing where an object path of the paper goes."""
+    import shutil
+
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    if kind == "dir":
+        (path / "x").mkdir(parents=True)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+
+
+#: (what is occupied, relative to the paper: {body} and {pointer}; by what; paper new?)
+_WRONG_KIND = {
+    "events/<ID> a file, new paper": ("events/{body}", "file", True),
+    "pith/<ID> a file, new paper": ("pith/{body}", "file", True),
+    "arxiv pointer a directory, new paper": ("{pointer}", "dir", True),
+    "bundle.json a directory": ("pith/{body}/bundle.json", "dir", False),
+    "state.json a directory": ("pith/{body}/state.json", "dir", False),
+    "well-known bundle.json a directory": (".well-known/pith/{body}/bundle.json", "dir", False),
+    "arxiv pointer a directory": ("{pointer}", "dir", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_WRONG_KIND))
+def test_an_object_path_occupied_by_the_wrong_kind_of_thing_stops_only_that_paper(
+    tmp_path: Path, sample_lines: list[str], case: str
+) -> None:
+    """A file where a paper's directory goes, or a directory where its object goes:
+    the paper is named as not published and the run goes on with the rest (it was
+    one store error ending the whole run: `cannot create ...: File exists`)."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    pointer = sorted((store / "arxiv").rglob("*.json"))[0]
+    body = json.loads(pointer.read_bytes())["latest"].split(":")[-1]
+    where, kind, new = _WRONG_KIND[case]
+    rel = where.format(body=body, pointer=pointer.relative_to(store).as_posix())
+    if new:
+        _forget_paper(store, body, pointer)
+    _occupy(store / rel, kind)
+    again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
+    assert again.failed == 1 and rel in again.problems[0], again.problems
+    assert again.built + again.unchanged == 2 and body not in "".join(again.seen)
