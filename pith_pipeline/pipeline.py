@@ -1188,19 +1188,25 @@ def rebuild(
     lease: LeaseCheck | None = None,
     failures: list[str] | None = None,
     unchanged: list[str] | None = None,
+    pointers: list[str] | None = None,
 ) -> Iterator[str]:
-    """Re-derive every bundle and state from the event store; yields the subjects rebuilt.
+    """Re-derive every bundle, state and arXiv pointer from the event store; yields
+    the subjects rebuilt (and adds the pointers rewritten to `pointers`).
 
     Idempotent: a subject whose published bundle already says what its events say
     (apart from `built_at` and the signature; signed by `signer`) is left alone and
-    added to `unchanged`. A subject whose stored events fail their checks is not
-    rebuilt (its published bundle stays as it was) and is named in `failures`; the
-    caller ends non-zero.
+    added to `unchanged`; a pointer holding the bytes its records' events give is not
+    written. A subject whose stored events fail their checks is not rebuilt (its
+    published bundle stays as it was) and is named in `failures`; the caller ends
+    non-zero.
     """
     pub = Publisher(store, signer, config, clock=clock, lease=lease)
     # a published paper without events is named too (`_refuse_orphan`), not skipped
     bodies = {k.split("/")[1] for k in store.list("events/")}
     bodies.update(b for b in (k.split("/")[1] for k in store.list("pith/")) if _BODY.fullmatch(b))
+    #: arXiv id -> its pointer's records, from verified record_created events
+    records: dict[str, list[dict[str, Any]]] = {}
+    failed: set[str] = set()
     for body in sorted(bodies):
         if lease is not None:
             lease.check()
@@ -1209,6 +1215,8 @@ def rebuild(
             events = pub.subject_events(body)
             if not events:
                 pub._refuse_orphan(body)
+            for arxiv_id, entry in _pointer_entries(events):
+                records.setdefault(arxiv_id, []).append(entry)
             subjects = {e.get("subject_pith_number") for e in events}
             for subject in sorted(s for s in subjects if isinstance(s, str)):
                 own = [e for e in events if e.get("subject_pith_number") == subject]
@@ -1220,5 +1228,118 @@ def rebuild(
             if failures is None:
                 raise
             failures.append(str(exc))
+            failed.add(body)
         finally:
             pub._local.events = None
+    for problem in _rederive_pointers(pub, records, bodies, failed, pointers):
+        if failures is None:
+            raise problem
+        failures.append(str(problem))
+
+
+def _pointer_entries(events: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(arXiv id, pointer record) of each subject among a body's checked events: the
+    entry `Publisher._update_pointer` writes, from the subject's first record_created."""
+    first: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e.get("event_type") != "record_created":
+            continue
+        have = first.get(e["subject_pith_number"])
+        if have is None or (e["created_at"], e["event_id"]) < (have["created_at"], have["event_id"]):
+            first[e["subject_pith_number"]] = e
+    for subject, e in sorted(first.items()):
+        payload = e.get("payload")
+        record = payload.get("canonical_record") if isinstance(payload, dict) else None
+        source = record.get("source") if isinstance(record, dict) else None
+        if not isinstance(source, dict) or source.get("kind") != "arxiv":
+            continue
+        arxiv_id, version = source.get("id"), source.get("version")
+        if not isinstance(arxiv_id, str) or type(version) is not int:
+            continue
+        yield (
+            arxiv_id,
+            {
+                "version": version,
+                "pith_number": subject,
+                "record_created": e["event_id"],
+                "created_at": e["created_at"],
+                "canonical_sha256": payload["canonical_sha256"],  # type: ignore[index]
+            },
+        )
+
+
+def _rederive_pointers(
+    pub: Publisher,
+    records: dict[str, list[dict[str, Any]]],
+    bodies: set[str],
+    failed: set[str],
+    rewritten: list[str] | None,
+) -> Iterator[IntegrityError]:
+    """Write every arXiv pointer its records' events give; yield the ones it must not.
+
+    Why: a pointer is derived data like a bundle (the events say which records an
+    arXiv id has), so `rebuild` repairs a deleted, re-serialised or tampered one.
+    Left as it is, and named: a pointer listing a paper whose events failed their
+    checks (already named), or one listing a record with no stored event at all
+    (deleted with its bundle): re-derived without it, the loss would be silent.
+    """
+    store = pub.store
+    stored: dict[str, str] = {}
+    for key in store.list("arxiv/"):
+        arxiv_id = key[len("arxiv/") : -len(".json")]
+        if key.endswith(".json") and arxiv_id and pointer_key(arxiv_id) == key:
+            stored[arxiv_id] = key
+    for arxiv_id in sorted(set(records) | set(stored)):
+        key = pointer_key(arxiv_id)
+        try:
+            raw = store.get(key) if arxiv_id in stored else None
+        except IntegrityError as exc:
+            yield exc
+            continue
+        listed = _listed_bodies(raw)
+        mine = {PithNumber.parse(r["pith_number"]).body for r in records.get(arxiv_id, [])}
+        if listed & failed or any(b in failed for b in mine):
+            continue  # its paper is named already; nothing derived from it is written
+        lost = sorted(b for b in listed - mine if b not in bodies)
+        if lost:
+            yield IntegrityError(
+                f"lists a record of {lost[0]}, which has no stored event (deleted?); not "
+                "re-derived without it; run `verify` on the store",
+                key=key,
+            )
+            continue
+        entries = sorted(
+            records.get(arxiv_id, []), key=lambda r: (r["version"], r["created_at"], r["pith_number"])
+        )
+        if not entries:
+            yield IntegrityError(
+                f"no stored record_created is of {arxiv_id}; left as it is; run `verify` on the store",
+                key=key,
+            )
+            continue
+        want = (
+            dumps_pretty({"arxiv_id": arxiv_id, "records": entries, "latest": entries[-1]["pith_number"]})
+            + b"\n"
+        )
+        if raw != want:
+            pub._put(key, want, changed=True)
+            if rewritten is not None:
+                rewritten.append(key)
+
+
+def _listed_bodies(raw: bytes | None) -> set[str]:
+    """The subject ids a stored pointer's records name (as far as it parses)."""
+    try:
+        doc = loads(raw) if raw else None
+    except ValueError:
+        return set()
+    found: set[str] = set()
+    recs = doc.get("records") if isinstance(doc, dict) else None
+    for r in recs if isinstance(recs, list) else []:
+        pn = r.get("pith_number") if isinstance(r, dict) else None
+        if isinstance(pn, str):
+            try:
+                found.add(PithNumber.parse(pn).body)
+            except ValueError:
+                continue
+    return found

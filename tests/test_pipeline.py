@@ -643,3 +643,80 @@ def test_an_object_path_occupied_by_the_wrong_kind_of_thing_stops_only_that_pape
     again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
     assert again.failed == 1 and rel in again.problems[0], again.problems
     assert again.built + again.unchanged == 2 and body not in "".join(again.seen)
+
+
+def _drop_first_record(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "records": doc["records"][1:]}
+
+
+#: tampered arXiv pointers (derived data): each must come back byte for byte
+_POINTER_DAMAGE = {
+    "deleted": None,
+    "re-serialised": lambda doc: doc,
+    "created_at changed": lambda doc: {
+        **doc,
+        "records": [{**r, "created_at": "2020-01-01T00:00:00Z"} for r in doc["records"]],
+    },
+    "a record left out": _drop_first_record,
+    "latest wrong": lambda doc: {**doc, "latest": doc["records"][0]["pith_number"]},
+    "not JSON": "{",
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_POINTER_DAMAGE))
+def test_rebuild_re_derives_a_tampered_arxiv_pointer_from_the_events(
+    tmp_path: Path, sample_lines: list[str], damage: str
+) -> None:
+    """arXiv pointers are derived from the event store, like bundles: `rebuild` writes
+    the bytes the publisher wrote (it exited 0 leaving a pointer `verify` reported)."""
+    from pith_pipeline.audit import audit_store
+    from pith_pipeline.pipeline import rebuild
+
+    obj = json.loads(sample_lines[-1])
+    v1, v2 = tmp_path / "v1.jsonl", tmp_path / "v2.jsonl"
+    v1.write_text("\n".join([*sample_lines[:2], json.dumps(obj)]) + "\n")
+    v2.write_text(json.dumps(_version(obj, 2, obj["title"] + " (revised)")) + "\n")
+    store = tmp_path / "store"
+    publish(store, v1)
+    publish(store, v2, datetime(2026, 9, 1, tzinfo=UTC))
+    pointer = store / "arxiv" / "2606.00972.json"
+    genuine = pointer.read_bytes()
+    how = _POINTER_DAMAGE[damage]
+    if how is None:
+        pointer.unlink()
+    elif isinstance(how, str):
+        pointer.write_text(how)
+    else:
+        pointer.write_text(json.dumps(how(json.loads(genuine)), indent=4))
+    failures: list[str] = []
+    rewritten: list[str] = []
+    list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures, pointers=rewritten))
+    assert failures == []
+    assert pointer.read_bytes() == genuine
+    assert rewritten == ["arxiv/2606.00972.json"]
+    assert list(audit_store(LocalStore(store))) == []
+
+
+def test_rebuild_names_a_pointer_listing_a_paper_whose_events_are_gone(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """A pointer is not re-derived without a record whose events were deleted (with
+    its bundle): that would drop the paper silently; it is named, and left."""
+    import shutil
+
+    from pith_pipeline.pipeline import rebuild
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    pointer = sorted((store / "arxiv").rglob("*.json"))[0]
+    before = pointer.read_bytes()
+    body = json.loads(before)["latest"].split(":")[-1]
+    for d in (store / "events" / body, store / "pith" / body, store / ".well-known" / "pith" / body):
+        shutil.rmtree(d)
+    failures: list[str] = []
+    list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
+    rel = pointer.relative_to(store).as_posix()
+    assert len(failures) == 1 and rel in failures[0] and body in failures[0]
+    assert pointer.read_bytes() == before
