@@ -258,4 +258,4 @@ def compact(store: str, retention_hours: float, z_order: bool, lease_wait: float
         if isinstance(st, LocalStore):  # a killed writer's leftovers, wherever they are
             st.sweep_temporary(published=True)
         update = do_compact(st, retention_hours=retention_hours, z_order=z_order, progress=bar.update)
-    click.echo(f"{update.line()}; deleted {len(update.deleted)} old files")
+    click.echo(update.compact_line())
