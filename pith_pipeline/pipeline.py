@@ -35,7 +35,9 @@ from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.events import BUILDER_VERSION
 from pith_pipeline.core.keys import PublicKey, Signer, verify_signature
 from pith_pipeline.core.layout import (
+    BUNDLES,
     EVENTS,
+    WELL_KNOWN,
     bundle_paths,
     certificate_key,
     event_key,
@@ -370,16 +372,22 @@ class Publisher:
                 continue
         pointers = sorted({pointer_key(i.record.id) for i in idents.values()})
         bodies = sorted({event_prefix(i.body) for i in idents.values()})
-        published = sorted(_published_prefix(i.body) for i in idents.values())
         absent_pointers, n1 = absent_keys(lister, "arxiv/", pointers)
         absent_bodies, n2 = absent_keys(lister, "events/", bodies)
-        absent_published, n3 = absent_keys(lister, "pith/", published)
         with self._known_lock:
             self._idents = idents
             self._absent.update(absent_pointers)
             self._absent.update(absent_bodies)
-            self._absent.update(absent_published)
-        return n1 + n2 + n3
+        n = n1 + n2
+        for where in range(2):  # pith/<ID>/, then .well-known/pith/<ID>/ (`_refuse_orphan`)
+            prefixes = sorted({_published_prefixes(i.body)[where] for i in idents.values()})
+            if not prefixes:
+                continue
+            absent, pages = absent_keys(lister, (BUNDLES, WELL_KNOWN)[where], prefixes)
+            with self._known_lock:
+                self._absent.update(absent)
+            n += pages
+        return n
 
     def forget_learned(self) -> None:
         """Drop what `learn_new` learned (a loop's end: another may write meanwhile)."""
@@ -676,24 +684,26 @@ class Publisher:
         return ident
 
     def _refuse_orphan(self, body: str) -> None:
-        """Stop a paper with no stored event whose bundle (or state) is published.
+        """Stop a paper with no stored event whose bundle, state or `.well-known` copy
+        is published.
 
         Why: events are written before their bundle, so such a paper lost its events;
         treated as new, it got a fresh `record_created` and its bundle, which lists
         the lost events, was replaced without a word. A paper is new only when neither
-        its events nor its published objects exist. `learn_new` lists `pith/` pages
-        as it lists `events/`, so a new paper costs no request of its own here.
+        its events nor its published objects exist. `learn_new` lists `pith/` and
+        `.well-known/pith/` pages as it lists `events/`, so a new paper costs no
+        request of its own here.
         """
-        prefix = _published_prefix(body)
-        if self._known_absent(prefix):
-            return
-        key = next(iter(self.store.list(prefix)), None)
-        if key is not None:
-            raise IntegrityError(
-                f"published, but {event_prefix(body)} holds no event (deleted?); not replaced "
-                "by a new record; run `verify` on the store",
-                key=key,
-            )
+        for prefix in _published_prefixes(body):
+            if self._known_absent(prefix):
+                continue
+            key = next(iter(self.store.list(prefix)), None)
+            if key is not None:
+                raise IntegrityError(
+                    f"published, but {event_prefix(body)} holds no event (deleted?); not replaced "
+                    "by a new record; run `verify` on the store",
+                    key=key,
+                )
 
     def _complete_snapshot(self, ident: Identity, existing: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Write the `graph_snapshot` a run killed between a record's two events left out.
@@ -1084,9 +1094,10 @@ def _published_as(
     return store.get(skey) == dumps_compact(old["state"]) and store.get(wkey) == data
 
 
-def _published_prefix(body: str) -> str:
-    """`pith/<ID>/`: the prefix of a subject's bundle and state."""
-    return bundle_paths(body)[0].rsplit("/", 1)[0] + "/"
+def _published_prefixes(body: str) -> tuple[str, str]:
+    """`pith/<ID>/` (its bundle and state) and `.well-known/pith/<ID>/` (the copy)."""
+    bkey, _skey, wkey = bundle_paths(body)
+    return bkey.rsplit("/", 1)[0] + "/", wkey.rsplit("/", 1)[0] + "/"
 
 
 #: a subject's id in store keys (`pith/<ID>/`); other names there are `verify`'s to report
@@ -1203,7 +1214,9 @@ def rebuild(
     pub = Publisher(store, signer, config, clock=clock, lease=lease)
     # a published paper without events is named too (`_refuse_orphan`), not skipped
     bodies = {k.split("/")[1] for k in store.list("events/")}
-    bodies.update(b for b in (k.split("/")[1] for k in store.list("pith/")) if _BODY.fullmatch(b))
+    for prefix in (BUNDLES, WELL_KNOWN):  # pith/<ID>/..., .well-known/pith/<ID>/...
+        cut = len(prefix)
+        bodies.update(b for b in (k[cut:].split("/", 1)[0] for k in store.list(prefix)) if _BODY.fullmatch(b))
     #: arXiv id -> its pointer's records, from verified record_created events
     records: dict[str, list[dict[str, Any]]] = {}
     failed: set[str] = set()

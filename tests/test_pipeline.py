@@ -549,7 +549,15 @@ def _events_dir_a_file(store: Path, body: str) -> None:
     (store / "events" / body).write_bytes(b"x")
 
 
+def _only_the_well_known_copy_left(store: Path, body: str) -> None:
+    import shutil
+
+    _all_events_gone(store, body)
+    shutil.rmtree(store / "pith" / body)
+
+
 _EVENT_DAMAGE = {
+    "only the .well-known copy left": _only_the_well_known_copy_left,
     "keys reordered": lambda store, body: _reorder_keys(_event_of(store, "graph_snapshot")),
     "bundle's copies reordered": _reorder_bundle_copy,
     "every event deleted": _all_events_gone,
