@@ -1335,7 +1335,11 @@ def _rederive_pointers(
             + b"\n"
         )
         if raw != want:
-            pub._put(key, want, changed=True)
+            try:
+                pub._put(key, want, changed=True)
+            except IntegrityError as exc:  # its path is occupied by the wrong kind of thing
+                yield exc
+                continue
             if rewritten is not None:
                 rewritten.append(key)
 

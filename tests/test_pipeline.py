@@ -668,6 +668,7 @@ _POINTER_DAMAGE = {
     "a record left out": _drop_first_record,
     "latest wrong": lambda doc: {**doc, "latest": doc["records"][0]["pith_number"]},
     "not JSON": "{",
+    "a directory": "dir",
 }
 
 
@@ -692,6 +693,9 @@ def test_rebuild_re_derives_a_tampered_arxiv_pointer_from_the_events(
     how = _POINTER_DAMAGE[damage]
     if how is None:
         pointer.unlink()
+    elif how == "dir":  # the wrong kind of thing: named, the rest re-derived
+        pointer.unlink()
+        (pointer / "x").mkdir(parents=True)
     elif isinstance(how, str):
         pointer.write_text(how)
     else:
@@ -699,6 +703,9 @@ def test_rebuild_re_derives_a_tampered_arxiv_pointer_from_the_events(
     failures: list[str] = []
     rewritten: list[str] = []
     list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures, pointers=rewritten))
+    if how == "dir":
+        assert len(failures) == 1 and "arxiv/2606.00972.json" in failures[0] and rewritten == []
+        return
     assert failures == []
     assert pointer.read_bytes() == genuine
     assert rewritten == ["arxiv/2606.00972.json"]
@@ -728,3 +735,24 @@ def test_rebuild_names_a_pointer_listing_a_paper_whose_events_are_gone(
     rel = pointer.relative_to(store).as_posix()
     assert len(failures) == 1 and rel in failures[0] and body in failures[0]
     assert pointer.read_bytes() == before
+
+
+def test_rebuild_names_a_pointer_it_cannot_write_and_goes_on(tmp_path: Path, sample_lines: list[str]) -> None:
+    """`arxiv/<archive>` a file where the pointer's directory goes: the pointer is named
+    (exit 3 at the command line), not a store error that ends the rebuild."""
+    from pith_pipeline.pipeline import rebuild
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    archive = next(p for p in (store / "arxiv").iterdir() if p.is_dir())
+    pointers = sorted(archive.rglob("*.json"))
+    for p in pointers:
+        p.unlink()
+    archive.rmdir()
+    archive.write_bytes(b"x")
+    failures: list[str] = []
+    list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
+    assert len(failures) == len(pointers) >= 1
+    assert all(f"arxiv/{archive.name}/" in f and "is a file" in f for f in failures)
