@@ -888,8 +888,16 @@ class Publisher:
             else None
         )
         # a bundle re-serialised by someone else is rebuilt too (the signature covers
-        # its content, not its bytes, so only the publisher's form is known good)
-        if listed is None or listed != {e["event_id"] for e in events} or dumps_compact(bundle) != data:
+        # its content, not its bytes, so only the publisher's form is known good), and
+        # so is one whose content was changed: its event copies are not the stored
+        # events, or its signature no longer verifies (`verify STORE` fails it)
+        if (
+            listed is None
+            or listed != {e["event_id"] for e in events}
+            or dumps_compact(bundle) != data
+            or not _copies_are_stored(bundle["events"], events)
+            or not self._signed_by_known_key(bundle)
+        ):
             self.write_bundle(subject, events)
             return
         assert data is not None
@@ -943,17 +951,12 @@ class Publisher:
         except ValueError:
             return  # not a bundle we signed: it is replaced from the verified events
         self._refuse_reordered(body, old)
-        try:
-            sig = old["bundle_signature"]
-            key = self.keys.get(sig["key_id"])
-            digest = bundle_sha256(old)
-            if key is None or sig.get("bundle_sha256") != digest:
-                return
-            if not verify_signature(key.public_key, digest, sig["signature_b64"]):
-                return
-            listed = {e["event_id"] for e in old["events"]}
-        except (ValueError, KeyError, TypeError, AttributeError, CanonicalJSONError):
+        if not self._signed_by_known_key(old):
             return  # not a bundle we signed: it is replaced from the verified events
+        try:
+            listed = {e["event_id"] for e in old["events"]}
+        except (KeyError, TypeError):
+            return
         gone = sorted(listed - {e["event_id"] for e in events})
         if gone:
             more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
@@ -962,6 +965,19 @@ class Publisher:
                 "not re-derived without it; run `verify` on the store",
                 key=bundle_paths(body)[0],
             )
+
+    def _signed_by_known_key(self, bundle: Any) -> bool:
+        """The bundle's signature verifies with a key the store lists, over its content
+        as it is now (`bundle_sha256` recomputed): nothing in it was changed since."""
+        try:
+            sig = bundle["bundle_signature"]
+            key = self.keys.get(sig["key_id"])
+            digest = bundle_sha256(bundle)
+            if key is None or sig.get("bundle_sha256") != digest:
+                return False
+            return bool(verify_signature(key.public_key, digest, sig["signature_b64"]))
+        except (ValueError, KeyError, TypeError, AttributeError, CanonicalJSONError):
+            return False
 
     def _refuse_reordered(self, body: str, bundle: Any) -> None:
         """Stop when a stored event and its copy in the published bundle hold the same
@@ -1092,6 +1108,16 @@ def _published_as(
     if dumps_compact(old) != data:  # re-serialised by someone else
         return False
     return store.get(skey) == dumps_compact(old["state"]) and store.get(wkey) == data
+
+
+def _copies_are_stored(copies: list[Any], events: list[dict[str, Any]]) -> bool:
+    """Each event copy a bundle holds equals a stored copy of that event."""
+    stored: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        stored.setdefault(e["event_id"], []).append(e)
+    return all(
+        isinstance(c, dict) and any(c == e for e in stored.get(str(c.get("event_id")), [])) for c in copies
+    )
 
 
 def _published_prefixes(body: str) -> tuple[str, str]:

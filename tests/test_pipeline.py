@@ -756,3 +756,40 @@ def test_rebuild_names_a_pointer_it_cannot_write_and_goes_on(tmp_path: Path, sam
     list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
     assert len(failures) == len(pointers) >= 1
     assert all(f"arxiv/{archive.name}/" in f and "is a file" in f for f in failures)
+
+
+def _tamper_bundle(store: Path, body: str, change: Any) -> None:
+    for p in (store / "pith" / body / "bundle.json", store / ".well-known" / "pith" / body / "bundle.json"):
+        doc = json.loads(p.read_bytes())
+        change(doc)
+        p.unlink()
+        p.write_bytes(dumps_compact(doc))
+
+
+_BUNDLE_DAMAGE = {
+    "a record field changed": lambda doc: doc["canonical_record"]["metadata"].update(license="forged"),
+    "an event copy changed": lambda doc: doc["events"][0].update(created_at="2020-01-01T00:00:00Z"),
+    "the state changed": lambda doc: doc["state"].update(event_count=99),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_BUNDLE_DAMAGE))
+def test_a_build_touching_a_paper_re_derives_its_tampered_bundle(
+    tmp_path: Path, sample_lines: list[str], damage: str
+) -> None:
+    """A published bundle whose content was changed (in the publisher's compact form,
+    with its .well-known copy) no longer verifies; a build that touches the paper
+    re-derives it from the verified events (it reported the paper unchanged and left
+    the bundle that `verify STORE` fails)."""
+    from pith_pipeline.audit import audit_store
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    body = _event_of(store, "graph_snapshot").parent.name
+    _tamper_bundle(store, body, _BUNDLE_DAMAGE[damage])
+    assert any(body in f.key for f in audit_store(LocalStore(store)))
+    again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
+    assert again.failed == 0
+    assert list(audit_store(LocalStore(store))) == []
