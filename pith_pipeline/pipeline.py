@@ -831,6 +831,7 @@ class Publisher:
         pointer = self._pointer(ident.record.id)
         if any(r["pith_number"] == ident.subject for r in pointer["records"]):
             return
+        self._refuse_lost_versions(ident, pointer, events)
         created = min(
             (e for e in events if e.get("event_type") == "record_created"),
             key=lambda e: (e["created_at"], e["event_id"]),
@@ -848,6 +849,37 @@ class Publisher:
         pointer["latest"] = pointer["records"][-1]["pith_number"]
         # it gains a record, so its bytes change: written without reading them again
         self._put(pointer_key(ident.record.id), dumps_pretty(pointer) + b"\n", changed=True)
+
+    def _refuse_lost_versions(
+        self, ident: Identity, pointer: dict[str, Any], events: list[dict[str, Any]]
+    ) -> None:
+        """Stop before adding a record to a pointer that lacks a version its events name.
+
+        Why: a pointer is written after its record's events, and a version's events
+        name its neighbours (its `record_created` supersedes the older record, a
+        `correction` names the newer one), so a pointer lacking one of them lost it
+        (deleted). Rewritten with this record alone, it would drop the other versions
+        silently; `rebuild` re-derives it whole from the events.
+        """
+        created = {r["record_created"] for r in pointer["records"]}
+        numbers = {r["pith_number"] for r in pointer["records"]} | {ident.subject}
+        for e in events:
+            if e.get("subject_pith_number") != ident.subject:
+                continue
+            named: list[str] = []
+            if e.get("event_type") == "record_created":
+                named = [s for s in e.get("supersedes") or [] if isinstance(s, str) and s not in created]
+            elif e.get("event_type") == "correction" and isinstance(e.get("payload"), dict):
+                newer = e["payload"].get("pith_number")
+                if isinstance(newer, str) and newer not in numbers:
+                    named = [newer]
+            if named:
+                raise IntegrityError(
+                    f"does not list {named[0]}, which {ident.subject}'s events name (another "
+                    "version of the paper, lost from the pointer?); not rewritten without it; "
+                    "`rebuild` re-derives it from the events",
+                    key=pointer_key(ident.record.id),
+                )
 
     def _check_signer(self, event: dict[str, Any]) -> None:
         """Verify the run's first fresh signature once: later ones are trusted (see `merge`)."""

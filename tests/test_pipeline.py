@@ -793,3 +793,33 @@ def test_a_build_touching_a_paper_re_derives_its_tampered_bundle(
     again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
     assert again.failed == 0
     assert list(audit_store(LocalStore(store))) == []
+
+
+@pytest.mark.parametrize("rebuilt", ["v1", "v2"])
+def test_a_build_never_rewrites_a_deleted_pointer_without_the_papers_other_versions(
+    tmp_path: Path, sample_lines: list[str], rebuilt: str
+) -> None:
+    """The pointer of a paper with two versions deleted: a build of one version would
+    write a pointer listing it alone (exit 0, `verify` naming the pointer). Its events
+    name the other version (`supersedes`, a `correction`), so the pointer is named
+    instead, and `rebuild` re-derives it whole."""
+    from pith_pipeline.audit import audit_store
+    from pith_pipeline.pipeline import rebuild
+
+    obj = json.loads(sample_lines[-1])
+    v1, v2 = tmp_path / "v1.jsonl", tmp_path / "v2.jsonl"
+    v1.write_text(json.dumps(obj) + "\n")
+    v2.write_text(json.dumps(_version(obj, 2, obj["title"] + " (revised)")) + "\n")
+    store = tmp_path / "store"
+    publish(store, v1)
+    publish(store, v2, datetime(2026, 9, 1, tzinfo=UTC))
+    pointer = store / "arxiv" / "2606.00972.json"
+    genuine = pointer.read_bytes()
+    pointer.unlink()
+    again = publish(store, v1 if rebuilt == "v1" else v2, datetime(2026, 10, 1, tzinfo=UTC))
+    assert again.failed == 1 and "arxiv/2606.00972.json" in again.problems[0], again.problems
+    assert not pointer.exists()
+    failures: list[str] = []
+    list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
+    assert failures == [] and pointer.read_bytes() == genuine
+    assert list(audit_store(LocalStore(store))) == []
