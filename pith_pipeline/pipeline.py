@@ -9,12 +9,13 @@ events first, then bundle and state, then the arXiv pointer.
 from __future__ import annotations
 
 import itertools
+import re
 import secrets
 import threading
 from collections.abc import Callable, Container, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pith_pipeline import config
 from pith_pipeline._internal.disk_backed import Ledger, SpillList
@@ -34,7 +35,9 @@ from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.events import BUILDER_VERSION
 from pith_pipeline.core.keys import PublicKey, Signer, verify_signature
 from pith_pipeline.core.layout import (
+    BUNDLES,
     EVENTS,
+    WELL_KNOWN,
     bundle_paths,
     certificate_key,
     event_key,
@@ -57,6 +60,9 @@ from pith_pipeline.items import Item, Rejected
 from pith_pipeline.storage.base import Store, barrier, put_copy
 from pith_pipeline.storage.lease import shard_of
 from pith_pipeline.tlog.pending import PendingMark
+
+if TYPE_CHECKING:
+    from pith_pipeline.audit import SubjectEvents
 
 
 class LeaseCheck(Protocol):
@@ -372,7 +378,16 @@ class Publisher:
             self._idents = idents
             self._absent.update(absent_pointers)
             self._absent.update(absent_bodies)
-        return n1 + n2
+        n = n1 + n2
+        for where in range(2):  # pith/<ID>/, then .well-known/pith/<ID>/ (`_refuse_orphan`)
+            prefixes = sorted({_published_prefixes(i.body)[where] for i in idents.values()})
+            if not prefixes:
+                continue
+            absent, pages = absent_keys(lister, (BUNDLES, WELL_KNOWN)[where], prefixes)
+            with self._known_lock:
+                self._absent.update(absent)
+            n += pages
+        return n
 
     def forget_learned(self) -> None:
         """Drop what `learn_new` learned (a loop's end: another may write meanwhile)."""
@@ -447,20 +462,24 @@ class Publisher:
         checks are the store audit's (`pith_pipeline.audit`), so `verify STORE` and
         the publisher agree on what is damaged.
         """
-        from pith_pipeline.audit import subject_events
-
         if self._known_absent(event_prefix(body)):
             return []
+        return list(self._checked_events(body).events)
+
+    def _checked_events(self, body: str) -> SubjectEvents:
+        """A subject's stored events with their object keys, checked (`subject_events`)."""
+        from pith_pipeline.audit import subject_events
+
         # within one paper's publishing, a subject's events are read once (the paper
         # and its pointer's records); a write of one of its events forgets them
-        cache: dict[str, list[dict[str, Any]]] | None = getattr(self._local, "events", None)
+        cache: dict[str, SubjectEvents] | None = getattr(self._local, "events", None)
         if cache is not None and body in cache:
-            return list(cache[body])
+            return cache[body]
         got = subject_events(self.store, body, self._keyring())
         got.raise_for_problems()
         if cache is not None:
-            cache[body] = list(got.events)
-        return list(got.events)
+            cache[body] = got
+        return got
 
     def _keyring(self) -> KeyRing:
         """The ring of the keys we know, rebuilt only when they change (it caches the
@@ -612,12 +631,16 @@ class Publisher:
         existing = self.subject_events(ident.body)
         if any(e.get("event_type") == "record_created" for e in existing):
             existing = self._complete_snapshot(ident, existing)
-            self.summary.unchanged += 1
-            self.summary.seen.append(ident.subject)
             self._ensure_bundle(ident.subject, existing)
             self._update_pointer(ident, existing)
+            # counted (and indexed) once its own objects are sound: a paper stopped on
+            # one of them is counted failed only, and its bundle is not read for the index
+            self.summary.unchanged += 1
+            self.summary.seen.append(ident.subject)
             self.summary.superseded += self.reconcile(rec.id)
             return ident
+        if not existing:
+            self._refuse_orphan(ident.body)
         now = self.clock()
         pointer = self._pointer(rec.id)
         previous = self._previous(pointer, ident)
@@ -669,6 +692,28 @@ class Publisher:
                 self._checked_rows.clear()
             self._checked_rows[id(bundle)] = (bundle, rows)
 
+    def _refuse_orphan(self, body: str) -> None:
+        """Stop a paper with no stored event whose bundle, state or `.well-known` copy
+        is published.
+
+        Why: events are written before their bundle, so such a paper lost its events;
+        treated as new, it got a fresh `record_created` and its bundle, which lists
+        the lost events, was replaced without a word. A paper is new only when neither
+        its events nor its published objects exist. `learn_new` lists `pith/` and
+        `.well-known/pith/` pages as it lists `events/`, so a new paper costs no
+        request of its own here.
+        """
+        for prefix in _published_prefixes(body):
+            if self._known_absent(prefix):
+                continue
+            key = next(iter(self.store.list(prefix)), None)
+            if key is not None:
+                raise IntegrityError(
+                    f"published, but {event_prefix(body)} holds no event (deleted?); not replaced "
+                    "by a new record; run `verify` on the store",
+                    key=key,
+                )
+
     def _complete_snapshot(self, ident: Identity, existing: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Write the `graph_snapshot` a run killed between a record's two events left out.
 
@@ -693,7 +738,7 @@ class Publisher:
     def _put_event(self, key: str, data: bytes) -> None:
         """Write-once; a different object already at an event's content-hash name
         can only be a damaged or forged one: name it, never overwrite it."""
-        cache: dict[str, list[dict[str, Any]]] | None = getattr(self._local, "events", None)
+        cache: dict[str, SubjectEvents] | None = getattr(self._local, "events", None)
         if cache is not None:
             cache.pop(key.split("/")[1], None)
         try:
@@ -795,6 +840,7 @@ class Publisher:
         pointer = self._pointer(ident.record.id)
         if any(r["pith_number"] == ident.subject for r in pointer["records"]):
             return
+        self._refuse_lost_versions(ident, pointer, events)
         created = min(
             (e for e in events if e.get("event_type") == "record_created"),
             key=lambda e: (e["created_at"], e["event_id"]),
@@ -812,6 +858,37 @@ class Publisher:
         pointer["latest"] = pointer["records"][-1]["pith_number"]
         # it gains a record, so its bytes change: written without reading them again
         self._put(pointer_key(ident.record.id), dumps_pretty(pointer) + b"\n", changed=True)
+
+    def _refuse_lost_versions(
+        self, ident: Identity, pointer: dict[str, Any], events: list[dict[str, Any]]
+    ) -> None:
+        """Stop before adding a record to a pointer that lacks a version its events name.
+
+        Why: a pointer is written after its record's events, and a version's events
+        name its neighbours (its `record_created` supersedes the older record, a
+        `correction` names the newer one), so a pointer lacking one of them lost it
+        (deleted). Rewritten with this record alone, it would drop the other versions
+        silently; `rebuild` re-derives it whole from the events.
+        """
+        created = {r["record_created"] for r in pointer["records"]}
+        numbers = {r["pith_number"] for r in pointer["records"]} | {ident.subject}
+        for e in events:
+            if e.get("subject_pith_number") != ident.subject:
+                continue
+            named: list[str] = []
+            if e.get("event_type") == "record_created":
+                named = [s for s in e.get("supersedes") or [] if isinstance(s, str) and s not in created]
+            elif e.get("event_type") == "correction" and isinstance(e.get("payload"), dict):
+                newer = e["payload"].get("pith_number")
+                if isinstance(newer, str) and newer not in numbers:
+                    named = [newer]
+            if named:
+                raise IntegrityError(
+                    f"does not list {named[0]}, which {ident.subject}'s events name (another "
+                    "version of the paper, lost from the pointer?); not rewritten without it; "
+                    "`rebuild` re-derives it from the events",
+                    key=pointer_key(ident.record.id),
+                )
 
     def _check_signer(self, event: dict[str, Any]) -> None:
         """Verify the run's first fresh signature once: later ones are trusted (see `merge`)."""
@@ -845,14 +922,23 @@ class Publisher:
                 bundle = loads(data)
             except ValueError:
                 bundle = None
+        self._refuse_reordered(body, bundle)
         listed = (
             {e.get("event_id") for e in bundle.get("events", []) if isinstance(e, dict)}
             if isinstance(bundle, dict) and isinstance(bundle.get("events"), list)
             else None
         )
         # a bundle re-serialised by someone else is rebuilt too (the signature covers
-        # its content, not its bytes, so only the publisher's form is known good)
-        if listed is None or listed != {e["event_id"] for e in events} or dumps_compact(bundle) != data:
+        # its content, not its bytes, so only the publisher's form is known good), and
+        # so is one whose content was changed: its event copies are not the stored
+        # events, or its signature no longer verifies (`verify STORE` fails it)
+        if (
+            listed is None
+            or listed != {e["event_id"] for e in events}
+            or dumps_compact(bundle) != data
+            or not _copies_are_stored(bundle["events"], events)
+            or not self._signed_by_known_key(bundle)
+        ):
             self.write_bundle(subject, events)
             return
         assert data is not None
@@ -903,16 +989,15 @@ class Publisher:
             return
         try:
             old = loads(published)
-            sig = old["bundle_signature"]
-            key = self.keys.get(sig["key_id"])
-            digest = bundle_sha256(old)
-            if key is None or sig.get("bundle_sha256") != digest:
-                return
-            if not verify_signature(key.public_key, digest, sig["signature_b64"]):
-                return
-            listed = {e["event_id"] for e in old["events"]}
-        except (ValueError, KeyError, TypeError, AttributeError, CanonicalJSONError):
+        except ValueError:
             return  # not a bundle we signed: it is replaced from the verified events
+        self._refuse_reordered(body, old)
+        if not self._signed_by_known_key(old):
+            return  # not a bundle we signed: it is replaced from the verified events
+        try:
+            listed = {e["event_id"] for e in old["events"]}
+        except (KeyError, TypeError):
+            return
         gone = sorted(listed - {e["event_id"] for e in events})
         if gone:
             more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
@@ -921,6 +1006,35 @@ class Publisher:
                 "not re-derived without it; run `verify` on the store",
                 key=bundle_paths(body)[0],
             )
+
+    def _signed_by_known_key(self, bundle: Any) -> bool:
+        """The bundle's signature verifies with a key the store lists, over its content
+        as it is now (`bundle_sha256` recomputed): nothing in it was changed since."""
+        try:
+            sig = bundle["bundle_signature"]
+            key = self.keys.get(sig["key_id"])
+            digest = bundle_sha256(bundle)
+            if key is None or sig.get("bundle_sha256") != digest:
+                return False
+            return bool(verify_signature(key.public_key, digest, sig["signature_b64"]))
+        except (ValueError, KeyError, TypeError, AttributeError, CanonicalJSONError):
+            return False
+
+    def _refuse_reordered(self, body: str, bundle: Any) -> None:
+        """Stop when a stored event and its copy in the published bundle hold the same
+        content in another key order (`audit.reordered_events`, as `verify` finds it).
+
+        Why: such an event passes every per-object check, and nothing would be
+        re-signed (its content is the same), so the paper's writers ended clean while
+        `verify STORE` reported the object.
+        """
+        if not isinstance(bundle, dict):
+            return
+        from pith_pipeline.audit import reordered_events
+
+        bkey = bundle_paths(body)[0]
+        for key, reason in reordered_events(self._checked_events(body), bundle.get("events"), bkey):
+            raise IntegrityError(f"stored event {reason}; run `verify` on the store", key=key)
 
     def rebuild_bundle(self, subject: str, events: list[dict[str, Any]]) -> bool:
         """Rebuild a subject's bundle from its events unless the published one already
@@ -1037,6 +1151,25 @@ def _published_as(
     return store.get(skey) == dumps_compact(old["state"]) and store.get(wkey) == data
 
 
+def _copies_are_stored(copies: list[Any], events: list[dict[str, Any]]) -> bool:
+    """Each event copy a bundle holds equals a stored copy of that event."""
+    stored: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        stored.setdefault(e["event_id"], []).append(e)
+    return all(
+        isinstance(c, dict) and any(c == e for e in stored.get(str(c.get("event_id")), [])) for c in copies
+    )
+
+
+def _published_prefixes(body: str) -> tuple[str, str]:
+    """`pith/<ID>/` (its bundle and state) and `.well-known/pith/<ID>/` (the copy)."""
+    bkey, _skey, wkey = bundle_paths(body)
+    return bkey.rsplit("/", 1)[0] + "/", wkey.rsplit("/", 1)[0] + "/"
+
+
+#: a subject's id in store keys (`pith/<ID>/`); other names there are `verify`'s to report
+_BODY = re.compile(r"[A-Z2-7]{26}")
+
 #: keys per listing page (S3's most)
 LIST_PAGE = 1000
 
@@ -1143,22 +1276,37 @@ def rebuild(
     lease: LeaseCheck | None = None,
     failures: list[str] | None = None,
     unchanged: list[str] | None = None,
+    pointers: list[str] | None = None,
 ) -> Iterator[str]:
-    """Re-derive every bundle and state from the event store; yields the subjects rebuilt.
+    """Re-derive every bundle, state and arXiv pointer from the event store; yields
+    the subjects rebuilt (and adds the pointers rewritten to `pointers`).
 
     Idempotent: a subject whose published bundle already says what its events say
     (apart from `built_at` and the signature; signed by `signer`) is left alone and
-    added to `unchanged`. A subject whose stored events fail their checks is not
-    rebuilt (its published bundle stays as it was) and is named in `failures`; the
-    caller ends non-zero.
+    added to `unchanged`; a pointer holding the bytes its records' events give is not
+    written. A subject whose stored events fail their checks is not rebuilt (its
+    published bundle stays as it was) and is named in `failures`; the caller ends
+    non-zero.
     """
     pub = Publisher(store, signer, config, clock=clock, lease=lease)
-    bodies = sorted({k.split("/")[1] for k in store.list("events/")})
-    for body in bodies:
+    # a published paper without events is named too (`_refuse_orphan`), not skipped
+    bodies = {k.split("/")[1] for k in store.list("events/")}
+    for prefix in (BUNDLES, WELL_KNOWN):  # pith/<ID>/..., .well-known/pith/<ID>/...
+        cut = len(prefix)
+        bodies.update(b for b in (k[cut:].split("/", 1)[0] for k in store.list(prefix)) if _BODY.fullmatch(b))
+    #: arXiv id -> its pointer's records, from verified record_created events
+    records: dict[str, list[dict[str, Any]]] = {}
+    failed: set[str] = set()
+    for body in sorted(bodies):
         if lease is not None:
             lease.check()
+        pub._local.events = {}  # its events are read once, for its bundle and checks
         try:
             events = pub.subject_events(body)
+            if not events:
+                pub._refuse_orphan(body)
+            for arxiv_id, entry in _pointer_entries(events):
+                records.setdefault(arxiv_id, []).append(entry)
             subjects = {e.get("subject_pith_number") for e in events}
             for subject in sorted(s for s in subjects if isinstance(s, str)):
                 own = [e for e in events if e.get("subject_pith_number") == subject]
@@ -1170,3 +1318,122 @@ def rebuild(
             if failures is None:
                 raise
             failures.append(str(exc))
+            failed.add(body)
+        finally:
+            pub._local.events = None
+    for problem in _rederive_pointers(pub, records, bodies, failed, pointers):
+        if failures is None:
+            raise problem
+        failures.append(str(problem))
+
+
+def _pointer_entries(events: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(arXiv id, pointer record) of each subject among a body's checked events: the
+    entry `Publisher._update_pointer` writes, from the subject's first record_created."""
+    first: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e.get("event_type") != "record_created":
+            continue
+        have = first.get(e["subject_pith_number"])
+        if have is None or (e["created_at"], e["event_id"]) < (have["created_at"], have["event_id"]):
+            first[e["subject_pith_number"]] = e
+    for subject, e in sorted(first.items()):
+        payload = e.get("payload")
+        record = payload.get("canonical_record") if isinstance(payload, dict) else None
+        source = record.get("source") if isinstance(record, dict) else None
+        if not isinstance(source, dict) or source.get("kind") != "arxiv":
+            continue
+        arxiv_id, version = source.get("id"), source.get("version")
+        if not isinstance(arxiv_id, str) or type(version) is not int:
+            continue
+        yield (
+            arxiv_id,
+            {
+                "version": version,
+                "pith_number": subject,
+                "record_created": e["event_id"],
+                "created_at": e["created_at"],
+                "canonical_sha256": payload["canonical_sha256"],  # type: ignore[index]
+            },
+        )
+
+
+def _rederive_pointers(
+    pub: Publisher,
+    records: dict[str, list[dict[str, Any]]],
+    bodies: set[str],
+    failed: set[str],
+    rewritten: list[str] | None,
+) -> Iterator[IntegrityError]:
+    """Write every arXiv pointer its records' events give; yield the ones it must not.
+
+    Why: a pointer is derived data like a bundle (the events say which records an
+    arXiv id has), so `rebuild` repairs a deleted, re-serialised or tampered one.
+    Left as it is, and named: a pointer listing a paper whose events failed their
+    checks (already named), or one listing a record with no stored event at all
+    (deleted with its bundle): re-derived without it, the loss would be silent.
+    """
+    store = pub.store
+    stored: dict[str, str] = {}
+    for key in store.list("arxiv/"):
+        arxiv_id = key[len("arxiv/") : -len(".json")]
+        if key.endswith(".json") and arxiv_id and pointer_key(arxiv_id) == key:
+            stored[arxiv_id] = key
+    for arxiv_id in sorted(set(records) | set(stored)):
+        key = pointer_key(arxiv_id)
+        try:
+            raw = store.get(key) if arxiv_id in stored else None
+        except IntegrityError as exc:
+            yield exc
+            continue
+        listed = _listed_bodies(raw)
+        mine = {PithNumber.parse(r["pith_number"]).body for r in records.get(arxiv_id, [])}
+        if listed & failed or any(b in failed for b in mine):
+            continue  # its paper is named already; nothing derived from it is written
+        lost = sorted(b for b in listed - mine if b not in bodies)
+        if lost:
+            yield IntegrityError(
+                f"lists a record of {lost[0]}, which has no stored event (deleted?); not "
+                "re-derived without it; run `verify` on the store",
+                key=key,
+            )
+            continue
+        entries = sorted(
+            records.get(arxiv_id, []), key=lambda r: (r["version"], r["created_at"], r["pith_number"])
+        )
+        if not entries:
+            yield IntegrityError(
+                f"no stored record_created is of {arxiv_id}; left as it is; run `verify` on the store",
+                key=key,
+            )
+            continue
+        want = (
+            dumps_pretty({"arxiv_id": arxiv_id, "records": entries, "latest": entries[-1]["pith_number"]})
+            + b"\n"
+        )
+        if raw != want:
+            try:
+                pub._put(key, want, changed=True)
+            except IntegrityError as exc:  # its path is occupied by the wrong kind of thing
+                yield exc
+                continue
+            if rewritten is not None:
+                rewritten.append(key)
+
+
+def _listed_bodies(raw: bytes | None) -> set[str]:
+    """The subject ids a stored pointer's records name (as far as it parses)."""
+    try:
+        doc = loads(raw) if raw else None
+    except ValueError:
+        return set()
+    found: set[str] = set()
+    recs = doc.get("records") if isinstance(doc, dict) else None
+    for r in recs if isinstance(recs, list) else []:
+        pn = r.get("pith_number") if isinstance(r, dict) else None
+        if isinstance(pn, str):
+            try:
+                found.add(PithNumber.parse(pn).body)
+            except ValueError:
+                continue
+    return found

@@ -201,14 +201,22 @@ def test_a_new_version_in_the_next_chunk_supersedes_under_workers(
 def test_a_worker_error_stops_the_run_with_its_type_and_message(
     tmp_path: Path, key: Path, snapshot: Path
 ) -> None:
-    # a store failure (a bundle path a worker must write is a directory): only store,
-    # signer and lease errors stop a run, and one in a worker surfaces as itself
+    # a store failure (the store's temporary directory is a file, so no object can be
+    # written; a worker must write the bundle the store lost): only store, signer and
+    # lease errors stop a run, and one in a worker surfaces as itself. (A path of one
+    # paper occupied by the wrong kind of thing stops only that paper.)
+    import shutil
+
     _ingest(tmp_path / "ref", key, snapshot, 1)
     first = json.loads(snapshot.read_text().splitlines()[0])["id"]
     pointer = json.loads((tmp_path / f"ref/arxiv/{first}.json").read_bytes())
     body = pointer["records"][0]["pith_number"].split(":")[2]
     for name in ("seq", "par"):
-        (tmp_path / name / "pith" / body / "bundle.json").mkdir(parents=True)
+        shutil.copytree(tmp_path / "ref", tmp_path / name)
+        (tmp_path / name / "pith" / body / "bundle.json").unlink()
+        shutil.rmtree(tmp_path / name / "quarantine")  # the reference run's
+        shutil.rmtree(tmp_path / name / ".tmp", ignore_errors=True)
+        (tmp_path / name / ".tmp").write_bytes(b"x")
 
     def run(name: str, workers: int) -> tuple[StorageError, Publisher, Any]:
         pub = Publisher(LocalStore(tmp_path / name), load_signer(key), run_id="run-1")
@@ -221,7 +229,7 @@ def test_a_worker_error_stops_the_run_with_its_type_and_message(
     seq_err, _, _ = run("seq", 1)
     par_err, pub, par = run("par", 2)
     assert str(par_err) == str(seq_err).replace(str(tmp_path / "seq"), str(tmp_path / "par"))
-    assert f"pith/{body}/bundle.json" in str(par_err) and "\n" not in str(par_err)
+    assert f"{tmp_path / 'par' / '.tmp'}" in str(par_err) and "\n" not in str(par_err)
     # it stopped early, and the workers are shut down
     assert par.chunks_dispatched > 0 and not par.started and pub.summary.fetched < 99
     assert not (tmp_path / "par/quarantine").exists()

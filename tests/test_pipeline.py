@@ -528,3 +528,304 @@ def test_a_re_serialised_event_stops_its_paper_and_a_re_serialised_bundle_is_reb
     assert again.failed == 1 and "re-serialised" in again.problems[0] and event.name in again.problems[0]
     rebuilt = bundle.read_bytes()
     assert rebuilt == well.read_bytes() == dumps_compact(json.loads(rebuilt)) != pretty
+
+
+def _reorder_keys(path: Path) -> None:
+    """The same content, compact, its keys in reverse order."""
+    doc = json.loads(path.read_bytes())
+    path.write_bytes(json.dumps(dict(reversed(list(doc.items()))), separators=(",", ":")).encode())
+
+
+def _reorder_bundle_copy(store: Path, body: str) -> None:
+    for p in (store / "pith" / body / "bundle.json", store / ".well-known" / "pith" / body / "bundle.json"):
+        doc = json.loads(p.read_bytes())
+        doc["events"] = [dict(reversed(list(e.items()))) for e in doc["events"]]
+        p.unlink()
+        p.write_bytes(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _all_events_gone(store: Path, body: str) -> None:
+    import shutil
+
+    shutil.rmtree(store / "events" / body)
+
+
+def _events_dir_a_file(store: Path, body: str) -> None:
+    _all_events_gone(store, body)
+    (store / "events" / body).write_bytes(b"x")
+
+
+def _only_the_well_known_copy_left(store: Path, body: str) -> None:
+    import shutil
+
+    _all_events_gone(store, body)
+    shutil.rmtree(store / "pith" / body)
+
+
+_EVENT_DAMAGE = {
+    "only the .well-known copy left": _only_the_well_known_copy_left,
+    "keys reordered": lambda store, body: _reorder_keys(_event_of(store, "graph_snapshot")),
+    "bundle's copies reordered": _reorder_bundle_copy,
+    "every event deleted": _all_events_gone,
+    "events/<ID> a file": _events_dir_a_file,
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_EVENT_DAMAGE))
+@pytest.mark.parametrize("command", ["build", "rebuild"])
+def test_a_command_touching_a_damaged_paper_never_ends_clean_while_verify_reports_it(
+    tmp_path: Path, sample_lines: list[str], damage: str, command: str
+) -> None:
+    """Whatever event damage `verify STORE` reports for a paper, a build or rebuild
+    that touches the paper either repairs it or names it and fails; it never ends
+    clean leaving the damage (and never replaces the paper's bundle)."""
+    from pith_pipeline.audit import audit_store
+    from pith_pipeline.pipeline import rebuild
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    body = _event_of(store, "graph_snapshot").parent.name
+    (store / "arxiv").rename(tmp_path / "pointers")  # so a build cannot learn the paper from it
+    _EVENT_DAMAGE[damage](store, body)
+    if command == "build":
+        failures = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC)).problems
+    else:
+        (tmp_path / "pointers").rename(store / "arxiv")
+        failures = []
+        list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
+    left = [f for f in audit_store(LocalStore(store)) if body in f.key]
+    assert left, "the damage was repaired: nothing to check"
+    assert any(body in f for f in failures), (failures, left)
+
+
+def _forget_paper(store: Path, body: str, pointer: Path) -> None:
+    """Remove every object of a paper, so the next build takes it for new."""
+    import shutil
+
+    for d in (store / "events" / body, store / "pith" / body, store / ".well-known" / "pith" / body):
+        shutil.rmtree(d)
+    pointer.unlink()
+
+
+def _occupy(path: Path, kind: str) -> None:
+    """Put the wrong kind of thing where an object path of the paper goes."""
+    import shutil
+
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    if kind == "dir":
+        (path / "x").mkdir(parents=True)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+
+
+#: (what is occupied, relative to the paper: {body} and {pointer}; by what; paper new?)
+_WRONG_KIND = {
+    "events/<ID> a file, new paper": ("events/{body}", "file", True),
+    "pith/<ID> a file, new paper": ("pith/{body}", "file", True),
+    "arxiv pointer a directory, new paper": ("{pointer}", "dir", True),
+    "bundle.json a directory": ("pith/{body}/bundle.json", "dir", False),
+    "state.json a directory": ("pith/{body}/state.json", "dir", False),
+    "well-known bundle.json a directory": (".well-known/pith/{body}/bundle.json", "dir", False),
+    "arxiv pointer a directory": ("{pointer}", "dir", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_WRONG_KIND))
+def test_an_object_path_occupied_by_the_wrong_kind_of_thing_stops_only_that_paper(
+    tmp_path: Path, sample_lines: list[str], case: str
+) -> None:
+    """A file where a paper's directory goes, or a directory where its object goes:
+    the paper is named as not published and the run goes on with the rest (it was
+    one store error ending the whole run: `cannot create ...: File exists`)."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    pointer = sorted((store / "arxiv").rglob("*.json"))[0]
+    body = json.loads(pointer.read_bytes())["latest"].split(":")[-1]
+    where, kind, new = _WRONG_KIND[case]
+    rel = where.format(body=body, pointer=pointer.relative_to(store).as_posix())
+    if new:
+        _forget_paper(store, body, pointer)
+    _occupy(store / rel, kind)
+    again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
+    assert again.failed == 1 and rel in again.problems[0], again.problems
+    assert again.built + again.unchanged == 2 and body not in "".join(again.seen)
+
+
+def _drop_first_record(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "records": doc["records"][1:]}
+
+
+#: tampered arXiv pointers (derived data): each must come back byte for byte
+_POINTER_DAMAGE = {
+    "deleted": None,
+    "re-serialised": lambda doc: doc,
+    "created_at changed": lambda doc: {
+        **doc,
+        "records": [{**r, "created_at": "2020-01-01T00:00:00Z"} for r in doc["records"]],
+    },
+    "a record left out": _drop_first_record,
+    "latest wrong": lambda doc: {**doc, "latest": doc["records"][0]["pith_number"]},
+    "not JSON": "{",
+    "a directory": "dir",
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_POINTER_DAMAGE))
+def test_rebuild_re_derives_a_tampered_arxiv_pointer_from_the_events(
+    tmp_path: Path, sample_lines: list[str], damage: str
+) -> None:
+    """arXiv pointers are derived from the event store, like bundles: `rebuild` writes
+    the bytes the publisher wrote (it exited 0 leaving a pointer `verify` reported)."""
+    from pith_pipeline.audit import audit_store
+    from pith_pipeline.pipeline import rebuild
+
+    obj = json.loads(sample_lines[-1])
+    v1, v2 = tmp_path / "v1.jsonl", tmp_path / "v2.jsonl"
+    v1.write_text("\n".join([*sample_lines[:2], json.dumps(obj)]) + "\n")
+    v2.write_text(json.dumps(_version(obj, 2, obj["title"] + " (revised)")) + "\n")
+    store = tmp_path / "store"
+    publish(store, v1)
+    publish(store, v2, datetime(2026, 9, 1, tzinfo=UTC))
+    pointer = store / "arxiv" / "2606.00972.json"
+    genuine = pointer.read_bytes()
+    how = _POINTER_DAMAGE[damage]
+    if how is None:
+        pointer.unlink()
+    elif how == "dir":  # the wrong kind of thing: named, the rest re-derived
+        pointer.unlink()
+        (pointer / "x").mkdir(parents=True)
+    elif isinstance(how, str):
+        pointer.write_text(how)
+    else:
+        pointer.write_text(json.dumps(how(json.loads(genuine)), indent=4))
+    failures: list[str] = []
+    rewritten: list[str] = []
+    list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures, pointers=rewritten))
+    if how == "dir":
+        assert len(failures) == 1 and "arxiv/2606.00972.json" in failures[0] and rewritten == []
+        return
+    assert failures == []
+    assert pointer.read_bytes() == genuine
+    assert rewritten == ["arxiv/2606.00972.json"]
+    assert list(audit_store(LocalStore(store))) == []
+
+
+def test_rebuild_names_a_pointer_listing_a_paper_whose_events_are_gone(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """A pointer is not re-derived without a record whose events were deleted (with
+    its bundle): that would drop the paper silently; it is named, and left."""
+    import shutil
+
+    from pith_pipeline.pipeline import rebuild
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    pointer = sorted((store / "arxiv").rglob("*.json"))[0]
+    before = pointer.read_bytes()
+    body = json.loads(before)["latest"].split(":")[-1]
+    for d in (store / "events" / body, store / "pith" / body, store / ".well-known" / "pith" / body):
+        shutil.rmtree(d)
+    failures: list[str] = []
+    list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
+    rel = pointer.relative_to(store).as_posix()
+    assert len(failures) == 1 and rel in failures[0] and body in failures[0]
+    assert pointer.read_bytes() == before
+
+
+def test_rebuild_names_a_pointer_it_cannot_write_and_goes_on(tmp_path: Path, sample_lines: list[str]) -> None:
+    """`arxiv/<archive>` a file where the pointer's directory goes: the pointer is named
+    (exit 3 at the command line), not a store error that ends the rebuild."""
+    from pith_pipeline.pipeline import rebuild
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    archive = next(p for p in (store / "arxiv").iterdir() if p.is_dir())
+    pointers = sorted(archive.rglob("*.json"))
+    for p in pointers:
+        p.unlink()
+    archive.rmdir()
+    archive.write_bytes(b"x")
+    failures: list[str] = []
+    list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
+    assert len(failures) == len(pointers) >= 1
+    assert all(f"arxiv/{archive.name}/" in f and "is a file" in f for f in failures)
+
+
+def _tamper_bundle(store: Path, body: str, change: Any) -> None:
+    for p in (store / "pith" / body / "bundle.json", store / ".well-known" / "pith" / body / "bundle.json"):
+        doc = json.loads(p.read_bytes())
+        change(doc)
+        p.unlink()
+        p.write_bytes(dumps_compact(doc))
+
+
+_BUNDLE_DAMAGE = {
+    "a record field changed": lambda doc: doc["canonical_record"]["metadata"].update(license="forged"),
+    "an event copy changed": lambda doc: doc["events"][0].update(created_at="2020-01-01T00:00:00Z"),
+    "the state changed": lambda doc: doc["state"].update(event_count=99),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_BUNDLE_DAMAGE))
+def test_a_build_touching_a_paper_re_derives_its_tampered_bundle(
+    tmp_path: Path, sample_lines: list[str], damage: str
+) -> None:
+    """A published bundle whose content was changed (in the publisher's compact form,
+    with its .well-known copy) no longer verifies; a build that touches the paper
+    re-derives it from the verified events (it reported the paper unchanged and left
+    the bundle that `verify STORE` fails)."""
+    from pith_pipeline.audit import audit_store
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    body = _event_of(store, "graph_snapshot").parent.name
+    _tamper_bundle(store, body, _BUNDLE_DAMAGE[damage])
+    assert any(body in f.key for f in audit_store(LocalStore(store)))
+    again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
+    assert again.failed == 0
+    assert list(audit_store(LocalStore(store))) == []
+
+
+@pytest.mark.parametrize("rebuilt", ["v1", "v2"])
+def test_a_build_never_rewrites_a_deleted_pointer_without_the_papers_other_versions(
+    tmp_path: Path, sample_lines: list[str], rebuilt: str
+) -> None:
+    """The pointer of a paper with two versions deleted: a build of one version would
+    write a pointer listing it alone (exit 0, `verify` naming the pointer). Its events
+    name the other version (`supersedes`, a `correction`), so the pointer is named
+    instead, and `rebuild` re-derives it whole."""
+    from pith_pipeline.audit import audit_store
+    from pith_pipeline.pipeline import rebuild
+
+    obj = json.loads(sample_lines[-1])
+    v1, v2 = tmp_path / "v1.jsonl", tmp_path / "v2.jsonl"
+    v1.write_text(json.dumps(obj) + "\n")
+    v2.write_text(json.dumps(_version(obj, 2, obj["title"] + " (revised)")) + "\n")
+    store = tmp_path / "store"
+    publish(store, v1)
+    publish(store, v2, datetime(2026, 9, 1, tzinfo=UTC))
+    pointer = store / "arxiv" / "2606.00972.json"
+    genuine = pointer.read_bytes()
+    pointer.unlink()
+    again = publish(store, v1 if rebuilt == "v1" else v2, datetime(2026, 10, 1, tzinfo=UTC))
+    assert again.failed == 1 and "arxiv/2606.00972.json" in again.problems[0], again.problems
+    assert not pointer.exists()
+    failures: list[str] = []
+    list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
+    assert failures == [] and pointer.read_bytes() == genuine
+    assert list(audit_store(LocalStore(store))) == []

@@ -136,12 +136,14 @@ MAX_LISTED = 50
 def rebuild(
     store: str, key_path: str, lease_wait: float, base_url: str, registry_name: str, signer_id: str
 ) -> None:
-    """Re-derive every bundle and state from the event store, then every index.
+    """Re-derive every bundle, state and arXiv pointer from the event store, then every index.
 
     The event store (events/<ID>/<sha256>.json) is the source of truth; bundles,
-    states and indexes are derived and can be rebuilt from it at any time. A bundle
-    that already says what its events say, signed by this key, is left as it is
-    (so running it twice changes nothing the second time).
+    states, .well-known copies, arXiv pointers and indexes are derived and can be
+    rebuilt from it at any time. A bundle that already says what its events say,
+    signed by this key, is left as it is (so running it twice changes nothing the
+    second time). Papers whose stored objects fail their checks are named and left
+    as they are; the command then exits 3.
 
     \b
     Example:
@@ -156,6 +158,7 @@ def rebuild(
     n = 0
     failures: list[str] = []
     unchanged: list[str] = []
+    pointers: list[str] = []
     with writer_lease(st, command="rebuild", index=True, wait=lease_wait, on_wait=lease_notice) as lease:
         with tqdm(desc="bundles", unit="rec", disable=None) as bar:
             for _subject in do_rebuild(
@@ -165,12 +168,14 @@ def rebuild(
                 lease=lease,
                 failures=failures,
                 unchanged=unchanged,
+                pointers=pointers,
             ):
                 n += 1
                 bar.update(1)
         click.echo(
             f"bundles from events: {n} rebuilt, {len(unchanged)} unchanged "
-            "(already what their events say, signed by this key)"
+            "(already what their events say, signed by this key); "
+            f"arXiv pointers from events: {len(pointers)} rewritten"
         )
         with tqdm(desc="index", unit="bundle", disable=None) as bar:
             update = do_reindex(st, progress=bar.update)
@@ -179,7 +184,7 @@ def rebuild(
         for problem in failures:
             click.echo(f"not rebuilt: {problem}", err=True)
         raise IncompleteRunError(
-            f"{len(failures)} papers were not rebuilt because stored events failed their checks "
+            f"{len(failures)} papers were not rebuilt because stored objects failed their checks "
             f"(listed above; their published bundles are unchanged); inspect with: "
             f"pith-pipeline verify {store}"
         )
@@ -254,4 +259,4 @@ def compact(store: str, retention_hours: float, z_order: bool, lease_wait: float
         if isinstance(st, LocalStore):  # a killed writer's leftovers, wherever they are
             st.sweep_temporary(published=True)
         update = do_compact(st, retention_hours=retention_hours, z_order=z_order, progress=bar.update)
-    click.echo(f"{update.line()}; deleted {len(update.deleted)} old files")
+    click.echo(update.compact_line())

@@ -78,6 +78,17 @@ class IndexUpdate:
             f"records changed ({rows}); {self.files_compacted} files compacted"
         )
 
+    def compact_line(self) -> str:
+        """What `compact` did, in one line. Why not `line`: compact reads no bundle,
+        so its `0 of 0 records changed (no new rows)` read as an empty index."""
+        versions = ", ".join(f"{k} v{v}" for k, v in sorted(self.versions.items())) or "no tables"
+        did = (
+            f"{self.files_compacted} small files compacted"
+            if self.files_compacted
+            else "no small files to compact"
+        )
+        return f"index ({versions}): {did}; {len(self.deleted)} old files deleted"
+
 
 # -- bundles in -----------------------------------------------------------------
 

@@ -193,6 +193,31 @@ class LocalStore:
     def _path(self, key: str) -> Path:
         return Path(self._fs(key))
 
+    def _wrong_kind(self, path: str) -> IntegrityError | None:
+        """The object path `path` occupied by the wrong kind of thing, as an
+        `IntegrityError` naming its key; None when that is not why it failed.
+
+        Why: a directory where an object goes, or a file where one of its directories
+        goes, is one damaged object of one paper (a tampered or unlucky store), not a
+        failure of the store: as a `StorageError` (`cannot create ...: File exists`)
+        it stopped the whole run, where the paper alone must stop, named.
+        """
+        key = path[len(self._root) + 1 :]
+        if os.path.isdir(path) and not os.path.islink(path):
+            return IntegrityError(
+                "is a directory where an object goes; not replaced (remove it, then run again)", key=key
+            )
+        head = os.path.dirname(path)
+        while len(head) > len(self._root):
+            if os.path.lexists(head) and not os.path.isdir(head):
+                return IntegrityError(
+                    f"cannot be written: {head[len(self._root) + 1 :]} is a file where a directory "
+                    "goes (remove it, then run again)",
+                    key=key,
+                )
+            head = os.path.dirname(head)
+        return None
+
     def _open_object(self, key: str) -> tuple[int, str] | None:
         """Open an object for reading; None when absent.
 
@@ -226,7 +251,7 @@ class LocalStore:
                 chunks.append(os.read(fd, 1 << 20))  # it grew while being read
             return b"".join(chunks)
         except IsADirectoryError:
-            return None
+            raise self._wrong_kind(path) or _os_error("cannot read", path, IsADirectoryError()) from None
         except OSError as exc:
             raise _os_error("cannot read", path, exc) from None
         finally:
@@ -246,8 +271,10 @@ class LocalStore:
                 if size > limit:
                     raise too_large(key, size, limit)
                 data = fh.read(limit + 1)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except IsADirectoryError:
+            raise self._wrong_kind(path) or _os_error("cannot read", path, IsADirectoryError()) from None
         except OSError as exc:
             raise _os_error("cannot read", path, exc) from None
         if len(data) > limit:  # grew while being read
@@ -348,7 +375,10 @@ class LocalStore:
         try:
             _makedirs(parent, made)
         except OSError as exc:
-            raise _os_error("cannot create", parent, exc) from None
+            wrong = (
+                self._wrong_kind(str(path)) if isinstance(exc, FileExistsError | NotADirectoryError) else None
+            )
+            raise wrong or _os_error("cannot create", parent, exc) from None
         if len(self._known_dirs) >= MAX_KNOWN_DIRS:
             self._known_dirs.clear()
         self._known_dirs.add(parent)
@@ -435,7 +465,7 @@ class LocalStore:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise _os_error("cannot write", path, exc) from None
+            raise self._wrong_kind(path) or _os_error("cannot write", path, exc) from None
 
     def put_copy(self, key: str, data: bytes, *, of: str) -> None:
         """`base.put_copy`: a hard link to `of`'s file, placed atomically like `put`.
@@ -489,6 +519,9 @@ class LocalStore:
             self._place(os.link, tmp, path)
             return True
         except FileExistsError:
+            wrong = self._wrong_kind(path)
+            if wrong is not None:
+                raise wrong from None
             if same():
                 return False
             raise WriteConflictError(
@@ -496,7 +529,7 @@ class LocalStore:
                 "write-once objects are never overwritten"
             ) from None
         except OSError as exc:
-            raise _os_error("cannot write", path, exc) from None
+            raise self._wrong_kind(path) or _os_error("cannot write", path, exc) from None
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

@@ -225,12 +225,34 @@ def store_verifier(store: Store) -> Verifier:
     return verifier_from_key_doc(store.get(KEY_DOCUMENT), f"{store.url}/{KEY_DOCUMENT}")
 
 
+#: What to do about a store that keeps no transparency log (one line, every command).
+START_A_LOG = (
+    "start one with `pith-pipeline log rebuild --store S --log-signer K` (then give "
+    "--log-signer to every publishing command; see docs/pages/transparency-log.md)"
+)
+
+
 def verifier_from_key_doc(raw: bytes | None, where: str) -> Verifier:
+    """The log's verifier key the key document names; `IntegrityError` in one line.
+
+    A key document without a `log` member is the common case of a store that keeps no
+    log: said so, with how to start one (it was a raw `KeyError` text: `'log'`).
+    """
+    if raw is None:
+        raise IntegrityError(f"{where}: missing: no key document here, so no log key (is this a Pith store?)")
     try:
-        doc = loads(raw) if raw else None
-        vkey = doc["log"]["vkey"] if isinstance(doc, dict) else None
-        if not isinstance(vkey, str):
-            raise ValueError("it names no log key (member log.vkey)")
+        doc = loads(raw)
+    except ValueError as exc:
+        raise IntegrityError(f"{where}: {exc}") from None
+    if isinstance(doc, dict) and "log" not in doc:
+        raise IntegrityError(
+            f"{where}: names no log key: this store keeps no transparency log; {START_A_LOG}"
+        )
+    member = doc.get("log") if isinstance(doc, dict) else None
+    vkey = member.get("vkey") if isinstance(member, dict) else None
+    if not isinstance(vkey, str):
+        raise IntegrityError(f"{where}: it names no log key (member log.vkey)")
+    try:
         return Verifier.parse(vkey)
     except (ValueError, TypeError, KeyError) as exc:
         raise IntegrityError(f"{where}: {exc}") from None
@@ -677,7 +699,7 @@ def check_log_matches_event_store(
     without a log gives one problem saying so."""
     where = f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}"
     if not store.exists(LOG_PREFIX + CHECKPOINT):
-        return [f"{where}: no transparency log (create one with `pith-pipeline log rebuild`)"]
+        return [f"{where}: no transparency log; {START_A_LOG}"]
     try:
         verifier = verifier or store_verifier(store)
         cp = _current(store, verifier)

@@ -57,6 +57,16 @@ def test_compact_names_the_generation_status_then_reports(here: Path) -> None:
         assert f"{table} v{version}" in result.output
 
 
+def test_compact_of_a_fresh_store_reports_what_compact_does_not_records(here: Path) -> None:
+    """compact looks at no record: its line says what it compacted and deleted (it
+    said `0 of 0 records changed (no new rows)` for a store of 30 records, the
+    update line of `reindex`, as if the index were empty)."""
+    result = run("compact")
+    assert result.exit_code == 0, result.output
+    assert "records changed" not in result.output and "0 of 0" not in result.output
+    assert "no small files to compact" in result.output and "0 old files deleted" in result.output
+
+
 def status_versions(status: dict[str, object]) -> dict[str, int]:
     index = status["index"]
     assert isinstance(index, dict)

@@ -130,6 +130,34 @@ def test_writers_of_disjoint_shards_proceed_together(tmp_path: Path, inputs: dic
     assert set(created_per_paper(store).values()) == {1}
 
 
+def test_a_paper_whose_events_were_all_deleted_is_not_rebuilt_as_new_and_exits_3(
+    tmp_path: Path, inputs: dict[str, Path]
+) -> None:
+    """Every event of a paper (and its pointer) deleted, its bundle left: the build
+    does not take the paper for new (a fresh record_created replacing the bundle that
+    lists the lost events); it names the bundle and exits 3, the bundle unchanged."""
+    import shutil
+
+    store = tmp_path / "store"
+    code, _out, err = finish(start(*build_args(inputs, store), cwd=tmp_path))
+    assert code == 0, err
+    pointer = next(
+        p
+        for p in sorted((store / "arxiv").rglob("*.json"))
+        if len(orjson.loads(p.read_bytes())["records"]) == 1
+    )
+    body = orjson.loads(pointer.read_bytes())["latest"].split(":")[-1]
+    bundle = store / "pith" / body / "bundle.json"
+    before = bundle.read_bytes()
+    shutil.rmtree(store / "events" / body)
+    pointer.unlink()
+    code, out, err = finish(start(*build_args(inputs, store), cwd=tmp_path))
+    assert code == 3, out + err
+    assert f"pith/{body}/" in err and "holds no event" in err
+    assert bundle.read_bytes() == before
+    assert not (store / "events" / body).exists()
+
+
 def test_a_damaged_stored_event_stops_only_its_paper_and_exits_3(
     tmp_path: Path, inputs: dict[str, Path]
 ) -> None:

@@ -181,3 +181,42 @@ def test_verify_of_a_bucket_checks_its_log_too(tmp_path: Path, asset, s3_store_u
     store.delete(entries[0])  # the log no longer holds what the event store holds
     r = run("verify", s3_store_url, "-q", cwd=cwd)
     assert r.returncode == 1 and "log:" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("log", "status", "out"),
+        ("log", "verify", "out"),
+        ("log", "prove", "--log", "out", "sha256:" + "0" * 64),
+        ("log", "consistency", "--log", "out", "old-checkpoint"),
+        ("log", "monitor", "--state", "monitor.json", "out"),
+    ],
+    ids=lambda c: c[1],
+)
+def test_log_commands_on_a_store_without_a_log_say_so_in_one_line(
+    tmp_path: Path, asset, command: tuple[str, ...]
+) -> None:  # type: ignore[no-untyped-def]
+    """A store that keeps no transparency log: one line saying so and how to start
+    one (it was `error: .../pith-signing-key.json: 'log'`, a raw KeyError)."""
+    assert run("keys", "generate", "--out", "keys", cwd=tmp_path).returncode == 0
+    built = run(
+        "build",
+        "--input",
+        str(asset("arxiv-sample.jsonl")),
+        "--store",
+        "out",
+        "--key",
+        "keys/pith-private-key.json",
+        "--workers",
+        "1",
+        cwd=tmp_path,
+    )
+    assert built.returncode == 0, built.stderr
+    (tmp_path / "old-checkpoint").write_text("not a checkpoint\n")
+    r = run(*command, cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    said = (r.stdout + r.stderr).strip()
+    assert "no transparency log" in said and "--log-signer" in said, said
+    assert "'log'" not in said and "Traceback" not in said
+    assert len(r.stderr.strip().splitlines()) <= 1
