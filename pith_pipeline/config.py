@@ -412,7 +412,11 @@ class Settings:
 
     @property
     def lease_wait_seconds(self) -> float:
-        return float(self.lease_wait) if self.lease_wait else DEFAULT_TASK_LEASE_WAIT
+        from pith_pipeline.storage.lease import wait_seconds
+
+        if not self.lease_wait:
+            return DEFAULT_TASK_LEASE_WAIT
+        return wait_seconds(self.lease_wait, env_name("lease_wait"))
 
     def __repr__(self) -> str:  # the signer spec may name a key file or KMS key: keep it out
         return (

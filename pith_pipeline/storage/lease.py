@@ -31,6 +31,7 @@ then nothing published is lost.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import socket
@@ -68,9 +69,29 @@ def lease_ttl(env: Mapping[str, str] | None = None) -> float:
         value = float(text) if text else DEFAULT_TTL
     except ValueError:
         raise LeaseConfigError(f"{var}={text!r}: expected seconds, e.g. 120") from None
-    if value <= 0:
-        raise LeaseConfigError(f"{var}={text!r}: must be positive")
+    if not (math.isfinite(value) and value > 0):  # nan would make every expiry nan
+        raise LeaseConfigError(f"{var}={text!r}: must be a positive number of seconds")
     return value
+
+
+def wait_seconds(value: str | float, where: str) -> float:
+    """How long to wait for a busy lease (`--wait`, `PITH_LEASE_WAIT`): a finite number >= 0.
+
+    Why so strict: `nan` compares false with every deadline, so a wait of `nan`
+    ends at once in one loop and never in another; `inf` or a negative number is no
+    clearer. Every reader of the setting goes through here (the `--wait` option's
+    type, the task settings), so each refuses the same values with the same line,
+    `where` naming the option or variable.
+    """
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise LeaseConfigError(
+            f"{where}={str(value)!r}: expected seconds to wait, a number >= 0 (0 fails at once)"
+        )
+    return seconds
 
 
 def shard_of(arxiv_id: str) -> int:
@@ -110,7 +131,9 @@ def parse_shards(text: str) -> frozenset[int]:
 
 
 class LeaseConfigError(TerminalError):
-    """A shard selection that names no valid shard."""
+    """A shard selection, lease TTL or wait that cannot be used: a usage error (exit 2)."""
+
+    exit_code = 2
 
 
 class LeaseBusyError(TransientError):
@@ -222,8 +245,9 @@ class WriterLease:
         now: Callable[[], float] = time.time,
         on_wait: Callable[[str], None] | None = None,
     ) -> None:
-        if ttl <= 0:
+        if not (math.isfinite(ttl) and ttl > 0):
             raise ValueError("a lease needs a positive TTL")
+        wait = wait_seconds(wait, "wait")
         order = {n: i for i, n in enumerate(shard_leases())}
         # one global order (shards, then anything else) so two writers never deadlock
         self.names = sorted(set(names), key=lambda n: (order.get(n, len(order)), n))
