@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 SHARDS = 16
 LEASE_PREFIX = "leases/"
 INDEX_LEASE = "index"
+#: The transparency log's lease: held from reading the log to moving its checkpoint.
+LOG_LEASE = "log"
 #: Seconds a lease lasts without renewal; renewed every quarter of it. The holder
 #: of an expired lease may have been suspended rather than killed: keep the TTL well
 #: above the longest pause a writer can take (PITH_LEASE_TTL overrides it).
@@ -477,17 +479,20 @@ def writer_lease(
     shards: Iterable[int] | None = None,
     papers: bool = True,
     index: bool = False,
+    log: bool = False,
     wait: float = 0.0,
     ttl: float | None = None,
     on_wait: Callable[[str], None] | None = None,
 ) -> WriterLease:
     """The lease a command takes before it writes: the shards it publishes (`papers`;
-    all of them unless `shards` narrows it) and, for index maintenance, `index`.
+    all of them unless `shards` narrows it), for index maintenance `index`, and for
+    appending to the transparency log `log`.
 
     One function so every command and task names its leases the same way, in the same
     order, with an owner that says which command and run holds them.
     """
-    names = (shard_leases(shards) if papers else []) + ([INDEX_LEASE] if index else [])
+    names = shard_leases(shards) if papers else []
+    names += ([INDEX_LEASE] if index else []) + ([LOG_LEASE] if log else [])
     return WriterLease(
         store,
         names,

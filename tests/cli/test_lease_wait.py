@@ -33,6 +33,8 @@ def commands(tmp: Path) -> list[list[str]]:
         ["reindex", "--store", store],
         ["compact", "--store", store],
         ["receipts", "reissue", "--store", store, *key],
+        ["log", "sync", "--store", store, "--log-signer", f"file:{existing}"],
+        ["log", "rebuild", "--store", store, "--log-signer", f"file:{existing}"],
     ]
 
 
