@@ -120,6 +120,38 @@ class SubjectEvents:
         if self.problems:
             raise self.error()
 
+    def equivocation(self) -> str | None:
+        """One line naming this subject's self-equivocation, or None.
+
+        Every verified stored event is signed by a key of the registry's own key
+        document, so two distinct `record_created` ids for one subject (or two events
+        of one signer continuing the same `prev_event`) are the registry equivocating
+        with itself: a writer suspended past its lease's TTL could write its own
+        `record_created` beside the next writer's. The merge handles it (the first
+        applies, the state lists the `conflicting_record`), but it is ours and
+        permanent (events are write-once), so the audit reports it and the publisher
+        names it (docs/pages/guarantees.md).
+        """
+        by_id: dict[str, str] = {}
+        for key, ev in zip(self.event_keys, self.events, strict=True):
+            by_id.setdefault(ev["event_id"], key)
+        created = sorted({e["event_id"] for e in self.events if e["event_type"] == "record_created"})
+        forks: dict[tuple[str, str], set[str]] = {}
+        for e in self.events:
+            signer, prev = e.get("signer"), e.get("prev_event")
+            if isinstance(prev, str) and isinstance(signer, dict):
+                forks.setdefault((str(signer.get("signer_id")), prev), set()).add(e["event_id"])
+        groups = [("record_created events for one record", created)] if len(created) > 1 else []
+        for (_signer, prev), ids in sorted(forks.items()):
+            if len(ids) > 1:
+                groups.append((f"events continuing {prev}", sorted(ids)))
+        if not groups:
+            return None
+        return "self-equivocation: " + "; ".join(
+            f"{len(ids)} {what}, signed by the registry's own keys: " + ", ".join(by_id[i] for i in ids)
+            for what, ids in groups
+        )
+
 
 def _read_events(
     store: Store, body: str, keys: Iterable[str], keyring: KeyRing, max_bytes: int
@@ -233,6 +265,9 @@ class _Auditor:
         evs = _read_events(self.store, body, event_keys, self.keyring, MAX_EVENT_BYTES)
         for key, reason in evs.problems:
             yield Finding(key, reason)
+        equivocation = evs.equivocation()
+        if equivocation is not None:
+            yield Finding(event_prefix(body), equivocation)
         # ids a pointer may name: verified creations, and damaged objects (already reported)
         self.created[body] = {e["event_id"] for e in evs.events if e["event_type"] == "record_created"} | (
             evs.ids - {e["event_id"] for e in evs.events}
