@@ -18,9 +18,11 @@ finding, not an out-of-memory.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.keys import PublicKey
@@ -57,6 +59,8 @@ MAX_BUNDLE_BYTES = 64 << 20
 MAX_SMALL_BYTES = 4 << 20
 
 _BODY = re.compile(r"[A-Z2-7]{26}")
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,13 +247,13 @@ class _Auditor:
         *,
         pinned: str | None,
         trusted: list[PublicKey] | None,
-        on_report: Callable[[Report], None] | None,
+        concurrency: int = 1,
     ) -> None:
         self.store = store
         self.keyring = keyring
         self.pinned = pinned
         self.trusted = trusted
-        self.on_report = on_report
+        self.concurrency = concurrency
         #: arXiv id -> pith numbers the bundles say are versions of it
         self.by_arxiv: dict[str, set[str]] = {}
         #: body -> ids of its verified record_created events and of its damaged objects
@@ -261,7 +265,17 @@ class _Auditor:
         except IntegrityError as exc:
             return None, Finding(key, exc.message)
 
-    def body(self, body: str, event_keys: list[str]) -> Iterator[Finding]:
+    def audit_body(self, body: str, event_keys: list[str]) -> tuple[list[Finding], list[Report]]:
+        """One subject's findings, and its bundle's report (to give `on_report` in order).
+
+        A unit a thread can run: it touches only this subject's objects; the shared
+        maps it fills (`created`, `by_arxiv`) are only read by `pointers`, after all."""
+        reports: list[Report] = []
+        return list(self.body(body, event_keys, reports.append)), reports
+
+    def body(
+        self, body: str, event_keys: list[str], on_report: Callable[[Report], None] | None = None
+    ) -> Iterator[Finding]:
         evs = _read_events(self.store, body, event_keys, self.keyring, MAX_EVENT_BYTES)
         for key, reason in evs.problems:
             yield Finding(key, reason)
@@ -290,8 +304,8 @@ class _Auditor:
             yield Finding(bkey, f"unreadable bundle ({str(exc)[:160]})")
             return
         report = verify_bundle(bundle, pinned_fingerprint=self.pinned, source=bkey, trusted_keys=self.trusted)
-        if self.on_report is not None:
-            self.on_report(report)
+        if on_report is not None:
+            on_report(report)
         for c in report.checks:
             if c.status == FAIL:
                 yield Finding(bkey, f"FAIL {c.name}: {c.detail}", check=c.name)
@@ -367,12 +381,11 @@ class _Auditor:
         """Each arXiv pointer is well formed, names bundles that exist with their
         stored record_created, and every bundled arXiv version is in its pointer."""
         seen: set[str] = set()
-        for key in self.store.list("arxiv/"):
-            if not key.endswith(".json"):
-                continue
+        keys = (k for k in self.store.list("arxiv/") if k.endswith(".json"))
+        reads = _in_order(lambda k: (k, *self.read(k, MAX_SMALL_BYTES)), keys, self.concurrency)
+        for key, raw, bad in reads:
             arxiv_id = key[len("arxiv/") : -len(".json")]
             seen.add(arxiv_id)
-            raw, bad = self.read(key, MAX_SMALL_BYTES)
             if bad:
                 yield bad
                 continue
@@ -431,6 +444,7 @@ def audit_store(
     trusted: list[PublicKey] | None = None,
     on_report: Callable[[Report], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    concurrency: int | None = None,
 ) -> Iterator[Finding]:
     """Every problem in `store`, one `Finding` per object, in key order.
 
@@ -439,6 +453,8 @@ def audit_store(
     its subject's stored events; its state.json and .well-known copy; every arXiv
     pointer. `keyring`: whose event signatures count (default: the store's key
     document, or `trusted` when given). Nothing here stops at a bad object.
+    `concurrency`: subjects audited at once (default: 32 on S3, 1 locally); the
+    findings and reports come in the same order whatever it is.
     """
     doc_ring, doc_findings = keyring_of_store(store)
     if keyring is None:
@@ -447,9 +463,40 @@ def audit_store(
     if bodies:
         yield from doc_findings
     yield from stray
-    auditor = _Auditor(store, keyring, pinned=pinned, trusted=trusted, on_report=on_report)
-    for body in sorted(bodies):
-        yield from auditor.body(body, bodies[body])
+    from pith_pipeline.loader import default_io_concurrency, reserve_connections
+
+    n = concurrency if concurrency is not None else default_io_concurrency(store)
+    if n > 1:
+        reserve_connections(store, n)
+    auditor = _Auditor(store, keyring, pinned=pinned, trusted=trusted, concurrency=n)
+    order = sorted(bodies)
+    for findings, reports in _in_order(lambda b: auditor.audit_body(b, bodies[b]), order, n):
+        for report in reports:
+            if on_report is not None:
+                on_report(report)
+        yield from findings
         if progress is not None:
             progress(1)
     yield from auditor.pointers()
+
+
+def _in_order(fn: Callable[[_T], _R], items: Iterable[_T], n: int) -> Iterator[_R]:
+    """`fn` of each item, in the items' order; with `n` > 1, `n` at once in threads.
+
+    Why: auditing a subject or reading a pointer is a few GETs, each waiting on the
+    network; one at a time, `verify s3://...` of a store of 2,000 papers spent
+    minutes waiting. At most `2 * n` items are in flight, so memory does not grow
+    with the store, and the output is the same whatever `n` is."""
+    if n <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(n, thread_name_prefix="pith-audit") as pool:
+        pending: deque[Future[_R]] = deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= 2 * n:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
