@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.core.canonical_json import dumps_compact, loads
 from pith_pipeline.core.keys import PublicKey
 from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths, event_prefix, pointer_key
 from pith_pipeline.core.pith_record import PithNumber
@@ -36,7 +36,7 @@ from pith_pipeline.core.verify import (
     check_stored_event,
     verify_bundle,
 )
-from pith_pipeline.errors import IntegrityError
+from pith_pipeline.errors import CanonicalJSONError, IntegrityError
 from pith_pipeline.storage.base import Store, get_capped
 
 __all__ = [
@@ -239,6 +239,14 @@ def _bodies(store: Store) -> tuple[dict[str, list[str]], list[Finding]]:
     return found, stray
 
 
+def _compact(value: Any) -> bytes | None:
+    """The bytes the publisher writes for `value` (None when it cannot be written)."""
+    try:
+        return dumps_compact(value)
+    except CanonicalJSONError:
+        return None
+
+
 class _Auditor:
     def __init__(
         self,
@@ -256,6 +264,8 @@ class _Auditor:
         self.concurrency = concurrency
         #: arXiv id -> pith numbers the bundles say are versions of it
         self.by_arxiv: dict[str, set[str]] = {}
+        #: pith number -> (arXiv id, version) its bundle's source says
+        self.source_of: dict[str, tuple[str, Any]] = {}
         #: body -> ids of its verified record_created events and of its damaged objects
         self.created: dict[str, set[str]] = {}
 
@@ -309,6 +319,8 @@ class _Auditor:
         for c in report.checks:
             if c.status == FAIL:
                 yield Finding(bkey, f"FAIL {c.name}: {c.detail}", check=c.name)
+        if report.ok and _compact(bundle) != raw:  # the signature covers content, not bytes
+            yield Finding(bkey, "re-serialised: not the compact JSON the publisher writes")
         if not isinstance(bundle, dict):
             return
         subject = bundle.get("pith_number")
@@ -342,6 +354,13 @@ class _Auditor:
             for ev in in_bundle[eid]:
                 if not any(ev == s for s in stored[eid]):
                     yield Finding(bkey, f"its copy of event {eid} differs from every stored copy")
+        # equal content in another key order: the publisher writes an event's object and
+        # its bundle copy from one value, so the stored object was re-serialised
+        for key, ev in zip(evs.event_keys, evs.events, strict=True):
+            copies = in_bundle.get(ev["event_id"], [])
+            same = [c for c in copies if c == ev]
+            if same and not any(dumps_compact(c) == dumps_compact(ev) for c in same):
+                yield Finding(key, f"re-serialised: its keys are in another order than its copy in {bkey}")
 
     def _copies(
         self, bkey: str, raw: bytes, skey: str, wkey: str, bundle: dict[str, Any]
@@ -368,6 +387,8 @@ class _Auditor:
             return
         if state != bundle.get("state"):
             yield Finding(skey, f"differs from the state in {bkey}")
+        elif _compact(state) != state_raw:
+            yield Finding(skey, "re-serialised: not the compact JSON the publisher writes")
 
     def _note_source(self, bundle: dict[str, Any]) -> None:
         src = bundle.get("source")
@@ -376,6 +397,7 @@ class _Auditor:
             arxiv_id = src.get("id")
             if isinstance(arxiv_id, str):
                 self.by_arxiv.setdefault(arxiv_id, set()).add(subject)
+                self.source_of[subject] = (arxiv_id, src.get("version"))
 
     def pointers(self) -> Iterator[Finding]:
         """Each arXiv pointer is well formed, names bundles that exist with their
@@ -427,6 +449,15 @@ class _Auditor:
                 body = PithNumber.parse(r["pith_number"]).body
             except ValueError:
                 yield Finding(key, f"lists {r['pith_number'][:80]!r}, not a Pith number")
+                continue
+            # a genuine record of another paper (or version) is no record of this one
+            source = self.source_of.get(r["pith_number"])
+            if source is not None and source != (arxiv_id, r["version"]):
+                yield Finding(
+                    key,
+                    f"lists {r['pith_number']} as version {r['version']} of {arxiv_id}, "
+                    f"but its bundle is version {source[1]} of {source[0]}",
+                )
                 continue
             if r["record_created"] not in self.created.get(body, set()):
                 yield Finding(

@@ -68,7 +68,7 @@ def run_window(
     io_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """One planned window, start to finish; every step is safe to repeat."""
-    from pith_pipeline.core.canonical_json import loads
+    from pith_pipeline.core.canonical_json import loads_stored
     from pith_pipeline.runs import steps as at
 
     harvested = harvest_for(settings, request, store=store)
@@ -79,8 +79,13 @@ def run_window(
     for chunk in chunks:
         index = int(chunk["index"])
         done = store.get(backfill_chunk_key(run_id, index))
-        if done is not None and store.exists(loads(done)["staged"]):
-            staged.append(loads(done)["staged"])
+        marker = loads_stored(done, backfill_chunk_key(run_id, index)) if done is not None else None
+        if (
+            isinstance(marker, dict)
+            and isinstance(marker.get("staged"), str)
+            and store.exists(marker["staged"])
+        ):
+            staged.append(marker["staged"])
             result.chunks_resumed += 1
         else:
             built = at.build_chunk(

@@ -201,6 +201,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Directory of the per-endpoint turn files shared by every process of a user.",
         default_text="$XDG_CACHE_HOME/pith-pipeline/politeness (~/.cache/...)",
     ),
+    # -- reporting
+    Setting(
+        "traceback",
+        "PITH_TRACEBACK",
+        "0",
+        "1: a command prints the traceback of an unexpected error (a bug, exit 70), not one line.",
+    ),
     # -- Airflow retries
     Setting(
         "retries", "PITH_RETRIES", "3", "Retries of a failed DAG task (terminal errors are not retried)."

@@ -119,7 +119,11 @@ def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | No
         if store.get(wkey) != data:
             failures.append(f"{wkey}: differs from {key}")
         state = store.get(skey)
-        if state is None or not isinstance(bundle, dict) or loads(state) != bundle.get("state"):
+        try:
+            same = state is not None and isinstance(bundle, dict) and loads(state) == bundle.get("state")
+        except ValueError:
+            same = False
+        if not same:
             failures.append(f"{skey}: differs from the state in {key}")
     if failures:
         shown = "\n  ".join(failures[:50])

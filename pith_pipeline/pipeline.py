@@ -47,6 +47,7 @@ from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros
 from pith_pipeline.core.verify import KeyRing
 from pith_pipeline.errors import (
+    CanonicalJSONError,
     InputError,
     IntegrityError,
     SigningError,
@@ -285,6 +286,7 @@ class Publisher:
         from pith_pipeline.signing import guard
 
         guard.refuse_key_inside_store(self.signer, self.store)
+        guard.refuse_key_spec_inside_store(config.from_env("log_signer"), self.store)  # used at the end
         keys = self._stored_keys(self.store.get(PUBLIC_KEY_FILE))
         published = self.signer.published_keys(url=self.site.key_url)
         if not self.rotating:
@@ -455,6 +457,11 @@ class Publisher:
 
         if self._known_absent(event_prefix(body)):
             return []
+        # within one paper's publishing, a subject's events are read once (the paper
+        # and its pointer's records); a write of one of its events forgets them
+        cache: dict[str, list[dict[str, Any]]] | None = getattr(self._local, "events", None)
+        if cache is not None and body in cache:
+            return list(cache[body])
         got = subject_events(self.store, body, self._keyring())
         got.raise_for_problems()
         equivocation = got.equivocation()
@@ -465,6 +472,8 @@ class Publisher:
             _logger.warning(
                 "%s: %s (published as stored; `verify STORE` reports it)", event_prefix(body), equivocation
             )
+        if cache is not None:
+            cache[body] = list(got.events)
         return list(got.events)
 
     def _keyring(self) -> KeyRing:
@@ -496,17 +505,56 @@ class Publisher:
             records = pointer["records"]
             if not isinstance(records, list) or not all(
                 isinstance(r, dict)
-                and isinstance(r.get("version"), int)
+                and type(r.get("version")) is int
                 and isinstance(r.get("pith_number"), str)
                 and isinstance(r.get("record_created"), str)
                 and isinstance(r.get("created_at"), str)
                 for r in records
             ):
                 raise ValueError("records must be a list of version entries")
+            if pointer.get("arxiv_id") != arxiv_id:
+                raise ValueError(f"arxiv_id is {str(pointer.get('arxiv_id'))[:80]!r}")
         except (ValueError, KeyError, TypeError) as exc:
             raise IntegrityError(f"unreadable arXiv pointer ({exc}); run `rebuild`", key=key) from None
+        for r in records:
+            self._check_pointer_record(key, arxiv_id, r)
         result: dict[str, Any] = pointer
         return result
+
+    def _check_pointer_record(self, key: str, arxiv_id: str, entry: dict[str, Any]) -> None:
+        """A pointer's record is trusted only as far as its stored events say.
+
+        Why: the pointer is not signed, and what it lists becomes signed data (the
+        `supersedes` of a new version, a `correction` of an older one). An entry must
+        name a verified `record_created` of its Pith number whose record is that
+        version of this arXiv id; a genuine record of another paper is refused.
+        """
+        try:
+            body = PithNumber.parse(entry["pith_number"]).body
+        except ValueError:
+            raise IntegrityError(f"lists {entry['pith_number'][:80]!r}, not a Pith number", key=key) from None
+        for ev in self.subject_events(body):
+            if ev.get("event_id") != entry["record_created"] or ev.get("event_type") != "record_created":
+                continue
+            payload = ev.get("payload")
+            record = payload.get("canonical_record") if isinstance(payload, dict) else None
+            source = record.get("source") if isinstance(record, dict) else None
+            if ev.get("subject_pith_number") == entry["pith_number"] and source == {
+                "kind": "arxiv",
+                "id": arxiv_id,
+                "version": entry["version"],
+            }:
+                return
+            raise IntegrityError(
+                f"lists {entry['pith_number']} as version {entry['version']} of {arxiv_id}, but its "
+                f"record_created is of {source!r}; run `verify` on the store",
+                key=key,
+            )
+        raise IntegrityError(
+            f"lists {entry['pith_number']} with record_created {entry['record_created']}, which is "
+            f"not a stored event of it; run `verify` on the store",
+            key=key,
+        )
 
     # -- the run -----------------------------------------------------------
     def reject(self, item: Rejected) -> None:
@@ -566,10 +614,12 @@ class Publisher:
 
     def publish_record(self, rec: ArxivRecord) -> Identity:
         self._local.pointers = {}
+        self._local.events = {}
         try:
             return self._publish_record(rec)
         finally:
             self._local.pointers = None
+            self._local.events = None
 
     def _publish_record(self, rec: ArxivRecord) -> Identity:
         ident = self._identity(rec)
@@ -589,11 +639,8 @@ class Publisher:
         if not existing and self.fresh_path:  # the common case: one pass does it all
             fresh = self._fresh_builder().build(ident, now, self.clock(), supersedes=supersedes)
             self._check_signer(fresh.events[0])
-            rows = _check_index_rows(fresh.bundle)  # before anything of the record is published
-            if self.on_bundle is not None:  # the sink takes these rows: made once
-                if len(self._checked_rows) > 4096:  # papers that failed after the check
-                    self._checked_rows.clear()
-                self._checked_rows[id(fresh.bundle)] = (fresh.bundle, rows)
+            # before anything of the record is published
+            self._remember_checked_rows(fresh.bundle, _check_index_rows(fresh.bundle))
             for ev, data in zip(fresh.events, fresh.event_bytes, strict=True):
                 self._put_event(event_key(ident.body, ev["content_sha256"]), data)
             # no stored event: whatever a bundle there holds, it is not these bytes
@@ -613,9 +660,14 @@ class Publisher:
                 builder_version=self.config.builder_version,
             )
             self._check_signer(built.events[0])
+            # built and its index rows checked before any of its events is published
+            bundle = self.signed_bundle(
+                ident.subject, existing + built.events, built.aliases, trusted=built.events
+            )
+            self._remember_checked_rows(bundle, _check_index_rows(bundle))
             for ev in built.events:
                 self._put_event(event_key(ident.body, ev["content_sha256"]), dumps_compact(ev))
-            self.write_bundle(ident.subject, existing + built.events, built.aliases, trusted=built.events)
+            self._write_bundle_objects(ident.body, bundle)
             built_events = built.events
         self.summary.built += 1
         self.summary.pith_numbers.append(ident.subject)
@@ -623,6 +675,13 @@ class Publisher:
         self._update_pointer(ident, existing + built_events)
         self.summary.superseded += self.reconcile(rec.id)
         return ident
+
+    def _remember_checked_rows(self, bundle: dict[str, Any], rows: Any) -> None:
+        """Keep a bundle's checked index rows for the sink, so they are made once."""
+        if self.on_bundle is not None:
+            if len(self._checked_rows) > 4096:  # papers that failed after the check
+                self._checked_rows.clear()
+            self._checked_rows[id(bundle)] = (bundle, rows)
 
     def _complete_snapshot(self, ident: Identity, existing: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Write the `graph_snapshot` a run killed between a record's two events left out.
@@ -648,6 +707,9 @@ class Publisher:
     def _put_event(self, key: str, data: bytes) -> None:
         """Write-once; a different object already at an event's content-hash name
         can only be a damaged or forged one: name it, never overwrite it."""
+        cache: dict[str, list[dict[str, Any]]] | None = getattr(self._local, "events", None)
+        if cache is not None:
+            cache.pop(key.split("/")[1], None)
         try:
             self._put_once(key, data)
         except WriteConflictError:
@@ -802,7 +864,9 @@ class Publisher:
             if isinstance(bundle, dict) and isinstance(bundle.get("events"), list)
             else None
         )
-        if listed is None or listed != {e["event_id"] for e in events}:
+        # a bundle re-serialised by someone else is rebuilt too (the signature covers
+        # its content, not its bytes, so only the publisher's form is known good)
+        if listed is None or listed != {e["event_id"] for e in events} or dumps_compact(bundle) != data:
             self.write_bundle(subject, events)
             return
         assert data is not None
@@ -835,9 +899,42 @@ class Publisher:
         `trusted`: event objects this run just built and signed; merging skips
         re-hashing and re-verifying them (the bytes written are the same).
         """
+        body = PithNumber.parse(subject).body
+        self._refuse_dropping(body, events, self.store.get(bundle_paths(body)[0]))
         bundle = self.signed_bundle(subject, events, aliases, trusted=trusted)
-        self._write_bundle_objects(PithNumber.parse(subject).body, bundle)
+        self._write_bundle_objects(body, bundle)
         return bundle
+
+    def _refuse_dropping(self, body: str, events: list[dict[str, Any]], published: bytes | None) -> None:
+        """Stop when the published bundle lists an event the store no longer holds.
+
+        Why: events are write-once and written before their bundle, so a listed event
+        that is not stored was deleted; a bundle re-derived without it would make the
+        loss silent and signed. Only a bundle whose signature verifies with a key we
+        know is believed (a forged list is no reason to stop; it is rebuilt).
+        """
+        if published is None:
+            return
+        try:
+            old = loads(published)
+            sig = old["bundle_signature"]
+            key = self.keys.get(sig["key_id"])
+            digest = bundle_sha256(old)
+            if key is None or sig.get("bundle_sha256") != digest:
+                return
+            if not verify_signature(key.public_key, digest, sig["signature_b64"]):
+                return
+            listed = {e["event_id"] for e in old["events"]}
+        except (ValueError, KeyError, TypeError, AttributeError, CanonicalJSONError):
+            return  # not a bundle we signed: it is replaced from the verified events
+        gone = sorted(listed - {e["event_id"] for e in events})
+        if gone:
+            more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+            raise IntegrityError(
+                f"lists event {gone[0]}{more}, which is not in {event_prefix(body)} (deleted?); "
+                "not re-derived without it; run `verify` on the store",
+                key=bundle_paths(body)[0],
+            )
 
     def rebuild_bundle(self, subject: str, events: list[dict[str, Any]]) -> bool:
         """Rebuild a subject's bundle from its events unless the published one already
@@ -846,9 +943,11 @@ class Publisher:
         Why: a rebuild re-signs, and a new signature carries a new `built_at`, so
         without this every `rebuild` would rewrite every bundle of an unchanged store.
         """
-        bundle = self.signed_bundle(subject, events)
         body = PithNumber.parse(subject).body
-        if _published_as(self.store, self.signer, body, bundle):
+        published = self.store.get(bundle_paths(body)[0])
+        self._refuse_dropping(body, events, published)
+        bundle = self.signed_bundle(subject, events)
+        if _published_as(self.store, self.signer, body, bundle, published):
             return False
         self._write_bundle_objects(body, bundle)
         return True
@@ -921,11 +1020,13 @@ class Publisher:
 _REBUILD_VOLATILE = frozenset({"built_at", "bundle_signature"})
 
 
-def _published_as(store: Store, signer: Signer, body: str, bundle: dict[str, Any]) -> bool:
-    """The published bundle is `bundle` apart from when it was built, it is signed by
-    `signer` (the signature verifies), and its state and .well-known copies match it."""
-    bkey, skey, wkey = bundle_paths(body)
-    data = store.get(bkey)
+def _published_as(
+    store: Store, signer: Signer, body: str, bundle: dict[str, Any], data: bytes | None
+) -> bool:
+    """The published bundle (`data`) is `bundle` apart from when it was built, it is
+    signed by `signer` (the signature verifies), and its state and .well-known copies
+    match it."""
+    _, skey, wkey = bundle_paths(body)
     try:
         old = loads(data) if data is not None else None
     except ValueError:
@@ -944,6 +1045,8 @@ def _published_as(store: Store, signer: Signer, body: str, bundle: dict[str, Any
         or not isinstance(sig.get("signature_b64"), str)
         or not verify_signature(signer.public_key, digest, sig["signature_b64"])
     ):
+        return False
+    if dumps_compact(old) != data:  # re-serialised by someone else
         return False
     return store.get(skey) == dumps_compact(old["state"]) and store.get(wkey) == data
 
@@ -1002,13 +1105,23 @@ def _utc_today() -> date:
 
 
 def _build_failure(rec: ArxivRecord, exc: BaseException) -> Rejected:
-    """The quarantine entry of a record that parsed but could not be built."""
+    """The quarantine entry of a record that parsed but could not be built: with the
+    input as read (bytes kept exactly, base64 when not UTF-8) and where it was read,
+    like a parse failure; a re-serialisation only for a record made in code."""
     import json
 
     if isinstance(exc, InputError):
-        reason, fld, where = exc.message, exc.field, exc.where or ""
+        reason, fld, where = exc.message, exc.field, exc.where or rec.source_where or ""
     else:
-        reason, fld, where = f"could not build the record: {type(exc).__name__}: {exc}", None, ""
+        reason, fld, where = (
+            f"could not build the record: {type(exc).__name__}: {exc}",
+            None,
+            rec.source_where or "",
+        )
+    if isinstance(rec.source_raw, bytes):
+        return Rejected.of_bytes(where, reason, rec.source_raw, rec.id, fld)
+    if isinstance(rec.source_raw, str):
+        return Rejected(where, reason, rec.source_raw, rec.id, fld)
     try:
         raw = json.dumps(rec.to_json(), ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError):

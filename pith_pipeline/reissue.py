@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pith_pipeline.clock import system_clock
-from pith_pipeline.core.canonical_json import dumps_compact, loads
+from pith_pipeline.core.canonical_json import dumps_compact, loads_stored
 from pith_pipeline.core.events import (
     EVENT_SIGNED_MESSAGE,
     SignerInfo,
@@ -176,8 +176,9 @@ class Reissuer:
         raw = self.store.get(bundle_paths(PithNumber.parse(subject).body)[0])
         if raw is None:
             return False
-        sig = loads(raw).get("bundle_signature") or {}
-        return bool(sig.get("key_id") == self.signer.key_id)
+        bundle = loads_stored(raw, bundle_paths(PithNumber.parse(subject).body)[0])
+        sig = bundle.get("bundle_signature") if isinstance(bundle, dict) else None
+        return isinstance(sig, dict) and sig.get("key_id") == self.signer.key_id
 
     def _reissue_receipt(
         self, subject: str, events: Iterable[dict[str, Any]], now: Any

@@ -244,3 +244,64 @@ def test_the_audit_in_threads_finds_and_reports_the_same_in_the_same_order(store
     assert found[1] == found[4] and len(found[1]) >= 2
     assert [r.to_json() for r in reports[1]] == [r.to_json() for r in reports[4]]
     assert len(reports[4]) == 30
+
+
+def test_a_pointer_listing_another_papers_record_is_named(store: LocalStore) -> None:
+    """A pointer is for its arXiv id only: one that lists the (genuine, verified) record
+    of another paper would make a publisher sign a correction across papers."""
+    first, second = sorted(store.root.glob("arxiv/*.json"))[:2]
+    doc, other = json.loads(first.read_bytes()), json.loads(second.read_bytes())
+    doc["records"], doc["latest"] = other["records"], other["latest"]
+    first.write_bytes(json.dumps(doc).encode())
+    findings, _ = audit(store)
+    reasons = [f.reason for f in findings if f.key == rel(store, first)]
+    want = f"but its bundle is version {other['records'][0]['version']} of {other['arxiv_id']}"
+    assert any(r.endswith(want) for r in reasons), reasons
+
+
+@pytest.mark.parametrize(
+    "reserialise",
+    [
+        lambda raw: json.dumps(json.loads(raw), indent=1).encode(),  # whitespace
+        lambda raw: raw.replace(b'"event_type"', b'"\\u0065vent_type"'),  # an escape
+        lambda raw: raw + b"\n",  # a trailing byte
+        lambda raw: json.dumps(json.loads(raw), separators=(",", ":"), sort_keys=True).encode(),  # key order
+    ],
+    ids=["whitespace", "escape", "newline", "key-order"],
+)
+def test_an_event_re_serialised_with_the_same_content_is_named(store: LocalStore, reserialise: Any) -> None:
+    """Same content, same hash, other bytes: not what the publisher wrote, so found."""
+    path, _ = some_event(store)
+    path.write_bytes(reserialise(path.read_bytes()))
+    findings, _ = audit(store)
+    assert [f.key for f in findings] == [rel(store, path)], findings
+    assert "re-serialised" in findings[0].reason
+
+
+def test_a_bundle_or_state_re_serialised_with_the_same_content_is_named(store: LocalStore) -> None:
+    body = sorted(p.name for p in (store.root / "pith").iterdir())[0]
+    bundle, state = store.root / "pith" / body / "bundle.json", store.root / "pith" / body / "state.json"
+    well = store.root / ".well-known" / "pith" / body / "bundle.json"
+    pretty = json.dumps(json.loads(bundle.read_bytes()), indent=1).encode()
+    for p in (bundle, well):  # both copies, so they still agree
+        p.unlink()
+        p.write_bytes(pretty)
+    state.write_bytes(json.dumps(json.loads(state.read_bytes()), indent=1).encode())
+    findings, _ = audit(store)
+    assert sorted(f.key for f in findings) == sorted([rel(store, bundle), rel(store, state)]), findings
+    assert all("re-serialised" in f.reason for f in findings)
+
+
+def test_an_object_that_is_a_symlink_out_of_the_store_is_named_unread(
+    store: LocalStore, tmp_path: Path
+) -> None:
+    """A genuine event copied outside the store and linked back: the local store reads
+    only its own files, so the link is a finding, not a sound event."""
+    path, _ = some_event(store)
+    outside = tmp_path / "elsewhere.json"
+    outside.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(outside)
+    findings, _ = audit(store)
+    assert [f.key for f in findings] == [rel(store, path)]
+    assert "symbolic link" in findings[0].reason

@@ -7,8 +7,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from testclock import StepClock
 
+from pith_pipeline.core.canonical_json import dumps_compact
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.verify import verify_bundle
 from pith_pipeline.pipeline import BuildConfig, Publisher
@@ -327,13 +329,17 @@ def test_a_correction_stored_but_not_yet_in_its_bundle_is_added_on_rerun(
     assert verify_bundle(json.loads((store / "pith" / old_body / "bundle.json").read_bytes())).ok
 
 
+@pytest.mark.parametrize("fresh_path", [True, False], ids=["one-pass", "events-then-bundle"])
 def test_a_record_whose_index_row_does_not_fit_is_quarantined_before_publishing(
-    tmp_path: Path, asset: Any, monkeypatch: Any
+    tmp_path: Path, asset: Any, monkeypatch: Any, fresh_path: bool
 ) -> None:
     """Index rows are checked against the schemas before anything of a record is
-    published: one record can never make the index unbuildable."""
+    published, on either way of building it: one record can never make the index
+    unbuildable."""
     from pith_pipeline.errors import InputError
     from pith_pipeline.index import rows
+
+    monkeypatch.setattr(Publisher, "fresh_path", fresh_path)
 
     real = rows.check_bundle
 
@@ -431,3 +437,92 @@ def test_a_lease_lost_while_a_paper_is_built_stops_before_the_paper_writes_anyth
     with pytest.raises(LeaseLostError):
         pub.publish(iter_jsonl(asset("arxiv-sample.jsonl")))
     assert not (tmp_path / "events").exists() and not (tmp_path / "pith").exists()
+
+
+def test_a_pointer_listing_another_papers_record_stops_that_paper(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """A tampered pointer naming another paper's genuine record is never trusted: no
+    correction is signed across papers, and the paper is named as not published."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    first, second = sorted((store / "arxiv").rglob("*.json"))[:2]
+    doc, other = json.loads(first.read_bytes()), json.loads(second.read_bytes())
+    doc["records"], doc["latest"] = other["records"], other["latest"]
+    first.write_bytes(json.dumps(doc).encode())
+    before = snapshot(store / "events")
+    again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
+    assert again.failed == 1 and f"arxiv/{doc['arxiv_id']}.json" in again.problems[0]
+    assert snapshot(store / "events") == before  # nothing signed from it
+
+
+def _event_of(store: Path, kind: str) -> Path:
+    for p in sorted(store.glob("events/*/*.json")):
+        if json.loads(p.read_bytes())["event_type"] == kind:
+            return p
+    raise AssertionError(kind)
+
+
+def test_a_deleted_stored_event_is_never_dropped_by_a_rebuild(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """The published bundle lists an event the store lost: `rebuild` stops that paper,
+    names the bundle, and re-signs nothing without the event."""
+    from pith_pipeline.pipeline import rebuild
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    gone = _event_of(store, "graph_snapshot")
+    body = gone.parent.name
+    gone.unlink()
+    before = snapshot(store / "pith")
+    failures: list[str] = []
+    rebuilt = list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
+    assert rebuilt == [] and len(failures) == 1
+    assert f"pith/{body}/bundle.json" in failures[0] and gone.stem in failures[0]
+    assert snapshot(store / "pith") == before
+
+
+def test_a_deleted_record_created_is_not_replaced_by_a_new_one(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """A build must not sign a second `record_created` for a paper whose first one was
+    deleted from the store: the paper is named as not published."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    gone = _event_of(store, "record_created")
+    body = gone.parent.name
+    gone.unlink()
+    before = snapshot(store / "events")
+    again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
+    assert again.failed == 1 and gone.stem in again.problems[0] and body in again.problems[0]
+    assert snapshot(store / "events") == before
+
+
+def test_a_re_serialised_event_stops_its_paper_and_a_re_serialised_bundle_is_rebuilt(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """Bytes the publisher did not write: an event (the source of truth) stops its
+    paper; a bundle, derived, is re-derived from the verified events."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(sample_lines[:3]) + "\n")
+    store = tmp_path / "store"
+    publish(store, path)
+    event = _event_of(store, "graph_snapshot")
+    event.write_bytes(json.dumps(json.loads(event.read_bytes()), indent=1).encode())
+    other = next(p for p in sorted((store / "pith").iterdir()) if p.name != event.parent.name)
+    bundle, well = other / "bundle.json", store / ".well-known" / "pith" / other.name / "bundle.json"
+    pretty = json.dumps(json.loads(bundle.read_bytes()), indent=1).encode()
+    for p in (bundle, well):
+        p.unlink()
+        p.write_bytes(pretty)
+    again = publish(store, path, datetime(2026, 8, 1, tzinfo=UTC))
+    assert again.failed == 1 and "re-serialised" in again.problems[0] and event.name in again.problems[0]
+    rebuilt = bundle.read_bytes()
+    assert rebuilt == well.read_bytes() == dumps_compact(json.loads(rebuilt)) != pretty

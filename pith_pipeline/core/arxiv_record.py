@@ -16,15 +16,22 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits, utf8_size
-from pith_pipeline.core.text import collapse_ws
+from pith_pipeline.core.text import collapse_ws, shown
 from pith_pipeline.core.timeutil import parse_iso_day, parse_rfc2822
 from pith_pipeline.errors import InputError
 
 # Identifiers, categories and version labels come from outside: every pattern is used
 # with `fullmatch` and ASCII classes only (`$` admits a trailing newline, `\d` any
 # Unicode digit), so no look-alike value becomes an alias, a key or a file name.
-NEW_STYLE_ID = re.compile(r"[0-9]{4}\.[0-9]{4,5}", re.ASCII)
-OLD_STYLE_ID = re.compile(r"[a-z][a-z\-]*(\.[A-Z]{2})?/[0-9]{7}", re.ASCII)
+# The year and month are a real month of the scheme's time: new-style ids began in
+# April 2007 (`0704.0001`), old-style ones (`archive/YYMMNNN`) ran from 1991 to March
+# 2007; `2113.00021` or `hep-th/9900001` name no paper.
+NEW_STYLE_ID = re.compile(
+    r"(?:07(?:0[4-9]|1[0-2])|(?:0[89]|[1-9][0-9])(?:0[1-9]|1[0-2]))\.[0-9]{4,5}", re.ASCII
+)
+OLD_STYLE_ID = re.compile(
+    r"[a-z][a-z\-]*(?:\.[A-Z]{2})?/(?:(?:9[1-9]|0[0-6])(?:0[1-9]|1[0-2])|070[1-3])[0-9]{3}", re.ASCII
+)
 CATEGORY = re.compile(r"[a-z][a-z\-]*(\.[A-Za-z][A-Za-z\-]*)?", re.ASCII)
 #: `v1` .. `v9999` (InputLimits.max_version): no leading zero, no sign, ASCII digits
 VERSION = re.compile(r"v([1-9][0-9]{0,3})", re.ASCII)
@@ -141,6 +148,11 @@ class ArxivRecord:
     license: str | None = None
     update_date: str | None = None
     authors_parsed: tuple[tuple[str, ...], ...] | None = None
+    #: where the input was read (`file:line`, `page record n`) and its exact bytes or
+    #: text: a record refused after parsing (a date after the run's tomorrow, an index
+    #: row that does not fit) is quarantined with these, never with a re-serialisation
+    source_where: str | None = field(default=None, repr=False, compare=False)
+    source_raw: bytes | str | None = field(default=None, repr=False, compare=False)
     # derived once at construction, so hot paths never re-parse
     _category_list: tuple[str, ...] = field(default=(), repr=False, compare=False)
     _submitted: datetime | None = field(default=None, repr=False, compare=False)
@@ -154,7 +166,7 @@ class ArxivRecord:
             return InputError(message, record_id=rid, field=field_name)
 
         if not isinstance(self.id, str) or not is_arxiv_id(self.id):
-            raise bad("id", f"not an arXiv identifier without version: {self.id!r}")
+            raise bad("id", f"not an arXiv identifier without version: {shown(self.id)}")
         total = _check_text(self, limits, bad)
         for name in ("title", "abstract"):
             value = getattr(self, name)
@@ -165,7 +177,7 @@ class ArxivRecord:
         cats = tuple(self.categories.split())
         for c in cats:
             if not CATEGORY.fullmatch(c):
-                raise bad("categories", f"bad category {c!r} in {self.categories!r}")
+                raise bad("categories", f"bad category {shown(c)} in {shown(self.categories)}")
         if not isinstance(self.versions, tuple) or not self.versions:
             raise bad("versions", "no versions")
         numbers = []
@@ -179,10 +191,16 @@ class ArxivRecord:
                 label = v.version if isinstance(v, Version) else v
                 raise bad(
                     "versions",
-                    f"bad version label {label!r} (expected v1 .. v{limits.max_version}, ASCII digits)",
+                    f"bad version label {shown(label)} (expected v1 .. v{limits.max_version}, ASCII digits)",
                 )
             numbers.append(v.number)
-            total += len(v.version) + utf8_size(v.created)
+            created = _size(v.created, f"versions[{v.version}].created", bad)
+            if created > limits.field_limit("created"):
+                raise bad(
+                    f"versions[{v.version}].created",
+                    f"{created} bytes, over the limit of {limits.field_limit('created')}",
+                )
+            total += len(v.version) + created
         if len(set(numbers)) != len(numbers):
             raise bad("versions", f"duplicate version numbers {numbers}")
         if self.authors_parsed is not None:
@@ -279,8 +297,11 @@ class ArxivRecord:
 
     # ---- JSON-lines form ----------------------------------------------
     @classmethod
-    def from_json(cls, obj: Any, *, where: str | None = None) -> ArxivRecord:
-        """Build from one snapshot-layout object; errors name the record and field."""
+    def from_json(cls, obj: Any, *, where: str | None = None, raw: bytes | str | None = None) -> ArxivRecord:
+        """Build from one snapshot-layout object; errors name the record and field.
+
+        `where` and `raw` (the input's exact bytes) travel with the record, for the
+        quarantine of a record refused after parsing."""
         rid = obj.get("id") if isinstance(obj, dict) else None
         rid = rid if isinstance(rid, str) else None
         try:
@@ -343,6 +364,8 @@ class ArxivRecord:
                 license=obj.get("license"),
                 update_date=obj.get("update_date"),
                 authors_parsed=parsed_t,
+                source_where=where,
+                source_raw=raw,
             )
         except InputError as exc:
             raise InputError(

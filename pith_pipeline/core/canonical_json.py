@@ -166,6 +166,21 @@ def loads(data: bytes | str) -> Any:
     return value
 
 
+def loads_stored(data: bytes, key: str) -> Any:
+    """`loads` for a stored object: anything unreadable is an `IntegrityError` naming
+    `key` (one line for a person, exit code and all), never a bare `ValueError`.
+
+    For readers that cannot go on without the object (a run manifest, a staged chunk,
+    a bundle to re-sign); readers that report and go on catch `ValueError` instead.
+    """
+    from pith_pipeline.errors import IntegrityError
+
+    try:
+        return loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise IntegrityError(f"not valid JSON ({str(exc)[:160]})", key=key) from None
+
+
 def dumps_pretty(value: Any) -> bytes:
     """Human-readable output that keeps key order (for published files and the CLI)."""
     return orjson.dumps(value, option=orjson.OPT_INDENT_2)

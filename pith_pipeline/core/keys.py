@@ -217,6 +217,21 @@ def read_key_document(data: bytes, where: str) -> list[PublicKey]:
         entries = doc.get("keys", [doc]) if isinstance(doc, dict) else None
         if not isinstance(entries, list):
             raise ValueError("not a key document")
-        return [PublicKey.from_json(k) for k in entries]
+        keys = [PublicKey.from_json(k) for k in entries]
+        # one entry per key id, and a head equal to its entry: readers that keep the
+        # first or the last of two entries (or read only the head) would trust
+        # different keys, so such a document says two things and is refused
+        by_id: dict[str, PublicKey] = {}
+        for k in keys:
+            if k.key_id in by_id:
+                raise ValueError(f"key id {k.key_id!r} is listed twice")
+            by_id[k.key_id] = k
+        if "keys" not in doc or "key_id" not in doc:
+            return keys
+        head = PublicKey.from_json(doc)
+        listed = by_id.get(head.key_id)
+        if listed is None or (listed.public_key, listed.rotates_at) != (head.public_key, head.rotates_at):
+            raise ValueError(f"the head key {head.key_id!r} differs from its entry in keys")
+        return keys
     except (ValueError, KeyError, TypeError) as exc:
         raise IntegrityError(f"not a usable key document ({exc})", key=where) from None

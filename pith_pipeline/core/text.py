@@ -23,3 +23,13 @@ def canon(text: str) -> str:
 def canon_sha256(text: str) -> str:
     """Hash of the canonical text itself, not of its JSON encoding."""
     return hashlib.sha256(canon(text).encode("utf-8")).hexdigest()
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """`repr(value)` cut to about `limit` characters, for messages naming a bad value.
+
+    Why: a hostile value can be megabytes; it is kept whole in the quarantine's raw
+    input, so a reason (printed, logged) only needs enough of it to recognise it.
+    """
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} characters)"

@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
+from pith_pipeline.core.text import shown
+
 Clock = Callable[[], datetime]
 
 # Full matches with ASCII classes only: `$` would admit a trailing newline and `\d`
@@ -24,7 +26,7 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 # arXiv's version dates: `Tue, 24 Sep 2019 19:40:59 GMT`, a few 1990s ones a bare date.
 # The year has exactly four digits (email.utils reads `0001` and `01` as 2001).
 _RFC2822 = re.compile(
-    rf"(?:(?:{_DAYS}),\s*)?([0-9]{{1,2}})\s+({'|'.join(_MONTHS)})\s+([0-9]{{4}})"
+    rf"(?:({_DAYS}),\s*)?([0-9]{{1,2}})\s+({'|'.join(_MONTHS)})\s+([0-9]{{4}})"
     r"(?:\s+([0-9]{2}):([0-9]{2})(?::([0-9]{2}))?\s+(GMT|UT|UTC|Z|[+-][0-9]{4}))?",
     re.ASCII | re.IGNORECASE,
 )
@@ -57,7 +59,7 @@ def is_iso_micros(text: str) -> bool:
 def parse_iso_day(text: str) -> date:
     """A `YYYY-MM-DD` day, strictly: four ASCII digits of year, nothing around it."""
     if not isinstance(text, str) or not _ISO_DAY.fullmatch(text):
-        raise ValueError(f"not a date YYYY-MM-DD: {text!r}")
+        raise ValueError(f"not a date YYYY-MM-DD: {shown(text)}")
     return date.fromisoformat(text)
 
 
@@ -70,15 +72,16 @@ def parse_rfc2822(text: str) -> datetime:
     """arXiv's version dates (`Tue, 24 Sep 2019 19:40:59 GMT`), as UTC.
 
     A few 1990s records carry only a date; they get midnight UTC. Strict: the whole
-    text must match (surrounding blanks aside), digits are ASCII and the year has four
-    of them. Raises ValueError on anything else.
+    text must match (surrounding blanks aside), digits are ASCII, the year has four
+    of them, a weekday given is the date's and an offset is at most 23:59. Raises
+    ValueError on anything else.
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("empty date")
     m = _RFC2822.fullmatch(text.strip(" \t"))
     if not m:
-        raise ValueError(f"not an RFC 2822 date: {text!r}")
-    day, mon, year, hh, mm, ss, zone = m.groups()
+        raise ValueError(f"not an RFC 2822 date: {shown(text)}")
+    weekday, day, mon, year, hh, mm, ss, zone = m.groups()
     try:
         dt = datetime(
             int(year),
@@ -90,8 +93,14 @@ def parse_rfc2822(text: str) -> datetime:
             tzinfo=UTC,
         )
     except ValueError:
-        raise ValueError(f"not an RFC 2822 date: {text!r}") from None
+        raise ValueError(f"not an RFC 2822 date: {shown(text)}") from None
+    # a weekday that is not the date's, or an offset no clock has (`+2500`, `+0060`),
+    # says two things at once: refused rather than one part silently dropped
+    if weekday and _DAYS.split("|").index(weekday.capitalize()) != dt.weekday():
+        raise ValueError(f"not an RFC 2822 date: {shown(text)} ({day} {mon} {year} is not a {weekday})")
     if zone and zone[0] in "+-":
+        if int(zone[1:3]) > 23 or int(zone[3:5]) > 59:
+            raise ValueError(f"not an RFC 2822 date: {shown(text)} (no time zone is {zone})")
         offset = (int(zone[1:3]) * 60 + int(zone[3:5])) * (1 if zone[0] == "+" else -1)
         dt -= timedelta(minutes=offset)
     return dt

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pith_pipeline.core.bundle import bundle_sha256
-from pith_pipeline.core.canonical_json import dumps, loads
+from pith_pipeline.core.canonical_json import dumps, dumps_compact, loads
 from pith_pipeline.core.certificate import certificate_problem, within_window
 from pith_pipeline.core.events import (
     BUNDLE_SIGNED_MESSAGE,
@@ -705,7 +705,23 @@ def check_stored_event(key: str, data: bytes, keyring: KeyRing) -> tuple[dict[st
     bound = pk if suffix is None else PublicKey(pk.key_id, pk.public_key, rotates_at=_retired_at(pk))
     if not within_window(bound, created):
         return event, f"created at {created}, outside the validity of key {pk.key_id}"
+    if dumps_compact(event) != data:
+        # same content, other bytes: harmless to the hash, but not what any publisher
+        # wrote, so someone rewrote the object (and could have meant more)
+        return (
+            event,
+            f"re-serialised: not the compact JSON the publisher writes ({_first_difference(event, data)})",
+        )
     return event, None
+
+
+def _first_difference(event: dict[str, Any], data: bytes) -> str:
+    """Where the stored bytes first differ from the publisher's form, for the finding."""
+    want = dumps_compact(event)
+    at = next(
+        (i for i, (a, b) in enumerate(zip(want, data, strict=False)) if a != b), min(len(want), len(data))
+    )
+    return f"byte {at} of {len(data)}"
 
 
 _EVENT_REASONS = {

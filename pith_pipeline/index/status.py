@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.core.canonical_json import loads_stored
 from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT, RUNS, is_run_manifest
 from pith_pipeline.index.delta import location
 from pith_pipeline.index.query import connect, needs_views, read_error
@@ -70,7 +70,7 @@ def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
     out["last_run"] = None
     if runs:
         data = store.get(runs[-1])  # run ids start with their UTC start time
-        doc = loads(data) if data else {}
+        doc = loads_stored(data, runs[-1]) if data else {}
         if isinstance(doc, dict) and doc.get("format") == RUN_MANIFEST_FORMAT:
             out["last_run"] = {
                 "key": runs[-1],

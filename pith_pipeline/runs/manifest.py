@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from pith_pipeline._internal.disk_backed import Ledger, iter_sorted, sorted_unique
 from pith_pipeline.clock import system_clock
-from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
+from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads_stored
 from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT, RUNS, quarantine_key, run_manifest_key
 from pith_pipeline.core.timeutil import Clock, iso_seconds
 from pith_pipeline.errors import WriteConflictError
@@ -175,7 +175,7 @@ def write_manifest(
     key = run_manifest_key(summary.run_id)
     existing = store.get(key)
     if existing is not None:
-        old = loads(existing)
+        old = loads_stored(existing, key)
         same = ("run_id", "window", "counts")
         if (
             isinstance(old, dict)

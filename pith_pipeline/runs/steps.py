@@ -131,14 +131,14 @@ def build_chunk(
 
 
 def _read_staged(store: Store, key: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from pith_pipeline.core.canonical_json import loads
+    from pith_pipeline.core.canonical_json import loads_stored
 
     data = store.get(key)
     if data is None:
         raise StorageError(
             f"staged chunk {key} is missing from {store.url}; re-run the build task for this window"
         )
-    lines = [loads(line) for line in data.splitlines() if line.strip()]
+    lines = [loads_stored(line, key) for line in data.splitlines() if line.strip()]
     return lines[0], lines[1:]
 
 

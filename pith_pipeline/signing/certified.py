@@ -18,6 +18,7 @@ one KMS call per run.
 from __future__ import annotations
 
 import dataclasses
+import math
 import secrets
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -34,6 +35,8 @@ from pith_pipeline.errors import SigningError
 
 DEFAULT_VALIDITY = timedelta(hours=48)
 VALIDITY_ENV = env_name("cert_hours")
+#: Longest PITH_CERT_HOURS accepted (ten years): a per-run key outliving that is a mistake.
+MAX_VALIDITY_HOURS = 24 * 3653
 RUN_ID_ENV = env_name("run_id")
 
 
@@ -174,13 +177,21 @@ def _new_key() -> nacl.signing.SigningKey:
 
 
 def _validity_from_env() -> timedelta:
+    """PITH_CERT_HOURS as a window: a positive, finite number of hours (at most
+    MAX_VALIDITY_HOURS). Why refuse the rest: a window of zero or fewer hours ends
+    before it starts, so every bundle the run signs would fail `verify`."""
+    from pith_pipeline.errors import KeyFileError
+
     raw = from_env("cert_hours")
     if not raw:
         return DEFAULT_VALIDITY
     try:
         hours = float(raw)
     except ValueError:
-        from pith_pipeline.errors import KeyFileError
-
         raise KeyFileError(f"{VALIDITY_ENV}={raw!r} is not a number of hours") from None
+    if not (math.isfinite(hours) and 0 < hours <= MAX_VALIDITY_HOURS):
+        raise KeyFileError(
+            f"{VALIDITY_ENV}={raw!r}: a certificate's validity must be more than 0 and at most "
+            f"{MAX_VALIDITY_HOURS} hours"
+        )
     return timedelta(hours=hours)

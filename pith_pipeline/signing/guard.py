@@ -13,7 +13,9 @@ Two mistakes an operator makes once and regrets for good:
   purpose (`keys rotate`, `receipts reissue`). A store with no key document yet (the
   first run) accepts any key.
 
-`Publisher` calls both, so every command, worker and Airflow task is covered.
+`Publisher` calls both, so every command, worker and Airflow task is covered. The
+transparency log's key (`--log-signer`) is checked the same way: by `Publisher`
+before a run writes anything, and where it is opened (`tlog.pipeline.open_log_signer`).
 """
 
 from __future__ import annotations
@@ -75,6 +77,29 @@ def refuse_key_inside_store(signer: Any, store: Any) -> None:
         return
     for key_file in signer_key_files(signer):
         refuse_key_file_inside(key_file, root)
+
+
+def spec_key_file(spec: str | None) -> Path | None:
+    """The local key file a signer spec names (`file:PATH`, a bare path, or either
+    under `certified:`), without opening it; None for KMS and envelope specs."""
+    rest = spec or ""
+    while rest.startswith("certified:"):
+        rest = rest[len("certified:") :]
+    scheme, sep, path = rest.partition(":")
+    if scheme == "file":
+        return Path(path) if path else None
+    if scheme in ("kms", "kms-envelope") or not rest:
+        return None
+    return Path(rest) if not sep or "/" in scheme or scheme.startswith(".") else None
+
+
+def refuse_key_spec_inside_store(spec: str | None, store: Any) -> None:
+    """Refuse a signer spec (the log's, which is opened only when a run ends) whose
+    local key file lives in a local store's directory, before anything is written."""
+    root = local_store_root(store)
+    path = spec_key_file(spec)
+    if root is not None and path is not None:
+        refuse_key_file_inside(path.absolute(), root)
 
 
 def _named(keys: Iterable[PublicKey]) -> str:

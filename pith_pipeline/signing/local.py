@@ -19,6 +19,7 @@ from pathlib import Path
 
 import nacl.signing
 
+from pith_pipeline._internal.error_text import describe_os_error
 from pith_pipeline.core.canonical_json import dumps_pretty
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, fingerprint_b32
 from pith_pipeline.core.layout import PUBLIC_KEY_FILE as PUBLIC_KEY_FILE
@@ -97,10 +98,20 @@ def write_key_file(path: Path, seed: bytes, key_id: str) -> None:
     make_private_dir(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, body + b"\n")
-    finally:
-        os.close(fd)
+        try:
+            os.fchmod(fd, 0o600)
+            _write_all(fd, body + b"\n")
+        finally:
+            os.close(fd)
+    except BaseException:
+        path.unlink(missing_ok=True)  # ours (O_EXCL): a half-written key is no key
+        raise
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def generate_key(
@@ -118,19 +129,29 @@ def generate_key(
     sk = nacl.signing.SigningKey.generate()
     seed = bytes(sk)
     kid = key_id or default_key_id(bytes(sk.verify_key))
-    write_key_file(priv, seed, kid)
     doc = PublicKey(
         key_id=kid,
         public_key=bytes(sk.verify_key),
         url=f"{base_url.rstrip('/')}/{PUBLIC_KEY_FILE}" if base_url else "",
     )
-    # 0644 whatever the umask: everyone may read a public key, nobody else may rewrite it
-    fd = os.open(pub, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    # all or nothing: a failure (a full disk, a read-only directory) leaves neither file,
+    # so the next try is not refused by a half-written key nobody can load
     try:
-        os.fchmod(fd, 0o644)
-        os.write(fd, dumps_pretty(doc.to_json()) + b"\n")
-    finally:
-        os.close(fd)
+        write_key_file(priv, seed, kid)
+        try:
+            # 0644 whatever the umask: everyone may read a public key, nobody else may rewrite it
+            fd = os.open(pub, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.fchmod(fd, 0o644)
+                _write_all(fd, dumps_pretty(doc.to_json()) + b"\n")
+            finally:
+                os.close(fd)
+        except BaseException:
+            priv.unlink(missing_ok=True)  # never used: no signature can depend on it
+            pub.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise KeyFileError(f"cannot write the key in {out_dir}: {describe_os_error(exc)}") from None
     return priv, pub, doc
 
 

@@ -12,6 +12,7 @@ switched off so they do not stack on ours.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import socket
 import threading
@@ -42,6 +43,7 @@ DEFAULT_API_URL = config.DEFAULT_API_URL
 API_URL_ENV = config.env_name("arxiv_api_url")
 _VERSIONED = re.compile(r"(.+?)(v[0-9]+)?", re.ASCII | re.DOTALL)  # fullmatch; the id is checked after
 _ABS_URL = re.compile(r"^https?://[^/]+/abs/")
+log = logging.getLogger(__name__)
 
 
 # -- a total deadline below HTTP ----------------------------------------------------------
@@ -232,6 +234,13 @@ class ArxivAPI:
             raise TransientError(f"arXiv API at {self.api_url}: HTTP {exc.status} for {exc.url}") from None
         except arxiv.ArxivError as exc:
             raise TransientError(f"arXiv API at {self.api_url}: {exc}") from None
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            # the package's own parsing of the answer (a bad `<updated>` is a ValueError):
+            # the server's answer is input, so it is named, never a traceback
+            raise TransientError(
+                f"arXiv API at {self.api_url}: an answer the arxiv package cannot read "
+                f"({type(exc).__name__}: {exc}); try again later"
+            ) from None
 
     def ids_for_query(self, query: str, *, max_results: int | None = 1000) -> list[str]:
         """Ids matching an API query, de-duplicated, in the API's order."""
@@ -243,7 +252,7 @@ class ArxivAPI:
             sort_by=arxiv.SortCriterion.SubmittedDate,
             sort_order=arxiv.SortOrder.Ascending,
         )
-        return _unique(normalise_id(r.get_short_id()) for r in self._results(search))
+        return _unique(i for i in (_result_id(r) for r in self._results(search)) if i is not None)
 
     def check_ids(self, ids: list[str]) -> tuple[list[str], list[str]]:
         """(ids the API knows, ids it returned nothing for), both bare and in input order."""
@@ -260,6 +269,17 @@ class ArxivAPI:
                 except InputError:
                     continue  # the API's error entries are not ids
         return [i for i in wanted if i in found], [i for i in wanted if i not in found]
+
+
+def _result_id(result: arxiv.Result) -> str | None:
+    """A search result's bare id, or None (with a warning naming it) when the server's
+    entry id is not an arXiv identifier: the answer is input too, and one bad entry
+    must not stop a query whose other matches are fine."""
+    try:
+        return normalise_id(result.get_short_id())
+    except InputError as exc:
+        log.warning("search API result left out: %s", exc.message)
+        return None
 
 
 def _unique(ids: Iterator[str] | list[str]) -> list[str]:

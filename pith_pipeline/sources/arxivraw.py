@@ -23,11 +23,13 @@ carrying the record's raw XML, so the rest of the page is still built.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from lxml import etree
 
-from pith_pipeline.core.arxiv_record import ArxivRecord, Version
+from pith_pipeline.core.arxiv_record import ArxivRecord, Version, is_arxiv_id
 from pith_pipeline.errors import InputError
 from pith_pipeline.items import Item, Rejected
 
@@ -101,13 +103,32 @@ def parse_page(data: bytes, where: str) -> Page:
     """Parse a `ListRecords` or `GetRecord` response into records, deletions and rejects.
 
     Raises `MalformedPageError` (naming `where`) when the bytes are not an OAI-PMH
-    XML document; a bad record inside a good page is a `Rejected` item instead.
+    XML document; a bad record inside a good page is a `Rejected` item instead, and
+    so is a record that is not well-formed XML inside a page that is otherwise sound
+    (see `_read_records_apart`).
     """
     try:
         root = etree.fromstring(data, parser=_PARSER)
     except etree.XMLSyntaxError as exc:
+        page = _read_records_apart(data, where)
+        if page is not None:
+            return page
         head = data[:80].decode("utf-8", errors="replace").replace("\n", " ")
         raise MalformedPageError(f"not an XML document ({exc}); starts with {head!r}", where=where) from None
+    return _page_of(root, where, data=data)
+
+
+def _page_of(
+    root: etree._Element,
+    where: str,
+    first: int = 1,
+    *,
+    data: bytes | None = None,
+    raws: list[bytes] | None = None,
+) -> Page:
+    """The page of a parsed document. Each record's exact bytes (`raws`, or found in
+    `data`, the document) go with it, for the quarantine; lxml's re-serialisation
+    only when they cannot be told apart for sure."""
     docinfo = root.getroottree().docinfo
     if docinfo.doctype or docinfo.internalDTD is not None or docinfo.externalDTD is not None:
         raise MalformedPageError("refused: the response declares a DTD (OAI-PMH never does)", where=where)
@@ -124,8 +145,12 @@ def parse_page(data: bytes, where: str) -> Page:
         body = root.find(f"{_O}GetRecord")
     if body is None:
         raise MalformedPageError("neither ListRecords nor GetRecord nor error in the response", where=where)
-    for n, rec in enumerate(body.iterfind(f"{_O}record"), start=1):
-        parsed = parse_record(rec, f"{where} record {n}")
+    records = body.findall(f"{_O}record")
+    if raws is None and data is not None:
+        raws = _record_bytes(data, len(records))
+    for n, rec in enumerate(records, start=first):
+        raw = raws[n - first] if raws is not None and len(raws) == len(records) else None
+        parsed = parse_record(rec, f"{where} record {n}", raw)
         if isinstance(parsed, Deleted):
             page.deleted.append(parsed)
         else:
@@ -138,6 +163,81 @@ def parse_page(data: bytes, where: str) -> Page:
             raise MalformedPageError(exc.reason, where=where) from None
         page.complete_list_size = _int_attr(token, "completeListSize")
         page.cursor = _int_attr(token, "cursor")
+    return page
+
+
+# A record's bytes in a page: `<record>` .. the first `</record>` (records do not nest).
+_RECORD_SPAN = re.compile(rb"<record(?:[ \t\r\n][^<>]*)?>.*?</record[ \t\r\n]*>", re.DOTALL)
+_HEADER_ID = re.compile(rb"<identifier>[ \t\r\n]*oai:arXiv\.org:([!-~]{1,64}?)[ \t\r\n]*</identifier>")
+
+
+#: the most of a page outside its records (a real one: a few hundred bytes) for which the
+#: page is read record by record
+_ENVELOPE_BYTES = 16 * 1024
+
+
+def _record_bytes(data: bytes, count: int) -> list[bytes] | None:
+    """The exact bytes of the `count` records of a well-formed page, or None.
+
+    Sure only when the page holds `<record` and `</record` exactly `count` times each
+    and the spans found are as many: then every occurrence is a real tag (one inside a
+    comment, CDATA or text would make a count too high, an empty `<record/>` or a `>`
+    in an attribute the spans too few), and records do not nest.
+    """
+    if not count or data.count(b"<record") != count or data.count(b"</record") != count:
+        return None
+    spans = [data[a:b] for a, b in (m.span() for m in _RECORD_SPAN.finditer(data))]
+    return spans if len(spans) == count else None
+
+
+def _read_records_apart(data: bytes, where: str) -> Page | None:
+    """A page the XML parser refused as a whole, read record by record; None when it
+    cannot be split safely (then the page is malformed, kept and retried).
+
+    Why: one record with a byte that is not UTF-8, a character XML forbids or an
+    undeclared entity made the whole page malformed, so the window stopped there on
+    every rerun. No per-record problem may stop a run, so such a record becomes one
+    reject with its exact bytes and the rest of the page is read.
+
+    Only a page whose damage is inside cleanly separated records is read this way:
+    the page without its records (head, token, closing tags) must be a sound OAI-PMH
+    document, only blanks may lie between records, and the page may hold no comment,
+    CDATA section, processing instruction or declaration, which could hide a
+    `</record>` that is not one. A truncated page stays malformed, so it is fetched
+    again rather than read in part.
+    """
+    decl = re.match(rb"<\?xml[^<>]*\?>", data)
+    rest = data[decl.end() :] if decl else data
+    if b"<!" in rest or b"<?" in rest:
+        return None
+    spans = [m.span() for m in _RECORD_SPAN.finditer(data)]
+    if not spans or data.count(b"<record") != len(spans) or data.count(b"</record") != len(spans):
+        return None
+    if any(data[end:start].strip(b" \t\r\n") for (_, end), (start, _) in pairwise(spans)):
+        return None
+    head, tail = data[: spans[0][0]], data[spans[-1][1] :]
+    if len(head) + len(tail) > _ENVELOPE_BYTES:
+        return None  # parsed again around every record: a huge one would cost that many times
+    try:
+        envelope = _page_of(etree.fromstring(head + tail, parser=_PARSER), where)
+    except (etree.XMLSyntaxError, MalformedPageError):
+        return None
+    if envelope.error_code is not None or envelope.items or envelope.deleted:
+        return None
+    page = envelope
+    for n, (start, end) in enumerate(spans, start=1):
+        chunk = data[start:end]
+        try:
+            one = _page_of(etree.fromstring(head + chunk + tail, parser=_PARSER), where, n, raws=[chunk])
+        except (etree.XMLSyntaxError, MalformedPageError) as exc:
+            found = _HEADER_ID.search(chunk)
+            rid = found.group(1).decode("ascii") if found else None
+            rid = rid if rid is not None and is_arxiv_id(rid) else None
+            reason = f"not well-formed XML ({exc}); the page's other records were read"
+            page.items.append(Rejected.of_bytes(f"{where} record {n}", reason, chunk, rid, "record"))
+            continue
+        page.items.extend(one.items)
+        page.deleted.extend(one.deleted)
     return page
 
 
@@ -206,14 +306,27 @@ def raw_xml(el: etree._Element) -> str:
     return str(etree.tostring(el, encoding="unicode"))
 
 
-def parse_record(rec: etree._Element, where: str) -> ArxivRecord | Rejected | Deleted:
-    """One `<record>` element -> record, reject (with its raw XML) or deletion notice."""
+def parse_record(
+    rec: etree._Element, where: str, raw: bytes | None = None
+) -> ArxivRecord | Rejected | Deleted:
+    """One `<record>` element -> record, reject (with its raw XML) or deletion notice.
+
+    `raw`: the record's bytes as served, kept by a reject (base64 when not UTF-8) and
+    by the record; without it, lxml's serialisation of the element."""
     header = rec.find(f"{_O}header")
     header_id: str | None = None
 
     def reject(reason: str, fld: str | None = None, rid: str | None = None) -> Rejected:
+        if raw is not None:
+            return Rejected.of_bytes(where, reason, raw, rid or header_id, fld)
         return Rejected(where, reason, raw_xml(rec), rid or header_id, fld)
 
+    # a block given twice says two things at once, as a field given twice does
+    for path, name in ((f"{_O}header", "header"), (f"{_O}metadata", "metadata")):
+        if len(rec.findall(path)) > 1:
+            return reject(f"more than one <{name}> in the record", name)
+    if len(rec.findall(f"{_O}metadata/{_A}arXivRaw")) > 1:
+        return reject("more than one <arXivRaw> in the record's metadata", "metadata")
     try:
         oai_id = _header_text(header, "identifier") or ""
         header_id = oai_id[len(OAI_ID_PREFIX) :] if oai_id.startswith(OAI_ID_PREFIX) else None
@@ -236,7 +349,8 @@ def parse_record(rec: etree._Element, where: str) -> ArxivRecord | Rejected | De
             return reject(f"header identifier {oai_id!r} does not match <id> {arxiv_id!r}", "id", arxiv_id)
         versions = []
         for v in meta.iterfind(f"{_A}version"):
-            label = (v.get("version") or "").strip()
+            # as written: a label is a token, and `"v1 "` is refused in a snapshot line too
+            label = v.get("version") or ""
             date = _text(v, "date", "versions")
             if not label or date is None:
                 return reject("a <version> needs a version attribute and a <date>", "versions", arxiv_id)
@@ -271,6 +385,8 @@ def parse_record(rec: etree._Element, where: str) -> ArxivRecord | Rejected | De
             license=fields["license"],
             update_date=datestamp,
             authors_parsed=None,
+            source_where=where,
+            source_raw=raw if raw is not None else raw_xml(rec),
         )
     except InputError as exc:
         return reject(exc.message, exc.field, arxiv_id)

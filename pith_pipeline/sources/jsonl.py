@@ -15,9 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
-
 from pith_pipeline.core.arxiv_record import ArxivRecord
+from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.items import Item, Rejected
@@ -30,11 +29,13 @@ def parse_line(line: bytes, where: str) -> Item:
     """One snapshot line -> record, or a reject carrying the line's exact bytes."""
     raw = line.rstrip(b"\r\n")
     try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
+        # strict, and a key given twice is refused: which of two titles would be signed
+        # depends on the reader (orjson keeps the last, others the first)
+        obj = loads(line)
+    except ValueError as exc:  # orjson's errors and DuplicateKeyError
         return Rejected.of_bytes(where, f"invalid JSON: {exc}", raw)
     try:
-        return ArxivRecord.from_json(obj, where=where)
+        return ArxivRecord.from_json(obj, where=where, raw=raw)
     except InputError as exc:
         return Rejected.of_bytes(where, exc.message, raw, exc.record_id, exc.field)
 

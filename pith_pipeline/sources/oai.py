@@ -47,6 +47,7 @@ from oaipmh_scythe.config import HTTPConfig
 from pith_pipeline import config
 from pith_pipeline._internal.capped import deadline_scope, deadline_transport, read_capped
 from pith_pipeline.clock import system_clock
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.timeutil import Clock, iso_seconds
@@ -555,7 +556,19 @@ class Harvester:
 
 
 def _explain_getrecord_error(page: Page, arxiv_id: str, body: bytes) -> None:
-    """A `GetRecord` error becomes a quarantined item: the id was asked for and not built."""
+    """A `GetRecord` error becomes a quarantined item: the id was asked for and not built.
+
+    So does an answer holding another paper's record (or its deletion): a look-up builds
+    only what was asked for, never what a server chose to send instead."""
+    others = [i for i in page.items if isinstance(i, ArxivRecord) and i.id != arxiv_id]
+    others_deleted = [d for d in page.deleted if d.arxiv_id != arxiv_id]
+    if others or others_deleted:
+        named = sorted({r.id for r in others} | {d.arxiv_id for d in others_deleted})
+        reason = f"GetRecord for {oai_identifier(arxiv_id)} answered with another record: {', '.join(named)}"
+        page.items = [i for i in page.items if not isinstance(i, ArxivRecord)]
+        page.deleted = []
+        page.items.append(Rejected.of_bytes(page.where, reason, body, arxiv_id, "id"))
+        return
     if page.error_code is None:
         return
     reason = {"idDoesNotExist": f"arXiv's OAI-PMH has no record {oai_identifier(arxiv_id)}"}.get(

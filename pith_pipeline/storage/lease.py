@@ -63,6 +63,11 @@ LOG_LEASE = "log"
 DEFAULT_TTL = 120.0
 
 
+#: Longest lease TTL accepted (a day): a lease is renewed while its writer runs, and a
+#: dead writer's lease blocks every other writer until it expires.
+MAX_TTL = 86400.0
+
+
 def lease_ttl(env: Mapping[str, str] | None = None) -> float:
     """The TTL for new leases: the `lease_ttl` setting (PITH_LEASE_TTL), else DEFAULT_TTL."""
     var = config.env_name("lease_ttl")
@@ -71,8 +76,8 @@ def lease_ttl(env: Mapping[str, str] | None = None) -> float:
         value = float(text) if text else DEFAULT_TTL
     except ValueError:
         raise LeaseConfigError(f"{var}={text!r}: expected seconds, e.g. 120") from None
-    if not (math.isfinite(value) and value > 0):  # nan would make every expiry nan
-        raise LeaseConfigError(f"{var}={text!r}: must be a positive number of seconds")
+    if not 0 < value <= MAX_TTL:  # also refuses nan; inf overflowed the expiry's timestamp
+        raise LeaseConfigError(f"{var}={text!r}: must be positive, at most {MAX_TTL:.0f} seconds")
     return value
 
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pith_pipeline.config import from_env
-from pith_pipeline.errors import StorageError, WriteConflictError
+from pith_pipeline.errors import IntegrityError, StorageError, WriteConflictError
 
 #: The directory (under the store root) that holds every temporary file.
 TMP_DIR = ".tmp"
@@ -72,6 +72,18 @@ def _os_error(op: str, path: str | Path, exc: OSError) -> StorageError:
     }
     transient = exc.errno in (errno.EAGAIN, errno.EINTR, errno.EBUSY)
     return StorageError(f"{op} {path}: {reason}{hints.get(exc.errno or 0, '')}", transient=transient)
+
+
+def _unlistable(exc: OSError) -> None:
+    """`os.walk`'s error handler: a directory that cannot be read fails the listing.
+
+    Why not skip it (the default): a listing that silently leaves out an unreadable
+    `events/<ID>/` made `verify` report its events deleted, and a rebuild would drop
+    them. A directory removed while the walk runs (a concurrent `delete`) was empty.
+    """
+    if isinstance(exc, FileNotFoundError | NotADirectoryError):
+        return
+    raise _os_error("cannot list", exc.filename or "", exc) from None
 
 
 def _umask() -> int | None:
@@ -186,14 +198,32 @@ class LocalStore:
     def _path(self, key: str) -> Path:
         return Path(self._fs(key))
 
-    def get(self, key: str) -> bytes | None:
+    def _open_object(self, key: str) -> tuple[int, str] | None:
+        """Open an object for reading; None when absent.
+
+        The last component is not followed when it is a symbolic link (`O_NOFOLLOW`):
+        an object is a regular file this store wrote, and a link planted in the store
+        would make it read (and publish from, or vouch for) a file outside it. Such a
+        link is an `IntegrityError` naming the key: one damaged object, not a store
+        failure.
+        """
         path = self._fs(key)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW), path
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
+            if exc.errno == errno.ELOOP and os.path.islink(path):
+                raise IntegrityError(
+                    "is a symbolic link, not an object this store wrote; not read", key=key
+                ) from None
             raise _os_error("cannot read", path, exc) from None
+
+    def get(self, key: str) -> bytes | None:
+        opened = self._open_object(key)
+        if opened is None:
+            return None
+        fd, path = opened
         try:
             size = os.fstat(fd).st_size
             chunks = [os.read(fd, size + 1)]  # a short read is the end of the file
@@ -211,9 +241,12 @@ class LocalStore:
         """Like `get`, but an object over `limit` bytes is refused unread (`base.get_capped`)."""
         from pith_pipeline.storage.base import too_large
 
-        path = self._path(key)
+        opened = self._open_object(key)
+        if opened is None:
+            return None
+        fd, path = opened
         try:
-            with path.open("rb") as fh:
+            with os.fdopen(fd, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size > limit:
                     raise too_large(key, size, limit)
@@ -491,7 +524,7 @@ class LocalStore:
             return
         root = str(base)
         cut = len(root) + 1
-        for dirpath, dirs, files in os.walk(walk_root):
+        for dirpath, dirs, files in os.walk(walk_root, onerror=_unlistable):
             if dirpath == root:
                 dirs[:] = [d for d in dirs if d != TMP_DIR]
             rel_dir = dirpath[cut:].replace(os.sep, "/") if dirpath != root else ""

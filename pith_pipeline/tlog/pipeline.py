@@ -159,9 +159,14 @@ def _key_doc(store: Store) -> dict[str, Any]:
 
 def open_log_signer(spec: str, store: Store, origin: str | None = None) -> LogSigner:
     """The log's signer from a signer spec; the origin from, in order: `origin`,
-    `PITH_LOG_ORIGIN`, the one the store's key document already names, its URL."""
+    `PITH_LOG_ORIGIN`, the one the store's key document already names, its URL.
+
+    A log key file inside a local store is refused here, the one place every command
+    opens a log key: like the signing key, it would be served with the bundles."""
+    from pith_pipeline.signing import guard
     from pith_pipeline.signing.factory import open_signer
 
+    guard.refuse_key_spec_inside_store(spec, store)  # before anything else is asked of the store
     doc = _key_doc(store)
     listed = doc.get("log") if isinstance(doc.get("log"), dict) else None
     origin = (
@@ -170,7 +175,9 @@ def open_log_signer(spec: str, store: Store, origin: str | None = None) -> LogSi
         or (str(listed["origin"]) if listed and listed.get("origin") else None)
         or default_origin(str(doc.get("url", "")))
     )
-    return LogSigner.from_signer(open_signer(spec), origin)
+    signer = open_signer(spec)
+    guard.refuse_key_inside_store(signer, store)
+    return LogSigner.from_signer(signer, origin)
 
 
 def log_from_env(store: Store) -> LogSigner | None:

@@ -187,3 +187,26 @@ def test_a_self_equivocation_republished_by_the_next_run_fails_verify(
     assert deep.code == 1 and "self-equivocation" in deep.out, deep.out
     one = cli("verify", str(root / "pith" / body / "bundle.json"))
     assert "WARN state" in one.out and "conflicting_record" in one.out, one.out
+
+
+def test_stored_json_with_duplicate_keys_is_one_line_naming_it(root: Path, cli: Any, tmp_path: Path) -> None:
+    """Every reader of stored JSON refuses duplicate keys the same way: one line naming
+    the object, never a traceback (status reads the last run manifest, receipts
+    reissue each bundle, and replaces a damaged one)."""
+    (manifest,) = root.glob("runs/*/manifest.json")
+    manifest.write_bytes(b'{"format": "x",' + manifest.read_bytes().lstrip()[1:])
+    r = cli("status", "--store", str(root))
+    assert r.code != 0 and "Traceback" not in r.out + r.err
+    assert f"{manifest.relative_to(root)}: not valid JSON (duplicate key 'format'" in r.err
+    bundle = sorted(root.glob("pith/*/bundle.json"))[0]
+    data = bundle.read_bytes()
+    bundle.unlink()
+    bundle.write_bytes(b'{"bundle_signature": {},' + data[1:])
+    from pith_pipeline.signing.local import write_key_file
+
+    key = tmp_path / "keys" / "k.json"
+    key.parent.mkdir(mode=0o700)
+    write_key_file(key, b"\x06" * 32, "pith-cli-verify")
+    r = cli("receipts", "reissue", "--store", str(root), "--key", str(key))
+    assert r.code == 0 and "Traceback" not in r.out + r.err  # rebuilt from the verified events
+    assert b'"bundle_signature": {},' not in bundle.read_bytes()

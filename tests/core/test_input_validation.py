@@ -75,6 +75,12 @@ def test_highest_allowed_version_builds() -> None:
         "hep-th/9901001\n",
         " 2101.00021",
         "2101.00021v2",
+        "2113.00021",  # no thirteenth month
+        "2100.00021",
+        "0612.0001",  # new-style ids began in April 2007 (0704)
+        "hep-th/9913001",
+        "hep-th/9900001",
+        "hep-th/8901001",  # old-style ids ran from 1991 to March 2007
     ],
 )
 def test_ids_are_full_ascii_matches(ident: str) -> None:
@@ -83,7 +89,9 @@ def test_ids_are_full_ascii_matches(ident: str) -> None:
 
 
 def test_good_ids_still_match() -> None:
-    assert all(is_arxiv_id(i) for i in ("2101.00021", "0704.0001", "hep-th/9901001", "math.CO/0102003"))
+    good = ("2101.00021", "0704.0001", "0812.1234", "hep-th/9901001", "math.CO/0102003", "math/0703001")
+    assert all(is_arxiv_id(i) for i in good)
+    assert all(is_arxiv_id(i) for i in ("alg-geom/9108001", "2912.99999", "9912.00001"))
 
 
 @pytest.mark.parametrize("cat", ["cs.LG\u0661", "c\u0131s"])
@@ -109,6 +117,10 @@ def test_pith_numbers_and_iso_stamps_are_full_ascii_matches() -> None:
         "Sat, \uff13\uff11 Mar 2007 02:26:18 GMT",
         "Sat, 31 Mar 2007 25:26:18 GMT",
         "31 Mar 07",
+        "Wed, 31 Mar 2007 02:26:18 GMT",  # 31 Mar 2007 was a Saturday: which one is meant?
+        "Sat, 31 Mar 2007 02:26:18 +0060",  # sixty minutes of offset
+        "Sat, 31 Mar 2007 02:26:18 +2500",  # no zone is 25 hours off
+        "Sat, 31 Mar 2007 02:26:18 -9999",
     ],
 )
 def test_dates_are_parsed_strictly(text: str) -> None:
@@ -194,3 +206,30 @@ def test_unencodable_text_is_refused() -> None:
 def test_submitted_year_has_four_digits_for_pith_numbers() -> None:
     rec = ArxivRecord.from_json(base())
     assert rec.submitted_at == datetime(2007, 3, 31, 2, 26, 18, tzinfo=UTC)
+
+
+def test_a_version_date_has_its_documented_size_limit() -> None:
+    """`created` is limited to 64 bytes (docs/pages/input-limits.md): blanks around a
+    date must not carry it past the limit into the signed record."""
+    limit = DEFAULT_LIMITS.field_limit("created")
+    padded = GOOD_DATE + " " * (limit - len(GOOD_DATE) + 1)
+    err = refused(base(versions=[{"version": "v1", "created": padded}]))
+    assert err.field == "versions[v1].created" and str(limit) in err.message
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        base(id="2101." + "1" * 1_000_000),
+        base(versions=[{"version": "v" + "1" * 1_000_000, "created": GOOD_DATE}]),
+        base(versions=[{"version": "v1", "created": "x" * 1_000_000}]),
+        base(categories="cs.LG " + "x!" * 500),
+        base(update_date="2" * 1_000_000),
+    ],
+    ids=["id", "version", "date", "category", "update_date"],
+)
+def test_a_reason_never_repeats_a_huge_value(obj: dict[str, Any]) -> None:
+    """A reject's reason names the value, shortened: the value itself is in the raw
+    input the quarantine keeps, and a reason of megabytes would be printed and logged."""
+    err = refused(obj)
+    assert len(err.message) < 300, err.message[:300]

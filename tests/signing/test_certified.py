@@ -153,3 +153,16 @@ def test_certified_by_a_kms_root_via_cli(local_kms: LocalKmsServer, tmp_path: Pa
     assert doc["key_id"] == "pith-kms-root"
     r = cli("verify", str(out), "--pin", doc["fingerprint_sha256_hex"], "-q")
     assert r.code == 0 and "30 verified" in r.out, r.out
+
+
+@pytest.mark.parametrize("hours", ["-1", "0", "nan", "inf", "-inf", "1e300", "x"])
+def test_an_unusable_certificate_validity_is_refused_before_signing(
+    hours: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PITH_CERT_HOURS=-1 published certificates whose window ends before it starts,
+    so every bundle of the run failed `verify`; nan, inf and 1e300 were tracebacks."""
+    from pith_pipeline.errors import KeyFileError
+
+    monkeypatch.setenv("PITH_CERT_HOURS", hours)
+    with pytest.raises(KeyFileError, match="PITH_CERT_HOURS"):
+        CertifiedSigner(Ed25519Signer(bytes(32), "pith-root"))

@@ -51,3 +51,30 @@ def test_keys_show_names_a_damaged_document_in_one_line(
     assert ended.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pith-signing-key.json: not a usable key document" in err[0]
+
+
+def _doc_with(tmp_path: Path, change: str) -> bytes:
+    import json
+
+    from pith_pipeline.core.keys import Ed25519Signer, PublicKey
+
+    _priv, pub, _doc = generate_key(tmp_path / "keys")
+    head = json.loads(pub.read_bytes())
+    entry = {k: v for k, v in head.items() if k != "keys"}
+    other = PublicKey("x", Ed25519Signer(b"\x09" * 32, "x").public_key).to_json()
+    if change == "same-id-twice":
+        doc = {**entry, "keys": [entry, entry]}
+    elif change == "same-id-other-key":
+        doc = {**entry, "keys": [entry, {**other, "key_id": entry["key_id"]}]}
+    else:  # the head names a key the list does not hold as it says
+        doc = {**other, "key_id": entry["key_id"], "keys": [entry]}
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize("change", ["same-id-twice", "same-id-other-key", "head-differs"])
+def test_a_document_listing_a_key_id_twice_or_a_head_unlike_its_entry_is_refused(
+    tmp_path: Path, change: str
+) -> None:
+    """Readers that keep the first or the last of two entries would trust different keys."""
+    with pytest.raises(IntegrityError, match="not a usable key document"):
+        read_key_document(_doc_with(tmp_path, change), "pith-signing-key.json")

@@ -319,3 +319,51 @@ def test_a_certified_runs_root_key_and_a_staged_airflow_build_are_checked_too(tm
         Publisher(LocalStore(store), open_signer(f"certified:file:{priv}"))
     with pytest.raises(KeyFileError, match="inside the store"):
         Publisher(StagingStore(LocalStore(store)), load_signer(priv))
+
+
+def test_a_log_key_file_inside_the_store_is_refused_too(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """The transparency log's private key is as secret as the signing key: inside the
+    store it would be served with the bundles. Every command that opens a log key
+    (`build`/`ingest` with --log-signer, `log sync`, `log rebuild`) goes through one
+    function, which refuses it."""
+    store = tmp_path / "store"
+    signing, _pub, _doc = generate_key(tmp_path / "keys")
+    log_key, _pub2, _doc2 = generate_key(store / "log-keys", key_id="pith-log-1")
+    result = cli(
+        "build", "--input", str(SAMPLE), "--store", str(store), "--key", str(signing),
+        "--log-signer", str(log_key), "--workers", "1",
+    )  # fmt: skip
+    _assert_refused_naming(result, log_key.resolve())
+    assert not (store / "pith").exists()
+    for sub in ("sync", "rebuild"):
+        result = cli("log", sub, "--store", str(store), "--log-signer", str(log_key))
+        _assert_refused_naming(result, log_key.resolve())
+
+
+@pytest.mark.parametrize("failing_write", [1, 2])  # the private key file, the public key document
+def test_a_full_disk_during_keys_generate_leaves_no_half_written_key(
+    tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, failing_write: int
+) -> None:  # type: ignore[no-untyped-def]
+    """An empty private key file left by ENOSPC made every later `keys generate` refuse
+    ("already exists") and every run fail to parse it: generation is all or nothing."""
+    import errno
+
+    real_write = os.write
+    writes = []
+
+    def write(fd: int, data: bytes) -> int:
+        writes.append(fd)
+        if len(writes) == failing_write:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    out = tmp_path / "keys"
+    monkeypatch.setattr(os, "write", write)
+    result = cli("keys", "generate", "--out", str(out))
+    monkeypatch.setattr(os, "write", real_write)
+    assert result.code == 1 and "Traceback" not in result.err
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(out) in lines[0] and "disk is full" in lines[0], result.err
+    assert not (out / PRIVATE_KEY_FILE).exists() and not (out / PUBLIC_KEY_FILE).exists()
+    assert cli("keys", "generate", "--out", str(out)).code == 0  # free space, run again
+    load_signer(out / PRIVATE_KEY_FILE)

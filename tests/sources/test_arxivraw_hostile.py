@@ -7,6 +7,8 @@ end the title silently (`Quantum<!-- c --> gravity` signed as `Quantum`).
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from pith_pipeline.items import Rejected
@@ -140,9 +142,75 @@ def test_dtds_are_refused(prolog: str) -> None:
     assert "root:" not in str(err.value)
 
 
-def test_undefined_entity_is_not_a_page() -> None:
+def three(middle: str | bytes) -> tuple[bytes, bytes]:
+    """A page of three records whose second one carries `middle` in its title, and
+    that record's exact bytes."""
+    mark = "@@TITLE@@"
+    recs = [record(ident=i, override={"id": i, "title": mark if i.endswith("6") else "T"}) for i in IDS]
+    body = page_of(*recs)
+    middle_b = middle.encode() if isinstance(middle, str) else middle
+    bad = recs[1].encode().replace(mark.encode(), middle_b)
+    return body.replace(mark.encode(), middle_b), bad
+
+
+IDS = ("2401.00005", "2401.00006", "2401.00007")
+
+
+@pytest.mark.parametrize(
+    "middle",
+    [
+        b"Quan\xfftum",  # not UTF-8
+        "Quan&#1;tum",  # a character XML 1.0 forbids, as a reference
+        "Quan\x01tum",  # ... and as itself
+        "Quan\ufffetum",  # a non-character
+        "&#xD800;",  # a lone surrogate
+        "&e; gravity",  # an entity nobody declared
+        "Quan</b>tum",  # a stray end tag
+    ],
+)
+def test_a_record_that_is_not_well_formed_is_one_reject_and_the_page_is_read(middle: str | bytes) -> None:
+    """One record the XML parser refuses used to make the whole page malformed: the
+    window stopped at it, and every rerun again. It is one reject with its exact
+    bytes (base64 when not UTF-8); the page's other records and its token are read."""
+    body, bad_bytes = three(middle)
+    body = body.replace(
+        b"</ListRecords>", b'<resumptionToken completeListSize="9">tok</resumptionToken></ListRecords>'
+    )
+    p = parse_page(body, "t")
+    assert [r.id for r in p.records] == ["2401.00005", "2401.00007"]
+    assert p.resumption_token == "tok" and p.complete_list_size == 9
+    (bad,) = p.rejected
+    assert bad.where == "t record 2" and bad.record_id == "2401.00006" and "well-formed" in bad.reason
+    raw = base64.b64decode(bad.raw) if bad.raw_encoding == "base64" else bad.raw.encode()
+    assert raw == bad_bytes
+    assert bad.raw_encoding == ("base64" if isinstance(middle, bytes) else "utf-8")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b[: b.index(b"2401.00007") + 30],  # truncated inside a record
+        lambda b: b[: b.index(b"</ListRecords>")],  # truncated after one
+        lambda b: b.replace(b"<ListRecords>", b"<ListRecords>\xff"),  # bad bytes outside records
+        lambda b: b.replace(
+            b"Quan\xfftum", b"<![CDATA[Quan\xfftum]]>"
+        ),  # records cannot be told apart safely
+        lambda b: b.replace(b"Quan\xfftum", b"<!-- </record> -->\xff"),
+        lambda b: b.replace(b"</record>", b"</record><record>", 1),  # unbalanced
+        # an envelope so large that parsing it again around each record would cost more
+        # than the page is worth (a normal one is a few hundred bytes)
+        lambda b: b.replace(
+            b"<ListRecords>", b"<responseDate>" + b"9" * 70_000 + b"</responseDate><ListRecords>"
+        ),
+    ],
+)
+def test_a_page_broken_outside_its_records_is_still_malformed(damage) -> None:  # type: ignore[no-untyped-def]
+    """Only whole, cleanly separated records are read one by one: a truncated page, bad
+    bytes between records, or markup that could hide a record boundary stay a malformed
+    page (kept and retried), never a page read in part."""
+    body, _ = three(b"Quan\xfftum")
     with pytest.raises(MalformedPageError):
-        parse_page(page_of(record({"title": "&e; gravity"})), "t")
+        parse_page(damage(body), "t")
 
 
 @pytest.mark.parametrize("ident", ["2401.0000\u0665", "\uff12401.00005"])
@@ -168,3 +236,45 @@ def test_token_cut_by_a_comment_is_read_whole() -> None:
         b'<resumptionToken completeListSize="9">12<!-- c -->34</resumptionToken></ListRecords>',
     )
     assert parse_page(body, "t").resumption_token == "1234"
+
+
+@pytest.mark.parametrize("label", [" v1", "v1 ", "v1&#9;", "v&#x31;&#10;"])
+def test_a_version_label_is_taken_as_written(label: str) -> None:
+    """The snapshot refuses `"v1 "`; an arXivRaw `version` attribute is held to the same
+    rule rather than trimmed into a label it does not spell."""
+    (bad,) = parse_page(page_of(record(label=label)), "t").rejected
+    assert bad.field == "versions" and "version label" in bad.reason
+
+
+def test_a_rejected_record_keeps_its_bytes_as_served() -> None:
+    """The quarantine keeps a rejected record's bytes as the server sent them, not lxml's
+    re-serialisation (which resolves character references, re-quotes attributes and
+    adds the page's namespace declaration)."""
+    rec = record({"title": "Caf&#233; &amp; <![CDATA[x]]>"}, label="v0").replace(
+        '<version version="v0">', "<version version='v0'  >"
+    )
+    body = page_of(record(ident="2401.00006", override={"id": "2401.00006"}), rec)
+    (bad,) = parse_page(body, "t").rejected
+    assert bad.field == "versions" and bad.raw_encoding == "utf-8"
+    assert bad.raw == rec
+    (good,) = parse_page(body, "t").records
+    assert good.source_raw == record(ident="2401.00006", override={"id": "2401.00006"}).encode()
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            "</metadata>",
+            '<arXivRaw xmlns="http://arxiv.org/OAI/arXivRaw/"><title>Other</title></arXivRaw></metadata>',
+        ),
+        ("</metadata>", "</metadata><metadata/>"),
+        ("</header>", "</header><header><identifier>oai:arXiv.org:2401.00009</identifier></header>"),
+    ],
+    ids=["two arXivRaw", "two metadata", "two headers"],
+)
+def test_a_record_given_twice_inside_one_record_is_rejected(old: str, new: str) -> None:
+    """A record that holds its header, metadata or arXivRaw block twice says two things
+    at once, as a field given twice does: rejected, never built from the first."""
+    (bad,) = parse_page(page_of(record().replace(old, new, 1)), "t").rejected
+    assert "more than one" in bad.reason

@@ -81,7 +81,7 @@ def test_int32_overflowing_version_never_reaches_the_index(tmp_path: Path) -> No
 
 def test_dates_after_tomorrow_are_quarantined(tmp_path: Path) -> None:
     objs = sample()[:2]
-    future = dict(objs[0], versions=[{"version": "v1", "created": "Mon, 1 Jan 2099 00:00:00 GMT"}])
+    future = dict(objs[0], versions=[{"version": "v1", "created": "Thu, 1 Jan 2099 00:00:00 GMT"}])
     path = write(tmp_path / "in.jsonl", [future, objs[1]])
     store = MemoryStore()
     summary = publisher(store, today=date(2026, 7, 1)).publish(iter_jsonl(path))
@@ -100,3 +100,41 @@ def test_pinned_build_clock_does_not_make_recent_records_future(tmp_path: Path) 
     )
     summary = pub.publish(iter_jsonl(path))
     assert (summary.built, summary.quarantined) == (30, 0)
+
+
+def test_a_record_refused_after_parsing_keeps_its_exact_input_and_place(tmp_path: Path) -> None:
+    """A record can parse and still be refused later (a date after tomorrow, an index
+    row that does not fit): its quarantine line keeps the input's exact bytes and its
+    file and line, as a parse failure does, not a re-serialisation of the parsed record."""
+    objs = sample()[:2]
+    created = "Thu, 1 Jan 2099 00:00:00 GMT"
+    # key order, spacing, an escape and a field the record does not keep: all lost if re-serialised
+    future = dict(objs[0], versions=[{"version": "v1", "created": created}], extra={"kept": True})
+    line = json.dumps(future, indent=None, separators=(" ,", ":  ")).replace("é", "\\u00e9").encode()
+    path = tmp_path / "in.jsonl"
+    path.write_bytes((json.dumps(objs[1]) + "\n").encode() + line + b"\r\n")
+    store = MemoryStore()
+    summary = publisher(store, today=date(2026, 7, 1)).publish(iter_jsonl(path))
+    assert (summary.built, summary.quarantined) == (1, 1)
+    (entry,) = quarantine(store)
+    assert entry["where"] == "in.jsonl:2" and entry["record_id"] == future["id"]
+    assert entry["raw_encoding"] == "utf-8" and entry["raw"].encode() == line
+
+
+def test_an_oai_record_refused_after_parsing_keeps_its_xml(tmp_path: Path) -> None:
+    from pith_pipeline.sources.arxivraw import parse_page
+
+    page = (
+        b'<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/"><ListRecords><record><header>'
+        b"<identifier>oai:arXiv.org:2401.00005</identifier><datestamp>2024-01-02</datestamp></header>"
+        b'<metadata><arXivRaw xmlns="http://arxiv.org/OAI/arXivRaw/"><id>2401.00005</id>'
+        b'<version version="v1"><date>Thu, 1 Jan 2099 00:00:00 GMT</date></version>'
+        b"<title>T</title><authors>A</authors><categories>hep-th</categories><abstract>X</abstract>"
+        b"</arXivRaw></metadata></record></ListRecords></OAI-PMH>"
+    )
+    store = MemoryStore()
+    summary = publisher(store, today=date(2026, 7, 1)).publish(parse_page(page, "page-1").items)
+    assert (summary.built, summary.quarantined) == (0, 1)
+    (entry,) = quarantine(store)
+    assert entry["where"] == "page-1 record 1" and entry["field"] == "versions[v1].created"
+    assert entry["raw"].startswith("<record") and "<title>T</title>" in entry["raw"]

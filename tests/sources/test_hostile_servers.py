@@ -200,3 +200,27 @@ def test_window_and_snapshot_dates_are_strict(value: str, tmp_path: Path, signer
         window_from_options(value, "2024-01-03")
     with pytest.raises(InputError, match="YYYY-MM-DD"):
         Ingest(LocalStore(tmp_path / "s"), signer).snapshot(tmp_path / "none.jsonl", from_=value)
+
+
+def test_a_record_with_bytes_that_are_not_utf8_does_not_stop_the_window(
+    tmp_path: Path, signer: Signer
+) -> None:
+    """A byte that is not UTF-8 in one record made the whole page malformed: the window
+    stopped there, on every rerun. Now it is one quarantined record, kept byte for byte."""
+    import base64
+    import json
+
+    bad = P1.replace(b"<title>", b"<title>\xff", 1)
+    last = P2.replace(b">7134892|7<", b"><")
+    with serve((FIRST, bad), ("7134892|4", last)) as server:
+        store = LocalStore(tmp_path / "s")
+        run = Ingest(store, signer)
+        run.windows([W], oai_url=server.oai_url, politeness=FAST)
+    s = run.report.summary
+    assert s.built == 4 and s.quarantined == 2  # page 2's broken date, and this record
+    (qkey,) = store.list("quarantine/")
+    entries = [json.loads(x) for x in (store.get(qkey) or b"").splitlines()]
+    (entry,) = [e for e in entries if e["raw_encoding"] == "base64"]
+    raw = base64.b64decode(entry["raw"])
+    assert raw.startswith(b"<record") and b"<title>\xff" in raw and raw in bad
+    assert entry["where"].endswith("page-00001.xml.gz record 1")

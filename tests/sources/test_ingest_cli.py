@@ -305,3 +305,83 @@ def test_incremental_continues_from_the_last_complete_window(
         server, "--incremental", "--from", "2024-01-01", "--store", str(tmp_path / "s"), "--key", str(key)
     )
     assert code == 2 and "chooses --from/--until itself" in err
+
+
+@pytest.mark.parametrize("bad", ["hep-th/9901001v3/../../x", "hep-th/99010\uff101v3", "2606.18380v1%0A"])
+def test_a_search_result_that_is_not_an_id_does_not_stop_the_query(
+    tmp_path: Path, bad: str, key: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The search API's answer is input too: an entry whose id is not an arXiv id is
+    left out with a warning naming it, and the other matches are still fetched."""
+    repo = standard_repository()
+    feed = repo.atom_query[QUERY]
+    repo.atom_query[QUERY] = feed.replace(b"/abs/hep-th/9901001v3<", f"/abs/{bad}<".encode())
+    assert repo.atom_query[QUERY] != feed
+    store = tmp_path / "store"
+    with FakeArxiv(repo) as server:
+        code, out, err = invoke(
+            server, "--query", QUERY, "--store", str(store), "--key", str(key), "--min-interval", "0"
+        )
+        assert code == 0, err
+        assert "fetched 1, built 1" in out
+        assert [r.params.get("identifier") for r in server.log[1:]] == ["oai:arXiv.org:2606.18380"]
+    assert any(bad in r.getMessage() and "not an arXiv identifier" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    "updated",
+    ["garbage", "2021-13-01T00:00:00Z", "2021-01-01T00:00:0\u0661Z"],
+    ids=["text", "month", "digit"],
+)
+def test_a_search_answer_the_api_package_cannot_read_is_one_line(
+    tmp_path: Path,
+    updated: str,
+    key: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The `arxiv` package raises whatever its parsing meets (a ValueError for a bad
+    `<updated>`): that used to end the run with a traceback. It is one line naming the
+    API, with the exit code of a failed run."""
+    from oai_server import _feed
+
+    from pith_pipeline.cli import main
+
+    entry = (
+        "<entry xmlns='http://www.w3.org/2005/Atom'><id>http://arxiv.org/abs/2101.00001v1</id>"
+        f"<published>2021-01-01T00:00:00Z</published><updated>{updated}</updated><title>x</title></entry>"
+    ).encode()
+    repo = standard_repository()
+    repo.atom_query[QUERY] = _feed([entry])
+    with FakeArxiv(repo) as server:
+        monkeypatch.setenv("PITH_ARXIV_API_URL", server.api_url)
+        monkeypatch.setenv("PITH_OAI_URL", server.oai_url)
+        args = ["ingest", "--query", QUERY, "--store", str(tmp_path / "s"), "--key", str(key)]
+        with pytest.raises(SystemExit) as exit_:
+            main([*args, "--min-interval", "0"])
+    assert exit_.value.code == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: arXiv API") and server.api_url in line and "cannot read" in line
+
+
+def test_getrecord_answered_with_another_paper_is_quarantined(tmp_path: Path, key: Path) -> None:
+    """A `GetRecord` for one id answered with another paper's record (or with several)
+    builds nothing that was not asked for: the answer is quarantined naming both ids,
+    on the harvest and on its replay."""
+    from oai_server import data
+
+    from pith_pipeline.sources.politeness import Gate, Politeness
+
+    repo = standard_repository()
+    repo.getrecord["oai:arXiv.org:1909.11150"] = data("getrecord-hep-th_9901001.xml")
+    store = LocalStore(tmp_path / "s")
+    with FakeArxiv(repo) as server:
+        run = Ingest(store, load_signer(key))
+        run.records(["1909.11150"], oai_url=server.oai_url, gate=Gate(Politeness(min_interval=0.0)))
+    assert run.report.counts()["built"] == 0 and run.report.counts()["quarantined"] == 1
+    [q] = [json.loads(x) for x in (store.get(f"quarantine/{run.run_id}.jsonl") or b"").splitlines()]
+    assert "1909.11150" in q["reason"] and "hep-th/9901001" in q["reason"] and q["record_id"] == "1909.11150"
+    assert store.get("arxiv/hep-th/9901001.json") is None
+    replay = Ingest(store, load_signer(key))
+    replay.replay()
+    assert replay.report.counts()["built"] == 0 and replay.report.counts()["quarantined"] == 1

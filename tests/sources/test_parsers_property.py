@@ -2,12 +2,22 @@
 either build a record or reject it with a reason; they never raise anything else.
 
 A record that builds must also go all the way: canonical form, canonical bytes and the
-date check raise nothing but `InputError`. A reject must be serialisable into the
-quarantine as it is.
+date check raise nothing but `InputError`; what it builds with is the input's text, never
+a trimmed or normalised copy. A reject must be serialisable into the quarantine as it
+is, and keep the input's exact bytes (base64 when not UTF-8), also when the record is
+refused only after parsing (a date after the run's tomorrow).
+
+Hostile classes drawn: arbitrary bytes; arbitrary JSON; snapshot objects one hostile
+value away from good (big and odd version labels, dates, ids, non-strings, nesting);
+the same lines mutated at the byte level (bytes that are not UTF-8, NUL, lone surrogate
+escapes, NaN / Infinity / huge numbers, a BOM, CR line ends); keys given twice;
+arXivRaw records with markup in every field; and records broken at the byte level
+inside an otherwise sound page.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import date
 from typing import Any
@@ -69,8 +79,10 @@ dates = st.one_of(
             "Mon, 1 Jan 01 00:00:00 GMT",
             "Fri, 1 Jan 1993",
             "Mon, 31 Feb 2024 25:61:00 GMT",
-            "Mon, 1 Jan 9999 23:59:59 -2359",
-            "Mon, 1 Jan 1991 00:00:00 +2359",
+            "Fri, 1 Jan 9999 23:59:59 -2359",  # far future, a day of the week right
+            "Tue, 1 Jan 1991 00:00:00 +2359",  # 1990 in UTC
+            "Mon, 1 Jan 1991 00:00:00 GMT",  # a wrong day of the week
+            "Tue, 1 Jan 1991 00:00:00 +0060",
         ]
     ),
     st.builds(
@@ -156,50 +168,188 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
     return obj
 
 
-def check_built(rec: ArxivRecord) -> None:
+def raw_of(entry: dict[str, Any]) -> bytes:
+    """The input bytes a quarantine entry keeps."""
+    if entry["raw_encoding"] == "base64":
+        return base64.b64decode(entry["raw"], validate=True)
+    assert entry["raw_encoding"] == "utf-8"
+    return str(entry["raw"]).encode("utf-8")
+
+
+def check_built(rec: ArxivRecord, raw: bytes | None = None) -> None:
     """A record that builds is published: canonical form, events, signatures, bundle.
-    Nothing later in the run may refuse what the parser accepted (bar the date horizon,
-    which depends on the day of the run)."""
+    Nothing later in the run may refuse what the parser accepted, bar the date horizon
+    (it depends on the day of the run): then the record is quarantined with its input's
+    exact bytes and its place."""
     dumps(canonical_record(rec))  # the checked canonical form (refuses big ints)
+    pub = Publisher(MemoryStore(), SIGNER, clock=StepClock(), run_id="p", today=lambda: TODAY)
+    entry = pub.publish_item(rec)
     try:
         rec.check_dates(today=TODAY)
     except InputError:
+        assert entry is not None and entry["where"] == rec.source_where
+        if raw is not None:
+            assert raw_of(entry) == raw
         return
-    pub = Publisher(MemoryStore(), SIGNER, clock=StepClock(), run_id="p", today=lambda: TODAY)
-    assert pub.publish_item(rec) is None, pub.quarantine
+    assert entry is None, entry
     assert pub.summary.built == 1
 
 
-def check_reject(item: Rejected) -> None:
+def check_reject(item: Rejected, raw: bytes | None = None) -> None:
     assert item.reason
-    dumps_compact(item.to_json())  # the quarantine line can be written
+    entry = item.to_json()
+    dumps_compact(entry)  # the quarantine line can be written
+    if raw is not None:
+        assert raw_of(entry) == raw
 
 
-def check_item(item: object) -> None:
+def check_item(item: object, raw: bytes | None = None) -> None:
+    """`raw`: the exact input bytes every quarantine entry of `item` must keep."""
     if isinstance(item, ArxivRecord):
-        check_built(item)
+        check_built(item, raw)
     else:
         assert isinstance(item, Rejected), item
-        check_reject(item)
+        check_reject(item, raw)
+
+
+def check_line(line: bytes) -> object:
+    item = parse_line(line, "in.jsonl:1")
+    check_item(item, line.rstrip(b"\r\n"))
+    return item
+
+
+SNAPSHOT_TEXT = (
+    ("title", "title"),
+    ("abstract", "abstract"),
+    ("categories", "categories"),
+    ("submitter", "submitter"),
+    ("comments", "comments"),
+    ("journal-ref", "journal_ref"),
+    ("doi", "doi"),
+    ("report-no", "report_no"),
+    ("license", "license"),
+    ("update_date", "update_date"),
+)
+
+
+def check_faithful(rec: ArxivRecord, obj: dict[str, Any]) -> None:
+    """A built record holds the input's values as given: nothing trimmed, cased or
+    re-read (a year 0001 read as 2001, `v01` as version 1)."""
+    assert rec.id == obj["id"]
+    for key, attr in SNAPSHOT_TEXT:
+        assert getattr(rec, attr) == obj.get(key), key
+    assert rec.authors == (obj.get("authors") or "")
+    assert [(v.version, v.created) for v in rec.versions] == [
+        (v["version"], v["created"]) for v in obj["versions"]
+    ]
+    assert rec.version == max(int(v["version"][1:]) for v in obj["versions"])
 
 
 @SETTINGS
 @given(st.binary(max_size=400))
 def test_any_bytes_line_builds_or_is_rejected(line: bytes) -> None:
-    check_item(parse_line(line, "in.jsonl:1"))
+    check_line(line)
 
 
 @SETTINGS
-@given(records())
-def test_any_snapshot_object_builds_or_is_rejected(obj: dict[str, Any]) -> None:
-    line = json.dumps(obj, ensure_ascii=False).encode("utf-8", errors="surrogatepass")
-    check_item(parse_line(line, "in.jsonl:1"))
+@given(records(), st.booleans())
+def test_any_snapshot_object_builds_or_is_rejected(obj: dict[str, Any], ascii_only: bool) -> None:
+    line = json.dumps(obj, ensure_ascii=ascii_only).encode("utf-8", errors="surrogatepass")
+    item = check_line(line)
+    if isinstance(item, ArxivRecord):
+        check_faithful(item, obj)
 
 
 @SETTINGS
 @given(json_values)
 def test_any_json_value_builds_or_is_rejected(value: Any) -> None:
-    check_item(parse_line(json.dumps(value).encode(), "in.jsonl:1"))
+    check_line(json.dumps(value).encode())
+
+
+# byte strings a hostile or broken file holds inside an otherwise good line
+HOSTILE_BYTES = st.one_of(
+    st.binary(min_size=1, max_size=4),
+    st.sampled_from(
+        [
+            b"\xff",  # not UTF-8
+            b"\xc3",  # a cut UTF-8 sequence
+            b"\xed\xa0\x80",  # a surrogate encoded as UTF-8
+            b"\x00",
+            b"\\ud800",  # a lone surrogate escape
+            b"\\udc00\\ud800",
+            b"\\u0000",
+            b"\xef\xbf\xbe",  # U+FFFE
+            b"NaN",
+            b"-Infinity",
+            b"1e999",
+            b"123456789012345678901234567890",
+            b"9007199254740993",
+            b"\xef\xbb\xbf",  # a BOM
+            b"\r",
+            b"\\",
+            b'"',
+            b"[[[[[[[[",
+        ]
+    ),
+)
+
+
+@st.composite
+def mutated_lines(draw: st.DrawFn) -> bytes:
+    """A snapshot line with a few bytes inserted, replaced or removed, maybe a BOM before
+    it and a CR line end after it."""
+    obj = draw(records())
+    line = bytearray(json.dumps(obj, ensure_ascii=draw(st.booleans())).encode("utf-8", "surrogatepass"))
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, len(line)))
+        cut = draw(st.integers(0, 3))
+        line[at : at + cut] = draw(HOSTILE_BYTES)
+    if draw(st.integers(0, 9)) == 0:
+        line[:0] = b"\xef\xbb\xbf"
+    if draw(st.booleans()):
+        line += b"\r\n"
+    return bytes(line)
+
+
+@SETTINGS
+@given(mutated_lines())
+def test_any_damaged_line_builds_or_is_rejected_with_its_bytes(line: bytes) -> None:
+    check_line(line)
+
+
+@st.composite
+def lines_with_a_repeated_key(draw: st.DrawFn) -> bytes:
+    """A snapshot line that gives one key twice: at the top, or in a version entry, the
+    second spelled the same way or with escapes."""
+    obj = draw(records())
+    value = json.dumps(draw(st.one_of(texts, json_values)))
+    key = draw(st.sampled_from([*KEYS, "extra"]))
+    if draw(st.booleans()):
+        key = draw(st.sampled_from(["version", "created"]))
+        spelled = (
+            json.dumps(key) if draw(st.booleans()) else '"' + "".join(f"\\u{ord(c):04x}" for c in key) + '"'
+        )
+        entry = '{"version": "v1", "created": "Tue, 24 Sep 2019 19:40:59 GMT", ' + f"{spelled}: {value}}}"
+        obj.pop("versions", None)
+        body = json.dumps(obj, ensure_ascii=False)
+        text = body[:-1] + (", " if obj else "") + f'"versions": [{entry}]}}'
+    else:
+        spelled = (
+            json.dumps(key) if draw(st.booleans()) else '"' + "".join(f"\\u{ord(c):04x}" for c in key) + '"'
+        )
+        obj.setdefault(key, "first")
+        body = json.dumps(obj, ensure_ascii=False)
+        member = f"{spelled}: {value}"
+        text = "{" + member + ", " + body[1:] if draw(st.booleans()) else body[:-1] + ", " + member + "}"
+    return text.encode("utf-8", errors="surrogatepass")
+
+
+@SETTINGS
+@given(lines_with_a_repeated_key())
+def test_a_line_with_a_repeated_key_never_builds(line: bytes) -> None:
+    """Which of two values would be signed depends on the reader: never built."""
+    item = check_line(line)
+    assert isinstance(item, Rejected), item
 
 
 # -- arXivRaw ---------------------------------------------------------------------------
@@ -240,7 +390,18 @@ def field_xml(draw: st.DrawFn, name: str, values: st.SearchStrategy[str]) -> tup
     return f"<{name}>{escape(text[:cut])}{inner}{escape(text[cut:])}</{name}>", want
 
 
-TEXT_FIELDS = {"title": "title", "authors": "authors", "comments": "comments", "journal-ref": "journal_ref"}
+# every free-text field (kept exactly as served) and the token fields (blanks around
+# them are layout): what a built record must hold, whatever markup was inside
+TEXT_FIELDS = {
+    "title": "title",
+    "authors": "authors",
+    "abstract": "abstract",
+    "comments": "comments",
+    "journal-ref": "journal_ref",
+    "report-no": "report_no",
+    "submitter": "submitter",
+}
+TOKEN_FIELDS = {"doi": "doi", "license": "license"}
 
 
 @st.composite
@@ -272,13 +433,16 @@ def record_xml(draw: st.DrawFn) -> tuple[str, dict[str, str | None]]:
             label, date_xml = f"v{n}", f"<date>{draw(good_dates)}</date>"
         parts.append(f"<version version={quoteattr(label)}>{date_xml}</version>")
     expected: dict[str, str | None] = {}
-    for name in ("title", "authors", "categories", "comments", "journal-ref", "doi", "license", "abstract"):
+    names = ("title", "authors", "categories", "comments", "journal-ref", "doi", "license", "abstract")
+    for name in (*names, "report-no", "submitter"):
         count = draw(st.sampled_from([1] * 10 + [0, 2]))
         for _ in range(count):
             values = st.sampled_from(["hep-th", "cs.LG math.CO"]) if name == "categories" else xml_text
             xml, want = draw(field_xml(name, values))
             parts.append(xml)
-            if name in TEXT_FIELDS and count == 1:
+            if count == 1 and name in TOKEN_FIELDS:
+                expected[name] = None if want is None else (want.strip() or "")
+            elif count == 1 and name in TEXT_FIELDS:
                 expected[name] = want
     parts.append("</arXivRaw></metadata></record>")
     return "".join(parts), expected
@@ -293,19 +457,67 @@ def test_any_arxivraw_record_builds_whole_or_is_rejected(case: tuple[str, dict[s
         + xml
         + "</ListRecords></OAI-PMH>"
     ).encode("utf-8")
-    try:
-        page = parse_page(body, "p")
-    except MalformedPageError:
-        return  # not well-formed XML (e.g. a character XML forbids): the page is kept and retried
+    page = parse_page(body, "p")  # well-formed: never a malformed page
     assert len(page.items) + len(page.deleted) == 1
     for d in page.deleted:
         assert isinstance(d, Deleted)
     for item in page.items:
-        check_item(item)
+        check_item(item, xml.encode("utf-8"))  # a reject keeps the record's bytes as served
         if isinstance(item, ArxivRecord):  # built: every field whole, never cut at markup
             for name, want in expected.items():
                 assert want is not None, f"<{name}> with markup inside was built"
-                assert getattr(item, TEXT_FIELDS[name]) == want, name
+                got = getattr(item, {**TEXT_FIELDS, **TOKEN_FIELDS}[name])
+                assert got == (want or None if name in TOKEN_FIELDS else want), name
+
+
+GOOD_XML = (
+    "<record><header><identifier>oai:arXiv.org:{id}</identifier><datestamp>2024-01-02</datestamp>"
+    '</header><metadata><arXivRaw xmlns="http://arxiv.org/OAI/arXivRaw/"><id>{id}</id>'
+    '<version version="v1"><date>Tue, 2 Jan 2024 10:00:00 GMT</date></version><title>T</title>'
+    "<authors>A. Author</authors><categories>hep-th</categories><abstract>X</abstract>"
+    "</arXivRaw></metadata></record>"
+)
+
+
+@SETTINGS
+@given(record_xml(), st.lists(st.tuples(st.integers(0, 10**6), HOSTILE_BYTES), min_size=1, max_size=3))
+def test_a_record_broken_at_the_byte_level_never_breaks_its_page(
+    case: tuple[str, dict[str, str | None]], damage: list[tuple[int, bytes]]
+) -> None:
+    """Bytes that are not UTF-8, characters XML forbids, stray quotes or entity marks in
+    one record: its neighbours are built and the page's token read; the record itself
+    builds or is one reject keeping its exact bytes. Only where the page holds comments,
+    CDATA or processing instructions (which could hide a record boundary) may the
+    page be malformed instead, and then it is kept and fetched again."""
+    record = bytearray(case[0].encode("utf-8"))
+    opening = record.index(b">") + 1  # inside the record, never before its start tag
+    closing = len(record) - len(b"</record>")
+    for at, junk in damage:
+        at = opening + at % (closing - opening + 1)
+        record[at:at] = junk.replace(b"<", b"").replace(b">", b"")  # no new tags
+    middle = bytes(record)
+    body = (
+        b'<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/"><ListRecords>'
+        + GOOD_XML.format(id="2401.00001").encode()
+        + middle
+        + GOOD_XML.format(id="2401.00009").encode()
+        + b'<resumptionToken completeListSize="3" cursor="0">t</resumptionToken></ListRecords></OAI-PMH>'
+    )
+    try:
+        page = parse_page(body, "p")
+    except MalformedPageError:
+        assert b"<!" in middle or b"<?" in middle, middle
+        return
+    assert page.resumption_token == "t"
+    assert len(page.items) + len(page.deleted) == 3
+    built = [r.id for r in page.records]
+    assert built[0] == "2401.00001" and built[-1] == "2401.00009"
+    for item in page.items:
+        if isinstance(item, Rejected) and "well-formed" in item.reason:
+            check_reject(item, middle)
+            assert item.where == "p record 2"
+        else:
+            check_item(item)
 
 
 @SETTINGS

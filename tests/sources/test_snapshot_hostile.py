@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pith_pipeline.cli import main
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.limits import InputLimits
 from pith_pipeline.errors import DamagedInputError
 from pith_pipeline.items import Rejected
@@ -92,3 +93,23 @@ def test_over_long_line_is_quarantined_and_the_next_line_read(tmp_path: Path) ->
     assert isinstance(bad, Rejected) and bad.where == "in.jsonl:2"
     assert "10000" in bad.reason and len(bad.raw) <= 10_000
     assert json.dumps(bad.to_json())  # serialisable as it is
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (b"}", b', "title": "Second title"}'),  # orjson keeps the last, other readers the first
+        (b"}", b', "\\u0074itle": "Escaped key"}'),  # the same key, written another way
+        (b'{"version": "v1"', b'{"version": "v9", "version": "v1"'),  # inside a version entry
+    ],
+)
+def test_a_line_with_a_repeated_key_is_quarantined(old: bytes, new: bytes) -> None:
+    """A line that gives one field twice says two things at once: which one would be
+    signed depends on the reader. It is quarantined whole, never built from one of them."""
+    first = SNAPSHOT.read_bytes().splitlines()[0]
+    assert isinstance(parse_line(first, "in.jsonl:1"), ArxivRecord)
+    at = first.rindex(old) if old == b"}" else first.index(old)
+    line = first[:at] + new + first[at + len(old) :]
+    item = parse_line(line + b"\n", "in.jsonl:1")
+    assert isinstance(item, Rejected), item
+    assert "duplicate key" in item.reason and item.raw.encode() == line

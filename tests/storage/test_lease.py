@@ -190,3 +190,13 @@ def test_a_dead_pid_of_another_machine_is_not_trusted(store: Store) -> None:
         with pytest.raises(LeaseBusyError, match="elsewhere"):
             writer_lease(store, command="next", shards=[7]).acquire()
         assert holder_is_dead({"owner": {**other, "boot_id": default_owner()["boot_id"]}})
+
+
+@pytest.mark.parametrize("ttl", ["inf", "nan", "-inf", "1e300"])
+def test_a_lease_ttl_that_is_not_a_usable_number_of_seconds_is_one_clear_error(ttl: str) -> None:
+    """PITH_LEASE_TTL=inf passed the positivity check and overflowed the lease's
+    expiry timestamp: a traceback in every writing command."""
+    from pith_pipeline.storage.lease import lease_ttl
+
+    with pytest.raises(LeaseConfigError, match="PITH_LEASE_TTL"):
+        lease_ttl({"PITH_LEASE_TTL": ttl})

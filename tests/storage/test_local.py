@@ -179,3 +179,27 @@ def test_compact_removes_temporary_files_left_in_published_directories(tmp_path:
     assert result.exit_code == 0, result.output
     assert [p for p in stray if p.exists()] == []
     assert all(p.read_bytes() == data for p, data in before.items() if not p.is_relative_to(store / "index"))
+
+
+def test_a_directory_that_cannot_be_listed_is_an_error_not_an_empty_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unreadable `events/<ID>/` listed as empty made `verify`, `status --deep` and
+    the log report every event there as deleted, and a rebuild would drop them: a
+    listing either sees every object or fails naming the directory."""
+    store = LocalStore(tmp_path)
+    store.put("events/A/1.json", b"{}")
+    store.put("events/B/2.json", b"{}")
+    hidden = tmp_path / "events" / "B"
+    real_scandir = os.scandir
+
+    def scandir(path: object = ".") -> object:
+        if Path(str(path)) == hidden:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_scandir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    for prefix in ("events/", "events/B/", ""):
+        with pytest.raises(StorageError) as caught:
+            list(store.list(prefix))
+        assert str(hidden) in str(caught.value) and "Permission denied" in str(caught.value)
