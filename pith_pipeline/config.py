@@ -479,10 +479,13 @@ class Settings:
 
     @property
     def lease_wait_seconds(self) -> float:
-        """PITH_LEASE_WAIT in seconds (checked: a bad value is one line naming it)."""
+        """PITH_LEASE_WAIT in seconds (checked by `storage.lease.wait_seconds`, the one
+        rule for `--wait` too: a bad value is one line naming it)."""
+        from pith_pipeline.storage.lease import wait_seconds
+
         if not self.lease_wait:
             return DEFAULT_TASK_LEASE_WAIT
-        return parse_number("lease_wait", self.lease_wait)
+        return wait_seconds(self.lease_wait, env_name("lease_wait"))
 
     @property
     def oai_min_interval_seconds(self) -> float | None:

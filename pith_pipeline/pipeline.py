@@ -9,6 +9,7 @@ events first, then bundle and state, then the arXiv pointer.
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 import secrets
 import threading
@@ -74,6 +75,9 @@ class LeaseCheck(Protocol):
 DEFAULT_BASE_URL = config.DEFAULT_BASE_URL  # the settings table is the one place for defaults
 #: Failed papers named in a run's summary and manifest (the count is always exact).
 MAX_PROBLEMS = 1000
+
+
+_logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,6 +255,8 @@ class Publisher:
         self.rotating = rotating
         self.keys = self._load_keys()
         self._ring: KeyRing | None = None
+        #: subjects whose self-equivocation this run has named (`subject_events`)
+        self._equivocations_named: set[str] = set()
         self._ring_marker: tuple[tuple[str, str | None], ...] = ()
         self._signer_checked = False
         self._fresh: dict[tuple[str, ...], FreshBuilder] = {}
@@ -477,6 +483,14 @@ class Publisher:
             return cache[body]
         got = subject_events(self.store, body, self._keyring())
         got.raise_for_problems()
+        equivocation = got.equivocation()
+        if equivocation is not None and body not in self._equivocations_named:
+            # write-once events cannot be undone: publish them as stored (the state
+            # lists the equivocation), and name it once per run (guarantees.md)
+            self._equivocations_named.add(body)
+            _logger.warning(
+                "%s: %s (published as stored; `verify STORE` reports it)", event_prefix(body), equivocation
+            )
         if cache is not None:
             cache[body] = got
         return got

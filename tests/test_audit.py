@@ -231,6 +231,21 @@ def test_subject_events_for_the_publisher(store: LocalStore) -> None:
     assert len(subject_events(store, body, KeyRing([])).problems) == 2
 
 
+def test_the_audit_in_threads_finds_and_reports_the_same_in_the_same_order(store: LocalStore) -> None:
+    """On S3 subjects are audited several at once (each is GETs waiting on the
+    network); what is found, and in which order, must not depend on it."""
+    path, _ = some_event(store)
+    path.write_bytes(b"\x00garbage")
+    (store.root / "arxiv").joinpath(
+        sorted(p.name for p in (store.root / "arxiv").glob("*.json"))[-1]
+    ).write_bytes(b"{")
+    reports: dict[int, list[Report]] = {1: [], 4: []}
+    found = {n: list(audit_store(store, on_report=reports[n].append, concurrency=n)) for n in (1, 4)}
+    assert found[1] == found[4] and len(found[1]) >= 2
+    assert [r.to_json() for r in reports[1]] == [r.to_json() for r in reports[4]]
+    assert len(reports[4]) == 30
+
+
 def test_a_pointer_listing_another_papers_record_is_named(store: LocalStore) -> None:
     """A pointer is for its arXiv id only: one that lists the (genuine, verified) record
     of another paper would make a publisher sign a correction across papers."""

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from pith_pipeline.cli.options import envvar, store_option
+from pith_pipeline.cli.options import envvar, lease_notice, store_option, wait_option
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.errors import IntegrityError
 
@@ -214,27 +214,34 @@ def _report(run: object) -> None:
 @log.command("sync")
 @store_option("The store (directory or s3://...).")
 @_log_signer_option
-def sync(store: str, log_signer: str) -> None:
+@wait_option
+def sync(store: str, log_signer: str, lease_wait: float) -> None:
     """Append every event the event store holds and the log lacks (what a run that
-    died before appending left out; runs do this themselves)."""
+    died before appending left out; runs do this themselves).
+
+    Appends under the store's `log` lease: while another writer appends, it fails
+    naming that writer (exit 75), or waits with --wait SECONDS."""
     from pith_pipeline.storage.base import open_store
-    from pith_pipeline.tlog.pipeline import event_store_keys, open_log_signer, sync_log
+    from pith_pipeline.tlog.pipeline import LogLease, event_store_keys, open_log_signer, sync_log
 
     st = open_store(store)
-    _report(sync_log(st, open_log_signer(log_signer, st), event_store_keys(st)))
+    lease = LogLease("log sync", wait=lease_wait, on_wait=lease_notice)
+    _report(sync_log(st, open_log_signer(log_signer, st), event_store_keys(st), lease=lease))
 
 
 @log.command("rebuild")
 @store_option("The store (directory or s3://...).")
 @_log_signer_option
-def rebuild(store: str, log_signer: str) -> None:
+@wait_option
+def rebuild(store: str, log_signer: str, lease_wait: float) -> None:
     """Create the log from the event store, for a store that has none. Refuses to
-    rewrite an existing log."""
+    rewrite an existing log. Holds the `log` lease as `log sync` does (--wait)."""
     from pith_pipeline.storage.base import open_store
-    from pith_pipeline.tlog.pipeline import open_log_signer, rebuild_log
+    from pith_pipeline.tlog.pipeline import LogLease, open_log_signer, rebuild_log
 
     st = open_store(store)
-    _report(rebuild_log(st, open_log_signer(log_signer, st)))
+    lease = LogLease("log rebuild", wait=lease_wait, on_wait=lease_notice)
+    _report(rebuild_log(st, open_log_signer(log_signer, st), lease=lease))
 
 
 @log.command("verify")

@@ -190,13 +190,36 @@ class FiniteFloatRange(click.FloatRange):
         return rv
 
 
+class WaitSeconds(click.ParamType[float, Any]):
+    """Seconds to wait for a lease, by `storage.lease.wait_seconds` (the one rule: a
+    finite number >= 0; click's FloatRange lets `nan` through). A bad value is a
+    usage error naming the flag, or `PITH_LEASE_WAIT` when it came from there."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from pith_pipeline.storage.lease import LeaseConfigError, wait_seconds
+
+        from_env = (
+            ctx is not None
+            and param is not None
+            and param.name is not None
+            and ctx.get_parameter_source(param.name) == click.core.ParameterSource.ENVIRONMENT
+        )
+        where = config.env_name("lease_wait") if from_env else "--wait"
+        try:
+            return wait_seconds(value, where)
+        except LeaseConfigError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 def wait_option(fn: F) -> F:
     """--wait SECONDS (env PITH_LEASE_WAIT): how long to wait for a busy writer lease."""
     return click.option(
         "--wait",
         "lease_wait",
         envvar=envvar("lease_wait"),
-        type=FiniteFloatRange(min=0),
+        type=WaitSeconds(),
         default=0.0,
         show_default=True,
         metavar="SECONDS",

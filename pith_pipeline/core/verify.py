@@ -406,12 +406,17 @@ class _Verifier:
         self._pin_use("bundle_signature", key)
         return f"signed by {key.key_id}"
 
-    def state_check(self) -> str:
+    def state_check(self) -> str | tuple[str, str]:
         given = _obj(self.b.get("state"), "state")
         merged = self._merged()
         if dumps(given) != dumps(merged):
             diff = sorted(k for k in set(given) | set(merged) if dumps(given.get(k)) != dumps(merged.get(k)))
             raise _Bad(f"state does not recompute from events and aliases (differs in: {', '.join(diff)})")
+        if merged["equivocations"]:
+            # the spec's merge handles it (first record_created applies, the state lists
+            # it), so the bundle verifies; but a reader is told: a signer contradicted itself
+            eqs = "; ".join(f"{e['kind']} {', '.join(e['event_ids'])}" for e in merged["equivocations"])
+            return WARN, f"state_sha256 {merged['state_sha256']}; equivocations listed in the state: {eqs}"
         return f"state_sha256 {merged['state_sha256']}"
 
     def keys_listed(self) -> str:

@@ -31,6 +31,7 @@ then nothing published is lost.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import socket
@@ -44,7 +45,7 @@ from types import TracebackType
 from typing import Any
 
 from pith_pipeline import config
-from pith_pipeline.errors import StorageError, TerminalError, TransientError, WriteConflictError
+from pith_pipeline.errors import StorageError, TransientError, WriteConflictError
 from pith_pipeline.storage.base import Store, barrier
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 SHARDS = 16
 LEASE_PREFIX = "leases/"
 INDEX_LEASE = "index"
+#: The transparency log's lease: held from reading the log to moving its checkpoint.
+LOG_LEASE = "log"
 #: Seconds a lease lasts without renewal; renewed every quarter of it. The holder
 #: of an expired lease may have been suspended rather than killed: keep the TTL well
 #: above the longest pause a writer can take (PITH_LEASE_TTL overrides it).
@@ -76,6 +79,26 @@ def lease_ttl(env: Mapping[str, str] | None = None) -> float:
     if not 0 < value <= MAX_TTL:  # also refuses nan; inf overflowed the expiry's timestamp
         raise LeaseConfigError(f"{var}={text!r}: must be positive, at most {MAX_TTL:.0f} seconds")
     return value
+
+
+def wait_seconds(value: str | float, where: str) -> float:
+    """How long to wait for a busy lease (`--wait`, `PITH_LEASE_WAIT`): a finite number >= 0.
+
+    Why so strict: `nan` compares false with every deadline, so a wait of `nan`
+    ends at once in one loop and never in another; `inf` or a negative number is no
+    clearer. Every reader of the setting goes through here (the `--wait` option's
+    type, the task settings), so each refuses the same values with the same line,
+    `where` naming the option or variable.
+    """
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise LeaseConfigError(
+            f"{where}={str(value)!r}: expected seconds to wait, a number >= 0 (0 fails at once)"
+        )
+    return seconds
 
 
 def shard_of(arxiv_id: str) -> int:
@@ -114,8 +137,11 @@ def parse_shards(text: str) -> frozenset[int]:
     return frozenset(out)
 
 
-class LeaseConfigError(TerminalError):
-    """A shard selection that names no valid shard."""
+class LeaseConfigError(config.SettingError):
+    """A shard selection, lease TTL or wait that cannot be used: a usage error (exit 2).
+    A `SettingError` too, so a caller that reads settings catches every bad one."""
+
+    exit_code = 2
 
 
 class LeaseBusyError(TransientError):
@@ -227,8 +253,9 @@ class WriterLease:
         now: Callable[[], float] = time.time,
         on_wait: Callable[[str], None] | None = None,
     ) -> None:
-        if ttl <= 0:
+        if not (math.isfinite(ttl) and ttl > 0):
             raise ValueError("a lease needs a positive TTL")
+        wait = wait_seconds(wait, "wait")
         order = {n: i for i, n in enumerate(shard_leases())}
         # one global order (shards, then anything else) so two writers never deadlock
         self.names = sorted(set(names), key=lambda n: (order.get(n, len(order)), n))
@@ -458,17 +485,20 @@ def writer_lease(
     shards: Iterable[int] | None = None,
     papers: bool = True,
     index: bool = False,
+    log: bool = False,
     wait: float = 0.0,
     ttl: float | None = None,
     on_wait: Callable[[str], None] | None = None,
 ) -> WriterLease:
     """The lease a command takes before it writes: the shards it publishes (`papers`;
-    all of them unless `shards` narrows it) and, for index maintenance, `index`.
+    all of them unless `shards` narrows it), for index maintenance `index`, and for
+    appending to the transparency log `log`.
 
     One function so every command and task names its leases the same way, in the same
     order, with an owner that says which command and run holds them.
     """
-    names = (shard_leases(shards) if papers else []) + ([INDEX_LEASE] if index else [])
+    names = shard_leases(shards) if papers else []
+    names += ([INDEX_LEASE] if index else []) + ([LOG_LEASE] if log else [])
     return WriterLease(
         store,
         names,

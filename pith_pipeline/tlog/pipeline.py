@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ from pith_pipeline.tlog.note import Checkpoint, Verifier
 from pith_pipeline.tlog.pending import judge, settle
 from pith_pipeline.tlog.tiles import TILE_WIDTH
 
-LOG_LEASE = "log"
+LOG_LEASE = "log"  # storage.lease.LOG_LEASE
 LOG_SIGNER_ENV = env_name("log_signer")
 LOG_ORIGIN_ENV = env_name("log_origin")
 KEY_DOCUMENT = PUBLIC_KEY_FILE
@@ -420,22 +421,58 @@ class EntrySource(Protocol):
         ...
 
 
+#: How long a run waits for the log lease at its end: its events are published by
+#: then, and giving up leaves them unlogged until a later run (its pending marker).
+RUN_LOG_LEASE_WAIT = 600.0
+
+_logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LogLease:
+    """Who takes the store's `log` lease, and how long they wait for it.
+
+    Taken like every writer lease (`storage.lease.writer_lease`): its holder names
+    the command and run (so a writer kept waiting is told who holds it), a writer
+    that waits says so once (`on_wait`, else a warning in the log), and one that
+    gives up raises `LeaseBusyError` (exit 75). `log sync` and `log rebuild` wait
+    `--wait SECONDS` (`PITH_LEASE_WAIT`), 0 by default as every command; a run
+    appending its events waits `RUN_LOG_LEASE_WAIT`.
+    """
+
+    command: str = "log append"
+    run_id: str = ""
+    wait: float = RUN_LOG_LEASE_WAIT
+    on_wait: Callable[[str], None] | None = None
+
+    def take(self, store: Store) -> Any:
+        from pith_pipeline.storage.lease import writer_lease
+
+        return writer_lease(
+            store,
+            command=self.command,
+            run_id=self.run_id,
+            papers=False,
+            log=True,
+            wait=self.wait,
+            on_wait=self.on_wait or _logger.warning,
+        )
+
+
 def append_from(
     store: Store,
     log: LogSigner,
     source: EntrySource,
     *,
-    lease_wait: float = 600.0,
+    lease: LogLease = LogLease(),
     ids: IdFilter | None = None,
 ) -> LogRun:
     """Append the entries `source` holds that the log lacks, in its order, without
     reading the events back from the store (a run's own events: `sync_log`).
     `ids`: `IdFilter(source.log_ids())` when the caller made it already."""
-    from pith_pipeline.storage.lease import WriterLease
-
     publish_log_key(store, log)
     wanted = ids if ids is not None else IdFilter(source.log_ids())
-    with WriterLease(store, [LOG_LEASE], wait=lease_wait):
+    with lease.take(store):
         cp = _current(store, log.verifier)
         size = cp.size if cp else 0
         logged = _logged(store, wanted, size)
@@ -452,7 +489,7 @@ def append_from(
 
 
 def append_events(
-    store: Store, log: LogSigner, event_keys: Iterable[str], *, lease_wait: float = 600.0
+    store: Store, log: LogSigner, event_keys: Iterable[str], *, lease: LogLease = LogLease()
 ) -> LogRun:
     """Append the stored events at `event_keys` that the log does not hold yet, in
     (created_at, event_id) order; returns the result and any events left out.
@@ -463,12 +500,10 @@ def append_events(
     Holds the store's `log` writer lease from reading the log to moving its
     checkpoint, so two runs never both append the same missing event.
     """
-    from pith_pipeline.storage.lease import WriterLease
-
     problems: list[str] = []
     publish_log_key(store, log)
     wanted = SpillList(k for k in event_keys if event_key_id(k))
-    with WriterLease(store, [LOG_LEASE], wait=lease_wait):
+    with lease.take(store):
         cp = _current(store, log.verifier)
         size = cp.size if cp else 0
         missing = _not_logged(store, wanted, size)
@@ -560,7 +595,7 @@ def sync_log(
     log: LogSigner,
     run_keys: Iterable[str] = (),
     *,
-    lease_wait: float = 600.0,
+    lease: LogLease | None = None,
     entries: EntrySource | None = None,
     pending: Iterable[str] = (),
     run_id: str = "",
@@ -577,20 +612,22 @@ def sync_log(
     nothing: its cost does not grow with the store. `pending`: the markers of this
     run (`RunSummary.log_pending`), deleted once its events are in; `run_id`: this
     run's id (its own markers that `pending` lacks are killed attempts of it).
+    `lease`: who takes the log lease (default: this run, `RUN_LOG_LEASE_WAIT`).
     """
+    lease = lease or LogLease(run_id=run_id)
     settled = judge(store, run_id, pending)  # before anything lists the event store
     run = LogRun(None, [])
     if entries is not None:
         covered = IdFilter(entries.log_ids())
-        run = _merged(run, append_from(store, log, entries, lease_wait=lease_wait, ids=covered))
+        run = _merged(run, append_from(store, log, entries, lease=lease, ids=covered))
         # the run's events its entries did not cover (their ids are not held as strings)
         run_keys = (k for k in run_keys if event_key_id(k) not in covered)
-    run = _merged(run, append_events(store, log, run_keys, lease_wait=lease_wait))
+    run = _merged(run, append_events(store, log, run_keys, lease=lease))
     assert run.result is not None
     if settled.stale or (run.result.old_size == 0 and _runs_finished_before(store)):
         total = sum(1 for k in iter_unsorted(store, EVENTS) if event_key_id(k))  # streamed: no key held
         if run.result.size < total:
-            run = _merged(run, append_events(store, log, event_store_keys(store), lease_wait=lease_wait))
+            run = _merged(run, append_events(store, log, event_store_keys(store), lease=lease))
     settle(store, settled.covered + settled.stale)
     return run
 
@@ -645,14 +682,12 @@ def log_run(
         settle(store, pending)
         return None
     run = sync_log(store, log, written, entries=entries, pending=pending, run_id=run_id)
-    import logging
-
     for p in run.problems[:20]:
-        logging.getLogger(__name__).warning("not logged: %s", p)
+        _logger.warning("not logged: %s", p)
     return run
 
 
-def rebuild_log(store: Store, log: LogSigner, *, lease_wait: float = 600.0) -> LogRun:
+def rebuild_log(store: Store, log: LogSigner, *, lease: LogLease = LogLease("log rebuild")) -> LogRun:
     """Create the log from the event store, for a store that has none; refuses to
     touch an existing log (rewriting history is what the log exists to expose)."""
     if store.exists(LOG_PREFIX + CHECKPOINT):
@@ -661,7 +696,7 @@ def rebuild_log(store: Store, log: LogSigner, *, lease_wait: float = 600.0) -> L
             key=LOG_PREFIX + CHECKPOINT,
         )
     stale = judge(store, "", ()).stale  # before the event store is listed
-    run = append_events(store, log, event_store_keys(store), lease_wait=lease_wait)
+    run = append_events(store, log, event_store_keys(store), lease=lease)
     settle(store, stale)
     return run
 

@@ -137,6 +137,40 @@ def test_verify_an_s3_store(s3_store_url: str, cli: Any) -> None:
     assert cli("status", "--store", s3_store_url, "--deep").code == 1
 
 
+def test_a_self_equivocation_republished_by_the_next_run_fails_verify(
+    root: Path, cli: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 16 item 4: a writer suspended past its lease once wrote a second
+    `record_created` for a version beside the next writer's. Events are write-once,
+    so the next run republishes the bundle with both (its state lists the
+    equivocation, as the spec's merge does), and says so; `verify STORE` and `status
+    --deep` must name it: one FAIL line naming the paper's two event objects."""
+    from pith_pipeline.core.events import finalize_event, sign_event
+
+    path, ev = first_event(root, "record_created")
+    ev["created_at"] = "2026-01-05T00:10:00Z"  # the suspended writer's own moment
+    finalize_event(ev)
+    sign_event(ev, SIGNER, "2026-01-05T00:10:00.000000Z")
+    second = path.parent / f"{ev['content_sha256']}.json"
+    second.write_bytes(dumps_compact(ev))
+    body = path.parent.name
+    with caplog.at_level("WARNING"):
+        publish(open_store(str(root)))  # the next run: republishes the paper with both
+    named = [r.getMessage() for r in caplog.records if "self-equivocation" in r.getMessage()]
+    assert named and str(path.relative_to(root)) in named[0] and str(second.relative_to(root)) in named[0]
+    bundle = json.loads((root / "pith" / body / "bundle.json").read_bytes())
+    assert bundle["state"]["equivocation_count"] == 1
+    r = cli("verify", str(root), "-q")
+    assert r.code == 1, r.out + r.err
+    lines = [line for line in r.out.splitlines() if line.startswith("FAIL ")]
+    assert len(lines) == 1 and "self-equivocation" in lines[0], r.out
+    assert str(path.relative_to(root)) in lines[0] and str(second.relative_to(root)) in lines[0]
+    deep = cli("status", "--store", str(root), "--deep")
+    assert deep.code == 1 and "self-equivocation" in deep.out, deep.out
+    one = cli("verify", str(root / "pith" / body / "bundle.json"))
+    assert "WARN state" in one.out and "conflicting_record" in one.out, one.out
+
+
 def test_stored_json_with_duplicate_keys_is_one_line_naming_it(root: Path, cli: Any, tmp_path: Path) -> None:
     """Every reader of stored JSON refuses duplicate keys the same way: one line naming
     the object, never a traceback (status reads the last run manifest, receipts

@@ -220,3 +220,59 @@ def test_log_commands_on_a_store_without_a_log_say_so_in_one_line(
     assert "no transparency log" in said and "--log-signer" in said, said
     assert "'log'" not in said and "Traceback" not in said
     assert len(r.stderr.strip().splitlines()) <= 1
+
+
+# -- the `log` writer lease, as every writer lease: named holder, --wait, exit 75 ------
+
+
+def test_a_busy_log_lease_names_its_holder_and_waits_when_told(logged_store: Path) -> None:
+    from pith_pipeline.storage.lease import WriterLease, default_owner
+    from pith_pipeline.storage.local import LocalStore
+
+    cwd = logged_store
+    sync = ("log", "sync", "--store", "out", "--log-signer", "logkey/pith-private-key.json")
+    holder = WriterLease(LocalStore(cwd / "out"), ["log"], owner=default_owner("run-xyz", "build"), ttl=120)
+    with holder:
+        busy = run(*sync, "--wait", "0", cwd=cwd)
+        assert busy.returncode == 75, busy.stderr
+        assert "leases/log.json" in busy.stderr and "build, run run-xyz" in busy.stderr, busy.stderr
+        assert "Traceback" not in busy.stderr
+        waited = run(*sync, "--wait", "1", cwd=cwd)
+        assert waited.returncode == 75, waited.stderr
+        assert "waiting for lease" in waited.stderr and "run-xyz" in waited.stderr, waited.stderr
+        from_env = run(*sync, cwd=cwd, env={"PITH_LEASE_WAIT": "1"})
+        assert from_env.returncode == 75 and "waiting for lease" in from_env.stderr, from_env.stderr
+        shutil.rmtree(cwd / "out" / "log")  # a store without a log: `log rebuild` would make one
+        rebuild = run("log", "rebuild", *sync[2:], cwd=cwd)
+        assert rebuild.returncode == 75 and "run-xyz" in rebuild.stderr, rebuild.stderr
+    assert run(*sync, cwd=cwd).returncode == 0  # released: the log key's events are appended
+
+
+def test_the_log_lease_names_the_command_and_run_that_hold_it(
+    logged_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder another writer is told about: `log sync`, or the run appending its events."""
+    from click.testing import CliRunner
+
+    from pith_pipeline.cli import cli
+    from pith_pipeline.storage.local import LocalStore
+    from pith_pipeline.tlog import pipeline
+
+    store = LocalStore(logged_store / "out")
+    owners: list[dict[str, object]] = []
+    current = pipeline._current
+
+    def spy(st, verifier):  # type: ignore[no-untyped-def]
+        owners.append(loads(store.get("leases/log.json") or b"{}")["owner"])
+        return current(st, verifier)
+
+    monkeypatch.setattr(pipeline, "_current", spy)
+    monkeypatch.chdir(logged_store)
+    argv = ["log", "sync", "--store", "out", "--log-signer", "logkey/pith-private-key.json"]
+    r = CliRunner().invoke(cli, argv)
+    assert r.exit_code == 0, r.output
+    assert owners and {o["command"] for o in owners} == {"log sync"}
+    owners.clear()
+    signer = pipeline.open_log_signer("file:logkey/pith-private-key.json", store)
+    pipeline.log_run(store, [], signer, run_id="build-20261203T000000Z-abc")
+    assert owners and {o["run_id"] for o in owners} == {"build-20261203T000000Z-abc"}
