@@ -137,6 +137,8 @@ def _iter_lines(
             ) from None
         if not line:
             return
+        if n == 0:
+            line = without_bom(line)
         n += 1
         if size > limits.line_bytes:
             yield Rejected.of_bytes(
@@ -152,6 +154,19 @@ def _iter_lines(
         if isinstance(item, ArxivRecord) and not _keep(item, categories, since, until):
             continue
         yield item
+
+
+#: a UTF-8 byte order mark: some editors and exporters write one before the text
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def without_bom(first_line: bytes) -> bytes:
+    """A file's first line without a UTF-8 byte order mark before it.
+
+    Why: the mark is no part of the first record (JSON forbids it, so the record was
+    quarantined); only at the very start of a file is it a mark. Anywhere else it is
+    input, and the line stays a reject."""
+    return first_line[len(UTF8_BOM) :] if first_line.startswith(UTF8_BOM) else first_line
 
 
 def _utf8_prefix(data: bytes) -> bytes:

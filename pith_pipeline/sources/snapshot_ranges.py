@@ -70,7 +70,7 @@ def iter_snapshot_range(chunk: Mapping[str, Any]) -> Iterator[Item]:
     import gzip
 
     from pith_pipeline.core.arxiv_record import ArxivRecord
-    from pith_pipeline.sources.jsonl import parse_line
+    from pith_pipeline.sources.jsonl import parse_line, without_bom
 
     path = Path(chunk["path"])
     window = Window.from_json(chunk["window"])
@@ -90,7 +90,10 @@ def iter_snapshot_range(chunk: Mapping[str, Any]) -> Iterator[Item]:
             if not line:
                 break
             where = f"{path.name}@{pos}" if line_no is None else f"{path.name}:{line_no}"
+            first = pos == 0
             pos += len(line)
+            if first:  # the file's first line: a byte order mark is no part of it
+                line = without_bom(line)
             if not line.strip():
                 continue
             item = parse_line(line, where)
