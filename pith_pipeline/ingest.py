@@ -142,10 +142,11 @@ class Ingest:
         return h
 
     def _publish_items(self, items: Iterable[Any]) -> None:
+        # the quarantine is stored once, when the whole ingest is done (write-once)
         if self.parallel is not None:
-            self.parallel.publish(items, progress=self.progress)
+            self.parallel.publish(items, progress=self.progress, flush=False)
         else:
-            self.publisher.publish(items, progress=self.progress)
+            self.publisher.publish(items, progress=self.progress, flush=False)
 
     def close(self) -> None:
         """Stop the worker processes, if any started."""
@@ -169,7 +170,6 @@ class Ingest:
                 self.report.deleted_ids.append(d.arxiv_id)
             if hp.page.items:
                 self._publish_items(hp.page.items)
-        self.publisher.flush_quarantine()
         return self.report
 
     # -- sources -------------------------------------------------------------
@@ -190,6 +190,7 @@ class Ingest:
             h = self._harvester(client, raw_root)
             for w in windows:
                 self._consume(h.harvest(w, refresh=refresh))
+        self.publisher.flush_quarantine()
         return self.report
 
     def incremental(
@@ -219,7 +220,9 @@ class Ingest:
         gate = gate or Gate()
         with OAIClient(oai_url, gate=gate, transport=transport, limits=self.limits) as client:
             h = self._harvester(client)
-            return self._consume(h.get_records(ids, self.run_id))
+            self._consume(h.get_records(ids, self.run_id))
+        self.publisher.flush_quarantine()
+        return self.report
 
     def lookup(
         self,
@@ -286,15 +289,23 @@ class Ingest:
         except DamagedInputError:
             self.publisher.flush_quarantine()  # the rejects before the damage are kept
             raise
+        self.publisher.flush_quarantine()
         return self.report
 
     def replay(self, window: Window | None = None, *, raw_root: str = RAW_ROOT) -> IngestReport:
         """Rebuild from stored raw pages, with no network."""
+        return self.replay_windows([window], raw_root=raw_root)
+
+    def replay_windows(self, windows: Sequence[Window | None], *, raw_root: str = RAW_ROOT) -> IngestReport:
+        """`replay` of several windows in one run (one quarantine, stored at the end)."""
         h = self._harvester(None, raw_root)
-        if not h.stored_pages(window):
-            where = h.window_prefix(window) if window else f"{raw_root}/"
-            raise InputError(f"no stored pages under {where} in {self.store.url} to replay")
-        return self._consume(h.replay(window))
+        for window in windows:
+            if not h.stored_pages(window):
+                where = h.window_prefix(window) if window else f"{raw_root}/"
+                raise InputError(f"no stored pages under {where} in {self.store.url} to replay")
+            self._consume(h.replay(window))
+        self.publisher.flush_quarantine()
+        return self.report
 
     def sample(self) -> IngestReport:
         """The bundled sample, harvested from its local copy the same way as from arXiv."""

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pith_pipeline._internal.quarantine_spool import AddReject
 from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.items import Item, Rejected
 
@@ -59,6 +60,8 @@ BACKLOG_PER_SLOT = 4
 
 #: records read ahead to learn, with a few LISTs, which papers are new (`learn_new`)
 LEARN_BATCH = 256
+#: raw input of rejects read ahead at most (one more reject may pass it)
+READ_AHEAD_BYTES = 4 << 20
 
 #: (input sequence number, quarantine entry)
 Reject = tuple[int, dict[str, Any]]
@@ -104,55 +107,70 @@ class Loader:
         if self.io_concurrency > 1:  # + the calling thread's and the lease renewer's
             reserve_connections(publisher.store, self.io_concurrency + 2)
 
-    def publish(self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None) -> RunSummary:
-        """A whole run: the key document, every item, then the quarantine file (also
-        when the input is damaged part way: see `UntilDamaged`)."""
+    def publish(
+        self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None, flush: bool = True
+    ) -> RunSummary:
+        """A whole run: the key document, every item, then the quarantine file
+        (`flush` False: the caller stores it at the end of its run; it is stored at
+        once when the input is damaged part way: see `UntilDamaged`)."""
         pub = self.publisher
         pub.publish_key_document()
         try:
-            pub.quarantine.extend(entry for _seq, entry in self.run(enumerate(items), progress=progress))
+            self.run(enumerate(items), progress=progress, into=pub.quarantine.batch())
         except DamagedInputError:
             pub.flush_quarantine()
             raise
-        pub.flush_quarantine()
+        if flush:
+            pub.flush_quarantine()
         return pub.summary
 
     def run(
-        self, items: Iterable[tuple[int, Item]], *, progress: Callable[[int], None] | None = None
+        self,
+        items: Iterable[tuple[int, Item]],
+        *,
+        progress: Callable[[int], None] | None = None,
+        into: AddReject | None = None,
     ) -> list[Reject]:
         """Publish numbered items; returns their quarantine entries in input order.
+
+        `into`: each entry is handed to it as it comes, maybe out of order (the run's
+        `QuarantineSpool` orders them), and none is kept or returned, so memory stays
+        bounded however many large rejects the input holds.
 
         Counts go to the publisher's summary. The first store, signer or lease error
         stops the loop: papers already in flight finish, no new one starts, and the
         error is raised (what was published stays published; a rerun completes it).
         """
+        rejects: list[Reject] = []
+        add: AddReject = into if into is not None else lambda seq, entry: rejects.append((seq, entry))
         source = UntilDamaged(items)
         try:
             if self.io_concurrency == 1:
-                rejects = self._run_here(source, progress)
+                self._run_here(source, progress, add)
             else:
-                rejects = _Concurrent(self, progress).run(source)
+                _Concurrent(self, progress, add).run(source)
         finally:
             self.publisher.forget_learned()
+        rejects.sort(key=lambda r: r[0])
         if source.damage is not None:  # what came before it is published; its rejects kept
-            self.publisher.quarantine.extend(entry for _seq, entry in rejects)
+            keep = self.publisher.quarantine.batch()
+            for seq, entry in rejects:
+                keep(seq, entry)
             raise source.damage
         return rejects
 
     def _run_here(
-        self, items: Iterable[tuple[int, Item]], progress: Callable[[int], None] | None
-    ) -> list[Reject]:
+        self, items: Iterable[tuple[int, Item]], progress: Callable[[int], None] | None, add: AddReject
+    ) -> None:
         pub = self.publisher
-        rejects: list[Reject] = []
         for batch in batches(items, self.learn_batch):
             pub.learn_new(item for _seq, item in batch)
             for seq, item in batch:
                 entry = pub.publish_item(item)
                 if entry is not None:
-                    rejects.append((seq, entry))
+                    add(seq, entry)
                 if progress:
                     progress(1)
-        return rejects
 
 
 class _Concurrent:
@@ -164,7 +182,7 @@ class _Concurrent:
     bars are only ever used from the thread that made them.
     """
 
-    def __init__(self, loader: Loader, progress: Callable[[int], None] | None) -> None:
+    def __init__(self, loader: Loader, progress: Callable[[int], None] | None, add: AddReject) -> None:
         self.pub = loader.publisher
         self.n = loader.io_concurrency
         self.limit = self.n + loader.backlog
@@ -177,9 +195,9 @@ class _Concurrent:
         self.outstanding = 0
         self.stop = False
         self.error: BaseException | None = None
-        self.rejects: list[Reject] = []
+        self.add = add  # quarantine entries, as they are folded in (any order)
 
-    def run(self, items: Iterable[tuple[int, Item]]) -> list[Reject]:
+    def run(self, items: Iterable[tuple[int, Item]]) -> None:
         pool = ThreadPoolExecutor(max_workers=self.n, thread_name_prefix="pith-load")
         try:
             for batch in batches(items, self.learn_batch):
@@ -201,8 +219,6 @@ class _Concurrent:
             pool.shutdown(wait=True, cancel_futures=True)
         if self.error is not None:
             raise self.error
-        self.rejects.sort(key=lambda r: r[0])
-        return self.rejects
 
     def _dispatch(self, pool: ThreadPoolExecutor, seq: int, item: Item) -> bool:
         """Hand one record to a thread (or to its paper's queue); False: stop reading."""
@@ -215,7 +231,7 @@ class _Concurrent:
         if paper is None:  # a reject: counted here, no request
             entry = self.pub.publish_item(item)
             if entry is not None:
-                self.rejects.append((seq, entry))
+                self.add(seq, entry)
             if self.progress:
                 self.progress(1)
             return True
@@ -268,7 +284,7 @@ class _Concurrent:
             if self.progress:
                 self.progress(1)
         if entry is not None:
-            self.rejects.append((seq, entry))
+            self.add(seq, entry)
 
 
 class UntilDamaged(Iterator[T]):
@@ -299,13 +315,21 @@ class UntilDamaged(Iterator[T]):
 
 
 def batches(items: Iterable[tuple[int, Item]], size: int) -> Iterator[list[tuple[int, Item]]]:
-    """Numbered items in lists of up to `size` (read ahead, so memory stays bounded)."""
+    """Numbered items in lists of up to `size` (read ahead, so memory stays bounded).
+
+    A list also ends once its rejects hold `READ_AHEAD_BYTES` of raw input: each
+    keeps its whole input (megabytes when hostile), so `size` of them read ahead
+    would hold gigabytes."""
     batch: list[tuple[int, Item]] = []
+    raw = 0
     for pair in items:
         batch.append(pair)
-        if len(batch) >= size:
+        if isinstance(pair[1], Rejected):
+            raw += len(pair[1].raw)
+        if len(batch) >= size or raw >= READ_AHEAD_BYTES:
             yield batch
             batch = []
+            raw = 0
     if batch:
         yield batch
 

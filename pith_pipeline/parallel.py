@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from pith_pipeline._internal.quarantine_spool import AddReject
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import InputError, TransientError
@@ -363,7 +364,8 @@ class ParallelPublisher:
         self._queues: list[deque[Future[ChunkResult]]] = []
         self._buffers: list[list[tuple[int, ArxivRecord]]] = []
         self._progress: Callable[[int], Any] | None = None
-        self._rejects: list[tuple[int, dict[str, Any]]] = []
+        # where merged chunks' rejects go: the parent's quarantine spool (`publish`)
+        self._add_reject: AddReject = publisher.quarantine.batch()
         self._seq = 0  # input sequence number across the run: orders the quarantine
         self.chunks_dispatched = 0
         self.worker_pids: set[int] = set()
@@ -426,14 +428,20 @@ class ParallelPublisher:
         self.close()
 
     # -- the run ----------------------------------------------------------------
-    def publish(self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None) -> RunSummary:
-        """Build, sign and publish every record; quarantine every reject (input order)."""
+    def publish(
+        self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None, flush: bool = True
+    ) -> RunSummary:
+        """Build, sign and publish every record; quarantine every reject (input order).
+
+        `flush`: store the quarantine at the end (False: the caller publishes more
+        items in this run and calls `Publisher.flush_quarantine` once, at its end)."""
         pub = self.publisher
         if self.workers == 1:
-            return pub.publish(items, progress=progress)
+            return pub.publish(items, progress=progress, flush=flush)
         pub.publish_key_document()  # before any worker reads the store's key document
         self._progress = progress
-        rejects = self._rejects = []
+        # rejects go to the parent's spill file as they come; it keeps input order
+        add = self._add_reject = pub.quarantine.batch()
         pending: list[tuple[int, ArxivRecord]] = []
         source = UntilDamaged(items)  # a damaged input ends the loop; raised after it
         try:
@@ -441,7 +449,7 @@ class ParallelPublisher:
                 seq = self._seq
                 self._seq += 1
                 if isinstance(item, Rejected):  # counted here, in input order
-                    rejects.extend(Loader(pub, io_concurrency=1).run([(seq, item)], progress=progress))
+                    Loader(pub, io_concurrency=1).run([(seq, item)], progress=progress, into=add)
                 elif self._pools is not None:
                     self._route(seq, item)
                 else:
@@ -452,16 +460,14 @@ class ParallelPublisher:
                             self._route(s, rec)
                         pending = []
             if pending:  # a small run: in this process, as ever
-                rejects.extend(Loader(pub).run(pending, progress=progress))
+                Loader(pub).run(pending, progress=progress, into=add)
             if self._pools is not None:
                 self._drain()
         except BaseException:
             self.close()
             raise
-        finally:
-            rejects.sort(key=lambda r: r[0])
-            pub.quarantine.extend(entry for _seq, entry in rejects)
-        pub.flush_quarantine()
+        if flush or source.damage is not None:
+            pub.flush_quarantine()
         if source.damage is not None:  # what came before it is published and quarantined
             raise source.damage
         return pub.summary
@@ -509,6 +515,7 @@ class ParallelPublisher:
     def _merge(self, res: ChunkResult) -> None:
         self.worker_pids.add(res.pid)
         self.publisher.summary.add(res.summary)
-        self._rejects.extend(res.rejects)
+        for seq, entry in res.rejects:
+            self._add_reject(seq, entry)
         if self._progress:
             self._progress(res.records)

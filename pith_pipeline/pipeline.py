@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pith_pipeline import config
 from pith_pipeline._internal.disk_backed import Ledger, SpillList
+from pith_pipeline._internal.quarantine_spool import QuarantineSpool
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import (
@@ -251,7 +252,9 @@ class Publisher:
         self._absent: set[str] = set()
         self._idents: dict[tuple[str, int], Identity] = {}
         self.summary = RunSummary(run_id or new_run_id(clock()))
-        self.quarantine: list[dict[str, Any]] = []
+        # the run's rejects, spilled to disk as they come (`flush_quarantine` stores them)
+        self.quarantine = QuarantineSpool()
+        self._quarantine_stored = 0
         self.rotating = rotating
         self.keys = self._load_keys()
         self._ring: KeyRing | None = None
@@ -620,16 +623,34 @@ class Publisher:
         finally:
             self._local.summary = None
 
-    def publish(self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None) -> RunSummary:
-        """Build, sign and publish every record; quarantine every reject (the `Loader`)."""
+    def publish(
+        self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None, flush: bool = True
+    ) -> RunSummary:
+        """Build, sign and publish every record; quarantine every reject (the `Loader`).
+
+        `flush`: store the quarantine at the end (False: the caller publishes more
+        items in this run and calls `flush_quarantine` once, at its end)."""
         from pith_pipeline.loader import Loader
 
-        return Loader(self).publish(items, progress=progress)
+        return Loader(self).publish(items, progress=progress, flush=flush)
 
     def flush_quarantine(self) -> None:
-        if self.quarantine:
-            body = b"".join(dumps_compact(q) + b"\n" for q in self.quarantine)
-            self._put(quarantine_key(self.summary.run_id), body)
+        """Store the run's quarantine, `quarantine/<run_id>.jsonl`, streamed from the
+        spill file (write-once: call it at the end of the run; again with no new
+        reject, it does nothing).
+
+        Why streamed: its entries keep their raw input, so a large hostile input makes
+        a quarantine far larger than memory (`QuarantineSpool`)."""
+        from pith_pipeline.storage.base import file_sha256, put_once_file
+
+        if len(self.quarantine) == self._quarantine_stored:
+            return
+        key = quarantine_key(self.summary.run_id)
+        with self.quarantine.ordered_file() as path:
+            self._fence()
+            if put_once_file(self.store, key, path, content_type="application/x-ndjson"):
+                self.summary.written[key] = file_sha256(path)
+        self._quarantine_stored = len(self.quarantine)
 
     def publish_record(self, rec: ArxivRecord) -> Identity:
         self._local.pointers = {}

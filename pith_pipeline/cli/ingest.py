@@ -420,9 +420,7 @@ def _run(
         return run.sample()
     if replay:
         windows: list[Any] = windows_of_days(window, window_days) if dates_given else [None]
-        for w in windows:
-            run.replay(w)
-        return run.report
+        return run.replay_windows(windows)
     if snapshot is not None:
         return run.snapshot(
             snapshot,

@@ -110,7 +110,7 @@ def build_chunk(
             # a reject is quarantined by one task only (the others leave it out)
             if rejects or not isinstance(item, Rejected)
         )
-        pub.quarantine.extend(entry for _seq, entry in Loader(pub).run(numbered(items)))
+        Loader(pub).run(numbered(items), into=pub.quarantine.batch())
     identities = sorted(pub.summary.seen)
     counts = {"records": len(identities), **pub.summary.counts()}
     header: dict[str, Any] = {
@@ -119,7 +119,7 @@ def build_chunk(
         "counts": counts,
         "identities": identities,
         "built": sorted(pub.summary.pith_numbers),
-        "quarantine": pub.quarantine,
+        "quarantine": list(pub.quarantine),
         "problems": pub.summary.problems,
         "written": dict(sorted(pub.summary.written.items())),
         # the run logs these events at its end and settles the markers (`tlog.pending`)

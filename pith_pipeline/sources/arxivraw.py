@@ -93,12 +93,24 @@ def oai_identifier(arxiv_id: str) -> str:
     return f"{OAI_ID_PREFIX}{arxiv_id}"
 
 
-def _int_attr(el: etree._Element, name: str) -> int | None:
+#: a count in a resumption token: ASCII digits only, at most 18 (no sign, blank,
+#: underscore or other script's digit, all of which `int()` would take)
+_COUNT = re.compile(r"[0-9]{1,18}", re.ASCII)
+
+
+def _int_attr(el: etree._Element, name: str, where: str) -> int | None:
+    """A resumption token's count attribute (`completeListSize`, `cursor`), or None
+    when absent. Anything but ASCII digits fails the page, naming the attribute:
+    the harvest's loop checks rely on these counts, so a guess would be unsafe."""
     value = el.get(name)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
+    if value is None:
         return None
+    if not _COUNT.fullmatch(value):
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        raise MalformedPageError(
+            f"resumptionToken {name}={shown!r} is not a count in ASCII digits", where=where
+        )
+    return int(value)
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -254,8 +266,8 @@ def _page_of(
                 f"{limits.field_limit('resumptionToken')}",
                 where=where,
             )
-        page.complete_list_size = _int_attr(token, "completeListSize")
-        page.cursor = _int_attr(token, "cursor")
+        page.complete_list_size = _int_attr(token, "completeListSize", where)
+        page.cursor = _int_attr(token, "cursor", where)
     return page
 
 

@@ -216,10 +216,11 @@ def oversized(where: str, line: bytes, size: int, limit: int) -> Rejected:
 
 
 class RejectBudget:
-    """Stops a file whose rejects would not fit in memory.
+    """Stops a file that is mostly rejects.
 
-    Why: a run holds its rejects until it writes the quarantine at its end, so 911
-    bytes of gzip (300,000 lines of `{}`) took 387 MB and a small gzip bomb any amount.
+    Why: 911 bytes of gzip (300,000 lines of `{}`) made 387 MB of quarantine, and a
+    small gzip bomb any amount. Rejects are spooled to disk, not held in memory
+    (`_internal/quarantine_spool.py`), but the quarantine object is still stored whole.
     A real snapshot has few rejects; one with more than `limits.rejected_bytes` of
     them is not arXiv metadata, and fails whole like a damaged file.
     """
@@ -234,7 +235,7 @@ class RejectBudget:
         if self.spent > self.limit:
             raise DamagedInputError(
                 f"{self.label}: more than {self.limit} bytes of rejected lines by {read_so_far} "
-                "(rejects are held in memory for the quarantine); the file is probably not "
+                "(each is kept whole in the quarantine); the file is probably not "
                 "arXiv metadata (see docs/pages/input-limits.md)"
             )
         return item
@@ -256,6 +257,8 @@ def _iter_lines(
         line, size = read_line(fh, limits.line_bytes, label, f"line {n}", position)
         if not line:
             return
+        if n == 0:
+            line = without_bom(line)
         n += 1
         if size > limits.line_bytes:
             yield budget.spend(oversized(f"{label}:{n}", line, size, limits.line_bytes), f"line {n}")
@@ -268,6 +271,19 @@ def _iter_lines(
         elif not _keep(item, categories, since, until):
             continue
         yield item
+
+
+#: a UTF-8 byte order mark: some editors and exporters write one before the text
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def without_bom(first_line: bytes) -> bytes:
+    """A file's first line without a UTF-8 byte order mark before it.
+
+    Why: the mark is no part of the first record (JSON forbids it, so the record was
+    quarantined); only at the very start of a file is it a mark. Anywhere else it is
+    input, and the line stays a reject."""
+    return first_line[len(UTF8_BOM) :] if first_line.startswith(UTF8_BOM) else first_line
 
 
 def _utf8_prefix(data: bytes) -> bytes:

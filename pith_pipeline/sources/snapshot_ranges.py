@@ -83,6 +83,7 @@ def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAU
         oversized,
         parse_line,
         read_line,
+        without_bom,
     )
 
     path = Path(chunk["path"])
@@ -105,10 +106,13 @@ def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAU
             if not line:
                 break
             where = f"{path.name}@{pos}"
+            first = pos == 0
             pos += size
             if size > limit:
                 yield budget.spend(oversized(where, line, size, limit), f"byte {pos}")
                 continue
+            if first:  # the file's first line: a byte order mark is no part of it
+                line = without_bom(line)
             if not line.strip():
                 continue
             item = parse_line(line, where)

@@ -338,3 +338,24 @@ def test_an_over_long_resumption_token_is_refused() -> None:
         parse_page(body, "raw/p.xml.gz")
     assert "resumption token" in str(err.value) and "4096" in str(err.value)
     assert token not in str(err.value)
+
+
+@pytest.mark.parametrize("attr", ["completeListSize", "cursor"])
+@pytest.mark.parametrize("value", ["\u0661\u0660", "1_000", " 10", "10 ", "", "+10", "-1", "1" * 40])
+def test_token_counts_are_ascii_digits_or_the_page_fails(attr: str, value: str) -> None:
+    other = "cursor" if attr == "completeListSize" else "completeListSize"
+    body = page_of(record()).replace(
+        b"</ListRecords>",
+        f'<resumptionToken {attr}="{value}" {other}="0">1234</resumptionToken></ListRecords>'.encode(),
+    )
+    with pytest.raises(MalformedPageError, match=attr):
+        parse_page(body, "raw/p.xml")
+
+
+def test_token_counts_in_ascii_digits_are_read() -> None:
+    body = page_of(record()).replace(
+        b"</ListRecords>",
+        b'<resumptionToken completeListSize="1000" cursor="0">1234</resumptionToken></ListRecords>',
+    )
+    page = parse_page(body, "t")
+    assert (page.complete_list_size, page.cursor) == (1000, 0)

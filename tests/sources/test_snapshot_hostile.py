@@ -8,6 +8,7 @@ import base64
 import gzip
 import json
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.limits import InputLimits
 from pith_pipeline.errors import DamagedInputError
 from pith_pipeline.items import Rejected
+from pith_pipeline.runs.windows import Window
 from pith_pipeline.signing.local import generate_key
 from pith_pipeline.sources.jsonl import iter_jsonl, parse_line
 
@@ -385,3 +387,50 @@ def test_a_utf16_snapshot_is_named_as_such(tmp_path: Path) -> None:
     path.write_bytes(SNAPSHOT.read_text("utf-8").encode("utf-16"))
     with pytest.raises(DamagedInputError, match="UTF-16"):
         list(iter_jsonl(path))
+
+
+BOM = b"\xef\xbb\xbf"
+WIDE = Window(date(1990, 1, 1), date(2030, 1, 1))
+
+
+def _bom_files(tmp_path: Path) -> list[Path]:
+    """The sample's first three lines, with a UTF-8 byte order mark before the first."""
+    body = BOM + b"".join(line + b"\n" for line in SNAPSHOT.read_bytes().splitlines()[:3])
+    plain, as_json = tmp_path / "bom.jsonl", tmp_path / "bom.json"
+    plain.write_bytes(body)
+    as_json.write_bytes(body)
+    gz = tmp_path / "bom.json.gz"
+    gz.write_bytes(gzip.compress(body, mtime=0))
+    return [plain, as_json, gz]
+
+
+def test_a_byte_order_mark_at_the_start_of_a_snapshot_is_not_part_of_its_first_record(
+    tmp_path: Path,
+) -> None:
+    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range, plan_snapshot_chunks
+
+    want = [parse_line(line, "x").id for line in SNAPSHOT.read_bytes().splitlines()[:3]]  # type: ignore[union-attr]
+    for path in _bom_files(tmp_path):
+        items = list(iter_jsonl(path))
+        assert all(isinstance(i, ArxivRecord) for i in items), (path.name, items[0])
+        assert [i.id for i in items] == want  # type: ignore[union-attr]
+        # the backfill's byte-range reader: the first range starts at the mark
+        ranged = [
+            item
+            for chunk in plan_snapshot_chunks(path, WIDE, min_bytes=1)
+            for item in iter_snapshot_range(chunk)
+        ]
+        assert [getattr(i, "id", i) for i in ranged] == want, path.name
+
+
+def test_a_byte_order_mark_anywhere_else_stays_a_reject(tmp_path: Path) -> None:
+    lines = SNAPSHOT.read_bytes().splitlines()[:3]
+    path = tmp_path / "mid.jsonl"
+    path.write_bytes(lines[0] + b"\n" + BOM + lines[1] + b"\n" + lines[2] + b"\n")
+    items = list(iter_jsonl(path))
+    assert [type(i) for i in items] == [ArxivRecord, Rejected, ArxivRecord]
+    assert isinstance(items[1], Rejected) and items[1].raw.encode().startswith(BOM)
+    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range, plan_snapshot_chunks
+
+    ranged = [i for c in plan_snapshot_chunks(path, WIDE, min_bytes=1) for i in iter_snapshot_range(c)]
+    assert [type(i) for i in ranged] == [ArxivRecord, Rejected, ArxivRecord]
