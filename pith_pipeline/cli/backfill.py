@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pith_pipeline.cli.options import envvar, io_concurrency_option
+from pith_pipeline.cli.options import envvar, io_concurrency_option, wait_option
 
 
 def register(group: click.Group) -> None:
@@ -63,6 +63,7 @@ def register(group: click.Group) -> None:
     "--progress/--no-progress", default=None, help="Progress bar (default: when the output is a terminal)."
 )
 @io_concurrency_option
+@wait_option
 def backfill(
     start: str,
     until: str | None,
@@ -75,11 +76,16 @@ def backfill(
     base_url: str | None,
     progress: bool | None,
     io_concurrency: int | None,
+    lease_wait: float,
 ) -> None:
     """Publish every day of [--from, --until) not yet published; resumable.
 
     --until is exclusive, as on every command (docs/pages/date-ranges.md); --through
     names the last day instead.
+
+    Writers of the same papers take turns (a lease per shard of papers, as for
+    `build`): with another writer at work, backfill fails at once naming it (exit
+    75), or waits up to --wait seconds, saying so.
 
     Each day is one window, exactly as the daily Airflow run would do it (run id
     `ingest-<day>`): harvest into raw/, build and sign, publish, update the indexes,
@@ -103,7 +109,9 @@ def backfill(
     first, end = window_from_options(start, until, through=through).bounds("backfill")
     if source == "snapshot" and not snapshot_path:
         raise InputError("--source snapshot needs --snapshot FILE")
-    settings = load_settings(store=store, signer=signer, oai_url=oai_url, base_url=base_url)
+    settings = load_settings(
+        store=store, signer=signer, oai_url=oai_url, base_url=base_url, lease_wait=repr(lease_wait)
+    )
     result = run_backfill(
         settings,
         first.isoformat(),

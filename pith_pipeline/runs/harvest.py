@@ -40,7 +40,7 @@ def harvest_window(settings: Settings, window: Window, *, store: Store | None = 
         owner=default_owner(run_id_for("ingest", window), "airflow harvest"),
         ttl=lease_ttl(),
         wait=settings.lease_wait_seconds,
-        on_wait=log.info,
+        on_wait=log.warning,
     ):
         return _harvest_window(settings, window, store)
 

@@ -100,7 +100,7 @@ def build_chunk(
         run_id=run_id,
         shards=shards,
         wait=settings.lease_wait_seconds,
-        on_wait=log.info,
+        on_wait=log.warning,
     ) as lease:
         pub.lease = lease
         pub.publish_key_document()
@@ -170,7 +170,11 @@ def publish_staged(
         # publishes them itself): written under the paper leases, like every paper write
         runs = ",".join(sorted(rejects))
         lease: Any = writer_lease(
-            store, command="airflow publish", run_id=runs, wait=settings.lease_wait_seconds, on_wait=log.info
+            store,
+            command="airflow publish",
+            run_id=runs,
+            wait=settings.lease_wait_seconds,
+            on_wait=log.warning,
         )
     else:
         lease = nullcontext()
@@ -253,7 +257,7 @@ def index_window(
         papers=False,
         index=True,
         wait=settings.lease_wait_seconds,
-        on_wait=log.info,
+        on_wait=log.warning,
     ):
         update = update_indexes(store, touched_subjects(summary), run_id=run_id)
     return {

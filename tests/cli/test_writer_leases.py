@@ -172,3 +172,41 @@ def test_a_damaged_stored_event_stops_only_its_paper_and_exits_3(
     assert rel in err and "verify" in err
     assert "Traceback" not in err
     assert "failed 1" in out and "run manifest:" in out
+
+
+def backfill_args(inputs: dict[str, Path], store: Path, *extra: str) -> list[str]:
+    return [
+        "backfill",
+        "--from",
+        "1990-01-01",
+        "--until",
+        "2030-01-01",
+        "--source",
+        "snapshot",
+        "--snapshot",
+        str(inputs["records"]),
+        "--store",
+        str(store),
+        "--key",
+        str(inputs["key"]),
+        "--no-progress",
+        *extra,
+    ]
+
+
+def test_backfill_takes_wait_as_every_writing_command_does(tmp_path: Path, inputs: dict[str, Path]) -> None:
+    """`backfill` had no `--wait`: it took the DAG tasks' default, 30 minutes, so a busy
+    store kept an operator's command waiting where `build` fails at once naming the
+    holder. It fails at once too (exit 75), and with `--wait` it waits, saying so."""
+    store = tmp_path / "store"
+    with writer_lease(LocalStore(store), command="test holder", run_id="held-by-test"):
+        code, _out, err = finish(start(*backfill_args(inputs, store), cwd=tmp_path))
+        assert code == 75, err
+        assert "held-by-test" in err and "--wait" in err and "Traceback" not in err
+        code, _out, err = finish(start(*backfill_args(inputs, store, "--wait", "1"), cwd=tmp_path))
+        assert code == 75, err
+        assert "waiting for lease" in err and "held-by-test" in err, err
+    assert not (store / "pith").exists(), "nothing was published without the lease"
+    code, out, err = finish(start(*backfill_args(inputs, store, "--wait", "5"), cwd=tmp_path))
+    assert code == 0, err
+    assert "windows" in out
