@@ -349,6 +349,32 @@ def _range(s: Setting) -> str:
     return f" of at most {s.maximum:g}" if s.maximum is not None else ""
 
 
+class LeaseConfigError(SettingError):
+    """A shard selection, lease TTL or wait that cannot be used: a usage error (exit 2)."""
+
+    exit_code = 2
+
+
+def wait_seconds(value: str | float, where: str) -> float:
+    """How long to wait for a busy lease (`--wait`, `PITH_LEASE_WAIT`): a finite number >= 0.
+
+    Why so strict: `nan` compares false with every deadline, so a wait of `nan`
+    ends at once in one loop and never in another; `inf` or a negative number is no
+    clearer. Every reader of the setting goes through here (the `--wait` option's
+    type, the task settings), so each refuses the same values with the same line,
+    `where` naming the option or variable.
+    """
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise LeaseConfigError(
+            f"{where}={str(value)!r}: expected seconds to wait, a number >= 0 (0 fails at once)"
+        )
+    return seconds
+
+
 def parse_number(name: str, text: str | None, where: str | None = None, *, whole: bool = False) -> float:
     """`text` as setting `name`'s number: finite and in the row's range, else one
     `SettingError` naming the variable (`where`), the value and what is accepted.
@@ -481,8 +507,6 @@ class Settings:
     def lease_wait_seconds(self) -> float:
         """PITH_LEASE_WAIT in seconds (checked by `storage.lease.wait_seconds`, the one
         rule for `--wait` too: a bad value is one line naming it)."""
-        from pith_pipeline.storage.lease import wait_seconds
-
         if not self.lease_wait:
             return DEFAULT_TASK_LEASE_WAIT
         return wait_seconds(self.lease_wait, env_name("lease_wait"))

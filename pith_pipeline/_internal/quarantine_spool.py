@@ -22,7 +22,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from pith_pipeline.core.canonical_json import dumps_compact, loads
+import orjson
 
 #: (input sequence number, quarantine entry) -> None
 AddReject = Callable[[int, dict[str, Any]], None]
@@ -57,7 +57,7 @@ class QuarantineSpool:
         self.batch()(0, entry)
 
     def _add(self, batch: int, seq: int, entry: dict[str, Any]) -> None:
-        line = dumps_compact(entry) + b"\n"
+        line = orjson.dumps(entry) + b"\n"  # our own entries: plain JSON values
         if self._file is None:
             self._file = tempfile.TemporaryFile(prefix="pith-quarantine-")  # noqa: SIM115 (lives as long as the run)
         if self._seq and (batch, seq) < (self._batch[-1], self._seq[-1]):
@@ -86,7 +86,7 @@ class QuarantineSpool:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """The entries, in input order."""
         for line in self._lines():
-            yield loads(line)
+            yield orjson.loads(line)
 
     @contextlib.contextmanager
     def ordered_file(self) -> Iterator[str]:

@@ -45,6 +45,8 @@ from types import TracebackType
 from typing import Any
 
 from pith_pipeline import config
+from pith_pipeline.config import LeaseConfigError as LeaseConfigError
+from pith_pipeline.config import wait_seconds as wait_seconds
 from pith_pipeline.errors import StorageError, TransientError, WriteConflictError
 from pith_pipeline.storage.base import Store, barrier
 
@@ -81,26 +83,6 @@ def lease_ttl(env: Mapping[str, str] | None = None) -> float:
     return value
 
 
-def wait_seconds(value: str | float, where: str) -> float:
-    """How long to wait for a busy lease (`--wait`, `PITH_LEASE_WAIT`): a finite number >= 0.
-
-    Why so strict: `nan` compares false with every deadline, so a wait of `nan`
-    ends at once in one loop and never in another; `inf` or a negative number is no
-    clearer. Every reader of the setting goes through here (the `--wait` option's
-    type, the task settings), so each refuses the same values with the same line,
-    `where` naming the option or variable.
-    """
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise LeaseConfigError(
-            f"{where}={str(value)!r}: expected seconds to wait, a number >= 0 (0 fails at once)"
-        )
-    return seconds
-
-
 def shard_of(arxiv_id: str) -> int:
     """The shard of a paper: all its versions, corrections and its pointer live there."""
     return zlib.crc32(arxiv_id.encode("utf-8")) % SHARDS
@@ -135,13 +117,6 @@ def parse_shards(text: str) -> frozenset[int]:
             raise LeaseConfigError(f"--shards {text!r}: shards are 0 to {SHARDS - 1}")
         out.update(range(first, last + 1))
     return frozenset(out)
-
-
-class LeaseConfigError(config.SettingError):
-    """A shard selection, lease TTL or wait that cannot be used: a usage error (exit 2).
-    A `SettingError` too, so a caller that reads settings catches every bad one."""
-
-    exit_code = 2
 
 
 class LeaseBusyError(TransientError):
