@@ -152,7 +152,7 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     text = value.strip()
     if not text:
         return None
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # `isdigit` alone takes `²` and other scripts' digits
         return float(int(text))
     try:
         when = email.utils.parsedate_to_datetime(text)

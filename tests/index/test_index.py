@@ -608,3 +608,23 @@ def test_the_keys_a_slice_holds_are_looked_up_without_reading_the_whole_partitio
     assert set(indexed.column("valid").to_pylist()) == {True}
     # the first row is indexed as it is (nothing to write); the second's flag changed
     assert changed.column("event_id").to_pylist() == [source.column("event_id")[1].as_py()]
+
+
+def test_only_real_legacy_part_files_are_removed() -> None:
+    """The old layout's files are deleted by name: a name that only looks like one (a
+    trailing newline, other scripts' digits, as anyone who can write the store could
+    plant) is not taken for one."""
+    from pith_pipeline.index.writer import _remove_legacy_files
+    from pith_pipeline.storage.memory import MemoryStore
+
+    legacy = "index/records/m=2007-04/part-g00000001-20260304T050607Z-0123456789abcdef.parquet"
+    look_alikes = [
+        legacy + "\n",
+        legacy.replace("g00000001", "g\u0660\u0660\u0660\u0661"),
+        legacy.replace("20260304", "\uff12\uff10\uff12\uff16\uff10\uff13\uff10\uff14"),
+    ]
+    store = MemoryStore()
+    for key in (legacy, *look_alikes):
+        store.put(key, b"PAR1")
+    assert _remove_legacy_files(store, "index/") == [legacy]
+    assert sorted(store.list("index/")) == sorted(look_alikes)
