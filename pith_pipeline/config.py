@@ -23,6 +23,7 @@ masked, for `pith-pipeline config`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -321,13 +322,27 @@ class SettingError(TerminalError):
     """A setting whose value cannot be used: names the variable and what it expects."""
 
 
-def number(name: str, env: Mapping[str, str] | None = None) -> float:
-    """Setting `name` (environment, else default) as a number; a bad value is one clear line."""
-    r = resolve(name, env=env)
+def finite_number(text: str, where: str, *, at_least: float | None = None) -> float:
+    """`text` as a finite number, else a SettingError naming `where` (the variable).
+
+    The one rule for float settings: `float()` also reads `nan`, `inf` and `1e999`, and
+    as seconds those never waited (nan fails every comparison), overflowed a timedelta
+    or a deadline (inf), or paced requests at no interval at all."""
     try:
-        return float(r.value or "")
+        value = float(text)
     except ValueError:
-        raise SettingError(f"{r.origin or r.setting.env}={r.value!r}: expected a number") from None
+        raise SettingError(f"{where}={text!r}: expected a number") from None
+    if not math.isfinite(value):
+        raise SettingError(f"{where}={text!r}: expected a finite number, not nan or infinity")
+    if at_least is not None and value < at_least:
+        raise SettingError(f"{where}={text!r}: must be at least {at_least:g}")
+    return value
+
+
+def number(name: str, env: Mapping[str, str] | None = None) -> float:
+    """Setting `name` (environment, else default) as a finite number; a bad value is one clear line."""
+    r = resolve(name, env=env)
+    return finite_number(r.value or "", r.origin or r.setting.env)
 
 
 def integer(name: str, env: Mapping[str, str] | None = None) -> int:
@@ -419,7 +434,16 @@ class Settings:
 
     @property
     def lease_wait_seconds(self) -> float:
-        return float(self.lease_wait) if self.lease_wait else DEFAULT_TASK_LEASE_WAIT
+        if not self.lease_wait:
+            return DEFAULT_TASK_LEASE_WAIT
+        return finite_number(self.lease_wait, setting("lease_wait").env, at_least=0)
+
+    @property
+    def oai_min_interval_seconds(self) -> float | None:
+        """None when unset (arXiv's policy applies)."""
+        if not self.oai_min_interval:
+            return None
+        return finite_number(self.oai_min_interval, setting("oai_min_interval").env, at_least=0)
 
     def __repr__(self) -> str:  # the signer spec may name a key file or KMS key: keep it out
         return (

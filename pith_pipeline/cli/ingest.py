@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from pith_pipeline import config
 from pith_pipeline.cli.options import (
+    FiniteFloat,
     build_config,
     fail_if_incomplete,
     io_concurrency_option,
@@ -173,7 +174,7 @@ def _print_report(report: IngestReport, store_url: str) -> None:
 )
 @click.option(
     "--min-interval",
-    type=float,
+    type=FiniteFloat(),
     default=ARXIV_MIN_INTERVAL,
     show_default=True,
     metavar="SECONDS",

@@ -55,10 +55,11 @@ def _harvest_window(settings: Settings, window: Window, store: Store) -> dict[st
     from pith_pipeline.sources.oai import Harvester, OAIClient
 
     gate = None
-    if settings.oai_min_interval:
+    min_interval = settings.oai_min_interval_seconds
+    if min_interval is not None:
         from pith_pipeline.sources.politeness import Gate, Politeness
 
-        gate = Gate(Politeness(min_interval=float(settings.oai_min_interval)))
+        gate = Gate(Politeness(min_interval=min_interval))
     with OAIClient(settings.oai_url, gate=gate) as client:
         harvester = Harvester(store, client)
         for _page in harvester.harvest(window):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 from pith_pipeline.config import env_name
@@ -52,12 +53,23 @@ def open_signer(spec: str, *, self_test: bool = True) -> Signer:
 
         key, params = _kms_params(rest)
         try:
+            concurrency = int(params.get("concurrency", 16))
+            max_rps = float(params["max_rps"]) if "max_rps" in params else None
+        except ValueError:
+            raise KeyFileError(f"kms signer options must be numbers in {spec!r}") from None
+        # `float()` reads inf and nan; inf overflowed the rate limiter's burst, and a
+        # rate of nan, 0 or less meant "unlimited": a rate is a finite positive number
+        if max_rps is not None and not (math.isfinite(max_rps) and max_rps > 0):
+            raise KeyFileError(
+                f"kms signer option max_rps={params['max_rps']!r}: must be a finite number above 0"
+            )
+        try:
             signer = KmsSigner(
                 key,
                 key_id=params.get("key_id"),
                 region=params.get("region"),
-                concurrency=int(params.get("concurrency", 16)),
-                max_rps=float(params["max_rps"]) if "max_rps" in params else None,
+                concurrency=concurrency,
+                max_rps=max_rps,
             )
         except ValueError:
             raise KeyFileError(f"kms signer options must be numbers in {spec!r}") from None

@@ -367,3 +367,13 @@ def test_a_full_disk_during_keys_generate_leaves_no_half_written_key(
     assert not (out / PRIVATE_KEY_FILE).exists() and not (out / PUBLIC_KEY_FILE).exists()
     assert cli("keys", "generate", "--out", str(out)).code == 0  # free space, run again
     load_signer(out / PRIVATE_KEY_FILE)
+
+
+@pytest.mark.parametrize("option", ["max_rps=inf", "max_rps=nan", "max_rps=1e999", "max_rps=-5", "max_rps=0"])
+def test_kms_max_rps_is_a_finite_positive_number(local_kms: object, option: str) -> None:
+    """`float()` reads `inf` and `nan`: `max_rps=inf` ended in an OverflowError
+    traceback, and a rate of 0 or less was taken as "unlimited"."""
+    from pith_pipeline.signing.factory import open_signer
+
+    with pytest.raises(KeyFileError, match=option.split("=")[0]):
+        open_signer(f"kms:alias/pith-signing?{option}", self_test=False)
