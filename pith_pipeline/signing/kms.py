@@ -34,6 +34,7 @@ from typing import Any
 import nacl.exceptions
 import nacl.signing
 
+from pith_pipeline._internal.aws_env import region_from_env
 from pith_pipeline._internal.aws_errors import classify as aws_classify
 from pith_pipeline.core.keys import Signer, fingerprint_b32
 from pith_pipeline.errors import SigningError
@@ -82,7 +83,9 @@ def make_kms_client(
         connect_timeout=timeout,
         read_timeout=timeout,
     )
-    return boto3.session.Session().client("kms", region_name=region, endpoint_url=endpoint_url, config=cfg)
+    return boto3.session.Session().client(
+        "kms", region_name=region or region_from_env(), endpoint_url=endpoint_url, config=cfg
+    )
 
 
 def classify(exc: BaseException) -> tuple[bool, str]:
