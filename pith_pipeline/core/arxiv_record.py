@@ -250,9 +250,17 @@ class ArxivRecord:
         """Refuse dates after `today` plus `limits.future_days` (the run's clock).
 
         Why not in `__post_init__`: a record is a pure value, and "the future" depends
-        on when the run happens; the publisher calls this with its own today.
+        on when the run happens; the publisher calls this with its own today. A new-style
+        id's month (`YYMM`, 20YY) is a date too: `9912.00001` names no paper yet.
         """
         horizon = today + timedelta(days=limits.future_days)
+        id_month = (2000 + int(self.id[:2]), int(self.id[2:4])) if NEW_STYLE_ID.fullmatch(self.id) else None
+        if id_month is not None and id_month > (horizon.year, horizon.month):
+            raise InputError(
+                f"{self.id} names a month after tomorrow (the run's today is {today.isoformat()})",
+                record_id=self.id,
+                field="id",
+            )
         if self._newest is not None and self._newest <= horizon:
             return
         for v in self.versions:

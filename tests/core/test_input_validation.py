@@ -189,6 +189,21 @@ def test_dates_after_tomorrow_are_refused_relative_to_the_run() -> None:
     assert err.value.field == "update_date"
 
 
+def test_ids_of_months_after_the_run_are_refused_relative_to_the_run() -> None:
+    """`9912.00001` has the form of an id (December 2099), but no paper has it yet: like a
+    date after tomorrow, it is quarantined by the run's own day, never signed."""
+    far = ArxivRecord.from_json(base(id="9912.00001"))
+    with pytest.raises(InputError) as err:
+        far.check_dates(today=date(2026, 12, 3))
+    assert err.value.field == "id" and "9912.00001" in err.value.message
+    with pytest.raises(InputError):
+        ArxivRecord.from_json(base(id="2701.00001")).check_dates(today=date(2026, 12, 3))
+    ArxivRecord.from_json(base(id="2612.00001")).check_dates(today=date(2026, 12, 3))
+    # tomorrow is allowed (time zones), so on the last day of a month the next one is too
+    ArxivRecord.from_json(base(id="2701.00001")).check_dates(today=date(2026, 12, 31))
+    ArxivRecord.from_json(base(id="hep-th/9901001")).check_dates(today=date(2026, 12, 3))
+
+
 @pytest.mark.parametrize(
     ("key", "limit_key"),
     [("title", "title"), ("abstract", "abstract"), ("comments", "comments"), ("journal-ref", "journal-ref")],
