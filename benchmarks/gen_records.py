@@ -4,7 +4,8 @@ The real records in tests/data/arxiv-sample.jsonl are the templates: title and
 abstract lengths, author counts, category lists, version counts, licences, DOI
 presence and the text itself (words, TeX, non-ASCII names) are drawn from them, so
 a benchmark on these records does the work real records cause. Identifiers are
-new-style and unique (`YYMM.NNNNN`), every record is valid, and the output is
+new-style, unique and valid for their month (`YYMM.NNNN` up to 2014, `YYMM.NNNNN`
+from 2015, as arXiv issues them), every record is valid, and the output is
 deterministic for a seed. Records are written as they are made: a million of
 them never sit in memory.
 
@@ -26,7 +27,9 @@ from typing import IO, Any
 import orjson
 
 SAMPLE = Path(__file__).resolve().parent.parent / "tests" / "data" / "arxiv-sample.jsonl"
-PER_MONTH = 99_999  # new-style ids carry five digits after the dot
+# new-style ids carry four digits after the dot up to December 2014, five from 2015
+PER_MONTH_TO_2014 = 9_999
+PER_MONTH = 99_999
 
 
 @dataclass(frozen=True)
@@ -97,12 +100,24 @@ def _author_string(parsed: list[list[str]]) -> str:
     return ", ".join(full[:-1]) + " and " + full[-1]
 
 
+def _month_and_number(index: int, start: datetime) -> tuple[int, int, int]:
+    """(months after `start`'s month, number within that month, its digit count) of the
+    `index`-th id: months before 2015 hold 9,999 four-digit numbers, later ones 99,999
+    five-digit numbers, so every id is one arXiv's scheme allows for its month."""
+    short_months = max(0, (2015 - start.year) * 12 - (start.month - 1))
+    if index < short_months * PER_MONTH_TO_2014:
+        return index // PER_MONTH_TO_2014, index % PER_MONTH_TO_2014 + 1, 4
+    rest = index - short_months * PER_MONTH_TO_2014
+    return short_months + rest // PER_MONTH, rest % PER_MONTH + 1, 5
+
+
 def make_record(rng: random.Random, t: Templates, index: int, start: datetime) -> dict[str, Any]:
     # the identifier's month is the submission month: unique ids, as arXiv's are
-    months = start.month - 1 + index // PER_MONTH
+    month, seq, digits = _month_and_number(index, start)
+    months = start.month - 1 + month
     first = start.replace(year=start.year + months // 12, month=months % 12 + 1, day=1)
     when = first + timedelta(seconds=rng.randrange(28 * 86400))
-    arxiv_id = f"{when:%y%m}.{index % PER_MONTH + 1:05d}"
+    arxiv_id = f"{when:%y%m}.{seq:0{digits}d}"
     tl = max(8, int(rng.choice(t.title_lens) * rng.uniform(0.8, 1.2)))
     al = max(20, int(rng.choice(t.abstract_lens) * rng.uniform(0.8, 1.2)))
     parsed = [list(rng.choice(t.names)) for _ in range(rng.choice(t.author_counts))]

@@ -370,7 +370,7 @@ def wait_seconds(value: str | float, where: str) -> float:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds >= 0):
         raise LeaseConfigError(
-            f"{where}={str(value)!r}: expected seconds to wait, a number >= 0 (0 fails at once)"
+            f"{where}={str(value)!r}: expected seconds to wait, a finite number >= 0 (0 fails at once)"
         )
     return seconds
 
@@ -383,7 +383,7 @@ def parse_number(name: str, text: str | None, where: str | None = None, *, whole
     inf or 1e300 overflowed the timestamps and durations they were added to."""
     s = BY_NAME[name]
     where = where or s.env
-    what = ("a whole number" if whole else "a number") + _range(s)
+    what = ("a whole number" if whole else "a finite number") + _range(s)
     try:
         value = float(int(text or "")) if whole else float(text or "")
     except (ValueError, OverflowError):

@@ -51,6 +51,30 @@ def test_a_bad_number_is_one_line_naming_the_variable() -> None:
     assert config.number("retry_delay_seconds", {}) == 60.0
 
 
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e999"])
+def test_nan_and_inf_settings_are_refused_in_one_line(value: str) -> None:
+    """`float()` reads them; as seconds they never waited (nan), overflowed a timedelta
+    (inf) or paced arXiv at no interval at all: every float setting refuses them."""
+    with pytest.raises(SettingError, match=r"^PITH_RETRY_DELAY_SECONDS=.*finite"):
+        config.number("retry_delay_seconds", {"PITH_RETRY_DELAY_SECONDS": value})
+    with pytest.raises(SettingError, match=r"^PITH_LEASE_WAIT=.*finite"):
+        _ = config.load_settings(env={"PITH_LEASE_WAIT": value}).lease_wait_seconds
+    with pytest.raises(SettingError, match=r"^PITH_OAI_MIN_INTERVAL=.*finite"):
+        _ = config.load_settings(env={"PITH_OAI_MIN_INTERVAL": value}).oai_min_interval_seconds
+
+
+def test_seconds_settings_are_read_as_numbers() -> None:
+    settings = config.load_settings(env={"PITH_LEASE_WAIT": "2.5", "PITH_OAI_MIN_INTERVAL": "0"})
+    assert (settings.lease_wait_seconds, settings.oai_min_interval_seconds) == (2.5, 0.0)
+    defaults = config.load_settings(env={})
+    assert defaults.lease_wait_seconds == config.DEFAULT_TASK_LEASE_WAIT
+    assert defaults.oai_min_interval_seconds is None
+    with pytest.raises(SettingError, match=r"^PITH_LEASE_WAIT='soon': expected"):
+        _ = config.load_settings(env={"PITH_LEASE_WAIT": "soon"}).lease_wait_seconds
+    with pytest.raises(SettingError, match=r"^PITH_LEASE_WAIT='-1': "):
+        _ = config.load_settings(env={"PITH_LEASE_WAIT": "-1"}).lease_wait_seconds
+
+
 # -- masking ------------------------------------------------------------------------
 @pytest.mark.parametrize("value", [f"file:/keys/{SECRET}.json", f"kms:alias/{SECRET}", f"/keys/{SECRET}"])
 def test_a_secret_never_appears_masked(value: str) -> None:

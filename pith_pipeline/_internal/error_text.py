@@ -27,7 +27,7 @@ SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"
 
 MAX_LINE = 600
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_RUST_ERRNO = re.compile(r"\(os error (\d+)\)")
+_RUST_ERRNO = re.compile(r"\(os error ([0-9]+)\)")
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 
 

@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from pith_pipeline import config
 from pith_pipeline.cli.options import (
-    FiniteFloatRange,
+    FiniteFloat,
     build_config,
     fail_if_incomplete,
     io_concurrency_option,
@@ -174,7 +174,7 @@ def _print_report(report: IngestReport, store_url: str) -> None:
 )
 @click.option(
     "--min-interval",
-    type=FiniteFloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=ARXIV_MIN_INTERVAL,
     show_default=True,
     metavar="SECONDS",

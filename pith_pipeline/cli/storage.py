@@ -13,7 +13,7 @@ import click
 from tqdm import tqdm
 
 from pith_pipeline.cli.options import (
-    FiniteFloatRange,
+    FiniteFloat,
     build_config,
     lease_notice,
     signer_option,
@@ -194,7 +194,7 @@ def _retention_option(fn: Any) -> Any:
     return click.option(
         "--retention",
         "retention_hours",
-        type=FiniteFloatRange(min=0),
+        type=FiniteFloat(min=0),
         default=168.0,
         show_default=True,
         help="Hours files no current table version uses are kept for readers of older "

@@ -25,12 +25,18 @@ from pith_pipeline.errors import InputError
 # Unicode digit), so no look-alike value becomes an alias, a key or a file name.
 # The year and month are a real month of the scheme's time: new-style ids began in
 # April 2007 (`0704.0001`), old-style ones (`archive/YYMMNNN`) ran from 1991 to March
-# 2007; `2113.00021` or `hep-th/9900001` name no paper.
+# 2007; `2113.00021` or `hep-th/9900001` name no paper. The number within the month
+# has exactly four digits up to 1412 and exactly five from 1501 (arXiv's scheme), and
+# starts at 1: `1412.00001` or `1501.0001` would be a second spelling of a real paper's
+# id (or of none), so a look-alike alias. This is the one id rule: every reader of ids
+# (sources, CLI, pointers) calls `is_arxiv_id`.
 NEW_STYLE_ID = re.compile(
-    r"(?:07(?:0[4-9]|1[0-2])|(?:0[89]|[1-9][0-9])(?:0[1-9]|1[0-2]))\.[0-9]{4,5}", re.ASCII
+    r"(?:(?:07(?:0[4-9]|1[0-2])|(?:0[89]|1[0-4])(?:0[1-9]|1[0-2]))\.(?!0000)[0-9]{4}"
+    r"|(?:1[5-9]|[2-9][0-9])(?:0[1-9]|1[0-2])\.(?!00000)[0-9]{5})",
+    re.ASCII,
 )
 OLD_STYLE_ID = re.compile(
-    r"[a-z][a-z\-]*(?:\.[A-Z]{2})?/(?:(?:9[1-9]|0[0-6])(?:0[1-9]|1[0-2])|070[1-3])[0-9]{3}", re.ASCII
+    r"[a-z][a-z\-]*(?:\.[A-Z]{2})?/(?:(?:9[1-9]|0[0-6])(?:0[1-9]|1[0-2])|070[1-3])(?!000)[0-9]{3}", re.ASCII
 )
 CATEGORY = re.compile(r"[a-z][a-z\-]*(\.[A-Za-z][A-Za-z\-]*)?", re.ASCII)
 #: `v1` .. `v9999` (InputLimits.max_version): no leading zero, no sign, ASCII digits
@@ -244,9 +250,17 @@ class ArxivRecord:
         """Refuse dates after `today` plus `limits.future_days` (the run's clock).
 
         Why not in `__post_init__`: a record is a pure value, and "the future" depends
-        on when the run happens; the publisher calls this with its own today.
+        on when the run happens; the publisher calls this with its own today. A new-style
+        id's month (`YYMM`, 20YY) is a date too: `9912.00001` names no paper yet.
         """
         horizon = today + timedelta(days=limits.future_days)
+        id_month = (2000 + int(self.id[:2]), int(self.id[2:4])) if NEW_STYLE_ID.fullmatch(self.id) else None
+        if id_month is not None and id_month > (horizon.year, horizon.month):
+            raise InputError(
+                f"{self.id} names a month after tomorrow (the run's today is {today.isoformat()})",
+                record_id=self.id,
+                field="id",
+            )
         if self._newest is not None and self._newest <= horizon:
             return
         for v in self.versions:

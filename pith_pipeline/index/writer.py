@@ -54,7 +54,8 @@ COMMIT_ATTEMPTS = 12
 DEFAULT_MAX_PARTS = 1  # events/aliases files a touched partition may keep before compaction
 #: The index layout before Delta tables: a manifest of our own, migrated by `reindex`.
 LEGACY_MANIFEST_KEY = "index/_manifest.json"
-_LEGACY_FILE = re.compile(r"/part-g\d+-\d{8}T\d{6}Z-[0-9a-f]+\.parquet$")
+# `search`ed in store keys: ASCII digits and `\Z` (`$` admits a trailing newline)
+_LEGACY_FILE = re.compile(r"/part-g[0-9]+-[0-9]{8}T[0-9]{6}Z-[0-9a-f]+\.parquet\Z")
 
 
 @dataclass(slots=True)

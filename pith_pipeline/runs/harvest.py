@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from pith_pipeline.storage.base import Store
 
 log = logging.getLogger(__name__)
-_ATTEMPT = re.compile(r"/attempt-(\d+)/page-\d+\.xml\.gz$")
+# store keys: ASCII digits and `\Z`, as `sources.oai` reads them
+_ATTEMPT = re.compile(r"/attempt-([0-9]+)/page-[0-9]+\.xml\.gz\Z")
 
 
 def harvest_window(settings: Settings, window: Window, *, store: Store | None = None) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from typing import Any
 import nacl.exceptions
 import nacl.signing
 
+from pith_pipeline._internal.aws_env import region_from_env
 from pith_pipeline._internal.aws_errors import classify as aws_classify
 from pith_pipeline._internal.error_text import one_line
 from pith_pipeline.core.keys import Signer, fingerprint_b32
@@ -94,7 +95,7 @@ def make_kms_client(
     )
     try:
         return boto3.session.Session().client(
-            "kms", region_name=region, endpoint_url=endpoint_url, config=cfg
+            "kms", region_name=region or region_from_env(), endpoint_url=endpoint_url, config=cfg
         )
     except Exception as exc:  # botocore raises BotoCoreErrors and plain ValueErrors here
         raise SigningError(_client_setup_problem(exc, region, endpoint_url), transient=False) from None

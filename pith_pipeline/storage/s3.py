@@ -2,9 +2,11 @@
 
 boto3 is imported only here, and only when an `s3://` store is opened. The endpoint
 comes from the standard `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_S3` (botocore reads
-them itself), credentials and region from the standard chain (environment, profile,
-SSO, instance role). Write-once objects use `PutObject` with `If-None-Match: *`:
-S3 refuses to replace an existing key, so two writers can never overwrite an event.
+them itself), credentials from the standard chain (environment, profile, SSO,
+instance role), the region from `AWS_REGION` first (`_internal.aws_env`: botocore
+alone reads only `AWS_DEFAULT_REGION` and the profile). Write-once objects use
+`PutObject` with `If-None-Match: *`: S3 refuses to replace an existing key, so two
+writers can never overwrite an event.
 
 Every botocore failure is mapped to `StorageError` with `transient` set for what a
 retry can fix (throttling, 5xx, timeouts, conditional-write races) and clear for what
@@ -23,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from pith_pipeline._internal.aws_env import region_from_env
 from pith_pipeline._internal.aws_errors import classify
 from pith_pipeline.errors import StorageError, WriteConflictError
 
@@ -394,6 +397,6 @@ def make_client(*, max_connections: int = 10) -> tuple[Any, Any]:
     )
     try:
         session = boto3.session.Session()
-        return session, session.client("s3", config=config)
+        return session, session.client("s3", region_name=region_from_env(), config=config)
     except Exception as exc:  # region/profile misconfiguration: name it, no secrets
         raise StorageError(f"cannot create an S3 client: {type(exc).__name__}: {exc}") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import nacl.signing
 
 ED25519_TYPE = 0x01
 _DASH = "\u2014 "
+_HEX_ID = re.compile(r"[0-9a-fA-F]{8}")
 
 
 def key_id(name: str, public_key: bytes) -> int:
@@ -55,7 +57,9 @@ class Verifier:
             kid = int(hex_id, 16)
         except (ValueError, binascii.Error):
             raise ValueError("not a note verifier key (name+hexid+base64)") from None
-        if len(hex_id) != 8 or len(raw) != 33 or raw[0] != ED25519_TYPE:
+        # eight ASCII hex digits: `int(_, 16)` also takes `0x`, `_`, spaces and other
+        # scripts' digits, which would make look-alike spellings of one key
+        if _HEX_ID.fullmatch(hex_id) is None or len(raw) != 33 or raw[0] != ED25519_TYPE:
             raise ValueError("not an Ed25519 note verifier key")
         check_name(name)
         if key_id(name, raw[1:]) != kid:
@@ -144,7 +148,8 @@ class Checkpoint:
         if len(lines) < 4 or lines[-1] != "" or any(not line for line in lines[:-1]):
             raise ValueError("a checkpoint has an origin, a size and a root hash line")
         origin, size_s, root_s = lines[0], lines[1], lines[2]
-        if not size_s.isdigit() or (size_s.startswith("0") and size_s != "0"):
+        # ASCII only: `isdigit` takes other scripts' digits, which `int` reads as a number
+        if not (size_s.isascii() and size_s.isdigit()) or (size_s.startswith("0") and size_s != "0"):
             raise ValueError(f"checkpoint size {size_s!r} is not a decimal number")
         try:
             root = base64.b64decode(root_s, validate=True)

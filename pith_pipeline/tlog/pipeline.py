@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -31,7 +30,7 @@ from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.canonical_json import dumps, dumps_pretty, dumps_trusted, loads
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
-from pith_pipeline.core.layout import EVENTS, PUBLIC_KEY_FILE, RUNS, is_run_manifest
+from pith_pipeline.core.layout import EVENT_OBJECT, EVENTS, PUBLIC_KEY_FILE, RUNS, is_run_manifest
 from pith_pipeline.errors import IntegrityError, KeyFileError, TerminalError
 from pith_pipeline.storage.base import Store, iter_unsorted
 from pith_pipeline.tlog import merkle
@@ -59,7 +58,6 @@ INDEX_DIR = "index/"
 # about 570 KB (uncompressed) at 2,000,000 entries
 INDEX_HEX = 2
 APPENDED = "appended.json"
-_EVENT_KEY = re.compile(r"^events/[^/]+/([0-9a-f]{64})\.json$")
 
 
 class LogNotConfiguredError(TerminalError):
@@ -67,9 +65,14 @@ class LogNotConfiguredError(TerminalError):
 
 
 def event_key_id(key: str) -> str | None:
-    """The event id (hex) of an event store key, None for anything else (re-signed copies)."""
-    m = _EVENT_KEY.match(key)
-    return m.group(1) if m else None
+    """The event id (hex) of an event store key, None for anything else (re-signed copies).
+
+    The key's whole form, by the layout's one rule (`fullmatch`, ASCII classes): keys
+    can be planted by anyone who can write the store, and a copy of an event under a
+    look-alike name (a trailing newline, a subject that is no Pith number's body) must
+    not become a second log entry."""
+    m = EVENT_OBJECT.fullmatch(key)
+    return m.group(2) if m and m.group(3) is None else None
 
 
 def event_entry(data: bytes, where: str, written_sha256: str | None = None) -> tuple[bytes, str, str]:

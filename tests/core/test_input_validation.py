@@ -11,6 +11,8 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pith_pipeline.core.arxiv_record import ArxivRecord, is_arxiv_id
 from pith_pipeline.core.limits import DEFAULT_LIMITS
@@ -81,6 +83,16 @@ def test_highest_allowed_version_builds() -> None:
         "hep-th/9913001",
         "hep-th/9900001",
         "hep-th/8901001",  # old-style ids ran from 1991 to March 2007
+        # the number after the dot has four digits up to December 2014 and five from
+        # January 2015: any other width names no paper, but would be a second name
+        "1412.00001",
+        "0704.00001",
+        "1501.0001",
+        "2101.0021",
+        "9912.0001",
+        "0704.0000",  # numbering starts at 1 within each month
+        "2101.00000",
+        "hep-th/9901000",
     ],
 )
 def test_ids_are_full_ascii_matches(ident: str) -> None:
@@ -92,6 +104,8 @@ def test_good_ids_still_match() -> None:
     good = ("2101.00021", "0704.0001", "0812.1234", "hep-th/9901001", "math.CO/0102003", "math/0703001")
     assert all(is_arxiv_id(i) for i in good)
     assert all(is_arxiv_id(i) for i in ("alg-geom/9108001", "2912.99999", "9912.00001"))
+    era_edges = ("1412.9999", "1501.00001", "1501.99999", "0704.9999", "hep-th/0703999")
+    assert all(is_arxiv_id(i) for i in era_edges)
 
 
 @pytest.mark.parametrize("cat", ["cs.LG\u0661", "c\u0131s"])
@@ -175,6 +189,21 @@ def test_dates_after_tomorrow_are_refused_relative_to_the_run() -> None:
     assert err.value.field == "update_date"
 
 
+def test_ids_of_months_after_the_run_are_refused_relative_to_the_run() -> None:
+    """`9912.00001` has the form of an id (December 2099), but no paper has it yet: like a
+    date after tomorrow, it is quarantined by the run's own day, never signed."""
+    far = ArxivRecord.from_json(base(id="9912.00001"))
+    with pytest.raises(InputError) as err:
+        far.check_dates(today=date(2026, 12, 3))
+    assert err.value.field == "id" and "9912.00001" in err.value.message
+    with pytest.raises(InputError):
+        ArxivRecord.from_json(base(id="2701.00001")).check_dates(today=date(2026, 12, 3))
+    ArxivRecord.from_json(base(id="2612.00001")).check_dates(today=date(2026, 12, 3))
+    # tomorrow is allowed (time zones), so on the last day of a month the next one is too
+    ArxivRecord.from_json(base(id="2701.00001")).check_dates(today=date(2026, 12, 31))
+    ArxivRecord.from_json(base(id="hep-th/9901001")).check_dates(today=date(2026, 12, 3))
+
+
 @pytest.mark.parametrize(
     ("key", "limit_key"),
     [("title", "title"), ("abstract", "abstract"), ("comments", "comments"), ("journal-ref", "journal-ref")],
@@ -233,3 +262,30 @@ def test_a_reason_never_repeats_a_huge_value(obj: dict[str, Any]) -> None:
     input the quarantine keeps, and a reason of megabytes would be printed and logged."""
     err = refused(obj)
     assert len(err.message) < 300, err.message[:300]
+
+
+def _era_oracle(ident: str) -> bool:
+    """arXiv's new-style scheme, said plainly: YYMM from 0704, four digits after the
+    dot up to 1412 and five from 1501, numbered from 1."""
+    head, _, seq = ident.partition(".")
+    if len(head) != 4 or not head.isascii() or not head.isdigit() or not seq.isascii() or not seq.isdigit():
+        return False
+    yymm, month = int(head), int(head[2:])
+    if not 1 <= month <= 12 or yymm < 704 or int(seq) == 0:
+        return False
+    return len(seq) == (4 if yymm <= 1412 else 5)
+
+
+@given(
+    yymm=st.integers(0, 9999).map(lambda n: f"{n:04d}"),
+    seq=st.integers(0, 999_999).flatmap(lambda n: st.sampled_from([f"{n:04d}", f"{n:05d}", str(n)])),
+)
+@settings(max_examples=2000)
+def test_new_style_ids_follow_the_digit_count_of_their_era(yymm: str, seq: str) -> None:
+    ident = f"{yymm}.{seq}"
+    assert is_arxiv_id(ident) == _era_oracle(ident)
+
+
+@pytest.mark.parametrize("ident", ["0704.0001", "1412.9999", "1501.00001", "2101.00021"])
+def test_era_valid_ids_build(ident: str) -> None:
+    assert ArxivRecord.from_json(base(id=ident)).id == ident

@@ -680,3 +680,23 @@ def test_a_full_disk_while_writing_the_index_says_write_and_disk_full(
     assert len(lines) == 1, err
     assert "index/records" in lines[0] and "writing" in lines[0] and "disk is full" in lines[0], err
     assert "cannot be read" not in lines[0]
+
+
+def test_only_real_legacy_part_files_are_removed() -> None:
+    """The old layout's files are deleted by name: a name that only looks like one (a
+    trailing newline, other scripts' digits, as anyone who can write the store could
+    plant) is not taken for one."""
+    from pith_pipeline.index.writer import _remove_legacy_files
+    from pith_pipeline.storage.memory import MemoryStore
+
+    legacy = "index/records/m=2007-04/part-g00000001-20260304T050607Z-0123456789abcdef.parquet"
+    look_alikes = [
+        legacy + "\n",
+        legacy.replace("g00000001", "g\u0660\u0660\u0660\u0661"),
+        legacy.replace("20260304", "\uff12\uff10\uff12\uff16\uff10\uff13\uff10\uff14"),
+    ]
+    store = MemoryStore()
+    for key in (legacy, *look_alikes):
+        store.put(key, b"PAR1")
+    assert _remove_legacy_files(store, "index/") == [legacy]
+    assert sorted(store.list("index/")) == sorted(look_alikes)

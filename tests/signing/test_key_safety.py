@@ -556,3 +556,13 @@ def test_a_key_id_of_the_wrong_type_says_so_in_json_terms(tmp_path: Path) -> Non
     with pytest.raises(KeyFileError) as info:
         load_signer(key)
     assert "key id (a number, not a string)" in str(info.value) and " int " not in str(info.value)
+
+
+@pytest.mark.parametrize("option", ["max_rps=inf", "max_rps=nan", "max_rps=1e999", "max_rps=-5", "max_rps=0"])
+def test_kms_max_rps_is_a_finite_positive_number(local_kms: object, option: str) -> None:
+    """`float()` reads `inf` and `nan`: `max_rps=inf` ended in an OverflowError
+    traceback, and a rate of 0 or less was taken as "unlimited"."""
+    from pith_pipeline.signing.factory import open_signer
+
+    with pytest.raises(KeyFileError, match=option.split("=")[0]):
+        open_signer(f"kms:alias/pith-signing?{option}", self_test=False)

@@ -214,14 +214,22 @@ def test_a_page_broken_outside_its_records_is_still_malformed(damage) -> None:  
         parse_page(damage(body), "t")
 
 
-@pytest.mark.parametrize("ident", ["2401.0000\u0665", "\uff12401.00005"])
+@pytest.mark.parametrize("ident", ["2401.0000\u0665", "\uff12401.00005", "2401.0005", "1412.00005"])
 def test_look_alike_ids_are_rejected(ident: str) -> None:
     (bad,) = parse_page(page_of(record({"id": ident}, ident=ident)), "t").rejected
     assert bad.field == "id"
 
 
 @pytest.mark.parametrize(
-    "text", ["1909.11150v\u0662", "\uff11909.11150", "1909.11150\nv2", "hep-th/990100\u0661"]
+    "text",
+    [
+        "1909.11150v\u0662",
+        "\uff11909.11150",
+        "1909.11150\nv2",
+        "hep-th/990100\u0661",
+        "1501.0001v2",  # four digits after the dot only up to 1412
+        "arXiv:1412.00001",  # five only from 1501
+    ],
 )
 def test_ids_given_on_the_command_line_are_ascii(text: str) -> None:
     from pith_pipeline.errors import InputError

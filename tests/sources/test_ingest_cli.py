@@ -247,6 +247,8 @@ def test_help_teaches() -> None:
         ("arXiv:2401.00001", "2401.00001"),
         ("https://arxiv.org/abs/hep-lat/0305021v1", "hep-lat/0305021"),
         ("hep-lat/0305021", "hep-lat/0305021"),
+        ("1412.9999v3", "1412.9999"),
+        ("arXiv:0704.0001", "0704.0001"),
     ],
 )
 def test_normalise_id(text: str, bare: str) -> None:

@@ -61,6 +61,19 @@ KEYS = (
 ids = st.one_of(
     st.sampled_from(["2101.00021", "0704.0001", "hep-th/9901001", "math.CO/0102003", "2101.00021\n"]),
     st.from_regex(r"[0-9]{4}\.[0-9]{4,5}", fullmatch=True),
+    # ids valid for their month: four digits after the dot up to 1412, five from 1501
+    st.builds(
+        lambda y, m, n: f"{y:02d}{m:02d}.{n:04d}",
+        st.integers(8, 14),
+        st.integers(1, 12),
+        st.integers(1, 9999),
+    ),
+    st.builds(
+        lambda y, m, n: f"{y:02d}{m:02d}.{n:05d}",
+        st.integers(15, 99),
+        st.integers(1, 12),
+        st.integers(1, 99999),
+    ),
     st.text(max_size=20),
 )
 labels = st.one_of(

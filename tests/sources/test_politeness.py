@@ -46,6 +46,14 @@ def test_parse_retry_after_both_forms() -> None:
     assert parse_retry_after("  ") is None
 
 
+@pytest.mark.parametrize("value", ["\xb2", "1\xb9", "\u0661\u0662", "\uff11", "+5", "1_0"])
+def test_retry_after_seconds_are_ascii_digits_only(value: str) -> None:
+    """Delta-seconds are ASCII digits (RFC 9110). `str.isdigit` also takes `²` (a
+    latin-1 header byte, on which `int` then raised out of the retry loop) and other
+    scripts' digits; such a header is unreadable, and the caller backs off as usual."""
+    assert parse_retry_after(value, now=NOW) is None
+
+
 @dataclass
 class Resp:
     status_code: int

@@ -110,3 +110,39 @@ def test_arrow_filesystem_reads_the_same_objects(s3_store_url: str) -> None:
     fs, root = store.arrow_filesystem()
     with fs.open_input_stream(f"{root}/index/x.bin") as fh:
         assert fh.read() == b"hello"
+
+
+@pytest.mark.parametrize(
+    ("env", "region"),
+    [
+        ({"AWS_REGION": "eu-west-2"}, "eu-west-2"),
+        ({"AWS_REGION": "eu-west-2", "AWS_DEFAULT_REGION": "eu-west-3"}, "eu-west-2"),
+        ({"AWS_DEFAULT_REGION": "eu-west-3"}, "eu-west-3"),
+        ({"AWS_REGION": "", "AWS_DEFAULT_REGION": "eu-west-3"}, "eu-west-3"),
+    ],
+)
+def test_the_region_comes_from_aws_region_then_aws_default_region(
+    s3_store_url: str, s3_env: str, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], region: str
+) -> None:
+    """botocore reads only AWS_DEFAULT_REGION; AWS_REGION (what the AWS CLI v2 and the
+    other SDKs read first, and what Lambda, ECS and many CI runners set) was ignored, so
+    the S3 client, the Delta tables and pyarrow all used us-east-1 while the operator
+    had named another region. The same client is used everywhere, and the endpoint
+    still comes from AWS_ENDPOINT_URL."""
+    from pith_pipeline.index.delta import s3_options
+    from pith_pipeline.signing.kms import make_kms_client
+
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    store = open_store(s3_store_url)
+    assert isinstance(store, S3Store)
+    assert store.client.meta.region_name == region
+    assert store.client.meta.endpoint_url == s3_env
+    assert s3_options(store)["AWS_REGION"] == region
+    assert store.arrow_filesystem()[0].region == region
+    assert make_kms_client().meta.region_name == region
+    assert make_kms_client(region="ap-south-1").meta.region_name == "ap-south-1"  # an explicit one wins
+    store.put("pith/A/bundle.json", b"{}")
+    assert store.get("pith/A/bundle.json") == b"{}"

@@ -65,3 +65,28 @@ def test_sign_and_open_a_checkpoint() -> None:
 
 def _raw(key: Ed25519Signer):  # type: ignore[no-untyped-def]
     return lambda msg: key._sk.sign(msg).signature
+
+
+@pytest.mark.parametrize("size", ["\u0661\u0660", "\uff13", "\xb2", "+3", "1_0", " 3"])
+def test_a_checkpoint_size_is_ascii_decimal(size: str) -> None:
+    """A signed checkpoint whose size another verifier would refuse (or read as another
+    number) is refused here too: `str.isdigit` took other scripts' digits."""
+    key = Ed25519Signer.generate("log")
+    name = "pith.example.org/log"
+    text = f"{name}\n{size}\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n".encode()
+    signed = sign_note(text, name, key.public_key, _raw(key))
+    with pytest.raises(ValueError, match="not a decimal number"):
+        open_checkpoint(signed, Verifier.parse(verifier_key(name, key.public_key)))
+
+
+def test_a_verifier_key_id_is_eight_ascii_hex_digits() -> None:
+    key = Ed25519Signer.generate("log")
+    vkey = verifier_key("pith.example.org/log", key.public_key)
+    name, hex_id, b64 = vkey.split("+", 2)
+    arabic = hex_id.translate({ord(d): 0x0660 + int(d) for d in "0123456789"})
+    for bad in (arabic, "0x" + hex_id[2:], hex_id[:4] + "_" + hex_id[5:]):
+        if bad == hex_id:
+            continue
+        with pytest.raises(ValueError):
+            Verifier.parse(f"{name}+{bad}+{b64}")
+    assert Verifier.parse(vkey).vkey == vkey

@@ -292,3 +292,28 @@ def test_the_keys_the_log_lacks_are_found_one_lookup_object_at_a_time(
     index_reads = [k for k in reads if k.startswith("log/index/")]
     assert len(index_reads) == len(set(index_reads)) == len({k.split("/")[2][:2] for k in every})
     assert list(_not_logged(store, every, 0)) == every  # an empty log lacks them all (no read)
+
+
+@pytest.mark.parametrize(
+    "rename",
+    [
+        lambda k: k + "\n",  # `$` admitted a trailing newline
+        lambda k: "events/../" + k.rsplit("/", 1)[1],  # a subject that is not a Pith number's body
+    ],
+)
+def test_a_copy_of_an_event_under_a_look_alike_key_is_not_logged(
+    tmp_path: Path, sample_lines: list[str], rename: Any
+) -> None:
+    """Keys can be planted by anyone who can write the store: only a key of the event
+    store's exact form names an event, so a copy under a look-alike name is never a
+    second log entry for one event."""
+    store = MemoryStore()
+    publish(store, sample_lines[:2], tmp_path)
+    genuine = list(event_store_keys(store))
+    planted = rename(genuine[0])
+    store.objects[planted] = store.objects[genuine[0]]
+    run = rebuild_log(store, log_signer())
+    assert run.result is not None and run.result.size == len(genuine)
+    entries = logged_entries(store)
+    assert len(set(entries)) == len(entries) == len(genuine)
+    assert planted not in set(event_store_keys(store))
