@@ -12,7 +12,8 @@ transaction for its window, so a retry or a re-run gives the same result:
              mapped build stays under Airflow's `max_map_length`;
 3. build     per chunk: build and sign against the published store, keeping every
              write in memory, then stage them as one object
-             `staging/<run_id>/chunk-NNNN-<token>.jsonl` (one per build);
+             `staging/<run_id>/chunk-NNNN-<token>.jsonl` (one per build), its
+             rejects beside it (`...-<token>.rejects.jsonl`, streamed, never held);
 4. publish   copy staged objects into place: events write-once first, then bundles
              and states, then arXiv pointers. An object already there with the same
              bytes is skipped, so a publish that died half-way completes on retry

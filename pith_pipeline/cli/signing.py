@@ -63,9 +63,11 @@ def envelope_create(kms_key: str, out: Path, key_id: str | None, region: str | N
           --signer kms-envelope:keys/pith.envelope.json
     """
     from pith_pipeline.signing.envelope import create_envelope, write_envelope
+    from pith_pipeline.signing.local import check_key_dir
 
     if out.exists():
         raise click.UsageError(f"{out} already exists; refusing to replace an envelope")
+    check_key_dir(out.parent)  # before KMS is asked: a key it wraps must not be left unwritten
     env = create_envelope(kms_key, key_id=key_id, region=region)
     write_envelope(out, env)
     click.echo(f"envelope:    {out}")

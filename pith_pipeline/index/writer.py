@@ -35,7 +35,7 @@ import pyarrow as pa
 from pith_pipeline._internal.disk_backed import sorted_unique
 from pith_pipeline._internal.error_text import one_line, os_error_hint
 from pith_pipeline.clock import system_clock
-from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.core.canonical_json import dumps, loads
 from pith_pipeline.core.layout import bundle_key
 from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import StorageError
@@ -284,14 +284,81 @@ def commit_problem(data: bytes) -> str | None:
     return None
 
 
-def _check_last_commit(loc: Location, spec: TableSpec, dt: Any) -> None:
-    """Refuse a table whose last commit file is damaged (see `commit_problem`).
+def version_key(table: str) -> str:
+    """Where the newest version our writers committed to `table` is noted.
 
-    The last one only: it is the one a crash or a full disk cuts short, and reading
-    every commit would cost a request per commit on S3 each time a table is opened.
+    In the table's directory, so a `reindex` that starts the table anew removes it with
+    the table; its name starts with `_`, which Delta readers and `vacuum` leave alone.
+    """
+    return f"{INDEX_PREFIX}{table}/_pith_version.json"
+
+
+def note_version(loc: Location, spec: TableSpec, version: int) -> None:
+    """Note that `version` of the table was committed (after the commit, never before).
+
+    Why: when the newest commit file is deleted, delta-rs reads the version before it
+    without a word, so the rows it held were silently gone. A table whose log ends
+    below the noted version has lost commits (`_check_last_commit`). The note only
+    grows; two writers racing may leave the lower of their versions, which misses a
+    loss but never claims one. A note that cannot be written is left as it was, for the
+    same reason: the commit is made, and a lower note only weakens the check.
     """
     if loc.store is None:
         return
+    try:
+        noted = _noted_version(loc, spec)
+        if noted is None or version > noted:
+            loc.store.put(version_key(spec.name), dumps({"version": version}))
+    except StorageError:
+        return
+
+
+def _noted_version(loc: Location, spec: TableSpec) -> int | None:
+    """The version `note_version` noted, None when none was; a note that is not one is
+    damage (`StorageError`)."""
+    assert loc.store is not None
+    key = version_key(spec.name)
+    try:
+        data = loc.store.get(key)
+    except StorageError:
+        return None  # reading it failed: the table's own reads say what is wrong
+    if data is None:
+        return None
+    try:
+        doc = loads(data)
+    except ValueError:
+        doc = None
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise StorageError(
+            f"{loc.uri(spec.name)}: the index table is damaged: {key} is not a version note; "
+            "`pith-pipeline reindex` rebuilds it from the bundles"
+        )
+    return version
+
+
+def _check_last_commit(loc: Location, spec: TableSpec, dt: Any) -> None:
+    """Refuse a table whose last commit file is damaged (see `commit_problem`) or gone
+    (its log ends below the version `note_version` noted).
+
+    The last one only: it is the one a crash or a full disk cuts short, and reading
+    every commit would cost a request per commit on S3 each time a table is opened.
+    The note is read before the log is listed again: a writer notes a version only
+    after its commit file exists, so a commit made since `dt` was opened is listed
+    then, and only a commit that is really gone is reported.
+    """
+    if loc.store is None:
+        return
+    noted = _noted_version(loc, spec)
+    if noted is not None and int(dt.version()) < noted:
+        dt.update_incremental()
+        if int(dt.version()) < noted:
+            raise StorageError(
+                f"{loc.uri(spec.name)}: the index table lost commits: its log ends at version "
+                f"{dt.version()} but version {noted} was committed "
+                f"({commit_key(spec.name, int(dt.version()) + 1)} is missing); "
+                "`pith-pipeline reindex` rebuilds it from the bundles"
+            )
     key = commit_key(spec.name, int(dt.version()))
     try:
         data = loc.store.get(key)
@@ -322,7 +389,10 @@ def _commit_retry(loc: Location, spec: TableSpec, op: Callable[[Any], dict[str, 
             continue
         except (DeltaError, OSError) as exc:  # every op writes: a merge, an overwrite, a compaction
             raise _delta_error(loc, spec, exc, writing=True) from None
-        return dt, dt.version() != before
+        if dt.version() != before:
+            note_version(loc, spec, int(dt.version()))
+            return dt, True
+        return dt, False
     raise StorageError(
         f"{loc.uri(spec.name)}: gave up after {COMMIT_ATTEMPTS} concurrent commits; try again",
         transient=True,
@@ -455,6 +525,7 @@ def _append_new(
             continue
         except (DeltaError, OSError) as exc:
             raise _delta_error(loc, spec, exc, writing=True) from None
+        note_version(loc, spec, int(dt.version()))
         return [dt.version()], rest, new
     raise StorageError(
         f"{loc.uri(spec.name)}: gave up after {COMMIT_ATTEMPTS} concurrent commits; try again",
@@ -838,6 +909,7 @@ def compact(
         update.deleted.extend(_as_store_path(loc, name, p) for p in deleted)
         dt.cleanup_metadata()
         update.versions[name] = _version_now(dt)  # vacuum commits too: the version status shows
+        note_version(loc, spec, update.versions[name])
         if progress:
             progress(1)
     return update
@@ -935,6 +1007,7 @@ def reindex(
         )
         update.deleted.extend(_as_store_path(loc, name, p) for p in deleted)
         update.versions[name] = _version_now(dt)  # vacuum commits too: the version status shows
+        note_version(loc, spec, update.versions[name])
     return update
 
 

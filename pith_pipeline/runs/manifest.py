@@ -233,4 +233,5 @@ def finish_run(
     update = update_indexes(
         store, touched_subjects(summary), rows=rows, run_id=summary.run_id, clock=clock, progress=progress
     )
+    barrier(store)  # and the index tables' version notes before the log and manifest claim the run
     return write_manifest(store, summary, window=window, index=update, clock=clock, log_entries=rows)

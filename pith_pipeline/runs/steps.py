@@ -23,7 +23,7 @@ from pith_pipeline.config import Settings
 from pith_pipeline.core.layout import quarantine_key
 from pith_pipeline.errors import InputError, StorageError
 from pith_pipeline.runs.chunks import iter_chunk_items
-from pith_pipeline.storage.staging import staged_key
+from pith_pipeline.storage.staging import staged_key, staged_rejects_key
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +76,13 @@ def build_chunk(
     Why publish here rather than stage for a later task: the decision "this paper is
     new" is only sound while nobody else can write the paper, so deciding and writing
     happen under one lease (a concurrent window of `backfill create` waits its turn).
-    The staged object now holds only the chunk's counts, the objects it wrote and its
-    quarantine entries; `publish` merges the quarantine, `index` and `manifest` read
-    the counts. Papers are published by the `Loader`, `io_concurrency` at once (None:
-    the store's default, 32 on S3). Returns `{"staged": key, "records": n, "built": n, ...}`.
+    The staged object now holds only the chunk's counts and the objects it wrote; its
+    quarantine entries, spooled to disk as they come, are an object of their own beside
+    it (`staged_rejects_key`), so neither memory, the header nor the XCom grows with
+    what a hostile chunk rejects (each reject keeps its raw input). `publish` streams
+    them into the quarantine, `index` and `manifest` read the counts. Papers are
+    published by the `Loader`, `io_concurrency` at once (None: the store's default, 32
+    on S3). Returns `{"staged": key, "records": n, "built": n, ...}`.
     """
     from pith_pipeline.core.canonical_json import dumps_compact
     from pith_pipeline.items import Rejected
@@ -111,6 +114,15 @@ def build_chunk(
             if rejects or not isinstance(item, Rejected)
         )
         Loader(pub).run(numbered(items), into=pub.quarantine.batch())
+    key = staged_key(run_id, int(chunk["index"]), secrets.token_hex(4))
+    rejects_key = None
+    if pub.quarantine:  # stored before the header that names it
+        from pith_pipeline.storage.base import put_file
+
+        rejects_key = staged_rejects_key(key)
+        with pub.quarantine.ordered_file() as path:
+            put_file(base, rejects_key, path, content_type="application/x-ndjson")
+        pub.quarantine.close()
     identities = sorted(pub.summary.seen)
     counts = {"records": len(identities), **pub.summary.counts()}
     header: dict[str, Any] = {
@@ -119,13 +131,12 @@ def build_chunk(
         "counts": counts,
         "identities": identities,
         "built": sorted(pub.summary.pith_numbers),
-        "quarantine": list(pub.quarantine),
+        "rejects": rejects_key,
         "problems": pub.summary.problems,
         "written": dict(sorted(pub.summary.written.items())),
         # the run logs these events at its end and settles the markers (`tlog.pending`)
         "log_pending": pub.summary.log_pending,
     }
-    key = staged_key(run_id, int(chunk["index"]), secrets.token_hex(4))
     base.put(key, dumps_compact(header) + b"\n", content_type="application/x-ndjson")
     return {"staged": key, "objects": len(header["written"]), **counts}
 
@@ -142,22 +153,64 @@ def _read_staged(store: Store, key: str) -> tuple[dict[str, Any], list[dict[str,
     return lines[0], lines[1:]
 
 
+class _Digest:
+    """A write target that hashes and counts the lines of what passes through it, and
+    passes it on to `out` when given (a file)."""
+
+    def __init__(self, out: Any = None) -> None:
+        self._sha = hashlib.sha256()
+        self._out = out
+        self.lines = 0
+
+    def write(self, data: bytes) -> int:
+        self._sha.update(data)
+        self.lines += data.count(b"\n")
+        if self._out is not None:
+            self._out.write(data)
+        return len(data)
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+def _write_rejects(store: Store, headers: Iterable[Mapping[str, Any]], out: _Digest) -> None:
+    """The quarantine lines of staged chunks (`headers`, in chunk order) to `out`, one
+    piece at a time: each chunk's rejects object, or the entries a chunk staged by an
+    older version kept in its header."""
+    from pith_pipeline.core.canonical_json import dumps_compact
+    from pith_pipeline.storage.base import read_into
+
+    for header in headers:
+        for entry in header.get("quarantine") or ():
+            out.write(dumps_compact(entry) + b"\n")
+        key = header.get("rejects")
+        if isinstance(key, str) and not read_into(store, key, out):
+            raise StorageError(
+                f"staged quarantine {key} is missing from {store.url}; re-run the build task for this window"
+            )
+
+
 def publish_staged(
     settings: Settings, staged_keys: Iterable[str], *, store: Store | None = None
 ) -> dict[str, int]:
     """Copy staged objects into place; safe to repeat after any failure.
 
     Write-once objects (events) that are there already count as done; derived
-    objects are replaced only when their bytes differ. Returns counts.
+    objects are replaced only when their bytes differ. The chunks' quarantine entries
+    are copied into `quarantine/<run_id>.jsonl` through a temporary file, a piece at a
+    time (`_write_rejects`). Returns counts.
     """
-    from pith_pipeline.core.canonical_json import dumps_compact
+    import os
+    import tempfile
+
+    from pith_pipeline.storage.base import put_file, read_into
 
     store = store or _store(settings)
     objects: dict[str, dict[str, Any]] = {}
     rejects: dict[str, list[dict[str, Any]]] = {}
     for key in sorted(set(staged_keys)):
         header, staged = _read_staged(store, key)
-        rejects.setdefault(header["run_id"], []).extend(header.get("quarantine", []))
+        rejects.setdefault(header["run_id"], []).append(header)
         for obj in staged:
             objects.setdefault(obj["key"], obj)  # same key: same bytes (pointer key docs)
     written = skipped = 0
@@ -192,14 +245,19 @@ def publish_staged(
                 store.put(obj["key"], data)
                 written += 1
     quarantined = 0
-    for run_id, entries in sorted(rejects.items()):
-        if not entries:
-            continue
-        quarantined += len(entries)
-        body = b"".join(dumps_compact(e) + b"\n" for e in entries)
-        if store.get(quarantine_key(run_id)) != body:
-            store.put(quarantine_key(run_id), body, content_type="application/x-ndjson")
-            written += 1
+    for run_id, headers in sorted(rejects.items()):
+        with tempfile.TemporaryDirectory(prefix="pith-quarantine-") as tmp:
+            path = os.path.join(tmp, "quarantine.jsonl")
+            with open(path, "wb") as fh:
+                body = _Digest(fh)
+                _write_rejects(store, headers, body)
+            if not body.lines:
+                continue
+            quarantined += body.lines
+            there = _Digest()
+            if not read_into(store, quarantine_key(run_id), there) or there.hexdigest() != body.hexdigest():
+                put_file(store, quarantine_key(run_id), path, content_type="application/x-ndjson")
+                written += 1
     return {"objects": len(objects), "written": written, "already_there": skipped, "quarantined": quarantined}
 
 
@@ -208,6 +266,7 @@ def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any
     from pith_pipeline.pipeline import RunSummary
 
     summary = RunSummary(run_id)
+    headers: list[dict[str, Any]] = []
     for key in sorted(set(staged_keys)):
         header, staged = _read_staged(store, key)
         c = header["counts"]
@@ -228,13 +287,12 @@ def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any
         part.log_pending.extend(header.get("log_pending", []))
         for obj in staged:  # staged objects of a run started before the upgrade
             part.written[obj["key"]] = sha256_hex(obj["data"].encode("utf-8"))
-        if header.get("quarantine"):
-            from pith_pipeline.core.canonical_json import dumps_compact
-
-            part.written[quarantine_key(run_id)] = sha256_hex(
-                b"".join(dumps_compact(e) + b"\n" for e in header["quarantine"])
-            )
+        headers.append(header)
         summary.add(part)
+    body = _Digest()
+    _write_rejects(store, headers, body)  # the bytes `publish_staged` stores, hashed as they come
+    if body.lines:
+        summary.written[quarantine_key(run_id)] = body.hexdigest()
     summary.pith_numbers.sort()
     summary.seen = sorted(set(summary.seen))
     return summary
@@ -322,6 +380,7 @@ def finish_window(
             key = write_manifest(store, summary, window=window, index=update)
             status = "rerun"
     for staged in staged_keys:  # only ours: another run of the window may be building
+        store.delete(staged_rejects_key(staged))
         store.delete(staged)
     if summary.failed:
         from pith_pipeline.errors import IncompleteRunError

@@ -15,8 +15,10 @@ Create one with `pith-pipeline keys envelope-create --kms-key alias/pith-wrap --
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
+import tempfile
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,12 +26,13 @@ from typing import Any
 
 import nacl.signing
 
+from pith_pipeline._internal.error_text import describe_os_error
 from pith_pipeline._internal.redact_logs import sensitive_call
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import Ed25519Signer, fingerprint_b32
 from pith_pipeline.errors import KeyFileError, SigningError
 from pith_pipeline.signing.kms import Backoff, make_kms_client
-from pith_pipeline.signing.local import check_key_id
+from pith_pipeline.signing.local import _write_all, check_key_dir, check_key_id, make_private_dir
 
 ENVELOPE_KIND = "pith_kms_envelope"
 ENVELOPE_VERSION = "1"
@@ -142,17 +145,42 @@ def create_envelope(
 
 
 def write_envelope(path: Path, envelope: dict[str, Any], *, overwrite: bool = False) -> None:
-    """Write-once by default: replacing an envelope would orphan the key it holds."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
+    """Write the envelope to `path`, 0600, all or nothing; write-once by default
+    (replacing an envelope would orphan the key it holds).
+
+    Why like `keys generate`: whoever can write the directory can swap the envelope
+    for one naming their own KMS key, so a directory others can write is refused
+    (`check_key_dir`), missing parents are made 0700 whatever the umask, and the body
+    goes to a temporary file first, then is linked into place (atomically, and only if
+    no envelope is there): a full disk or a kill never leaves a cut envelope that the
+    next try would refuse as existing, or that would load as garbage.
+    """
+    check_key_dir(path.parent)
+    if path.exists() and not overwrite:
+        raise KeyFileError(f"{path} already exists; refusing to replace an envelope")
+    body = dumps_pretty(envelope) + b"\n"
     try:
-        fd = os.open(path, flags, 0o600)
-    except FileExistsError:
-        raise KeyFileError(f"{path} already exists; refusing to replace an envelope") from None
-    try:
-        os.write(fd, dumps_pretty(envelope) + b"\n")
-    finally:
-        os.close(fd)
+        make_private_dir(path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".envelope", dir=path.parent)  # 0600
+        try:
+            try:
+                os.fchmod(fd, 0o600)
+                _write_all(fd, body)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if overwrite:
+                os.replace(tmp, path)
+            else:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise KeyFileError(f"{path} already exists; refusing to replace an envelope") from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    except OSError as exc:
+        raise KeyFileError(f"cannot write the envelope {path}: {describe_os_error(exc)}") from None
 
 
 def open_envelope_signer(

@@ -122,6 +122,35 @@ def put_once_file(
     return store.put_once(key, Path(path).read_bytes(), content_type=content_type)
 
 
+def put_file(
+    store: Store, key: str, path: str | os.PathLike[str], *, content_type: str = "application/json"
+) -> None:
+    """`put` of a file's content, streamed where the store can (local, S3): for objects
+    too large to hold in memory, such as an Airflow window's quarantine."""
+    method = getattr(store, "put_file", None)
+    if method is not None:
+        method(key, path, content_type=content_type)
+    else:
+        store.put(key, Path(path).read_bytes(), content_type=content_type)
+
+
+class Writable(Protocol):
+    def write(self, data: bytes, /) -> object: ...
+
+
+def read_into(store: Store, key: str, out: Writable) -> bool:
+    """Write the object's bytes to `out` a piece at a time where the store can (local,
+    S3), so an object larger than memory can be copied or hashed; False when absent."""
+    method = getattr(store, "read_into", None)
+    if method is not None:
+        return bool(method(key, out))
+    data = store.get(key)
+    if data is None:
+        return False
+    out.write(data)
+    return True
+
+
 def file_sha256(path: str | os.PathLike[str]) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -39,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from pith_pipeline._internal.error_text import os_error_hint
 from pith_pipeline.config import flag
@@ -256,6 +257,23 @@ class LocalStore:
             raise _os_error("cannot read", path, exc) from None
         finally:
             os.close(fd)
+
+    def read_into(self, key: str, out: Any) -> bool:
+        """`base.read_into`: the object's bytes to `out.write`, 1 MiB at a time."""
+        opened = self._open_object(key)
+        if opened is None:
+            return False
+        fd, path = opened
+        try:
+            while chunk := os.read(fd, 1 << 20):
+                out.write(chunk)
+        except IsADirectoryError:
+            raise self._wrong_kind(path) or _os_error("cannot read", path, IsADirectoryError()) from None
+        except OSError as exc:
+            raise _os_error("cannot read", path, exc) from None
+        finally:
+            os.close(fd)
+        return True
 
     def get_capped(self, key: str, limit: int) -> bytes | None:
         """Like `get`, but an object over `limit` bytes is refused unread (`base.get_capped`)."""
@@ -499,6 +517,14 @@ class LocalStore:
         path = self._fs(key)
         self._parent(path)
         return self._link_once(key, path, self._write_tmp(data), lambda: self.get(key) == data)
+
+    def put_file(
+        self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"
+    ) -> None:
+        """`put` of a file, copied in chunks (never read whole)."""
+        path = self._fs(key)
+        self._parent(path)
+        self._replace_with(self._write_tmp(src=src), path)
 
     def put_once_file(
         self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"

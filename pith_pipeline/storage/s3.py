@@ -165,6 +165,29 @@ class S3Store:
         got = self.get_tagged(key)
         return None if got is None else got[0]
 
+    def read_into(self, key: str, out: Any) -> bool:
+        """`base.read_into`: the object's body to `out.write`, 1 MiB at a time."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        except ClientError as exc:
+            code, status = _error_code(exc)
+            if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
+                return False
+            raise self._fail("GET", key, exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("GET", key, exc) from None
+        body = resp["Body"]
+        try:
+            while chunk := body.read(1 << 20):
+                out.write(chunk)
+        except BotoCoreError as exc:
+            raise self._fail("GET", key, exc) from None
+        finally:
+            body.close()
+        return True
+
     def get_capped(self, key: str, limit: int) -> bytes | None:
         """Like `get`, but an object over `limit` bytes is refused by its
         Content-Length, its body never read (`base.get_capped`)."""
@@ -244,7 +267,7 @@ class S3Store:
         return sorted(obj["Key"][strip:] for obj in resp.get("Contents", ()))
 
     # -- writes -------------------------------------------------------------
-    def _put_object(self, key: str, data: bytes, content_type: str, **extra: str) -> None:
+    def _put_object(self, key: str, data: Any, content_type: str, **extra: str) -> None:
         self.client.put_object(
             Bucket=self.bucket,
             Key=self._key(key),
@@ -258,6 +281,18 @@ class S3Store:
 
         try:
             self._put_object(key, data, content_type)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("PUT", key, exc) from None
+
+    def put_file(
+        self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"
+    ) -> None:
+        """`put` of a file, streamed from disk by botocore (up to S3's 5 GB PUT)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            with open(src, "rb") as fh:
+                self._put_object(key, fh, content_type)
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("PUT", key, exc) from None
 

@@ -97,6 +97,12 @@ def staging_prefix(run_id: str) -> str:
     return f"staging/{run_id}/"
 
 
+def staged_rejects_key(staged: str) -> str:
+    """Where the staged chunk `staged` keeps its quarantine entries: an object of its
+    own, so the header (read by every later task) stays small however much was rejected."""
+    return staged.removesuffix(".jsonl") + ".rejects.jsonl"
+
+
 def staged_key(run_id: str, index: int, token: str = "") -> str:
     """`token` (each build its own) keeps apart two runs of one window building at
     once: each reads and deletes only the staged chunks it wrote."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from deltalake import DeltaTable
 from index_helpers import Runner, record_with_versions
 from store_doubles import counting_gets
 
@@ -31,7 +32,8 @@ from pith_pipeline.index import (
 from pith_pipeline.index.delta import location
 from pith_pipeline.index.rows import rows_from_bundle
 from pith_pipeline.index.schema import TABLES
-from pith_pipeline.index.writer import live_files, open_table
+from pith_pipeline.index.writer import _check_last_commit as writer_check
+from pith_pipeline.index.writer import live_files, open_table, version_key
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.local import LocalStore
 
@@ -400,6 +402,14 @@ def _cut_last_commit_at_a_line(store: LocalStore) -> None:
     log[-1].write_bytes(log[-1].read_bytes().split(b"\n")[0] + b"\n")
 
 
+def _delete_last_commit(store: LocalStore) -> None:
+    """The newest commit file gone (tampering, a lost object): delta-rs read the table
+    at the version before, silently, so `query` answered without that commit's rows
+    and `status` passed."""
+    log = sorted((store.root / "index" / "records" / "_delta_log").glob("*.json"))
+    log[-1].unlink()
+
+
 def _damage_parquet(store: LocalStore) -> str:
     spec = TABLES["records"]
     path = live_files(open_table(location(store), spec), spec)[0]["path"]
@@ -427,6 +437,7 @@ def _legacy_layout(store: LocalStore) -> None:
         _damage_log,
         _empty_last_commit,
         _cut_last_commit_at_a_line,
+        _delete_last_commit,
         _damage_parquet,
         _delete_table,
         _legacy_layout,
@@ -451,6 +462,45 @@ def test_reindex_repairs_any_state_of_the_index(
     status(store)  # readable again
 
 
+def test_a_lost_last_commit_is_named_after_compact_and_reindex_and_never_claimed_by_a_race(
+    any_store: Store, sample: list[str], run: Runner
+) -> None:
+    """The version note follows every commit of ours (MERGE, append, compaction,
+    vacuum, a reindex that starts the table anew), and a commit made after a reader
+    opened the table is not taken for a lost one."""
+    run(any_store, sample[:6])
+    loc, spec = location(any_store), TABLES["records"]
+    compact(any_store, retention_hours=0)
+    reindex(any_store, retention_hours=0)
+    version = int(open_table(loc, spec).version())
+    assert json.loads(any_store.get(version_key("records")) or b"{}") == {"version": version}
+    stale = DeltaTable(loc.uri("records"), storage_options=loc.options or None)  # opened before
+    update_indexes(any_store, [], rows=_retitled_rows(any_store))  # another writer commits
+    assert int(open_table(loc, spec).version()) > version
+    writer_check(loc, spec, stale)  # not a lost commit: the log is listed again
+    newest = int(open_table(loc, spec).version())
+    any_store.delete(f"index/records/_delta_log/{newest:020d}.json")
+    lost = f"ends at version {newest - 1} but version {newest} was committed"
+    with pytest.raises(StorageError, match=lost):
+        status(any_store)
+    reindex(any_store, retention_hours=0)
+    assert run_query(any_store, "SELECT count(*) FROM records").rows == [(6,)]
+    status(any_store)
+
+
+def _retitled_rows(store: Store) -> Any:
+    from pith_pipeline.index.rows import Rows
+
+    out = Rows()
+    for key in sorted(k for k in store.list("pith/") if k.endswith("/bundle.json"))[:2]:
+        bundle = json.loads(store.get(key) or b"{}")
+        rows = rows_from_bundle(bundle, bundle_key=key, bundle_sha256="e" * 64)
+        for r in rows.records:
+            r["title"] = "retitled"
+        out.extend(rows)
+    return out
+
+
 def test_status_on_a_damaged_parquet_file_is_one_line_naming_it(
     tmp_path: Path, sample: list[str], run: Runner, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -465,7 +515,9 @@ def test_status_on_a_damaged_parquet_file_is_one_line_naming_it(
     assert f"{store.root}/{key}" in err and "reindex" in err
 
 
-@pytest.mark.parametrize("damage", [_damage_log, _empty_last_commit, _cut_last_commit_at_a_line])
+@pytest.mark.parametrize(
+    "damage", [_damage_log, _empty_last_commit, _cut_last_commit_at_a_line, _delete_last_commit]
+)
 def test_status_on_a_damaged_log_is_one_line_naming_the_table(
     tmp_path: Path, sample: list[str], run: Runner, capsys: pytest.CaptureFixture[str], damage: Any
 ) -> None:

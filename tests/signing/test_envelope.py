@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +102,66 @@ def test_envelope_stored_in_s3(wrap_key: str, s3_bucket: str, tmp_path: Path, cl
     assert r.code == 0, r.err
     assert json.loads((out / "pith-signing-key.json").read_text())["key_id"] == "pith-env-s3"
     assert cli("verify", str(out), "-q").code == 0
+
+
+# -- where the envelope is written: like `keys generate` (issue 16, item 19) ----------
+
+
+def test_envelope_create_under_umask_000_makes_0700_parents_and_a_0600_file(
+    wrap_key: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "new" / "keys" / "pith.envelope.json"
+    env = create_envelope(wrap_key)
+    old = os.umask(0)
+    try:
+        write_envelope(out, env)
+    finally:
+        os.umask(old)
+    for d in (out.parent, out.parent.parent):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert json.loads(out.read_bytes()) == env
+    assert sorted(p.name for p in out.parent.iterdir()) == ["pith.envelope.json"]  # no temporary left
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777])
+def test_envelope_create_refuses_a_directory_others_can_write_before_asking_kms(
+    mode: int,
+    kms_env: str,
+    tmp_path: Path,
+    cli,  # type: ignore[no-untyped-def]
+) -> None:
+    """Whoever can write the directory can swap the envelope (for one naming their KMS
+    key) after it is made. Refused before KMS is asked: the key named does not exist."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    result = cli("keys", "envelope-create", "--kms-key", "alias/none", "--out", str(shared / "e.json"))
+    assert result.code == 1
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"chmod 700 {shared}" in lines[0], result.err
+    assert list(shared.iterdir()) == []
+
+
+def test_a_failed_envelope_write_leaves_nothing_and_the_next_try_succeeds(
+    wrap_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk half way: no cut envelope is left that would refuse the next try
+    ("already exists") or load as garbage; the error is one line naming the path."""
+    out = tmp_path / "keys" / "e.json"
+    env = create_envelope(wrap_key)
+    real_write = os.write
+
+    def full(fd: int, data: Any) -> int:
+        real_write(fd, bytes(data)[:10])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(KeyFileError, match=f"cannot write the envelope {out}: .*No space left"):
+        write_envelope(out, env)
+    monkeypatch.undo()
+    assert list(out.parent.iterdir()) == []
+    write_envelope(out, env)
+    assert json.loads(out.read_bytes()) == env
+    with pytest.raises(KeyFileError, match="already exists"):
+        write_envelope(out, env)
