@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+import pytest
+
 import pith_pipeline
 from pith_pipeline.errors import (
     BackendError,
@@ -46,3 +48,22 @@ def test_the_flag_picks_the_class() -> None:
         assert isinstance(transient, TransientError) and transient.transient
         assert isinstance(terminal, TerminalError) and not terminal.transient
         assert str(transient) == "a" and str(terminal) == "b"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://alice:s3cret-pass@oai.example.org/oai",
+        "https://alice:s3cret pass@oai.example.org/oai",  # whitespace in the password
+        "https://alice:s3cret\u00a0pass@oai.example.org/oai",  # a no-break space
+        "HTTPS://alice:s3cret-pass@oai.example.org",
+    ],
+)
+def test_the_password_of_a_url_never_reaches_an_error(url: str) -> None:
+    """A URL's user:password is cut from every error line, whatever it holds: a
+    password with a space in it was printed whole (the pattern stopped at blanks)."""
+    from pith_pipeline._internal.error_text import redact
+
+    out = redact(f"cannot reach {url}: connection refused", env={})
+    assert "s3cret" not in out and "pass@" not in out, out
+    assert "oai.example.org" in out and "connection refused" in out

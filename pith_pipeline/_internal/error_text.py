@@ -28,7 +28,10 @@ SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"
 MAX_LINE = 600
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _RUST_ERRNO = re.compile(r"\(os error ([0-9]+)\)")
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+#: a URL's user:password: anything up to an `@` before the authority ends (`/?#`) or the
+#: line does; blanks included, since a password may hold one (cutting too much of an
+#: error line is the safe side of this)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\r\n]+@")
 
 
 def one_line(text: str) -> str:
