@@ -19,7 +19,7 @@ from pith_pipeline.index.delta import location
 from pith_pipeline.index.query import connect, needs_views, read_error
 from pith_pipeline.index.schema import TABLES
 from pith_pipeline.index.writer import all_bundle_keys, live_files, open_table, table_exists
-from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.base import Store, read_into
 
 
 def _tables(store: Store) -> dict[str, Any]:
@@ -39,6 +39,28 @@ def _tables(store: Store) -> dict[str, Any]:
             "partitions": len({f["partition"] for f in files}),
         }
     return out
+
+
+class _RecordLines:
+    """Counts the non-blank lines of what is written to it, one piece at a time."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._open = False  # the current line has something besides blanks
+
+    def write(self, data: bytes) -> None:
+        *done, rest = data.split(b"\n")
+        for piece in done:
+            if self._open or piece.strip():
+                self.count += 1
+            self._open = False
+        self._open = self._open or bool(rest.strip())
+
+    def end(self) -> None:
+        """The end of a file: its last line may have no newline."""
+        if self._open:
+            self.count += 1
+        self._open = False
 
 
 def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
@@ -81,11 +103,11 @@ def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
                 "objects": len(doc.get("objects") or []),
             }
     quarantine = [k for k in store.list("quarantine/") if k.endswith(".jsonl")]
-    lines = 0
+    counter = _RecordLines()
     for key in quarantine:
-        data = store.get(key) or b""
-        lines += sum(1 for line in data.splitlines() if line.strip())
-    out["quarantine"] = {"files": len(quarantine), "records": lines}
+        read_into(store, key, counter)  # a piece at a time: a quarantine can be large
+        counter.end()
+    out["quarantine"] = {"files": len(quarantine), "records": counter.count}
     if deep:
         bundles = all_bundle_keys(store)
         out["bundles"] = len(bundles)

@@ -271,3 +271,19 @@ def test_run_manifest_streamed_equals_plain_json(tmp_path: Any, n: int) -> None:
     assert len(doc["objects"]) == n + 1
     assert doc["index"]["commits"] == {"records": [2, 3]}
     assert doc["pith_numbers"] == sorted(numbers)
+
+
+def test_status_counts_quarantined_records_without_reading_a_file_whole(tmp_path: Any) -> None:
+    """`status` read every quarantine file whole to count its lines: a run's quarantine
+    may hold hundreds of megabytes of rejected input (docs/pages/input-limits.md)."""
+    store = LocalStore(tmp_path / "s")
+    store.put("quarantine/a.jsonl", b'{"r": 1}\n\n{"r": 2}\n   \n{"r": 3}')  # no final newline
+    store.put("quarantine/b.jsonl", b'{"r": 4}\n' * 3)
+
+    class NoWholeReads(LocalStore):
+        def get(self, key: str) -> bytes | None:
+            assert not key.startswith("quarantine/"), f"{key} read whole"
+            return super().get(key)
+
+    st = status(NoWholeReads(tmp_path / "s"))
+    assert st["quarantine"] == {"files": 2, "records": 6}
