@@ -298,7 +298,10 @@ class S3Store:
 
     def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
         return self._put_once(
-            key, content_type, lambda: contextlib.nullcontext(data), lambda existing: existing == data
+            key,
+            content_type,
+            lambda: contextlib.nullcontext(data),
+            lambda digest: digest == hashlib.sha256(data).hexdigest(),
         )
 
     def put_once_file(
@@ -311,7 +314,7 @@ class S3Store:
             key,
             content_type,
             lambda: open(src, "rb"),
-            lambda existing: hashlib.sha256(existing).hexdigest() == file_sha256(src),
+            lambda digest: digest == file_sha256(src),
         )
 
     def _put_once(
@@ -319,9 +322,12 @@ class S3Store:
         key: str,
         content_type: str,
         body: Callable[[], AbstractContextManager[Any]],
-        same: Callable[[bytes], bool],
+        same: Callable[[str], bool],
     ) -> bool:
-        """A conditional PUT (`If-None-Match: *`); on 412, identical content counts as done."""
+        """A conditional PUT (`If-None-Match: *`); on 412, identical content counts as done.
+
+        `same` judges the SHA-256 (hex) of the object found, read a piece at a time: a
+        write-once object (a quarantine, a run manifest) may be larger than memory."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         for attempt in range(CONFLICT_RETRIES + 1):
@@ -332,10 +338,10 @@ class S3Store:
             except ClientError as exc:
                 code, status = _error_code(exc)
                 if status == 412 or code == "PreconditionFailed":
-                    existing = self.get(key)
-                    if existing is None:  # deleted in between: try again
+                    digest = hashlib.sha256()
+                    if not self.read_into(key, _Hashing(digest)):  # deleted in between: try again
                         continue
-                    if same(existing):
+                    if same(digest.hexdigest()):
                         return False
                     raise WriteConflictError(
                         f"{key} already exists in {self.url} with different content; "
@@ -435,3 +441,13 @@ def make_client(*, max_connections: int = 10) -> tuple[Any, Any]:
         return session, session.client("s3", region_name=region_from_env(), config=config)
     except Exception as exc:  # region/profile misconfiguration: name it, no secrets
         raise StorageError(f"cannot create an S3 client: {type(exc).__name__}: {exc}") from None
+
+
+class _Hashing:
+    """A writable that hashes what is written to it (for `read_into`)."""
+
+    def __init__(self, digest: Any) -> None:
+        self.digest = digest
+
+    def write(self, data: bytes) -> None:
+        self.digest.update(data)

@@ -171,3 +171,35 @@ def test_put_copy_writes_the_given_bytes_when_the_source_holds_others(store: Sto
     assert store.get(".well-known/pith/A/bundle.json") == b'{"a":1}'
     put_copy(store, ".well-known/pith/B/bundle.json", b'{"b":1}', of="pith/B/bundle.json")
     assert store.get(".well-known/pith/B/bundle.json") == b'{"b":1}'
+
+
+@pytest.fixture(params=["local", "s3"])
+def large_object_store(request: pytest.FixtureRequest, tmp_path: object) -> Store:
+    """The stores that hold objects larger than memory (memory's are in memory)."""
+    if request.param == "local":
+        return open_store(str(tmp_path))
+    return open_store(request.getfixturevalue("s3_store_url"))
+
+
+def test_a_write_once_conflict_is_judged_without_reading_the_object_whole(
+    large_object_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On S3, a conditional write that found the object there (412) read it whole to
+    compare: a quarantine or run manifest may be hundreds of megabytes."""
+    from pith_pipeline.storage.base import put_once_file
+
+    store = large_object_store
+    big = tmp_path / "quarantine.jsonl"
+    big.write_bytes(b'{"raw": "x"}\n' * 300_000)
+    key = "quarantine/r1.jsonl"
+    assert put_once_file(store, key, big) is True
+
+    def whole(k: str) -> bytes | None:
+        raise AssertionError(f"{k} read whole")
+
+    monkeypatch.setattr(store, "get", whole)
+    assert put_once_file(store, key, big) is False
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(b"{}\n")
+    with pytest.raises(WriteConflictError, match=r"quarantine/r1\.jsonl"):
+        put_once_file(store, key, other)
