@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import secrets
 import socket
 import threading
@@ -100,19 +101,23 @@ def shard_leases(shards: Iterable[int] | None = None) -> list[str]:
     return [shard_lease(s) for s in sorted(ALL_SHARDS if shards is None else set(shards))]
 
 
+_SHARD_PART = re.compile(r"([0-9]{1,3})(?:-([0-9]{1,3}))?")
+
+
 def parse_shards(text: str) -> frozenset[int]:
-    """`0-7`, `3`, `0,2,5-6` -> shard numbers; errors name the option."""
+    """`0-7`, `3`, `0,2,5-6` -> shard numbers; errors name the option.
+
+    Numbers are ASCII digits (`int()` alone also takes other scripts' digits, a sign
+    and underscores); blanks are allowed around commas, nothing else."""
     out: set[int] = set()
     for part in text.split(","):
-        part = part.strip()
-        lo, sep, hi = part.partition("-")
-        try:
-            first = int(lo)
-            last = int(hi) if sep else first
-        except ValueError:
+        found = _SHARD_PART.fullmatch(part.strip(" "))
+        if found is None:
             raise LeaseConfigError(
                 f"--shards {text!r}: expected shard numbers like 0-7 or 1,3,5 (0 to {SHARDS - 1})"
-            ) from None
+            )
+        first = int(found[1])
+        last = int(found[2]) if found[2] is not None else first
         if not (0 <= first <= last < SHARDS):
             raise LeaseConfigError(f"--shards {text!r}: shards are 0 to {SHARDS - 1}")
         out.update(range(first, last + 1))

@@ -79,3 +79,22 @@ def test_a_lease_ttl_that_is_not_a_positive_number_is_refused(bad: str) -> None:
     """`PITH_LEASE_TTL=nan` made every expiry `nan`: a lease document that cannot be written."""
     with pytest.raises(LeaseConfigError, match="PITH_LEASE_TTL"):
         lease_ttl({"PITH_LEASE_TTL": bad})
+
+
+@pytest.mark.parametrize("bad", ["\u0663", "+3", "1_0", "0-\uff17", " 3\n", "3-", "-3"])
+def test_shards_are_ascii_numbers(bad: str) -> None:
+    """`--shards` took what `int()` takes: other scripts' digits, a sign, underscores.
+    A shard selection is written as ASCII numbers, or refused in one line."""
+    from pith_pipeline.storage.lease import parse_shards
+
+    with pytest.raises(LeaseConfigError, match="--shards"):
+        parse_shards(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "shards"), [("0-7", set(range(8))), ("1, 3,5-6", {1, 3, 5, 6}), ("15", {15})]
+)
+def test_shards_read_right(text: str, shards: set[int]) -> None:
+    from pith_pipeline.storage.lease import parse_shards
+
+    assert parse_shards(text) == shards
