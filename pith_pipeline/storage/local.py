@@ -194,6 +194,13 @@ class LocalStore:
     def _path(self, key: str) -> Path:
         return Path(self._fs(key))
 
+    def _read_failure(self, path: str, exc: OSError) -> StorageError | IntegrityError:
+        """What a failed read of the object at `path` is: a directory where it goes is
+        that paper's damaged object (`_wrong_kind`), anything else the store's error."""
+        if isinstance(exc, IsADirectoryError):
+            return self._wrong_kind(path) or _os_error("cannot read", path, exc)
+        return _os_error("cannot read", path, exc)
+
     def _wrong_kind(self, path: str) -> IntegrityError | None:
         """The object path `path` occupied by the wrong kind of thing, as an
         `IntegrityError` naming its key; None when that is not why it failed.
@@ -251,10 +258,8 @@ class LocalStore:
             while len(chunks[-1]) > size or (len(chunks) > 1 and chunks[-1]):
                 chunks.append(os.read(fd, 1 << 20))  # it grew while being read
             return b"".join(chunks)
-        except IsADirectoryError:
-            raise self._wrong_kind(path) or _os_error("cannot read", path, IsADirectoryError()) from None
         except OSError as exc:
-            raise _os_error("cannot read", path, exc) from None
+            raise self._read_failure(path, exc) from None
         finally:
             os.close(fd)
 
@@ -267,10 +272,8 @@ class LocalStore:
         try:
             while chunk := os.read(fd, 1 << 20):
                 out.write(chunk)
-        except IsADirectoryError:
-            raise self._wrong_kind(path) or _os_error("cannot read", path, IsADirectoryError()) from None
         except OSError as exc:
-            raise _os_error("cannot read", path, exc) from None
+            raise self._read_failure(path, exc) from None
         finally:
             os.close(fd)
         return True
@@ -291,10 +294,8 @@ class LocalStore:
                 data = fh.read(limit + 1)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        except IsADirectoryError:
-            raise self._wrong_kind(path) or _os_error("cannot read", path, IsADirectoryError()) from None
         except OSError as exc:
-            raise _os_error("cannot read", path, exc) from None
+            raise self._read_failure(path, exc) from None
         if len(data) > limit:  # grew while being read
             raise too_large(key, None, limit)
         return data

@@ -147,17 +147,30 @@ class S3Store:
         )
 
     # -- reads --------------------------------------------------------------
-    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+    def _get_object(self, key: str) -> dict[str, Any] | None:
+        """The GetObject response for `key` (its body not yet read), None when absent;
+        any other failure is the store's error naming the key."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
-            return resp["Body"].read(), str(resp["ETag"])
+            resp: dict[str, Any] = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
         except ClientError as exc:
             code, status = _error_code(exc)
             if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
                 return None
             raise self._fail("GET", key, exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("GET", key, exc) from None
+        return resp
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        from botocore.exceptions import BotoCoreError
+
+        resp = self._get_object(key)
+        if resp is None:
+            return None
+        try:
+            return resp["Body"].read(), str(resp["ETag"])
         except BotoCoreError as exc:
             raise self._fail("GET", key, exc) from None
 
@@ -167,17 +180,11 @@ class S3Store:
 
     def read_into(self, key: str, out: Any) -> bool:
         """`base.read_into`: the object's body to `out.write`, 1 MiB at a time."""
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError
 
-        try:
-            resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
-        except ClientError as exc:
-            code, status = _error_code(exc)
-            if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
-                return False
-            raise self._fail("GET", key, exc) from None
-        except BotoCoreError as exc:
-            raise self._fail("GET", key, exc) from None
+        resp = self._get_object(key)
+        if resp is None:
+            return False
         body = resp["Body"]
         try:
             while chunk := body.read(1 << 20):
@@ -191,19 +198,13 @@ class S3Store:
     def get_capped(self, key: str, limit: int) -> bytes | None:
         """Like `get`, but an object over `limit` bytes is refused by its
         Content-Length, its body never read (`base.get_capped`)."""
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError
 
         from pith_pipeline.storage.base import too_large
 
-        try:
-            resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
-        except ClientError as exc:
-            code, status = _error_code(exc)
-            if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
-                return None
-            raise self._fail("GET", key, exc) from None
-        except BotoCoreError as exc:
-            raise self._fail("GET", key, exc) from None
+        resp = self._get_object(key)
+        if resp is None:
+            return None
         body = resp["Body"]
         try:
             size = int(resp.get("ContentLength") or 0)
