@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -251,24 +251,53 @@ def _iter_lines(
     position: Callable[[], int] | None = None,
 ) -> Iterator[Item]:
     check_start(fh, label, position)
+
+    def lines() -> Iterator[tuple[str, str, bytes, int]]:
+        n = 0
+        while True:
+            line, size = read_line(fh, limits.line_bytes, label, f"line {n}", position)
+            if not line:
+                return
+            n += 1
+            yield f"{label}:{n}", f"line {n}", line, size
+
+    def keep(rec: ArxivRecord) -> bool:
+        return _keep(rec, categories, since, until)
+
+    yield from line_items(lines(), label, limits, keep, at_file_start=True)
+
+
+def line_items(
+    lines: Iterable[tuple[str, str, bytes, int]],
+    label: str,
+    limits: InputLimits,
+    keep: Callable[[ArxivRecord], bool],
+    *,
+    at_file_start: bool,
+) -> Iterator[Item]:
+    """The items of a file's lines, each `(where, reached, line, size)`: what every
+    snapshot reader (a whole file, a byte range of one) does with a line, in one place.
+
+    A line over `limits.line_bytes` is a reject holding its start; the file's first
+    line (`at_file_start`: `lines` begin there) loses a byte order mark; blank lines
+    are skipped; a record `keep` refuses is left out; every reject is spent from the
+    file's `RejectBudget` (`reached`, e.g. `line 7`, says where it ran out).
+    """
     budget = RejectBudget(label, limits)
-    n = 0
-    while True:
-        line, size = read_line(fh, limits.line_bytes, label, f"line {n}", position)
-        if not line:
-            return
-        if n == 0:
+    first = at_file_start
+    for where, reached, line, size in lines:
+        if first:  # a byte order mark is no part of the first record
             line = without_bom(line)
-        n += 1
+            first = False
         if size > limits.line_bytes:
-            yield budget.spend(oversized(f"{label}:{n}", line, size, limits.line_bytes), f"line {n}")
+            yield budget.spend(oversized(where, line, size, limits.line_bytes), reached)
             continue
         if not line.strip():
             continue
-        item = parse_line(line, f"{label}:{n}")
+        item = parse_line(line, where)
         if isinstance(item, Rejected):
-            budget.spend(item, f"line {n}")
-        elif not _keep(item, categories, since, until):
+            budget.spend(item, reached)
+        elif not keep(item):
             continue
         yield item
 

@@ -74,17 +74,7 @@ def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAU
     truncated or corrupt `.gz`) is one `DamagedInputError` naming it and the byte
     reached, never a bare `EOFError` (which the CLI would report as Ctrl-C).
     """
-    from pith_pipeline.core.arxiv_record import ArxivRecord
-    from pith_pipeline.sources.jsonl import (
-        RejectBudget,
-        check_start,
-        open_input,
-        open_stream,
-        oversized,
-        parse_line,
-        read_line,
-        without_bom,
-    )
+    from pith_pipeline.sources.jsonl import check_start, line_items, open_input, open_stream, read_line
 
     path = Path(chunk["path"])
     window = Window.from_json(chunk["window"])
@@ -99,26 +89,19 @@ def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAU
             fh.seek(start - 1)
             read_line(fh, limit, path.name, f"reading {start - 1} bytes", raw.tell)  # the line before ours
             pos = fh.tell()
-        budget = RejectBudget(path.name, limits)
-        # byte offsets name lines; numbering would need a full scan
-        while end is None or pos < end:
-            line, size = read_line(fh, limit, path.name, f"reading {pos} bytes", raw.tell)
-            if not line:
-                break
-            where = f"{path.name}@{pos}"
-            first = pos == 0
-            pos += size
-            if size > limit:
-                yield budget.spend(oversized(where, line, size, limit), f"byte {pos}")
-                continue
-            if first:  # the file's first line: a byte order mark is no part of it
-                line = without_bom(line)
-            if not line.strip():
-                continue
-            item = parse_line(line, where)
-            if isinstance(item, ArxivRecord):
-                if not window.contains(record_datestamp(item)):
-                    continue
-            else:
-                budget.spend(item, f"byte {pos}")
-            yield item
+
+        def lines() -> Iterator[tuple[str, str, bytes, int]]:
+            # byte offsets name lines; numbering would need a full scan
+            nonlocal pos
+            while end is None or pos < end:
+                line, size = read_line(fh, limit, path.name, f"reading {pos} bytes", raw.tell)
+                if not line:
+                    return
+                where = f"{path.name}@{pos}"
+                pos += size
+                yield where, f"byte {pos}", line, size
+
+        def keep(rec: ArxivRecord) -> bool:
+            return window.contains(record_datestamp(rec))
+
+        yield from line_items(lines(), path.name, limits, keep, at_file_start=pos == 0)
