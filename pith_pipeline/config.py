@@ -356,7 +356,8 @@ class LeaseConfigError(SettingError):
 
 
 def wait_seconds(value: str | float, where: str) -> float:
-    """How long to wait for a busy lease (`--wait`, `PITH_LEASE_WAIT`): a finite number >= 0.
+    """How long to wait for a busy lease (`--wait`, `PITH_LEASE_WAIT`): the setting's
+    number rule (`parse_number`: finite, 0 to a week), as a usage error (exit 2).
 
     Why so strict: `nan` compares false with every deadline, so a wait of `nan`
     ends at once in one loop and never in another; `inf` or a negative number is no
@@ -365,14 +366,9 @@ def wait_seconds(value: str | float, where: str) -> float:
     `where` naming the option or variable.
     """
     try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise LeaseConfigError(
-            f"{where}={str(value)!r}: expected seconds to wait, a finite number >= 0 (0 fails at once)"
-        )
-    return seconds
+        return parse_number("lease_wait", str(value), where)
+    except SettingError as exc:
+        raise LeaseConfigError(str(exc)) from None
 
 
 def parse_number(name: str, text: str | None, where: str | None = None, *, whole: bool = False) -> float:
