@@ -23,6 +23,7 @@ from pith_pipeline.config import Settings
 from pith_pipeline.core.layout import quarantine_key
 from pith_pipeline.errors import InputError, StorageError
 from pith_pipeline.runs.chunks import iter_chunk_items
+from pith_pipeline.storage.base import Digest
 from pith_pipeline.storage.staging import staged_key, staged_rejects_key
 
 log = logging.getLogger(__name__)
@@ -153,27 +154,7 @@ def _read_staged(store: Store, key: str) -> tuple[dict[str, Any], list[dict[str,
     return lines[0], lines[1:]
 
 
-class _Digest:
-    """A write target that hashes and counts the lines of what passes through it, and
-    passes it on to `out` when given (a file)."""
-
-    def __init__(self, out: Any = None) -> None:
-        self._sha = hashlib.sha256()
-        self._out = out
-        self.lines = 0
-
-    def write(self, data: bytes) -> int:
-        self._sha.update(data)
-        self.lines += data.count(b"\n")
-        if self._out is not None:
-            self._out.write(data)
-        return len(data)
-
-    def hexdigest(self) -> str:
-        return self._sha.hexdigest()
-
-
-def _write_rejects(store: Store, headers: Iterable[Mapping[str, Any]], out: _Digest) -> None:
+def _write_rejects(store: Store, headers: Iterable[Mapping[str, Any]], out: Digest) -> None:
     """The quarantine lines of staged chunks (`headers`, in chunk order) to `out`, one
     piece at a time: each chunk's rejects object, or the entries a chunk staged by an
     older version kept in its header."""
@@ -249,12 +230,12 @@ def publish_staged(
         with tempfile.TemporaryDirectory(prefix="pith-quarantine-") as tmp:
             path = os.path.join(tmp, "quarantine.jsonl")
             with open(path, "wb") as fh:
-                body = _Digest(fh)
+                body = Digest(fh)
                 _write_rejects(store, headers, body)
             if not body.lines:
                 continue
             quarantined += body.lines
-            there = _Digest()
+            there = Digest()
             if not read_into(store, quarantine_key(run_id), there) or there.hexdigest() != body.hexdigest():
                 put_file(store, quarantine_key(run_id), path, content_type="application/x-ndjson")
                 written += 1
@@ -289,7 +270,7 @@ def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any
             part.written[obj["key"]] = sha256_hex(obj["data"].encode("utf-8"))
         headers.append(header)
         summary.add(part)
-    body = _Digest()
+    body = Digest()
     _write_rejects(store, headers, body)  # the bytes `publish_staged` stores, hashed as they come
     if body.lines:
         summary.written[quarantine_key(run_id)] = body.hexdigest()

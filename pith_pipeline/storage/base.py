@@ -138,6 +138,27 @@ class Writable(Protocol):
     def write(self, data: bytes, /) -> object: ...
 
 
+class Digest:
+    """A write target (`read_into`) that hashes and counts the lines of what passes
+    through it, and passes it on to `out` when given (a file): an object compared or
+    copied without being held in memory."""
+
+    def __init__(self, out: Writable | None = None) -> None:
+        self._sha = hashlib.sha256()
+        self._out = out
+        self.lines = 0
+
+    def write(self, data: bytes) -> int:
+        self._sha.update(data)
+        self.lines += data.count(b"\n")
+        if self._out is not None:
+            self._out.write(data)
+        return len(data)
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
 def read_into(store: Store, key: str, out: Writable) -> bool:
     """Write the object's bytes to `out` a piece at a time where the store can (local,
     S3), so an object larger than memory can be copied or hashed; False when absent."""

@@ -28,6 +28,7 @@ from typing import Any
 from pith_pipeline._internal.aws_env import region_from_env
 from pith_pipeline._internal.aws_errors import classify
 from pith_pipeline.errors import StorageError, WriteConflictError
+from pith_pipeline.storage.base import Digest
 
 #: botocore's own connection pool size, kept unless a loader asks for more.
 DEFAULT_MAX_CONNECTIONS = 10
@@ -339,10 +340,10 @@ class S3Store:
             except ClientError as exc:
                 code, status = _error_code(exc)
                 if status == 412 or code == "PreconditionFailed":
-                    digest = hashlib.sha256()
-                    if not self.read_into(key, _Hashing(digest)):  # deleted in between: try again
+                    found = Digest()
+                    if not self.read_into(key, found):  # deleted in between: try again
                         continue
-                    if same(digest.hexdigest()):
+                    if same(found.hexdigest()):
                         return False
                     raise WriteConflictError(
                         f"{key} already exists in {self.url} with different content; "
@@ -442,13 +443,3 @@ def make_client(*, max_connections: int = 10) -> tuple[Any, Any]:
         return session, session.client("s3", region_name=region_from_env(), config=config)
     except Exception as exc:  # region/profile misconfiguration: name it, no secrets
         raise StorageError(f"cannot create an S3 client: {type(exc).__name__}: {exc}") from None
-
-
-class _Hashing:
-    """A writable that hashes what is written to it (for `read_into`)."""
-
-    def __init__(self, digest: Any) -> None:
-        self.digest = digest
-
-    def write(self, data: bytes) -> None:
-        self.digest.update(data)
