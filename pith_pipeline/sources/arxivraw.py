@@ -289,10 +289,19 @@ def _record_bytes(data: bytes, count: int) -> list[bytes] | None:
     comment, CDATA or text would make a count too high, an empty `<record/>` or a `>`
     in an attribute the spans too few), and records do not nest.
     """
-    if not count or data.count(b"<record") != count or data.count(b"</record") != count:
+    spans = _record_spans(data) if count else None
+    return [data[a:b] for a, b in spans] if spans is not None and len(spans) == count else None
+
+
+def _record_spans(data: bytes) -> list[tuple[int, int]] | None:
+    """Where each `<record>` .. `</record>` of a page lies, or None when that cannot be
+    told for sure: every `<record` and `</record` in the page must be a real tag of one
+    span found (one inside a comment, CDATA or text makes a count too high, an empty
+    `<record/>` or a `>` in an attribute the spans too few)."""
+    spans = [m.span() for m in _RECORD_SPAN.finditer(data)]
+    if not spans or data.count(b"<record") != len(spans) or data.count(b"</record") != len(spans):
         return None
-    spans = [data[a:b] for a, b in (m.span() for m in _RECORD_SPAN.finditer(data))]
-    return spans if len(spans) == count else None
+    return spans
 
 
 def _read_records_apart(data: bytes, where: str, limits: InputLimits) -> Page | None:
@@ -315,8 +324,8 @@ def _read_records_apart(data: bytes, where: str, limits: InputLimits) -> Page | 
     rest = data[decl.end() :] if decl else data
     if b"<!" in rest or b"<?" in rest:
         return None
-    spans = [m.span() for m in _RECORD_SPAN.finditer(data)]
-    if not spans or data.count(b"<record") != len(spans) or data.count(b"</record") != len(spans):
+    spans = _record_spans(data)
+    if spans is None:
         return None
     if any(data[end:start].strip(b" \t\r\n") for (_, end), (start, _) in pairwise(spans)):
         return None
