@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,29 @@ if TYPE_CHECKING:
 
 DATA = Path(__file__).parent / "data"
 REFERENCE_FINGERPRINT = "8d4b5ee74e4693bcd1df2446408b0d54"
+
+# The PITH_* settings as the session started, before any fixture changed them.
+_SESSION_PITH_ENV = {k: v for k, v in os.environ.items() if k.startswith("PITH_")}
+# Fixtures whose settings last the whole session (tests/airflow/conftest.py).
+_SESSION_ENV_FIXTURES = frozenset({"airflow_env", "airflow_home", "dagbag"})
+
+
+@pytest.fixture(autouse=True)
+def _pith_env_as_session_began(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Give every test outside Airflow the PITH_* settings the session started with.
+
+    The Airflow fixtures set PITH_RETRIES and others in os.environ for the rest of the
+    session (Airflow cannot be re-configured after import), so without this a test that
+    happened to run after them on the same worker read them as the user's settings.
+    """
+    if _SESSION_ENV_FIXTURES.intersection(request.fixturenames):
+        return
+    for name in [k for k in os.environ if k.startswith("PITH_")]:
+        if name not in _SESSION_PITH_ENV:
+            monkeypatch.delenv(name)
+    for name, value in _SESSION_PITH_ENV.items():
+        if os.environ.get(name) != value:
+            monkeypatch.setenv(name, value)
 
 
 def asset_path(name: str) -> Path:
