@@ -38,8 +38,10 @@ LOG_DIR = "log-entries"
 #: (128 files open: peak RSS 263 MB at 128 rows a group, 435 MB at 256, same speed)
 ENTRY_ROW_GROUP = 128
 #: files merged at once; more are first merged in groups of this many (an external
-#: merge sort), so memory stays bounded however many chunks the run's workers wrote
-ENTRY_FAN_IN = 32
+#: merge sort), so memory stays bounded however many chunks the run's workers wrote.
+#: 128: a 1 M-paper run's ~100 files in one pass (two at 32 took twice as long: the
+#: first rewrites every entry), for about 1.3 MB a file open (benchmarks/log_merge_bench.py)
+ENTRY_FAN_IN = 128
 ENTRY_SCHEMA = pa.schema(
     [
         ("created_at", pa.string()),
