@@ -35,10 +35,13 @@ from pith_pipeline.index.schema import TABLES
 #: Log entries (the run's events, canonical bytes) spill here, next to the tables.
 LOG_DIR = "log-entries"
 #: rows per row group of an entries file: a merge holds one group per open file
-ENTRY_ROW_GROUP = 256
+#: (128 files open: peak RSS 263 MB at 128 rows a group, 435 MB at 256, same speed)
+ENTRY_ROW_GROUP = 128
 #: files merged at once; more are first merged in groups of this many (an external
-#: merge sort), so memory stays bounded however many chunks the run's workers wrote
-ENTRY_FAN_IN = 32
+#: merge sort), so memory stays bounded however many chunks the run's workers wrote.
+#: 128: a 1 M-paper run's ~100 files in one pass (two at 32 took twice as long: the
+#: first rewrites every entry), for about 1.3 MB a file open (benchmarks/log_merge_bench.py)
+ENTRY_FAN_IN = 128
 ENTRY_SCHEMA = pa.schema(
     [
         ("created_at", pa.string()),
@@ -47,6 +50,11 @@ ENTRY_SCHEMA = pa.schema(
         ("entry", pa.binary()),
     ]
 )
+#: how entries files are written. No dictionary: every entry and id is unique, so a
+#: dictionary page only held a second copy of the row group (reading a merge's open
+#: files took 3.7 MB each, not 2.1); no statistics: nothing filters on them, and an
+#: entry's min and max (2.5 KB each a row group) were 0.7 MB of footer a file held open
+ENTRY_WRITE: dict[str, Any] = {"compression": "zstd", "use_dictionary": False, "write_statistics": False}
 CHUNK_PAPERS = 10_000  # papers' rows held in memory before they go to a Parquet file
 ROW_GROUP = 4_096  # small row groups: reading one partition group skips the others
 
@@ -145,7 +153,7 @@ class RowSink:
         table = _entries_table(entries)
         final = self.directory / LOG_DIR / f"{self._tag}-{n:06d}.parquet"
         part = final.with_suffix(".part")
-        pq.write_table(table, part, row_group_size=ENTRY_ROW_GROUP, compression="zstd")
+        pq.write_table(table, part, row_group_size=ENTRY_ROW_GROUP, **ENTRY_WRITE)
         part.replace(final)
 
     # -- out --------------------------------------------------------------------
@@ -341,8 +349,11 @@ def _read_sorted(path: Path) -> Iterator[tuple[str, str, str, bytes]]:
     import pyarrow.parquet as pq
 
     # pre_buffer=False: by default pyarrow reads the whole file ahead, and a merge has up
-    # to ENTRY_FAN_IN of them open (the 1 M-paper log phase held 1.8 GB so)
-    for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=ENTRY_ROW_GROUP):
+    # to ENTRY_FAN_IN of them open (the 1 M-paper log phase held 1.8 GB so).
+    # use_threads=False: a row group's four columns sent to the thread pool and back
+    # took three times as long as decoding them here (256 entries, 2 cores)
+    reader = pq.ParquetFile(path, pre_buffer=False)
+    for batch in reader.iter_batches(batch_size=ENTRY_ROW_GROUP, use_threads=False):
         cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
         yield from zip(*cols, strict=True)
 
@@ -358,7 +369,7 @@ def _write_merged(files: list[Path], out: Path) -> None:
     import pyarrow.parquet as pq
 
     part = out.with_suffix(".part")
-    with pq.ParquetWriter(part, ENTRY_SCHEMA, compression="zstd") as writer:
+    with pq.ParquetWriter(part, ENTRY_SCHEMA, **ENTRY_WRITE) as writer:
         batch: list[tuple[str, str, str, bytes]] = []
         for row in _merge(files):
             batch.append(row)
