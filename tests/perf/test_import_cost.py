@@ -43,3 +43,14 @@ def test_the_ingest_options_name_the_sources_own_defaults() -> None:
         arxiv_api.DEFAULT_API_URL,
         arxiv_api.API_URL_ENV,
     )
+
+
+def test_a_build_worker_imports_no_query_engine() -> None:
+    """A worker checks index rows and spills them (`index.rows`, `index.sink`): the
+    package's query side (pyarrow.dataset) is imported only where a table is read."""
+    code = (
+        "import json, sys, pith_pipeline.cli, pith_pipeline.parallel, pith_pipeline.index.rows, "
+        "pith_pipeline.index.sink, pyarrow.parquet; print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert "pyarrow.dataset" not in json.loads(out)
