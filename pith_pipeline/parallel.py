@@ -249,6 +249,10 @@ def _init_worker(spec: WorkerSpec, parent_pid: int | None = None, lease_until: A
         _STATE["error"] = exc
 
 
+def _started() -> None:
+    """The task that starts a worker process (its initializer runs first)."""
+
+
 def _picklable(exc: BaseException) -> BaseException:
     """The error itself when it survives the trip to the parent, else a faithful stand-in."""
     try:
@@ -397,6 +401,12 @@ class ParallelPublisher:
         ]
         self._queues = [deque() for _ in range(self.workers)]
         self._buffers = [[] for _ in range(self.workers)]
+        for pool in self._pools:
+            # a pool starts its process on its first task, which came only once that
+            # worker's first chunk had filled: the process imports and opens its store
+            # and signer (a third of a second) while this one reads the records meant
+            # for it; started now, that overlaps with the reading
+            pool.submit(_started)
 
     def _relay_lease(self, until: Any, valid_until: Callable[[], float]) -> None:
         """Keep the workers' copy of the lease's time current while the run lasts (a

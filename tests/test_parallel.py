@@ -502,3 +502,27 @@ def test_workers_stop_once_the_parents_lease_has_run_out(tmp_path: Path, key: Pa
         par.publish(iter_jsonl(snapshot))
     assert par.chunks_dispatched  # the papers went to the workers
     assert not (store / "events").exists() and not (store / "pith").exists()
+
+
+def test_worker_processes_start_with_the_pool_not_with_their_first_chunk(
+    tmp_path: Path, key: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a process starting (imports, store, signer) overlaps with the parent reading the
+    # records meant for it: when its first chunk is handed over, it is already running
+    running_at_first_chunk: dict[int, int] = {}
+    original = ParallelPublisher._submit
+
+    def spy(self: ParallelPublisher, w: int) -> None:
+        assert self._pools is not None
+        running_at_first_chunk.setdefault(w, len(self._pools[w]._processes))  # type: ignore[attr-defined]
+        original(self, w)
+
+    monkeypatch.setattr(ParallelPublisher, "_submit", spy)
+    spec = f"file:{key}"
+    par = ParallelPublisher(
+        Publisher(LocalStore(tmp_path / "s"), load_signer(key)), workers=2, signer_spec=spec, chunk_size=10
+    )
+    with par:
+        summary = par.publish(iter_jsonl(snapshot))
+    assert summary.built == 31
+    assert running_at_first_chunk == {0: 1, 1: 1}

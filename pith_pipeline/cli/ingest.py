@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import click
@@ -27,13 +27,21 @@ from pith_pipeline.cli.options import (
 )
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import InputError
-from pith_pipeline.ingest import Ingest, IngestReport
 from pith_pipeline.runs.windows import Window, until_notice, window_from_options, windows_of_days
-from pith_pipeline.sources.arxiv_api import API_URL_ENV, DEFAULT_API_URL
-from pith_pipeline.sources.oai import DEFAULT_OAI_URL, OAI_URL_ENV, HarvestedPage
 from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
 from pith_pipeline.storage.base import open_store
 from pith_pipeline.storage.lease import parse_shards, writer_lease
+
+if TYPE_CHECKING:  # the harvesting clients (HTTP libraries): imported when `ingest` runs
+    from pith_pipeline.ingest import Ingest, IngestReport
+    from pith_pipeline.sources.oai import HarvestedPage
+
+# the same names sources.oai and sources.arxiv_api give them, without importing those
+# modules' HTTP clients into every command (and every `build` worker process)
+DEFAULT_OAI_URL = config.DEFAULT_OAI_URL
+OAI_URL_ENV = config.env_name("oai_url")
+DEFAULT_API_URL = config.DEFAULT_API_URL
+API_URL_ENV = config.env_name("arxiv_api_url")
 
 DEFAULT_STORE = config.DEFAULT_STORE
 DEFAULT_KEY_DIR = Path("pith-keys")
@@ -310,6 +318,7 @@ def ingest(
     politeness = Politeness(min_interval=min_interval)
     shards = parse_shards(shards_spec) if shards_spec else None
     from pith_pipeline.index.sink import RowSink
+    from pith_pipeline.ingest import Ingest
 
     rows = RowSink()  # index rows of what the run writes: no bundle is read back
     click.get_current_context().call_on_close(rows.close)

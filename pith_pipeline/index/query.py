@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from pith_pipeline.errors import InputError, StorageError
 from pith_pipeline.index.delta import Location, _unwrap, location
@@ -76,6 +75,8 @@ def dataset_of(
     """A pyarrow dataset of a table's live files (see `writer.live_files`)."""
     from urllib.parse import unquote
 
+    import pyarrow.dataset as ds  # here: `build` workers import this package, never query
+
     if not files:
         return ds.dataset(read_schema(spec, views=views).empty_table())
     fs, root = arrow_source(store)
@@ -102,6 +103,8 @@ def table_sources(store: Store, *, views: bool = False) -> dict[str, Any]:
     A table that does not exist reads as empty only while the store has no bundles;
     otherwise the index was lost or never built, and `StorageError` says to reindex.
     """
+    import pyarrow.dataset as ds
+
     from pith_pipeline.index.writer import _refuse_legacy, live_files, open_table, table_exists
 
     loc = location(store)
