@@ -264,10 +264,9 @@ class RowSink:
 
     def log_ids(self) -> Iterator[str]:
         """The event ids (hex) of every log entry here, in no order (may repeat)."""
-        import pyarrow.parquet as pq
 
         for path in sorted((self.directory / LOG_DIR).glob("*.parquet")):
-            for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(columns=["event_hex"]):
+            for batch in _entry_batches(path, columns=["event_hex"]):
                 yield from batch.column(0).to_pylist()
 
     def log_entries(self) -> Iterator[tuple[str, str, bytes]]:
@@ -345,15 +344,22 @@ def log_entries_of(bundle: dict[str, Any]) -> list[tuple[str, str, str, bytes]]:
     return out
 
 
-def _read_sorted(path: Path) -> Iterator[tuple[str, str, str, bytes]]:
+def _entry_batches(path: Path, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """An entries file a row group at a time: how every reader of them reads.
+
+    pre_buffer=False: by default pyarrow reads the whole file ahead, and a merge has up
+    to ENTRY_FAN_IN of them open (the 1 M-paper log phase held 1.8 GB so).
+    use_threads=False: a row group's columns sent to the thread pool and back took
+    three times as long as decoding them here (256 entries, 2 cores).
+    """
     import pyarrow.parquet as pq
 
-    # pre_buffer=False: by default pyarrow reads the whole file ahead, and a merge has up
-    # to ENTRY_FAN_IN of them open (the 1 M-paper log phase held 1.8 GB so).
-    # use_threads=False: a row group's four columns sent to the thread pool and back
-    # took three times as long as decoding them here (256 entries, 2 cores)
     reader = pq.ParquetFile(path, pre_buffer=False)
-    for batch in reader.iter_batches(batch_size=ENTRY_ROW_GROUP, use_threads=False):
+    yield from reader.iter_batches(batch_size=ENTRY_ROW_GROUP, columns=columns, use_threads=False)
+
+
+def _read_sorted(path: Path) -> Iterator[tuple[str, str, str, bytes]]:
+    for batch in _entry_batches(path):
         cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
         yield from zip(*cols, strict=True)
 
