@@ -59,7 +59,9 @@ def pith_ingest() -> None:
             data_interval_start,
             data_interval_end,
             logical_date=logical_date,
-            run_type=str(getattr(dag_run, "run_type", "") or ""),
+            # an enum in the Task SDK's context (str() is "DagRunType.MANUAL"): passed as
+            # it is, window_for_run reads every form
+            run_type=getattr(dag_run, "run_type", None),
             conf=getattr(dag_run, "conf", None),
         )
         return harvest_window(t.load_settings(airflow_variables=True), window)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
+from enum import Enum
 
 import pytest
 
 from pith_pipeline.airflow_tasks import mapped_results
 from pith_pipeline.errors import InputError
-from pith_pipeline.runs.windows import ARXIV_FIRST_DAY, window_for_run
+from pith_pipeline.runs.windows import ARXIV_FIRST_DAY, run_kind, window_for_run
 
 TODAY = date(2026, 12, 3)
 MIDNIGHT = datetime(2026, 12, 2, tzinfo=UTC)
@@ -25,6 +26,63 @@ def test_a_manual_run_owns_its_logical_date_not_the_trigger_time() -> None:
         MIDNIGHT, NEXT, logical_date=datetime(2019, 9, 26, tzinfo=UTC), run_type="manual", today=TODAY
     )
     assert w.id == "2019-09-26"
+
+
+class _SdkRunType(str, Enum):
+    """Like the Task SDK's `DagRunType`: a str enum whose `str()` is `DagRunType.MANUAL`."""
+
+    MANUAL = "manual"
+    SCHEDULED = "scheduled"
+    BACKFILL = "backfill"
+
+
+class _CoreRunType(str, Enum):
+    """Like airflow-core's `DagRunType`: `str()` is the value, the backfill member is named apart."""
+
+    MANUAL = "manual"
+    BACKFILL_JOB = "backfill"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@pytest.mark.parametrize(
+    "run_type",
+    [_SdkRunType.MANUAL, _CoreRunType.MANUAL, "manual", "MANUAL", "DagRunType.MANUAL", " Manual "],
+)
+def test_a_manual_run_is_recognised_in_every_form_airflow_gives_its_type(run_type: object) -> None:
+    """Issue 25: the Task SDK gives `run_type` as an enum whose `str()` is
+    `DagRunType.MANUAL`; compared as `str(...) == "manual"`, a trigger with
+    `--logical-date 2019-11-01` harvested yesterday and reported success."""
+    w = window_for_run(
+        MIDNIGHT, NEXT, logical_date=datetime(2019, 11, 1, tzinfo=UTC), run_type=run_type, today=TODAY
+    )
+    assert w.id == "2019-11-01"
+
+
+@pytest.mark.parametrize(
+    "run_type", [_SdkRunType.SCHEDULED, _SdkRunType.BACKFILL, _CoreRunType.BACKFILL_JOB, "backfill", None]
+)
+def test_other_runs_own_their_data_interval_whatever_the_form_of_their_type(run_type: object) -> None:
+    w = window_for_run(
+        MIDNIGHT, NEXT, logical_date=datetime(2019, 11, 1, tzinfo=UTC), run_type=run_type, today=TODAY
+    )
+    assert w.id == "2026-12-02"
+
+
+@pytest.mark.parametrize(
+    ("run_type", "kind"),
+    [
+        (_SdkRunType.BACKFILL, "backfill"),
+        (_CoreRunType.BACKFILL_JOB, "backfill"),
+        ("DagRunType.BACKFILL_JOB", "backfill"),
+        ("DagRunType.SCHEDULED", "scheduled"),
+        ("asset_triggered", "asset_triggered"),
+        (None, ""),
+    ],
+)
+def test_run_kind_normalises_the_run_type(run_type: object, kind: str) -> None:
+    assert run_kind(run_type) == kind
 
 
 def test_conf_day_wins() -> None:
