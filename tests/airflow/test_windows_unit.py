@@ -1,9 +1,10 @@
-"""Which day a `pith_ingest` run owns (pure: no Airflow needed)."""
+"""Which day a `pith_ingest` run owns (pure: no Airflow needed, but for the test of its own enums)."""
 
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from enum import Enum
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ def test_a_manual_run_owns_its_logical_date_not_the_trigger_time() -> None:
     assert w.id == "2019-09-26"
 
 
-class _SdkRunType(str, Enum):
+class _SdkRunType(str, Enum):  # noqa: UP042 (a StrEnum prints its value: not the SDK's form)
     """Like the Task SDK's `DagRunType`: a str enum whose `str()` is `DagRunType.MANUAL`."""
 
     MANUAL = "manual"
@@ -36,7 +37,7 @@ class _SdkRunType(str, Enum):
     BACKFILL = "backfill"
 
 
-class _CoreRunType(str, Enum):
+class _CoreRunType(str, Enum):  # noqa: UP042 (as airflow-core declares it)
     """Like airflow-core's `DagRunType`: `str()` is the value, the backfill member is named apart."""
 
     MANUAL = "manual"
@@ -68,6 +69,18 @@ def test_other_runs_own_their_data_interval_whatever_the_form_of_their_type(run_
         MIDNIGHT, NEXT, logical_date=datetime(2019, 11, 1, tzinfo=UTC), run_type=run_type, today=TODAY
     )
     assert w.id == "2026-12-02"
+
+
+def test_airflows_own_run_type_enums_are_read(airflow_home: Any) -> None:
+    """The enums themselves, from the Task SDK (what a task's context holds) and from
+    airflow-core (what the scheduler and the CLI use)."""
+    from airflow.sdk.api.datamodels._generated import DagRunType as SdkRunType
+    from airflow.utils.types import DagRunType as CoreRunType
+
+    assert str(SdkRunType.MANUAL) != "manual"  # the form that hid the defect
+    assert run_kind(SdkRunType.MANUAL) == run_kind(CoreRunType.MANUAL) == "manual"
+    assert run_kind(SdkRunType.BACKFILL) == run_kind(CoreRunType.BACKFILL_JOB) == "backfill"
+    assert run_kind(SdkRunType.SCHEDULED) == "scheduled"
 
 
 @pytest.mark.parametrize(
