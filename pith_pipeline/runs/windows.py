@@ -293,7 +293,7 @@ def window_for_run(
         if data_interval_start is None or data_interval_end is None:
             raise InputError(
                 "this run has neither a logical date nor a data interval: trigger it with "
-                "--logical-date YYYY-MM-DD or --conf '{\"day\": \"YYYY-MM-DD\"}'"
+                '--logical-date YYYY-MM-DD or --conf \'{"day": "YYYY-MM-DD"}\''
             )
         window = window_from_interval(data_interval_start, data_interval_end)
     return check_window_dates(window, today=today)
