@@ -225,7 +225,11 @@ def check_window_dates(window: Window, *, today: date | None = None) -> Window:
     """Refuse windows arXiv cannot have data for, loudly, instead of doing nothing.
 
     Why: a run that harvested nothing because its day was out of range must not be
-    marked success (it would also block that day for `backfill create`).
+    marked success (it would also block that day for `backfill create`). Today (UTC)
+    is refused too, until it is over: its harvest would be incomplete, yet stored as
+    the day's complete one, which every later run of the day replays instead of asking
+    arXiv again, so the rest of the day would never be published. (Airflow's trigger
+    form proposes the trigger time as the logical date, which is today.)
     """
     today = today or datetime.now(tz=UTC).date()
     start, _end = window.bounds(f"window {window.id}")
@@ -235,6 +239,11 @@ def check_window_dates(window: Window, *, today: date | None = None) -> Window:
         )
     if start > today:
         raise InputError(f"window {window.id} starts after today ({today}); nothing to harvest yet")
+    if start == today:
+        raise InputError(
+            f"window {window.id}: {today} is not over yet (UTC), so its harvest would be "
+            f"incomplete; run it from {today + timedelta(days=1)} 00:00 UTC"
+        )
     return window
 
 
@@ -280,7 +289,7 @@ def window_for_run(
     - otherwise (scheduled and backfill runs) the data interval, which must be whole
       days: for the daily timetable it starts at the logical date, so every kind of
       run owns the day of its logical date.
-    Days before arXiv's first or after today fail loudly.
+    Days before arXiv's first, today (not over yet) or later fail loudly.
     """
     conf = conf or {}
     if conf.get("day") is not None:

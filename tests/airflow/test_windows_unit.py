@@ -116,6 +116,19 @@ def test_days_arxiv_cannot_have_are_refused_by_name(conf: dict[str, str], messag
         window_for_run(MIDNIGHT, NEXT, conf=conf, today=TODAY)
 
 
+def test_today_is_refused_until_it_is_over() -> None:
+    """A run for today (the UI proposes the trigger time as the logical date) would
+    store an incomplete harvest as the day's complete one, which every later run of
+    the day replays instead of asking arXiv again: the rest of the day would be lost."""
+    for kwargs in (
+        {"conf": {"day": TODAY.isoformat()}},
+        {"logical_date": datetime(2026, 12, 3, 14, 5, tzinfo=UTC), "run_type": "manual"},
+    ):
+        with pytest.raises(InputError, match=r"2026-12-03 is not over yet.*from 2026-12-04"):
+            window_for_run(MIDNIGHT, NEXT, today=TODAY, **kwargs)  # type: ignore[arg-type]
+    assert window_for_run(MIDNIGHT, NEXT, conf={"day": "2026-12-02"}, today=TODAY).id == "2026-12-02"
+
+
 def test_arxivs_first_day_is_allowed() -> None:
     assert (
         window_for_run(None, None, conf={"day": ARXIV_FIRST_DAY.isoformat()}, today=TODAY).id == "1991-08-14"
