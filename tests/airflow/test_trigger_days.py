@@ -17,7 +17,9 @@ way the docs name, each on its own day:
 - the REST API, `POST /api/v2/dags/pith_ingest/dagRuns` with `logical_date` 2024-01-03;
 - `airflow dags trigger pith_ingest --conf '{"day": "2024-01-04"}'`;
 - `airflow backfill create --dag-id pith_ingest --from-date 2024-01-05 --to-date 2024-01-05`;
-- then the documented rerun of a day already run: `--conf '{"day": "2024-01-02"}'`.
+- then the documented reruns of a day already run: `--conf '{"day": "2024-01-02"}'`,
+  and `airflow tasks clear pith_ingest -s 2024-01-02 -e 2024-01-02 -y` (a second
+  `--logical-date 2024-01-02` is refused by Airflow: one run per logical date).
 
 Each run's `harvest` result (its XCom) must name the run id of its day, the OAI server
 must have been asked for exactly those days, and each day must have its manifest. The
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -120,8 +124,13 @@ def test_every_documented_way_of_choosing_a_day_harvests_that_day(
         )
         wait_until("the api-server", lambda: api_ready(stack.port), stack, deadline)
 
+        paused = dict(stack.query("SELECT dag_id, is_paused FROM dag"))
+        # pith_backfill runs only when triggered: it starts unpaused, so a trigger runs;
+        # the scheduled DAGs start paused (pith_maintenance would run its missed week)
+        assert paused == {"pith_ingest": 1, "pith_backfill": 0, "pith_maintenance": 1}, paused
         # while paused: the run is made, queued, and waits for the unpause
         stack.airflow("dags", "trigger", "pith_ingest", "--logical-date", "2024-01-02")
+        assert [r["state"] for r in dag_runs(stack)] == ["queued"]
         stack.airflow("dags", "unpause", "pith_ingest")  # and the latest complete day runs
         post_json(
             f"http://127.0.0.1:{stack.port}/api/v2/dags/pith_ingest/dagRuns",
@@ -137,8 +146,29 @@ def test_every_documented_way_of_choosing_a_day_harvests_that_day(
         # day is refused by Airflow: the logical date is unique per DAG)
         stack.airflow("dags", "trigger", "pith_ingest", "--conf", json.dumps({"day": "2024-01-02"}))
         wait_until("the rerun to finish", lambda: finished(stack, 6), stack, time.monotonic() + RUN_DEADLINE)
+
+        # the same --logical-date again is Airflow's to refuse, as the docs say, and
+        # makes no run; the day's own run is rerun by clearing it
+        again = subprocess.run(
+            [sys.executable, "-m", "airflow", "dags", "trigger", "pith_ingest", "-l", "2024-01-02"],
+            env=stack.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            start_new_session=True,
+        )
+        assert again.returncode != 0 and "UNIQUE constraint failed" in again.stderr, again.stderr[-2000:]
+        stack.airflow("tasks", "clear", "pith_ingest", "-s", "2024-01-02", "-e", "2024-01-02", "-y")
+        deadline = time.monotonic() + RUN_DEADLINE
+        wait_until("the cleared run to finish", lambda: finished(stack, 6), stack, deadline)
+        tries = stack.query(
+            "SELECT max(ti.try_number) FROM task_instance ti JOIN dag_run dr ON dr.run_id = ti.run_id "
+            "AND dr.dag_id = ti.dag_id WHERE ti.task_id = 'harvest' AND dr.logical_date LIKE '2024-01-02%'"
+        )
+        assert tries[0][0] >= 2, tries  # harvested again
         runs = dag_runs(stack)
         assert all(r["state"] == "success" for r in runs), f"{runs}\n{run_failures(stack)}"
+        assert not stack.query("SELECT run_id FROM dag_run WHERE dag_id = 'pith_maintenance'")
 
     expected = {
         ("scheduled", yesterday),
