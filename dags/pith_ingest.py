@@ -13,9 +13,13 @@ Backfill a range with `airflow backfill create --dag-id pith_ingest --from-date 
 Configuration (environment or Airflow Variables): PITH_STORE, PITH_SIGNER,
 PITH_OAI_URL, PITH_BASE_URL, PITH_REGISTRY_NAME, PITH_SIGNER_ID.
 
-One past day: `airflow dags trigger pith_ingest --conf '{"day": "2019-09-26"}'` (or
-`--logical-date 2019-09-26`). Days before arXiv's first (1991-08-14) or after today
-fail loudly instead of succeeding with nothing done.
+Every run owns the day (UTC) of its logical date: scheduled, backfill and manual runs
+alike (a manual run's data interval comes from the trigger time and is not used). One
+past day: `airflow dags trigger pith_ingest --conf '{"day": "2019-09-26"}'` (repeatable)
+or `--logical-date 2019-09-26` (once per day: Airflow keeps one run per logical date;
+rerun that run with `airflow tasks clear pith_ingest -s 2019-09-26 -e 2019-09-26 -y`).
+Days before arXiv's first (1991-08-14), today (not over yet) or later fail loudly
+instead of succeeding with nothing done.
 """
 
 from __future__ import annotations
