@@ -16,7 +16,8 @@ way the docs name, each on its own day:
   still paused: it waits, queued, for the unpause);
 - the REST API, `POST /api/v2/dags/pith_ingest/dagRuns` with `logical_date` 2024-01-03;
 - `airflow dags trigger pith_ingest --conf '{"day": "2024-01-04"}'`;
-- `airflow backfill create --dag-id pith_ingest --from-date 2024-01-05 --to-date 2024-01-05`;
+- `airflow backfill create --dag-id pith_ingest --from-date 2024-01-05 --to-date 2024-01-05`
+  (and a second one while it runs, refused by Airflow with the documented reason);
 - then the documented reruns of a day already run: `--conf '{"day": "2024-01-02"}'`,
   and `airflow tasks clear pith_ingest -s 2024-01-02 -e 2024-01-02 -y` (a second
   `--logical-date 2024-01-02` is refused by Airflow: one run per logical date).
@@ -32,6 +33,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -77,6 +79,25 @@ def dag_runs(stack: Stack) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+class Held(threading.Event):
+    """A `RecordedDays.hold` event that holds the request until set, however long."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return super().wait(RUN_DEADLINE)
+
+
+def airflow_cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """An `airflow` command whose failure is the point: its exit status and output."""
+    return subprocess.run(
+        [sys.executable, "-m", "airflow", *args],
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,
+    )
 
 
 def finished(stack: Stack, n: int) -> bool:
@@ -138,7 +159,20 @@ def test_every_documented_way_of_choosing_a_day_harvests_that_day(
         )
         stack.airflow("dags", "trigger", "pith_ingest", "--conf", json.dumps({"day": "2024-01-04"}))
         day = "2024-01-05"
+        # the backfill's harvest waits at the server until released, so the backfill is
+        # unfinished for certain when the second `backfill create` comes
+        held = server.hold[day] = Held()
         stack.airflow("backfill", "create", "--dag-id", "pith_ingest", "--from-date", day, "--to-date", day)
+        second = airflow_cli(
+            stack, "backfill", "create", "--dag-id", "pith_ingest", "--from-date", day, "--to-date", day
+        )
+        held.set()
+        reason = (
+            "airflow.models.backfill.AlreadyRunningBackfill: Another backfill is running for Dag "
+            "pith_ingest. There can be only one running backfill per Dag."
+        )  # the last line of the traceback, as airflow-backfills.md quotes it
+        lines = [line.strip() for line in second.stderr.splitlines() if line.strip()]
+        assert second.returncode != 0 and lines[-1:] == [reason], second.stderr[-2000:]
         wait_until("five runs to finish", lambda: finished(stack, 5), stack, time.monotonic() + RUN_DEADLINE)
         requests_before = len(server.requests)
 
@@ -149,14 +183,7 @@ def test_every_documented_way_of_choosing_a_day_harvests_that_day(
 
         # the same --logical-date again is Airflow's to refuse, as the docs say, and
         # makes no run; the day's own run is rerun by clearing it
-        again = subprocess.run(
-            [sys.executable, "-m", "airflow", "dags", "trigger", "pith_ingest", "-l", "2024-01-02"],
-            env=stack.env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            start_new_session=True,
-        )
+        again = airflow_cli(stack, "dags", "trigger", "pith_ingest", "--logical-date", "2024-01-02")
         assert again.returncode != 0 and "UNIQUE constraint failed" in again.stderr, again.stderr[-2000:]
         stack.airflow("tasks", "clear", "pith_ingest", "-s", "2024-01-02", "-e", "2024-01-02", "-y")
         deadline = time.monotonic() + RUN_DEADLINE
