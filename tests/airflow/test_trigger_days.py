@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -185,6 +186,13 @@ def test_every_documented_way_of_choosing_a_day_harvests_that_day(
         # makes no run; the day's own run is rerun by clearing it
         again = airflow_cli(stack, "dags", "trigger", "pith_ingest", "--logical-date", "2024-01-02")
         assert again.returncode != 0 and "UNIQUE constraint failed" in again.stderr, again.stderr[-2000:]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            post_json(
+                f"http://127.0.0.1:{stack.port}/api/v2/dags/pith_ingest/dagRuns",
+                {"logical_date": "2024-01-03T00:00:00Z"},
+            )
+        assert refused.value.code == 409, refused.value
+        assert finished(stack, 6)  # neither made a run
         stack.airflow("tasks", "clear", "pith_ingest", "-s", "2024-01-02", "-e", "2024-01-02", "-y")
         deadline = time.monotonic() + RUN_DEADLINE
         wait_until("the cleared run to finish", lambda: finished(stack, 6), stack, deadline)
