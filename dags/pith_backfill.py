@@ -35,6 +35,9 @@ INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
+    # only ever triggered, so unpaused it starts nothing by itself: paused (Airflow's
+    # default for new DAGs), a trigger would sit queued without a word
+    is_paused_upon_creation=False,
     default_args=at.default_args(),
     tags=["pith", "backfill", "arxiv"],
     doc_md=__doc__,

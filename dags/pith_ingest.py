@@ -13,9 +13,13 @@ Backfill a range with `airflow backfill create --dag-id pith_ingest --from-date 
 Configuration (environment or Airflow Variables): PITH_STORE, PITH_SIGNER,
 PITH_OAI_URL, PITH_BASE_URL, PITH_REGISTRY_NAME, PITH_SIGNER_ID.
 
-One past day: `airflow dags trigger pith_ingest --conf '{"day": "2019-09-26"}'` (or
-`--logical-date 2019-09-26`). Days before arXiv's first (1991-08-14) or after today
-fail loudly instead of succeeding with nothing done.
+Every run owns the day (UTC) of its logical date: scheduled, backfill and manual runs
+alike (a manual run's data interval comes from the trigger time and is not used). One
+past day: `airflow dags trigger pith_ingest --conf '{"day": "2019-09-26"}'` (repeatable)
+or `--logical-date 2019-09-26` (once per day: Airflow keeps one run per logical date;
+rerun that run with `airflow tasks clear pith_ingest -s 2019-09-26 -e 2019-09-26 -y`).
+Days before arXiv's first (1991-08-14), today (not over yet) or later fail loudly
+instead of succeeding with nothing done.
 """
 
 from __future__ import annotations
@@ -59,7 +63,9 @@ def pith_ingest() -> None:
             data_interval_start,
             data_interval_end,
             logical_date=logical_date,
-            run_type=str(getattr(dag_run, "run_type", "") or ""),
+            # an enum in the Task SDK's context (str() is "DagRunType.MANUAL"): passed as
+            # it is, window_for_run reads every form
+            run_type=getattr(dag_run, "run_type", None),
             conf=getattr(dag_run, "conf", None),
         )
         return harvest_window(t.load_settings(airflow_variables=True), window)

@@ -176,9 +176,10 @@ def _watch_parent(parent_pid: int) -> None:
     """A daemon thread that ends the worker within `PARENT_CHECK_SECONDS` of its parent's
     death, whatever the main thread is blocked on (a queue get, a pipe write, a store).
 
-    Why polling rather than Linux's PR_SET_PDEATHSIG: that signal fires when the *thread*
+    Why polling, not only Linux's PR_SET_PDEATHSIG: that signal fires when the *thread*
     that started the worker ends, not the process, and the pool may be started from a
-    thread that ends before the pool does (workers live across `publish` calls).
+    thread that ends before the pool does (workers live across `publish` calls); so it
+    is added only for pools started from the main thread (`die_with_parent`).
     """
 
     def watch() -> None:
@@ -212,7 +213,47 @@ class SharedLease:
             )
 
 
-def _init_worker(spec: WorkerSpec, parent_pid: int | None = None, lease_until: Any = None) -> None:
+PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal sent when the parent thread ends
+
+
+def _kernel_kills_on_parent_death() -> bool:
+    """Ask Linux to SIGKILL this process when the thread that started it ends.
+
+    Why besides the watchdog thread: that thread needs the GIL, and a worker can spend
+    minutes in C code that holds it (parsing a huge record, signing), outliving a
+    killed parent all that time. False where prctl is not there (not Linux).
+    """
+    import ctypes
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def die_with_parent(parent_pid: int, deathsig: bool = False) -> None:
+    """Make this worker end when the process `parent_pid` (its parent) is gone.
+
+    Always a watchdog thread (`_watch_parent`). With `deathsig` also the kernel's
+    parent-death signal, which fires when the *thread* that started the worker ends:
+    the parent asks for it only when it starts its pools from its main thread, which
+    ends only with the process (`ParallelPublisher._start`). Set before the first
+    `getppid()` check, so a parent that died in between is still noticed.
+    """
+    if deathsig:
+        _kernel_kills_on_parent_death()
+    _exit_if_orphaned(parent_pid)  # the parent may have died before this ran
+    _watch_parent(parent_pid)
+
+
+def _init_worker(
+    spec: WorkerSpec, parent_pid: int | None = None, lease_until: Any = None, deathsig: bool = False
+) -> None:
     """Open the worker's store, signer and publisher once, for all its chunks.
 
     An error here is kept and raised by the first chunk: an initializer's own
@@ -223,8 +264,7 @@ def _init_worker(spec: WorkerSpec, parent_pid: int | None = None, lease_until: A
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     if parent_pid is not None:
         _STATE["parent_pid"] = parent_pid
-        _exit_if_orphaned(parent_pid)  # the parent may have died before this ran
-        _watch_parent(parent_pid)
+        die_with_parent(parent_pid, deathsig)
     try:
         from pith_pipeline.signing.factory import open_signer
 
@@ -384,6 +424,7 @@ class ParallelPublisher:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")  # no fork: threads, clients, sockets
+        from_main_thread = threading.current_thread() is threading.main_thread()
         valid_until = getattr(self.publisher.lease, "valid_until", None)
         until = None
         if valid_until is not None:  # the workers' view of the lease (`SharedLease`)
@@ -394,8 +435,10 @@ class ParallelPublisher:
                 max_workers=1,
                 mp_context=ctx,
                 initializer=_init_worker,
-                # workers end when this process is gone, and stop once its lease runs out
-                initargs=(self._spec, os.getpid(), until),
+                # workers end when this process is gone, and stop once its lease runs out;
+                # the kernel's parent-death signal only when started from the main thread
+                # (it fires when the starting thread ends, see `die_with_parent`)
+                initargs=(self._spec, os.getpid(), until, from_main_thread),
             )
             for _ in range(self.workers)
         ]

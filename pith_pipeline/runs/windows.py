@@ -225,7 +225,11 @@ def check_window_dates(window: Window, *, today: date | None = None) -> Window:
     """Refuse windows arXiv cannot have data for, loudly, instead of doing nothing.
 
     Why: a run that harvested nothing because its day was out of range must not be
-    marked success (it would also block that day for `backfill create`).
+    marked success (it would also block that day for `backfill create`). Today (UTC)
+    is refused too, until it is over: its harvest would be incomplete, yet stored as
+    the day's complete one, which every later run of the day replays instead of asking
+    arXiv again, so the rest of the day would never be published. (Airflow's trigger
+    form proposes the trigger time as the logical date, which is today.)
     """
     today = today or datetime.now(tz=UTC).date()
     start, _end = window.bounds(f"window {window.id}")
@@ -235,7 +239,34 @@ def check_window_dates(window: Window, *, today: date | None = None) -> Window:
         )
     if start > today:
         raise InputError(f"window {window.id} starts after today ({today}); nothing to harvest yet")
+    if start == today:
+        raise InputError(
+            f"window {window.id}: {today} is not over yet (UTC), so its harvest would be "
+            f"incomplete; run it from {today + timedelta(days=1)} 00:00 UTC"
+        )
     return window
+
+
+#: airflow-core names the backfill member `BACKFILL_JOB`; its value, like the Task SDK's, is "backfill".
+_RUN_KIND_ALIASES = {"backfill_job": "backfill"}
+
+
+def run_kind(run_type: object) -> str:
+    """An Airflow run type as its plain value: `manual`, `scheduled`, `backfill`, ...
+
+    Why: the Task SDK's context gives `dag_run.run_type` as a str enum whose `str()` is
+    `DagRunType.MANUAL` (airflow-core's enum prints `manual`), and the REST API, the
+    database and older code give the plain string. Every form is read here, by the
+    enum's value when it has one, else by the name after any `DagRunType.` prefix, so
+    a comparison can never silently miss (which made a manual trigger harvest
+    yesterday and report success). None (no run) is "".
+    """
+    if run_type is None:
+        return ""
+    value = getattr(run_type, "value", run_type)
+    text = str(value).strip().lower()
+    text = text.removeprefix("dagruntype.")
+    return _RUN_KIND_ALIASES.get(text, text)
 
 
 def window_for_run(
@@ -243,30 +274,36 @@ def window_for_run(
     data_interval_end: datetime | None,
     *,
     logical_date: datetime | None = None,
-    run_type: str | None = None,
+    run_type: object = None,
     conf: Mapping[str, Any] | None = None,
     today: date | None = None,
 ) -> Window:
     """The day a `pith_ingest` run owns, for scheduled, backfill and manual runs alike.
 
     - `conf {"day": "YYYY-MM-DD"}` names it outright (any run type);
-    - a manual run with a logical date owns that date's day: in Airflow 3 a manual
-      run's data interval comes from the trigger time, so
+    - a manual run with a logical date owns that date's day (UTC): in Airflow 3 a
+      manual run's data interval comes from the trigger time, so
       `airflow dags trigger pith_ingest --logical-date 2019-09-26` would otherwise
-      harvest yesterday instead;
-    - otherwise the data interval, which must be whole days.
-    Days before arXiv's first or after today fail loudly.
+      harvest yesterday instead. `run_type` may be Airflow's enum (either package's)
+      or its string, in any of the forms `run_kind` reads;
+    - otherwise (scheduled and backfill runs) the data interval, which must be whole
+      days: for the daily timetable it starts at the logical date, so every kind of
+      run owns the day of its logical date.
+    Days before arXiv's first, today (not over yet) or later fail loudly.
     """
     conf = conf or {}
     if conf.get("day") is not None:
         day = parse_day(str(conf["day"]), "conf day")
         window = Window(day, day + timedelta(days=1))
-    elif run_type == "manual" and logical_date is not None:
-        day = logical_date.astimezone(UTC).date()
+    elif run_kind(run_type) == "manual" and logical_date is not None:
+        day = parse_day(logical_date, "logical_date")
         window = Window(day, day + timedelta(days=1))
     else:
         if data_interval_start is None or data_interval_end is None:
-            raise InputError('this run has no data interval; trigger it with conf {"day": "YYYY-MM-DD"}')
+            raise InputError(
+                "this run has neither a logical date nor a data interval: trigger it with "
+                '--logical-date YYYY-MM-DD or --conf \'{"day": "YYYY-MM-DD"}\''
+            )
         window = window_from_interval(data_interval_start, data_interval_end)
     return check_window_dates(window, today=today)
 

@@ -159,7 +159,14 @@ def wait_until(what: str, check: Any, stack: Stack, deadline: float, poll: float
 
 
 @contextmanager
-def airflow_stack(tmp_path: Path, base_env: dict[str, str]) -> Iterator[Stack]:
+def airflow_stack(
+    tmp_path: Path, base_env: dict[str, str], *, schedule: bool = False, arxiv_slots: int = 3
+) -> Iterator[Stack]:
+    """api-server, scheduler and dag-processor on a fresh SQLite Airflow in `tmp_path`.
+
+    `schedule`: the scheduler also makes the DAGs' scheduled runs (off: only the runs a
+    test asks for). `arxiv_slots`: slots of the `arxiv_oai` pool.
+    """
     home = tmp_path / "airflow-home"
     home.mkdir()
     port = free_port()
@@ -172,8 +179,8 @@ def airflow_stack(tmp_path: Path, base_env: dict[str, str]) -> Iterator[Stack]:
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
         "AIRFLOW__API__SECRET_KEY": secrets.token_hex(32),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        # only the runs this test makes: no scheduled run of the daily DAG
-        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+        # without `schedule`, only the runs a test makes: no scheduled run of the daily DAG
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": str(schedule),
         "AIRFLOW__CORE__PARALLELISM": "8",
         # a task's calls to the api-server wait for a busy machine (default 5 s)
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
@@ -182,8 +189,7 @@ def airflow_stack(tmp_path: Path, base_env: dict[str, str]) -> Iterator[Stack]:
     stack = Stack(home, env, port)
     try:
         stack.airflow("db", "migrate")
-        # three slots: harvests of different windows overlap, only the gate spaces them
-        stack.airflow("pools", "set", "arxiv_oai", "3", "arXiv OAI-PMH")
+        stack.airflow("pools", "set", "arxiv_oai", str(arxiv_slots), "arXiv OAI-PMH")
         stack.start("api-server", "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1")
         stack.start("scheduler", "scheduler", "--skip-serve-logs")
         stack.start("dag-processor", "dag-processor")
@@ -266,7 +272,8 @@ def test_concurrent_backfills_of_overlapping_days(
         }
     )
     started = time.monotonic()
-    with airflow_stack(tmp_path, env) as stack:
+    # three arXiv slots: harvests of different windows overlap, only the gate spaces them
+    with airflow_stack(tmp_path, env, arxiv_slots=3) as stack:
         deadline = time.monotonic() + START_DEADLINE
         wait_until(
             "the dag-processor to serialize pith_ingest and pith_backfill",

@@ -14,8 +14,9 @@ from store_doubles import PUBLISHED, FailingStore, WriteBudget
 
 pytestmark = pytest.mark.airflow
 
-DAY1 = datetime(2024, 1, 3, 6, 0, tzinfo=UTC)  # run after 2024-01-03: window [01-02, 01-03)
-DAY2 = datetime(2024, 1, 4, 6, 0, tzinfo=UTC)  # window [01-03, 01-04)
+# `dag.test()` makes manual runs: each owns the day of its logical date (UTC)
+DAY1 = datetime(2024, 1, 2, 6, 0, tzinfo=UTC)  # window [01-02, 01-03)
+DAY2 = datetime(2024, 1, 3, 6, 0, tzinfo=UTC)  # window [01-03, 01-04)
 
 
 def snapshot(store: Any) -> dict[str, str]:
@@ -92,11 +93,7 @@ def test_two_daily_windows_then_a_rerun_changes_nothing(
     day1 = expected_subjects(server.days["2024-01-02"])
     day2 = expected_subjects(server.days["2024-01-03"])
 
-    dr = run(dagbag, DAY1)
-    assert (dr.data_interval_start, dr.data_interval_end) == (
-        datetime(2024, 1, 2, tzinfo=UTC),
-        datetime(2024, 1, 3, tzinfo=UTC),
-    )
+    run(dagbag, DAY1)
     assert {(r["from"], r["until"]) for r in server.requests if "from" in r} == {("2024-01-02", "2024-01-02")}
     check_window(store, day1, "ingest-2024-01-02")
     raw = [k for k in store.list("raw/") if k.endswith(".xml.gz") and "/page-" in k]
@@ -187,10 +184,28 @@ def test_a_manual_run_for_one_past_day_harvests_that_day(
 
     _url, server = oai_server
     dag = dagbag.get_dag("pith_ingest")
-    dr = dag.test(logical_date=DAY1, run_conf={"day": "2024-01-03"})
+    dr = dag.test(logical_date=DAY1, run_conf={"day": "2024-01-03"})  # DAY1 is 2024-01-02
     assert dr.state == "success", {ti.task_id: ti.state for ti in dr.get_task_instances()}
     assert {r.get("from") for r in server.requests if "from" in r} == {"2024-01-03"}
     assert open_store(pith_env["PITH_STORE"]).exists("runs/ingest-2024-01-03/manifest.json")
+
+
+def test_a_manual_run_with_a_logical_date_harvests_that_day(
+    dagbag: Any, pith_env: dict[str, str], oai_server: Any
+) -> None:
+    """Issue 25: `dag.test(logical_date=...)` makes a manual run and runs its tasks
+    through the Task SDK, whose context gives `dag_run.run_type` as an enum; the day
+    must be the logical date's, not the data interval before it (2024-01-02 here)."""
+    from pith_pipeline.storage.base import open_store
+
+    _url, server = oai_server
+    dr = dagbag.get_dag("pith_ingest").test(logical_date=datetime(2024, 1, 3, tzinfo=UTC))
+    assert dr.state == "success", {ti.task_id: ti.state for ti in dr.get_task_instances()}
+    assert str(dr.run_type) == "manual"
+    assert {r.get("from") for r in server.requests if "from" in r} == {"2024-01-03"}
+    store = open_store(pith_env["PITH_STORE"])
+    assert store.exists("runs/ingest-2024-01-03/manifest.json")
+    assert not store.exists("runs/ingest-2024-01-02/manifest.json")
 
 
 @pytest.mark.parametrize("day", ["1985-01-01", "2999-01-01"])
