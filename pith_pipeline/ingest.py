@@ -58,7 +58,18 @@ class IngestReport:
     def counts(self) -> dict[str, int]:
         out = dict(self.summary.counts())
         out["deleted"] = self.deleted
+        if self.harvest.outside_window:
+            out["outside_window"] = self.harvest.outside_window
         return out
+
+    def manifest_notes(self) -> dict[str, Any]:
+        """What the run manifest adds to the publisher's counts (`finish_run` keywords):
+        the records listed outside their window, counted and named, and the warnings."""
+        return {
+            "extra_counts": {"outside_window": self.harvest.outside_window},
+            "warnings": list(self.harvest.warnings),
+            "outside_window": [o.to_json() for o in self.harvest.outside_listed],
+        }
 
     def line(self) -> str:
         text = ", ".join(f"{k} {v}" for k, v in self.counts().items())

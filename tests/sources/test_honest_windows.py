@@ -1,0 +1,169 @@
+"""A harvest says what it got: records outside the window asked for, and empty weekdays.
+
+Through the real CLI (`pith-pipeline ingest`) against the loopback OAI-PMH server
+(tests/oai_server.py) serving real recorded arXivRaw records (tests/data/oai), re-dated.
+Asserts on the run manifest, the end-of-run summary and the log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from lxml import etree
+from oai_server import FakeArxiv, RecordedDays, Repository
+
+from pith_pipeline.cli import cli
+from pith_pipeline.signing.local import generate_key
+
+OAI_DATA = Path(__file__).resolve().parent.parent / "data" / "oai"
+OAI_NS = "http://www.openarchives.org/OAI/2.0/"
+
+
+def redated(name: str, day: str) -> list[bytes]:
+    """The `<record>`s of a recorded page, their header datestamp set to `day`."""
+    root = etree.parse(str(OAI_DATA / name)).getroot()
+    out = []
+    for rec in root.iter(f"{{{OAI_NS}}}record"):
+        rec.find(f"{{{OAI_NS}}}header/{{{OAI_NS}}}datestamp").text = day
+        out.append(etree.tostring(rec))
+    return out
+
+
+class IgnoresDates(RecordedDays):
+    """A mirror that answers every window with everything it has, whatever its dates."""
+
+    def listing(self, from_: str, until: str) -> list[bytes]:
+        return [r for day in sorted(self.days) for r in self.days[day]]
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> Path:
+    return generate_key(tmp_path / "keys", key_id="honest-key")[0]
+
+
+def ingest(oai_url: str, store: Path, key: Path, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(
+        cli,
+        ["ingest", *args, "--store", str(store), "--key", str(key), "--min-interval", "0.05"],
+        env={"PITH_OAI_URL": oai_url, "PITH_STORE": None, "PITH_KEY": None, "PITH_SIGNER": None},
+        catch_exceptions=False,
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+def manifest(store: Path, out: str) -> dict:  # type: ignore[type-arg]
+    line = next(x for x in out.splitlines() if x.startswith("run manifest: "))
+    return json.loads((store / line.removeprefix("run manifest: ")).read_bytes())  # type: ignore[no-any-return]
+
+
+def warnings_in(caplog: pytest.LogCaptureFixture, code: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and code in r.getMessage()]
+
+
+def test_records_outside_the_window_are_counted_apart_and_named(
+    tmp_path: Path, key: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a request for Monday 2019-09-30 answered with that day's two records and the
+    # nine records of Thursday 2019-09-26 (one deleted, one to quarantine)
+    days = IgnoresDates(
+        {
+            "2019-09-26": [
+                r for n in (1, 2, 3) for r in redated(f"listrecords-2024-01-01-p{n}.xml", "2019-09-26")
+            ],
+            "2019-09-30": redated("listrecords-2024-01-10-p1.xml", "2019-09-30"),
+        }
+    )
+    store = tmp_path / "store"
+    with FakeArxiv(Repository(), listing=days) as fake:
+        # credentials in the server's URL must not reach the log, output or manifest
+        url = fake.oai_url.replace("http://", "http://harvester:s3cr3t-pw@") + "?token=s3cr3t-tok"
+        with caplog.at_level(logging.WARNING):
+            code, out, err = ingest(url, store, key, "--from", "2019-09-30", "--through", "2019-09-30")
+    assert code == 0, err
+    doc = manifest(store, out)
+    # from 2019-09-26: 7 records, 1 deletion (both outside) and 1 quarantined record
+    # (its reason stands, it is not counted again); from 2019-09-30: 2 records
+    assert doc["counts"]["outside_window"] == 8
+    assert doc["counts"]["fetched"] == 10
+    assert doc["counts"]["quarantined"] == 1
+    listed = doc["outside_window"]
+    assert len(listed) == 8
+    assert {r["datestamp"] for r in listed} == {"2019-09-26"}
+    assert {r["window"] for r in listed} == {"2019-09-30"}
+    assert "0704.0999" in {r["id"] for r in listed if r["deleted"]}
+    assert "1909.11150" in {r["id"] for r in listed}  # also served in the window: both counted
+    (warning,) = [w for w in doc["warnings"] if w["code"] == "outside-window"]
+    assert warning["count"] == 8 and warning["window"] == "2019-09-30"
+    assert warning["server"] == fake.oai_url
+    assert warning["request"]["from"] == "2019-09-30" and warning["request"]["until"] == "2019-09-30"
+    # the records are real: built (nothing silently lost), and named
+    assert (store / "arxiv" / "0704.0248.json").exists()
+    logged = warnings_in(caplog, "outside-window")
+    assert logged and all(fake.oai_url in m and "2019-09-30" in m and "2019-09-26" in m for m in logged)
+    assert "outside_window 8" in out
+    assert "outside-window" in err
+    everything = out + err + "\n".join(r.getMessage() for r in caplog.records) + json.dumps(doc)
+    assert "s3cr3t" not in everything
+    assert not [w for w in doc["warnings"] if w["code"] == "empty-weekday"]
+
+
+def test_an_empty_weekday_is_a_warning_in_the_log_manifest_and_summary(
+    tmp_path: Path, oai_server: tuple[str, RecordedDays], key: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url, _days = oai_server  # records on 2024-01-02 and 2024-01-03 only
+    store = tmp_path / "store"
+    with caplog.at_level(logging.WARNING):
+        code, out, err = ingest(
+            url, store, key, "--from", "2024-01-04", "--through", "2024-01-04"
+        )  # Thursday
+    assert code == 0, err  # holidays exist: a warning, not a failure
+    doc = manifest(store, out)
+    assert doc["counts"]["fetched"] == 0
+    (warning,) = doc["warnings"]
+    assert warning["code"] == "empty-weekday"
+    assert warning["window"] == "2024-01-04" and warning["weekdays"] == ["2024-01-04"]
+    assert warning["server"] == url
+    logged = warnings_in(caplog, "empty-weekday")
+    assert len(logged) == 1 and "2024-01-04" in logged[0] and url in logged[0]
+    assert "empty-weekday" in err and "2024-01-04" in err
+
+
+def test_an_empty_weekend_and_a_full_weekday_warn_of_nothing(
+    tmp_path: Path, oai_server: tuple[str, RecordedDays], key: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url, _days = oai_server
+    with caplog.at_level(logging.WARNING):
+        code, out, err = ingest(
+            url, tmp_path / "weekend", key, "--from", "2024-01-06", "--through", "2024-01-07"
+        )  # Saturday and Sunday
+        assert code == 0, err
+        assert manifest(tmp_path / "weekend", out)["warnings"] == []
+        code, out, err = ingest(
+            url, tmp_path / "full", key, "--from", "2024-01-02", "--through", "2024-01-03"
+        )
+        assert code == 0, err
+        doc = manifest(tmp_path / "full", out)
+    assert doc["warnings"] == [] and doc["outside_window"] == []
+    assert doc["counts"]["outside_window"] == 0
+    assert not warnings_in(caplog, "empty-weekday") and not warnings_in(caplog, "outside-window")
+    assert "warning" not in err.lower()
+
+
+def test_replaying_an_empty_weekday_warns_again(
+    tmp_path: Path, oai_server: tuple[str, RecordedDays], key: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url, _days = oai_server
+    store = tmp_path / "store"
+    window = ("--from", "2024-01-04", "--through", "2024-01-04")
+    code, out, err = ingest(url, store, key, *window)
+    assert code == 0, err
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        code, out, err = ingest(url, store, key, "--replay", *window)
+    assert code == 0, err
+    assert [w["code"] for w in manifest(store, out)["warnings"]] == ["empty-weekday"]
+    assert warnings_in(caplog, "empty-weekday")
