@@ -40,7 +40,7 @@ import time
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -276,11 +276,16 @@ def outside_window(page: Page, window: Window, key: str) -> list[OutsideWindow]:
     return out
 
 
-def weekdays(window: Window) -> list[str]:
-    """The Monday-to-Friday days of a closed window (arXiv announces on each of them)."""
+def weekdays(window: Window, before: date) -> list[str]:
+    """The Monday-to-Friday days of a closed window that ended before `before` (arXiv
+    announces on each of them; a day not over yet may still get its records)."""
     if window.start is None or window.end is None:
         return []
-    return [w.start.isoformat() for w in window.days() if w.start is not None and w.start.weekday() < 5]
+    return [
+        w.start.isoformat()
+        for w in window.days()
+        if w.start is not None and w.start.weekday() < 5 and w.start < before
+    ]
 
 
 @dataclass(slots=True)
@@ -692,7 +697,8 @@ class Harvester:
     def _note_empty(self, window: Window, server: str, request: dict[str, str]) -> None:
         """Warn of a window with a weekday that listed nothing: arXiv announces every
         weekday, so it is a holiday or a server that wrongly answers with nothing."""
-        days = weekdays(window)
+        # the wall clock, not `self.clock`: SOURCE_DATE_EPOCH must not hide a day that is over
+        days = weekdays(window, datetime.now(tz=UTC).date())
         if not days:
             return
         server = public_url(server)
@@ -821,7 +827,8 @@ class Harvester:
 
 
 def _request_text(request: dict[str, str]) -> str:
-    return " ".join(f"{k}={v}" for k, v in request.items())
+    """A request's parameters as `k=v` words (the verb is said by the message)."""
+    return " ".join(f"{k}={v}" for k, v in request.items() if k != "verb")
 
 
 def _explain_getrecord_error(page: Page, arxiv_id: str, body: bytes) -> None:

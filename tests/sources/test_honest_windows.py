@@ -167,3 +167,30 @@ def test_replaying_an_empty_weekday_warns_again(
     assert code == 0, err
     assert [w["code"] for w in manifest(store, out)["warnings"]] == ["empty-weekday"]
     assert warnings_in(caplog, "empty-weekday")
+
+
+def test_only_weekdays_that_are_over_can_be_empty() -> None:
+    from datetime import date
+
+    from pith_pipeline.runs.windows import Window
+    from pith_pipeline.sources.oai import weekdays
+
+    week = Window(date(2024, 1, 5), date(2024, 1, 10))  # Friday to Tuesday
+    assert weekdays(week, date(2024, 2, 1)) == ["2024-01-05", "2024-01-08", "2024-01-09"]
+    assert weekdays(week, date(2024, 1, 9)) == ["2024-01-05", "2024-01-08"]  # the 9th is today
+    assert weekdays(Window(date(2024, 1, 6), date(2024, 1, 8)), date(2024, 2, 1)) == []
+    assert weekdays(Window(), date(2024, 2, 1)) == []  # an open window (the sample)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://user:pw@mirror.example:8443/oai?key=k#f", "https://mirror.example:8443/oai"),
+        ("http://127.0.0.1:8000/oai", "http://127.0.0.1:8000/oai"),
+        ("http://tok@[::1]/oai", "http://[::1]/oai"),
+    ],
+)
+def test_a_server_is_named_without_credentials(url: str, shown: str) -> None:
+    from pith_pipeline.sources.oai import public_url
+
+    assert public_url(url) == shown
