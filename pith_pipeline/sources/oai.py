@@ -453,6 +453,8 @@ class Harvester:
         self.prefix = metadata_prefix
         self.clock = clock
         self.stats = HarvestStats()
+        #: findings go to `stats` only, not the log (`findings`: already logged once)
+        self.quiet = False
 
     # -- keys --------------------------------------------------------------
     def window_prefix(self, window: Window) -> str:
@@ -655,7 +657,7 @@ class Harvester:
         self.stats.outside_listed.extend(found[: max(room, 0)])
         server = public_url(server)
         days = sorted({o.datestamp or "no datestamp" for o in found})
-        log.warning(
+        (log.debug if self.quiet else log.warning)(
             "outside-window: %s answered ListRecords %s for window %s with %d records dated "
             "outside it (%s), page %s; built, and counted as outside_window in the run manifest",
             server,
@@ -707,7 +709,7 @@ class Harvester:
             f"({_request_text(request)}), which has the weekdays {', '.join(days)}; arXiv "
             "announces every weekday, so unless those were holidays the server answered wrongly"
         )
-        log.warning("%s", message)
+        (log.debug if self.quiet else log.warning)("%s", message)
         self.stats.warnings.append(
             {
                 "code": "empty-weekday",
@@ -749,6 +751,28 @@ class Harvester:
             what = "lists the same records as" if page.items or page.deleted else "is empty, like"
             raise ResumptionLoopError(f"{stop}{where} {what} an earlier page of this window{why}")
         cp.seen_pages.append(listed)
+
+    def findings(self, window: Window, keys: Iterable[str]) -> HarvestStats:
+        """What `harvest` warns of (records outside `window`, an empty weekday) for the
+        stored pages `keys` of one complete attempt, from the store, without logging.
+
+        For a harvest whose pages are built later (the Airflow tasks): a rerun of a
+        complete window fetches nothing, yet its run manifest must say the same."""
+        cp = self.load_checkpoint(window)
+        server = (cp.oai_url if cp is not None else "") or "the stored pages"
+        found = Harvester(self.store, None, raw_root=self.raw_root, limits=self.limits)
+        found.quiet = True
+        listed = 0
+        for key in keys:
+            data = self.store.get(key)
+            if data is None:
+                continue
+            page = parse_page(gunzip(data, key, self.limits.response_bytes), key, limits=self.limits)
+            listed += len(page.items) + len(page.deleted)
+            found._note_outside(window, page, key, server, window.params())
+        if listed == 0:
+            found._note_empty(window, server, window.params())
+        return found.stats
 
     # -- GetRecord -----------------------------------------------------------
     def get_records(self, ids: Iterable[str], run_id: str) -> Iterator[HarvestedPage]:

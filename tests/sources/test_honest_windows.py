@@ -194,3 +194,63 @@ def test_a_server_is_named_without_credentials(url: str, shown: str) -> None:
     from pith_pipeline.sources.oai import public_url
 
     assert public_url(url) == shown
+
+
+# -- the Airflow path (pith_ingest, pith_backfill): the same task functions the DAGs call
+
+
+def airflow_window(tmp_path: Path, oai_url: str, day: str, caplog: pytest.LogCaptureFixture) -> dict:  # type: ignore[type-arg]
+    """One window through harvest, build, publish, index and finish; its run manifest."""
+    from datetime import date, timedelta
+
+    from pith_pipeline import airflow_tasks as at
+    from pith_pipeline.runs import chunks as chunks_mod
+    from pith_pipeline.runs import harvest
+    from pith_pipeline.runs.windows import Window
+    from pith_pipeline.storage.local import LocalStore
+
+    key = generate_key(tmp_path / "keys", key_id="pith-test-key")[0]
+    settings = at.Settings(
+        store=str(tmp_path / "store"), signer=f"file:{key}", oai_url=oai_url, oai_min_interval="0"
+    )
+    store = LocalStore(settings.store)
+    start = date.fromisoformat(day)
+    with caplog.at_level(logging.WARNING):
+        harvested = harvest.harvest_window(settings, Window(start, start + timedelta(days=1)), store=store)
+    run_id = str(harvested["run_id"])
+    staged = [
+        at.build_chunk(settings, run_id, c, store=store)["staged"]
+        for c in chunks_mod.plan_page_chunks(harvested["pages"])
+    ]
+    published = at.publish_staged(settings, staged, store=store)
+    indexed = at.index_window(settings, run_id, staged, store=store)
+    done = at.finish_window(settings, harvested, staged, indexed, published, store=store)
+    return json.loads((tmp_path / "store" / done["manifest"]).read_bytes())  # type: ignore[no-any-return]
+
+
+def test_the_airflow_window_counts_records_outside_it_in_its_manifest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    days = IgnoresDates(
+        {
+            "2019-09-26": redated("listrecords-2024-01-01-p1.xml", "2019-09-26"),
+            "2019-09-30": redated("listrecords-2024-01-10-p1.xml", "2019-09-30"),
+        }
+    )
+    with FakeArxiv(Repository(), listing=days) as fake:
+        doc = airflow_window(tmp_path, fake.oai_url, "2019-09-30", caplog)
+    assert doc["counts"]["outside_window"] == 4
+    assert {(r["id"], r["datestamp"]) for r in doc["outside_window"]} >= {("0704.0248", "2019-09-26")}
+    (warning,) = doc["warnings"]
+    assert warning["code"] == "outside-window" and warning["server"] == fake.oai_url
+    assert any(fake.oai_url in m and "2019-09-30" in m for m in warnings_in(caplog, "outside-window"))
+
+
+def test_the_airflow_window_of_an_empty_weekday_says_so_in_its_manifest(
+    tmp_path: Path, oai_server: tuple[str, RecordedDays], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, _days = oai_server
+    doc = airflow_window(tmp_path, url, "2024-01-04", caplog)
+    assert doc["counts"]["fetched"] == 0
+    assert [(w["code"], w["weekdays"]) for w in doc["warnings"]] == [("empty-weekday", ["2024-01-04"])]
+    assert warnings_in(caplog, "empty-weekday")
