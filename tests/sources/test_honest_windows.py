@@ -254,3 +254,57 @@ def test_the_airflow_window_of_an_empty_weekday_says_so_in_its_manifest(
     assert doc["counts"]["fetched"] == 0
     assert [(w["code"], w["weekdays"]) for w in doc["warnings"]] == [("empty-weekday", ["2024-01-04"])]
     assert warnings_in(caplog, "empty-weekday")
+
+
+def test_a_search_answer_outside_the_querys_submitted_dates_is_counted_apart(
+    tmp_path: Path, key: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from oai_server import data, standard_repository
+
+    # the recorded answer lists hep-th/9901001 (submitted 1999) and 2606.18380 (June 2026)
+    query = "cat:hep-th AND submittedDate:[202606010000 TO 202606302359]"
+    repo = standard_repository()
+    repo.atom_query[query] = data("atom-query-hep-th.xml")
+    store = tmp_path / "store"
+    with FakeArxiv(repo) as fake, caplog.at_level(logging.WARNING):
+        result = CliRunner().invoke(
+            cli,
+            ["ingest", "--query", query, "--store", str(store), "--key", str(key), "--min-interval", "0.05"],
+            env={"PITH_OAI_URL": fake.oai_url, "PITH_ARXIV_API_URL": fake.api_url, "PITH_STORE": None},
+            catch_exceptions=False,
+        )
+    assert result.exit_code == 0, result.stderr
+    doc = manifest(store, result.stdout)
+    assert doc["counts"]["outside_window"] == 1
+    (listed,) = doc["outside_window"]
+    assert listed["id"] == "hep-th/9901001" and listed["datestamp"].startswith("1999-01-01")
+    (warning,) = doc["warnings"]
+    assert warning["code"] == "outside-window" and warning["server"] == fake.api_url
+    assert warning["request"] == {"search_query": query}
+    assert doc["counts"]["built"] == 2  # the record is real: built, and named
+    assert any(fake.api_url in m and "hep-th/9901001" in m for m in warnings_in(caplog, "outside-window"))
+    assert "outside_window 1" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("query", "bound"),
+    [
+        (
+            "cat:cs.LG AND submittedDate:[202401010000 TO 202401012359]",
+            ("2024-01-01T00:00", "2024-01-02T00:00"),
+        ),
+        ("submittedDate:[20240101 TO 20240102] AND ti:x", ("2024-01-01T00:00", "2024-01-03T00:00")),
+        ("cat:cs.LG OR submittedDate:[202401010000 TO 202401012359]", None),  # not every match
+        ("cat:cs.LG ANDNOT submittedDate:[202401010000 TO 202401012359]", None),
+        ("cat:cs.LG", None),
+    ],
+)
+def test_a_querys_submitted_dates_bind_only_when_every_match_must_have_them(
+    query: str, bound: tuple[str, str] | None
+) -> None:
+    from pith_pipeline.sources.arxiv_api import submitted_range
+
+    got = submitted_range(query)
+    assert (
+        None if got is None else (got[0].strftime("%Y-%m-%dT%H:%M"), got[1].strftime("%Y-%m-%dT%H:%M"))
+    ) == bound
