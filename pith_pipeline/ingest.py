@@ -58,7 +58,18 @@ class IngestReport:
     def counts(self) -> dict[str, int]:
         out = dict(self.summary.counts())
         out["deleted"] = self.deleted
+        if self.harvest.outside_window:
+            out["outside_window"] = self.harvest.outside_window
         return out
+
+    def manifest_notes(self) -> dict[str, Any]:
+        """What the run manifest adds to the publisher's counts (`finish_run` keywords):
+        the records listed outside their window, counted and named, and the warnings."""
+        return {
+            "extra_counts": {"outside_window": self.harvest.outside_window},
+            "warnings": list(self.harvest.warnings),
+            "outside_window": [o.to_json() for o in self.harvest.outside_listed],
+        }
 
     def line(self) -> str:
         text = ", ".join(f"{k} {v}" for k, v in self.counts().items())
@@ -243,6 +254,7 @@ class Ingest:
         if query is not None:
             found = api.ids_for_query(query, max_results=max_results)
             missing: list[str] = []
+            self._note_outside_query(api, query)
         else:
             found, missing = api.check_ids(list(ids or []))
         if missing:
@@ -260,6 +272,35 @@ class Ingest:
             self.publisher.flush_quarantine()
             return self.report
         return self.records(found, oai_url=oai_url, gate=gate, transport=transport)
+
+    def _note_outside_query(self, api: Any, query: str) -> None:
+        """Count and name the query's matches submitted outside its `submittedDate`
+        range (`ArxivAPI.outside`, already logged) as the harvest does for a window."""
+        from pith_pipeline.sources.oai import OUTSIDE_WINDOW_LISTED, OutsideWindow, public_url
+
+        if not api.outside:
+            return
+        h = self.report.harvest
+        h.outside_window += len(api.outside)
+        room = max(OUTSIDE_WINDOW_LISTED - len(h.outside_listed), 0)
+        h.outside_listed.extend(
+            OutsideWindow(i, at, False, query, "search API") for i, at in api.outside[:room]
+        )
+        server = public_url(api.api_url)
+        h.warnings.append(
+            {
+                "code": "outside-window",
+                "window": query,
+                "server": server,
+                "request": {"search_query": query},
+                "count": len(api.outside),
+                "datestamps": sorted({at or "no date" for _i, at in api.outside}),
+                "message": (
+                    f"outside-window: {server} answered search_query={query} with {len(api.outside)} "
+                    "papers submitted outside its submittedDate range; built, and counted as outside_window"
+                ),
+            }
+        )
 
     def snapshot(
         self,

@@ -96,6 +96,8 @@ def _print_report(report: IngestReport, store_url: str) -> None:
         )
     if report.harvest.malformed_keys:
         click.echo("malformed responses kept: " + ", ".join(report.harvest.malformed_keys), err=True)
+    for warning in report.harvest.warnings:
+        click.echo(f"warning: {warning['message']}", err=True)
     if report.harvest.windows_already_complete and not report.summary.fetched:
         click.echo(
             "every window asked for is already harvested in this store; "
@@ -387,7 +389,13 @@ def ingest(
         tqdm(desc="index", unit="rec", disable=None) as bar,
     ):
         manifest_key = finish_run(
-            st, report.summary, manifest_window, clock=run.publisher.clock, progress=bar.update, rows=rows
+            st,
+            report.summary,
+            manifest_window,
+            clock=run.publisher.clock,
+            progress=bar.update,
+            rows=rows,
+            **report.manifest_notes(),
         )
     _print_report(report, st.url)
     click.echo(f"run manifest: {manifest_key}")

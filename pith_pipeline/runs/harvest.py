@@ -24,7 +24,9 @@ def harvest_window(settings: Settings, window: Window, *, store: Store | None = 
     A window harvested before costs no request. Returns the run id, the window, the
     keys of the pages to build from (the latest complete attempt: a refused
     resumption token restarts a window, and the restart lists every record again)
-    and counts: no records.
+    and counts: no records. Also what the pages hold that the run manifest must
+    report (`Harvester.findings`): `outside_window` (a count),
+    `outside_window_records` and `warnings`.
 
     Under the window's harvest lease: two runs can own one day at once (a
     `pith_ingest` backfill run and a `pith_backfill` window), and both would write
@@ -74,6 +76,7 @@ def _harvest_window(settings: Settings, window: Window, store: Store) -> dict[st
         for k in harvester.stored_pages(window)
         if (m := _ATTEMPT.search(k)) and int(m.group(1)) == checkpoint.attempt
     ]
+    found = harvester.findings(window, pages)  # the run manifest's warnings (finish_window)
     return {
         "run_id": run_id_for("ingest", window),
         "window": window.to_json(),
@@ -82,4 +85,7 @@ def _harvest_window(settings: Settings, window: Window, store: Store) -> dict[st
         "records": checkpoint.records,
         "deleted": checkpoint.deleted,
         "requests": harvester.stats.requests,
+        "outside_window": found.outside_window,
+        "outside_window_records": [o.to_json() for o in found.outside_listed],
+        "warnings": found.warnings,
     }

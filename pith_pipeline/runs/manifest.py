@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -130,8 +130,17 @@ def write_manifest(
     index: IndexUpdate | None = None,
     clock: Clock = system_clock,
     log_entries: RowSink | None = None,
+    extra_counts: Mapping[str, int] | None = None,
+    warnings: Sequence[Mapping[str, Any]] = (),
+    outside_window: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """Write `runs/<run_id>/manifest.json` (write-once); returns its key.
+
+    `extra_counts` join the publisher's counts (a harvest's `outside_window`);
+    `warnings`: what the run found doubtful without failing, each with a stable `code`
+    (`outside-window`, `empty-weekday`), always listed (empty when none);
+    `outside_window`: the records a server listed outside the window asked for
+    (a harvest's first `OUTSIDE_WINDOW_LISTED`), listed when given.
 
     First the run's events go into the transparency log, if the store keeps one
     (`log_entries`: the entries the run's publishers made as they wrote, so the
@@ -154,7 +163,8 @@ def write_manifest(
         "format": RUN_MANIFEST_FORMAT,
         "run_id": summary.run_id,
         "window": dict(window) if window else None,
-        "counts": summary.counts(),
+        "counts": {**summary.counts(), **(extra_counts or {})},
+        "warnings": [dict(w) for w in warnings],
         "pith_numbers": [],  # streamed in by `_encode`
         "objects": [],  # streamed in by `_encode`
         "index": None
@@ -170,6 +180,8 @@ def write_manifest(
         "quarantine": quarantine_key(summary.run_id) if summary.quarantined else None,
         "finished_at": iso_seconds(clock()),
     }
+    if outside_window is not None:
+        doc["outside_window"] = [dict(o) for o in outside_window]
     if logged is not None and logged.result is not None:
         doc["log"] = logged.manifest_entry()  # the checkpoint this run produced
     key = run_manifest_key(summary.run_id)
@@ -212,6 +224,9 @@ def finish_run(
     clock: Clock = system_clock,
     progress: Progress | None = None,
     rows: RowSink | None = None,
+    extra_counts: Mapping[str, int] | None = None,
+    warnings: Sequence[Mapping[str, Any]] = (),
+    outside_window: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """Finish a publishing run: update the index tables, then write the run manifest.
 
@@ -228,10 +243,21 @@ def finish_run(
     `rows`: the index rows of the bundles the run wrote (a `RowSink` its publishers
     fed through `Publisher(on_bundle=sink.add_bundle)`); those bundles are then not
     read back from the store. The sink's directory is not removed here.
+    `extra_counts`, `warnings`, `outside_window`: as for `write_manifest`.
     """
     barrier(store)  # the published papers are durable before the index lists them
     update = update_indexes(
         store, touched_subjects(summary), rows=rows, run_id=summary.run_id, clock=clock, progress=progress
     )
     barrier(store)  # and the index tables' version notes before the log and manifest claim the run
-    return write_manifest(store, summary, window=window, index=update, clock=clock, log_entries=rows)
+    return write_manifest(
+        store,
+        summary,
+        window=window,
+        index=update,
+        clock=clock,
+        log_entries=rows,
+        extra_counts=extra_counts,
+        warnings=warnings,
+        outside_window=outside_window,
+    )

@@ -348,8 +348,12 @@ def finish_window(
     key = run_manifest_key(run_id)
     changed = int(published.get("written", 0)) or update.subjects_changed
     status = "written"
+    notes: dict[str, Any] = {"warnings": list(harvested.get("warnings", []))}
+    if "outside_window" in harvested:  # an OAI harvest (runs.harvest): records outside its window
+        notes["extra_counts"] = {"outside_window": int(harvested["outside_window"])}
+        notes["outside_window"] = list(harvested.get("outside_window_records", []))
     try:
-        write_manifest(store, summary, window=window, index=update)
+        write_manifest(store, summary, window=window, index=update, **notes)
     except Conflict:
         if not changed:
             status = "unchanged"  # a complete window, run again: nothing new to record
@@ -358,7 +362,7 @@ def finish_window(
             while store.exists(run_manifest_key(f"{run_id}-rerun-{n}")):
                 n += 1
             summary.run_id = f"{run_id}-rerun-{n}"
-            key = write_manifest(store, summary, window=window, index=update)
+            key = write_manifest(store, summary, window=window, index=update, **notes)
             status = "rerun"
     for staged in staged_keys:  # only ours: another run of the window may be building
         store.delete(staged_rejects_key(staged))

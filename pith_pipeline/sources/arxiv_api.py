@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import arxiv
@@ -45,6 +46,9 @@ API_URL_ENV = config.env_name("arxiv_api_url")
 _VERSIONED = re.compile(r"(.+?)(v[0-9]+)?", re.ASCII | re.DOTALL)  # fullmatch; the id is checked after
 _ABS_URL = re.compile(r"^https?://[^/]+/abs/")
 _ATOM_FEED = "{http://www.w3.org/2005/Atom}feed"
+# arXiv's date ranges: YYYYMMDD[HHMM[SS]] in GMT, both ends inclusive
+_SUBMITTED = re.compile(r"submittedDate:\[\s*([0-9]{8,14})\s+TO\s+([0-9]{8,14})\s*\]", re.ASCII | re.I)
+_NOT_EVERY = re.compile(r"\b(OR|ANDNOT)\b")
 log = logging.getLogger(__name__)
 
 
@@ -246,6 +250,8 @@ class ArxivAPI:
         client.query_url_format = api_url + "?{}"
         client._session = _GatedSession(gate, limits)
         self.client = client
+        #: (id, published) of query matches submitted outside the query's range
+        self.outside: list[tuple[str, str | None]] = []
 
     def _results(self, search: arxiv.Search) -> Iterator[arxiv.Result]:
         try:
@@ -263,7 +269,12 @@ class ArxivAPI:
             ) from None
 
     def ids_for_query(self, query: str, *, max_results: int | None = 1000) -> list[str]:
-        """Ids matching an API query, de-duplicated, in the API's order."""
+        """Ids matching an API query, de-duplicated, in the API's order.
+
+        A query whose `submittedDate` range binds every match (`submitted_range`) is a
+        window: a match submitted outside it is still returned (it is a real paper) but
+        listed in `outside` as (id, its `<published>`) and warned of, naming the server
+        and the query, for the run to count apart."""
         if not query.strip():
             raise InputError("--query is empty")
         search = arxiv.Search(
@@ -272,7 +283,29 @@ class ArxivAPI:
             sort_by=arxiv.SortCriterion.SubmittedDate,
             sort_order=arxiv.SortOrder.Ascending,
         )
-        return _unique(i for i in (_result_id(r) for r in self._results(search)) if i is not None)
+        window = submitted_range(query)
+        ids = []
+        for r in self._results(search):
+            i = _result_id(r)
+            if i is None:
+                continue
+            ids.append(i)
+            published = r.published.astimezone(UTC) if r.published else None
+            if window is not None and (published is None or not window[0] <= published < window[1]):
+                self.outside.append((i, None if published is None else published.isoformat()))
+        if self.outside:
+            from pith_pipeline.sources.oai import public_url
+
+            log.warning(
+                "outside-window: %s answered search_query=%s with %d papers submitted outside its "
+                "submittedDate range: %s; fetched and built, and counted as outside_window in the "
+                "run manifest",
+                public_url(self.api_url),
+                query,
+                len(self.outside),
+                ", ".join(f"{i} ({at})" for i, at in self.outside[:20]),
+            )
+        return _unique(ids)
 
     def check_ids(self, ids: list[str]) -> tuple[list[str], list[str]]:
         """(ids the API knows, ids it returned nothing for), both bare and in input order."""
@@ -289,6 +322,37 @@ class ArxivAPI:
                 except InputError:
                     continue  # the API's error entries are not ids
         return [i for i in wanted if i in found], [i for i in wanted if i not in found]
+
+
+def _stamp(text: str, end: bool) -> datetime | None:
+    """An arXiv range bound as a UTC instant; an upper bound as the instant after it."""
+    formats = {
+        8: ("%Y%m%d", timedelta(days=1)),
+        12: ("%Y%m%d%H%M", timedelta(minutes=1)),
+        14: ("%Y%m%d%H%M%S", timedelta(seconds=1)),
+    }
+    if len(text) not in formats:
+        return None
+    fmt, step = formats[len(text)]
+    try:
+        at = datetime.strptime(text, fmt).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return at + step if end else at
+
+
+def submitted_range(query: str) -> tuple[datetime, datetime] | None:
+    """`[start, end)` every match of `query` must have been submitted in (its v1's
+    `<published>`), or None when the query does not bind every match to one range:
+    no `submittedDate:[A TO B]`, more than one, or an `OR`/`ANDNOT` that may let a
+    match through without it."""
+    found = _SUBMITTED.findall(query)
+    if len(found) != 1 or _NOT_EVERY.search(query):
+        return None
+    start, end = _stamp(found[0][0], end=False), _stamp(found[0][1], end=True)
+    if start is None or end is None or end <= start:
+        return None
+    return start, end
 
 
 def _result_id(result: arxiv.Result) -> str | None:

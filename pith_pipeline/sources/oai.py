@@ -40,7 +40,9 @@ import time
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 from oaipmh_scythe import Scythe
@@ -204,9 +206,96 @@ class HarvestedPage:
     complete_list_size: int | None = None
 
 
+#: how many records outside their window a run lists by name (all are counted)
+OUTSIDE_WINDOW_LISTED = 1000
+
+
+def public_url(url: str) -> str:
+    """`url` as it may be shown: without user:password and without a query (either may
+    hold a credential), so a log line or manifest can name the server safely."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = host + (f":{port}" if port is not None else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def datestamp_day(datestamp: str | None) -> date | None:
+    """The day of an OAI `header/datestamp` (`YYYY-MM-DD` or `YYYY-MM-DDThh:mm:ssZ`), or
+    None when there is none or it is not a date."""
+    if not datestamp or len(datestamp) < 10:
+        return None
+    try:
+        return date.fromisoformat(datestamp[:10])
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class OutsideWindow:
+    """A record (or deletion) a server listed for a window its datestamp is not in.
+
+    The datestamp is the OAI `header/datestamp` (`ArxivRecord.update_date`,
+    `Deleted.datestamp`); a record without a readable one is not shown to be in the
+    window, and counts as outside it (`datestamp` None)."""
+
+    arxiv_id: str
+    datestamp: str | None
+    deleted: bool
+    window: str
+    page: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.arxiv_id,
+            "datestamp": self.datestamp,
+            "deleted": self.deleted,
+            "window": self.window,
+            "page": self.page,
+        }
+
+
+def outside_window(page: Page, window: Window, key: str) -> list[OutsideWindow]:
+    """The page's records and deletions whose datestamp day is not in `window`
+    (rejected records have no trusted datestamp and are quarantined anyway)."""
+    out = []
+    for item in page.items:
+        if isinstance(item, ArxivRecord):
+            day = datestamp_day(item.update_date)
+            if day is None or not window.contains(day):
+                out.append(OutsideWindow(item.id, item.update_date, False, window.id, key))
+    for d in page.deleted:
+        day = datestamp_day(d.datestamp)
+        if day is None or not window.contains(day):
+            out.append(OutsideWindow(d.arxiv_id, d.datestamp, True, window.id, key))
+    return out
+
+
+def weekdays(window: Window, before: date) -> list[str]:
+    """The Monday-to-Friday days of a closed window that ended before `before` (arXiv
+    announces on each of them; a day not over yet may still get its records)."""
+    if window.start is None or window.end is None:
+        return []
+    return [
+        w.start.isoformat()
+        for w in window.days()
+        if w.start is not None and w.start.weekday() < 5 and w.start < before
+    ]
+
+
 @dataclass(slots=True)
 class HarvestStats:
-    """What the harvester saw, beyond the records themselves."""
+    """What the harvester saw, beyond the records themselves.
+
+    `outside_window` counts the records and deletions listed for a window their
+    datestamp is not in (`outside_listed`: the first `OUTSIDE_WINDOW_LISTED` of them);
+    `warnings`: one JSON object per finding, each with a stable `code`
+    (`outside-window`, `empty-weekday`), as the run manifest lists them."""
 
     requests: int = 0
     pages: int = 0
@@ -216,6 +305,9 @@ class HarvestStats:
     restarts: int = 0
     windows_already_complete: int = 0
     malformed_keys: list[str] = field(default_factory=list)
+    outside_window: int = 0
+    outside_listed: list[OutsideWindow] = field(default_factory=list)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _OneConnectionScythe(Scythe):
@@ -361,6 +453,8 @@ class Harvester:
         self.prefix = metadata_prefix
         self.clock = clock
         self.stats = HarvestStats()
+        #: findings go to `stats` only, not the log (`findings`: already logged once)
+        self.quiet = False
 
     # -- keys --------------------------------------------------------------
     def window_prefix(self, window: Window) -> str:
@@ -525,6 +619,13 @@ class Harvester:
                 continue
             self._check_progress(window, cp, page, where)
             self.stats.pages += 1
+            server = cp.oai_url if from_store and cp.oai_url else self._need_client().base_url
+            request = (
+                window.params()
+                if n == 1
+                else {"verb": "ListRecords", "resumptionToken": str(cp.resumption_token)}
+            )
+            self._note_outside(window, page, key, server, request)
             if page.complete_list_size is not None:
                 cp.complete_list_size = page.complete_list_size
             yield HarvestedPage(key, page, n, cp.attempt, from_store, cp.complete_list_size)
@@ -535,7 +636,90 @@ class Harvester:
             cp.complete = page.resumption_token is None
             self._save(cp)
             if cp.complete:
+                if cp.records + cp.deleted == 0:
+                    self._note_empty(window, self._need_client().base_url, window.params())
                 return
+
+    def _note_outside(
+        self, window: Window, page: Page, key: str, server: str, request: dict[str, str]
+    ) -> None:
+        """Count, list and warn of the page's records outside `window`.
+
+        They are still built: they are real arXiv records, publishing is idempotent and
+        content-addressed, and dropping them would lose what a server said (records
+        re-dated while a list was served). What the run must not do is pass them off
+        as the window's: the run manifest counts them apart and names each one."""
+        found = outside_window(page, window, key)
+        if not found:
+            return
+        self.stats.outside_window += len(found)
+        room = OUTSIDE_WINDOW_LISTED - len(self.stats.outside_listed)
+        self.stats.outside_listed.extend(found[: max(room, 0)])
+        server = public_url(server)
+        days = sorted({o.datestamp or "no datestamp" for o in found})
+        (log.debug if self.quiet else log.warning)(
+            "outside-window: %s answered ListRecords %s for window %s with %d records dated "
+            "outside it (%s), page %s; built, and counted as outside_window in the run manifest",
+            server,
+            _request_text(request),
+            window.id,
+            len(found),
+            ", ".join(days),
+            key,
+        )
+        # one warning per window in the manifest, however many pages it took
+        entry = next(
+            (
+                w
+                for w in self.stats.warnings
+                if w["code"] == "outside-window" and w["window"] == window.id and w["server"] == server
+            ),
+            None,
+        )
+        if entry is None:
+            entry = {
+                "code": "outside-window",
+                "window": window.id,
+                "server": server,
+                "request": window.params() if "verb" in request else dict(request),
+                "pages": [],
+                "count": 0,
+                "datestamps": [],
+            }
+            self.stats.warnings.append(entry)
+        entry["pages"].append(key)
+        entry["count"] += len(found)
+        entry["datestamps"] = sorted(set(entry["datestamps"]) | set(days))
+        entry["message"] = (
+            f"outside-window: {server} answered ListRecords {_request_text(entry['request'])} "
+            f"(window {window.id}) with {entry['count']} records dated outside it "
+            f"({', '.join(entry['datestamps'])}); built, and counted as outside_window"
+        )
+
+    def _note_empty(self, window: Window, server: str, request: dict[str, str]) -> None:
+        """Warn of a window with a weekday that listed nothing: arXiv announces every
+        weekday, so it is a holiday or a server that wrongly answers with nothing."""
+        # the wall clock, not `self.clock`: SOURCE_DATE_EPOCH must not hide a day that is over
+        days = weekdays(window, datetime.now(tz=UTC).date())
+        if not days:
+            return
+        server = public_url(server)
+        message = (
+            f"empty-weekday: {server} listed no records for window {window.id} "
+            f"({_request_text(request)}), which has the weekdays {', '.join(days)}; arXiv "
+            "announces every weekday, so unless those were holidays the server answered wrongly"
+        )
+        (log.debug if self.quiet else log.warning)("%s", message)
+        self.stats.warnings.append(
+            {
+                "code": "empty-weekday",
+                "window": window.id,
+                "weekdays": days,
+                "server": server,
+                "request": dict(request),
+                "message": message,
+            }
+        )
 
     def _check_progress(self, window: Window, cp: Checkpoint, page: Page, where: str) -> None:
         """Stop a list that does not end, before its page is published.
@@ -567,6 +751,28 @@ class Harvester:
             what = "lists the same records as" if page.items or page.deleted else "is empty, like"
             raise ResumptionLoopError(f"{stop}{where} {what} an earlier page of this window{why}")
         cp.seen_pages.append(listed)
+
+    def findings(self, window: Window, keys: Iterable[str]) -> HarvestStats:
+        """What `harvest` warns of (records outside `window`, an empty weekday) for the
+        stored pages `keys` of one complete attempt, from the store, without logging.
+
+        For a harvest whose pages are built later (the Airflow tasks): a rerun of a
+        complete window fetches nothing, yet its run manifest must say the same."""
+        cp = self.load_checkpoint(window)
+        server = (cp.oai_url if cp is not None else "") or "the stored pages"
+        found = Harvester(self.store, None, raw_root=self.raw_root, limits=self.limits)
+        found.quiet = True
+        listed = 0
+        for key in keys:
+            data = self.store.get(key)
+            if data is None:
+                continue
+            page = parse_page(gunzip(data, key, self.limits.response_bytes), key, limits=self.limits)
+            listed += len(page.items) + len(page.deleted)
+            found._note_outside(window, page, key, server, window.params())
+        if listed == 0:
+            found._note_empty(window, server, window.params())
+        return found.stats
 
     # -- GetRecord -----------------------------------------------------------
     def get_records(self, ids: Iterable[str], run_id: str) -> Iterator[HarvestedPage]:
@@ -622,6 +828,9 @@ class Harvester:
 
     def replay(self, window: Window | None = None) -> Iterator[HarvestedPage]:
         """Stored pages parsed again, with no network: the run, minus arXiv."""
+        cp = self.load_checkpoint(window) if window is not None else None
+        server = (cp.oai_url if cp is not None else "") or "the stored pages"
+        listed = 0
         for n, key in enumerate(self.stored_pages(window), start=1):
             data = self.store.get(key)
             if data is None:
@@ -633,7 +842,17 @@ class Harvester:
                 _explain_getrecord_error(page, ident.replace("_", "/"), body)
             self.stats.pages += 1
             self.stats.pages_from_store += 1
+            listed += len(page.items) + len(page.deleted)
+            if window is not None:
+                self._note_outside(window, page, key, server, {"replay": key})
             yield HarvestedPage(key, page, n, from_store=True)
+        if window is not None and listed == 0:
+            self._note_empty(window, server, {"replay": self.window_prefix(window)})
+
+
+def _request_text(request: dict[str, str]) -> str:
+    """A request's parameters as `k=v` words (the verb is said by the message)."""
+    return " ".join(f"{k}={v}" for k, v in request.items() if k != "verb")
 
 
 def _explain_getrecord_error(page: Page, arxiv_id: str, body: bytes) -> None:
