@@ -902,8 +902,9 @@ def log_run(
     """
     log = log or log_from_env(store)
     if log is None:
-        doc_log = None if store.exists(LOG_PREFIX + CHECKPOINT) else _key_doc(store).get("log")
-        if doc_log or (doc_log is None and store.exists(LOG_WITNESS)):
+        has_checkpoint = store.exists(LOG_PREFIX + CHECKPOINT)
+        doc_log = None if has_checkpoint else _key_doc(store).get("log")
+        if not has_checkpoint and (doc_log or store.exists(LOG_WITNESS)):
             problem = lost_log_problem(store, None, _recorded_unverified(store))
             if problem is not None:
                 raise IntegrityError(problem)

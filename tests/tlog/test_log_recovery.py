@@ -140,11 +140,11 @@ def test_a_lost_log_is_noticed_by_runs_sync_and_verify_and_rebuild_recovers_it(
     for k in list(store.list("log/")):
         store.delete(k)
     third = publish(store, sample_lines[7:9], tmp_path, "c.jsonl")
-    with pytest.raises(IntegrityError, match="lost.*log rebuild"):
+    with pytest.raises(IntegrityError, match=r"lost.*log rebuild"):
         log_run(store, third.written)  # without the key
-    with pytest.raises(IntegrityError, match="lost.*log rebuild"):
+    with pytest.raises(IntegrityError, match=r"lost.*log rebuild"):
         _run(store, third)  # with the key: a new log would be a fork
-    with pytest.raises(IntegrityError, match="lost.*log rebuild"):
+    with pytest.raises(IntegrityError, match=r"lost.*log rebuild"):
         _log_sync(store)
     problems = check_log_matches_event_store(store)
     assert len(problems) == 1 and "lost" in problems[0] and "log rebuild" in problems[0]
@@ -168,9 +168,9 @@ def test_a_checkpoint_rolled_back_is_noticed_and_never_appended_onto(
     tiles = {k: store.get(k) for k in store.list("log/tile/")}
     store.put("log/checkpoint", older or b"")  # a restore from an older backup of log/
     third = publish(store, sample_lines[7:9], tmp_path, "c.jsonl")
-    with pytest.raises(IntegrityError, match="rolled back.*log rebuild"):
+    with pytest.raises(IntegrityError, match=r"rolled back.*log rebuild"):
         _run(store, third)
-    with pytest.raises(IntegrityError, match="rolled back.*log rebuild"):
+    with pytest.raises(IntegrityError, match=r"rolled back.*log rebuild"):
         _log_sync(store)
     problems = check_log_matches_event_store(store)
     assert any("rolled back" in p for p in problems), problems
