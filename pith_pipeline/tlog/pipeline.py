@@ -746,13 +746,13 @@ def _entry_ids(store: Store, cp: Checkpoint) -> SpillList:
     out = SpillList()
     batch: dict[str, int] = {}
     for row in rows.iter_sorted():
-        hex_id, _, idx = row.partition(" ")
+        hex_id, _, padded = row.partition(" ")
         if batch and next(iter(batch))[:INDEX_HEX] != hex_id[:INDEX_HEX]:
             _repair_index_object(store, batch, cp.size)
             batch = {}
         if hex_id not in batch:
-            batch[hex_id] = int(idx)
-            out.append(f"{hex_id} {int(idx)}")
+            batch[hex_id] = int(padded)
+            out.append(f"{hex_id} {int(padded)}")
     if batch:
         _repair_index_object(store, batch, cp.size)
     return out
@@ -855,8 +855,8 @@ def sync_log(
     if settled.stale or (run.result.old_size == 0 and _runs_finished_before(store)):
         total = sum(1 for k in iter_unsorted(store, EVENTS) if event_key_id(k))  # streamed: no key held
         if run.result.size < total:
-            everything = append_events(store, log, event_store_keys(store), lease=lease, everything=True)
-            run = _merged(run, everything)
+            whole = append_events(store, log, event_store_keys(store), lease=lease, everything=True)
+            run = _merged(run, whole)
     settle(store, settled.covered + settled.stale)
     return run
 
