@@ -17,7 +17,7 @@ from store_doubles import DyingStore, Killed
 from test_pipeline_log import SIGNER, log_signer
 from testclock import StepClock
 
-from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.core.canonical_json import dumps, loads
 from pith_pipeline.errors import IntegrityError
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
@@ -101,9 +101,7 @@ def test_a_kill_at_any_write_of_an_append_loses_no_event_and_duplicates_none(
         if then == "next run":
             _run(store, publish(store, sample_lines[10:12], tmp_path, "c.jsonl"))
         else:
-            _log_sync(store)
-            for k in list(store.list("log/pending/")):  # `log sync` leaves markers to runs
-                store.delete(k)
+            _log_sync(store)  # appends the dead run's events and deletes its marker
         try:
             _assert_whole(store)
         except AssertionError as exc:
@@ -195,3 +193,26 @@ def test_rebuild_refuses_to_sign_a_tree_that_forks_from_a_recorded_checkpoint(
     with pytest.raises(IntegrityError, match="fork"):
         rebuild_log(store, log_signer())
     assert store.get("log/checkpoint") is None and list(store.list("log/tile/")) == []
+
+
+def test_a_run_manifests_record_alone_tells_a_lost_or_rolled_back_log(
+    tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """A store written before the witness existed: its run manifests record the
+    checkpoints, and that is enough to notice."""
+    store = MemoryStore()
+    _run(store, publish(store, sample_lines[:4], tmp_path))
+    older = store.get("log/checkpoint")
+    _run(store, publish(store, sample_lines[4:7], tmp_path, "b.jsonl"))
+    size, root = (store.get("log/checkpoint") or b"").decode().split("\n")[1:3]
+    record = {"format": "pith-run-manifest-v1", "log": {"size": int(size), "root_hash_b64": root}}
+    store.put("runs/r1/manifest.json", dumps(record))
+    store.delete("runs/log-checkpoint")
+    store.put("log/checkpoint", older or b"")
+    problems = check_log_matches_event_store(store)
+    assert len(problems) == 1 and "rolled back" in problems[0] and "runs/r1/manifest.json" in problems[0]
+    for k in list(store.list("log/")):
+        store.delete(k)
+    third = publish(store, sample_lines[7:8], tmp_path, "c.jsonl")
+    with pytest.raises(IntegrityError, match=r"runs/r1/manifest\.json.*the log was lost"):
+        _run(store, third)
