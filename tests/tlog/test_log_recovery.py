@@ -85,7 +85,7 @@ def _log_writes(tmp_path: Path, lines: list[str]) -> int:
     return dying.writes
 
 
-@pytest.mark.parametrize("then", ["next run", "log sync"])
+@pytest.mark.parametrize("then", ["next run", "log sync", "same run again"])
 def test_a_kill_at_any_write_of_an_append_loses_no_event_and_duplicates_none(
     tmp_path: Path, sample_lines: list[str], then: str
 ) -> None:
@@ -100,6 +100,8 @@ def test_a_kill_at_any_write_of_an_append_loses_no_event_and_duplicates_none(
         _drop_leases(store)
         if then == "next run":
             _run(store, publish(store, sample_lines[10:12], tmp_path, "c.jsonl"))
+        elif then == "same run again":  # its ledger and marker: a retry of the killed task
+            _run(store, second)
         else:
             _log_sync(store)  # appends the dead run's events and deletes its marker
         try:
