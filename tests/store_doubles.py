@@ -86,3 +86,47 @@ class FailingStore:
     def put_if_match(self, key: str, data: bytes, tag: str | None, **kw: Any) -> bool:
         self.budget.tick(key)
         return bool(self.inner.put_if_match(key, data, tag, **kw))
+
+
+class Killed(BaseException):
+    """The process died here (SIGKILL): raised by `DyingStore`; like a kill, nothing
+    below catches it (it is not an `Exception`)."""
+
+
+class DyingStore:
+    """A real store whose process is killed at its `at`-th write (0-based) of a key
+    under `only`: that write and every later one never happen. Each write step of a
+    log append is a kill point: walk `at` over 0..N to kill between every two."""
+
+    def __init__(self, inner: Any, at: int, only: tuple[str, ...] = ("log/",)) -> None:
+        self.inner, self.at, self.only, self.url = inner, at, only, inner.url
+        self.writes = 0
+        self.dead = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _tick(self, key: str) -> None:
+        if self.dead:
+            raise Killed(key)
+        if key.startswith(self.only):
+            if self.writes == self.at:
+                self.dead = True
+                raise Killed(key)
+            self.writes += 1
+
+    def put(self, key: str, data: bytes, **kw: Any) -> None:
+        self._tick(key)
+        self.inner.put(key, data, **kw)
+
+    def put_once(self, key: str, data: bytes, **kw: Any) -> bool:
+        self._tick(key)
+        return bool(self.inner.put_once(key, data, **kw))
+
+    def put_if_match(self, key: str, data: bytes, tag: str | None, **kw: Any) -> bool:
+        self._tick(key)
+        return bool(self.inner.put_if_match(key, data, tag, **kw))
+
+    def delete(self, key: str) -> None:
+        self._tick(key)
+        self.inner.delete(key)

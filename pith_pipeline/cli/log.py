@@ -217,7 +217,8 @@ def _report(run: object) -> None:
 @wait_option
 def sync(store: str, log_signer: str, lease_wait: float) -> None:
     """Append every event the event store holds and the log lacks (what a run that
-    died before appending left out; runs do this themselves).
+    died before appending left out; runs do this themselves), judged from the log's
+    entries, and write again every event-id lookup object that differs from them.
 
     Appends under the store's `log` lease: while another writer appends, it fails
     naming that writer (exit 75), or waits with --wait SECONDS."""
@@ -226,7 +227,7 @@ def sync(store: str, log_signer: str, lease_wait: float) -> None:
 
     st = open_store(store)
     lease = LogLease("log sync", wait=lease_wait, on_wait=lease_notice)
-    _report(sync_log(st, open_log_signer(log_signer, st), event_store_keys(st), lease=lease))
+    _report(sync_log(st, open_log_signer(log_signer, st), event_store_keys(st), lease=lease, everything=True))
 
 
 @log.command("rebuild")

@@ -120,23 +120,28 @@ def verify_with_log(paths: Iterable[str], files: Iterable[Path], log: str | None
     """`verify ... --log URL|STORE`: one line per problem, [] when all is logged.
 
     Every event of every bundle in `files` must be in the log given (`log`). Every
-    store directory among `paths` that keeps a log must hold exactly its event store's
+    store among `paths` that keeps a log, or kept one (`has_had_log`: a lost `log/` is
+    named, not taken for a store without a log), must hold exactly its event store's
     events in it (checked even without `--log`).
     """
-    from pith_pipeline.tlog.pipeline import check_log_matches_event_store
+    from pith_pipeline.tlog.pipeline import check_log_matches_event_store, has_had_log
 
     problems: list[str] = []
     for p in paths:
-        if p.startswith("s3://"):  # a bucket that keeps a log: the same check
+        if p.startswith("s3://"):  # a bucket that keeps (or kept) a log: the same check
             from pith_pipeline.storage.base import open_store
 
             st = open_store(p)
-            if st.exists(f"{LOG_PREFIX}{CHECKPOINT}"):
+            if has_had_log(st):
                 problems += [f"log: {x}" for x in check_log_matches_event_store(st)]
-        elif Path(p, LOG_PREFIX, CHECKPOINT).is_file():
+        elif Path(p).is_dir() and (
+            Path(p, LOG_PREFIX, CHECKPOINT).is_file() or Path(p, KEY_DOCUMENT).is_file()
+        ):
             from pith_pipeline.storage.local import LocalStore
 
-            problems += [f"log: {x}" for x in check_log_matches_event_store(LocalStore(p))]
+            st = LocalStore(p)
+            if has_had_log(st):  # a lost log/ is a problem, not a store without a log
+                problems += [f"log: {x}" for x in check_log_matches_event_store(st)]
     if log is None:
         return problems
     try:

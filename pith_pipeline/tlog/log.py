@@ -226,6 +226,7 @@ def append_entries(
     prefix: str = LOG_PREFIX,
     on_write: Callable[[str, bytes], None] | None = None,
     before_checkpoint: Callable[[int, int], None] | None = None,
+    extends: Checkpoint | None = None,
 ) -> AppendResult:
     """Append `entries` in the order given; the caller holds the log's writer lease.
 
@@ -234,6 +235,12 @@ def append_entries(
     runs once every tile is written and before the checkpoint moves (the pipeline
     writes its event-id lookup there). Raises IntegrityError when the
     stored tree does not match its checkpoint, or the checkpoint moved meanwhile.
+
+    `extends`: a checkpoint this log signed before (the newest the store recorded).
+    The current tree must contain it (same size and root, or larger with the same
+    first `extends.size` leaves), else IntegrityError before anything is written:
+    appending onto a tree that does not would sign a fork, and would overwrite tiles
+    the newer checkpoint names.
     """
     started = time.perf_counter()
     fetch = store_fetch(store, prefix)
@@ -248,6 +255,8 @@ def append_entries(
     reader = TileReader(fetch, old.size, where)
     if reader.root() != old.root:
         raise IntegrityError(f"{where}: the stored tiles do not hash to the checkpoint's root")
+    if extends is not None:
+        refuse_fork(reader, old, extends, where)
     size = old.size
     # the right edge: the partial tile of each level, and the partial entry bundle
     levels: list[list[bytes]] = []
@@ -313,6 +322,29 @@ def append_entries(
     if on_write is not None:
         on_write(prefix + CHECKPOINT, signed)
     return AppendResult(old.size, size, cp.root, signed, written + 1, time.perf_counter() - started)
+
+
+class ForkError(IntegrityError):
+    """A tree that does not extend a checkpoint this log signed before."""
+
+
+def refuse_fork(reader: TileReader, current: Checkpoint, signed: Checkpoint, where: str) -> None:
+    """ForkError unless the tree `reader` holds (whose root is `current`'s) contains
+    the tree `signed` names: a log that was rolled back, replaced or forked."""
+    if current.size < signed.size:
+        raise ForkError(
+            f"{where}/{CHECKPOINT} (size {current.size}) is older than a checkpoint this log "
+            f"signed before (size {signed.size}): the log was rolled back"
+        )
+    if current.size == signed.size:
+        same = current.root == signed.root
+    else:
+        same = signed.size == 0 or reader.mth(0, signed.size) == signed.root
+    if not same:
+        raise ForkError(
+            f"{where}/{CHECKPOINT} (size {current.size}) is inconsistent with a checkpoint this "
+            f"log signed before (size {signed.size}): the log was replaced or forked"
+        )
 
 
 def _edge(size: int, level: int) -> tuple[int, int]:

@@ -12,8 +12,17 @@
   finds the difference and appends the missing events too (`sync_log`).
 - `log/index/<first 2 hex of event id>` maps event ids to leaf indexes. It is a
   lookup aid a static log needs (a client holding a bundle knows its event ids, not
-  their positions); it is unsigned and every answer is checked by an inclusion
-  proof, so a wrong index can only make a check fail, never pass.
+  their positions); it is unsigned, a hint only: an event counts as logged only
+  when the entry at that index is inside the signed tree (an inclusion proof) and
+  hashes to the event (`_Hints`), so a wrong or stale line (one a killed append
+  left past the checkpoint) can only make a check fail, never pass. A whole-store
+  comparison (`log sync`, a dead run's marker) reads the entries themselves and
+  writes every lookup object that differs from them again (a lost one too).
+- `runs/log-checkpoint` (`LOG_WITNESS`) is a copy of the newest checkpoint the log
+  signed, written after each append, outside `log/`: with the run manifests (each
+  records its checkpoint) it lets runs, `log sync` and `verify STORE` notice a lost
+  or rolled-back log, and the writer never appends onto a tree that does not
+  extend it (that would sign a fork).
 """
 
 from __future__ import annotations
@@ -39,13 +48,15 @@ from pith_pipeline.tlog.log import (
     LOG_PREFIX,
     AppendResult,
     Fetch,
+    ForkError,
     LogSigner,
     TileReader,
     append_entries,
     read_checkpoint,
+    refuse_fork,
     store_fetch,
 )
-from pith_pipeline.tlog.note import Checkpoint, Verifier
+from pith_pipeline.tlog.note import Checkpoint, Verifier, open_checkpoint
 from pith_pipeline.tlog.pending import judge, settle
 from pith_pipeline.tlog.tiles import TILE_WIDTH
 
@@ -58,6 +69,8 @@ INDEX_DIR = "index/"
 # about 570 KB (uncompressed) at 2,000,000 entries
 INDEX_HEX = 2
 APPENDED = "appended.json"
+#: the newest checkpoint the log signed, kept outside log/ (see the module docstring)
+LOG_WITNESS = RUNS + "log-checkpoint"
 
 
 class LogNotConfiguredError(TerminalError):
@@ -284,6 +297,84 @@ def lookup(fetch: Fetch, event_hex: str, size: int) -> int | None:
     return parse_index(fetch(index_path(event_hex)), size).get(event_hex)
 
 
+# -- a lost or rolled-back log ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A checkpoint of this log recorded outside `log/`: `where` names the object;
+    `signed` is the signed note (the witness), None for a run manifest's record."""
+
+    checkpoint: Checkpoint
+    where: str
+    signed: bytes | None = None
+
+
+def newest_recorded(store: Store, verifier: Verifier, *, manifests: bool) -> Recorded | None:
+    """The largest checkpoint the store recorded: the witness (`LOG_WITNESS`), and
+    with `manifests` every run manifest's `log` member too (one read per run, so only
+    where the log is missing or a check reads the whole store anyway)."""
+    best: Recorded | None = None
+    raw = store.get(LOG_WITNESS)
+    if raw is not None:
+        try:
+            best = Recorded(open_checkpoint(raw, verifier), f"{store.url}/{LOG_WITNESS}", raw)
+        except ValueError as exc:
+            raise IntegrityError(f"{store.url}/{LOG_WITNESS}: {exc}") from None
+    if manifests:
+        for key in iter_unsorted(store, RUNS):
+            if not is_run_manifest(key):
+                continue
+            try:
+                doc = loads(store.get(key) or b"null")
+                logged = doc.get("log") if isinstance(doc, dict) else None
+                if not isinstance(logged, dict):
+                    continue
+                size = int(logged["size"])
+                root = base64.b64decode(str(logged["root_hash_b64"]), validate=True)
+            except (ValueError, TypeError, KeyError):
+                continue  # not a record of a checkpoint
+            if best is None or size > best.checkpoint.size:
+                best = Recorded(Checkpoint(str(logged.get("origin", "")), size, root), f"{store.url}/{key}")
+    return best
+
+
+def _rebuild_command(store: Store) -> str:
+    return f"`pith-pipeline log rebuild --store {store.url} --log-signer KEY`"
+
+
+def lost_log_problem(store: Store, cp: Checkpoint | None, rec: Recorded | None) -> str | None:
+    """One line when the store's log is missing, older than or inconsistent with the
+    newest checkpoint the store recorded (`rec`); None when it extends it."""
+    if rec is None:
+        return None
+    where = f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}"
+    recovery = (
+        f"appending would sign a fork; run {_rebuild_command(store)} (it signs only a tree "
+        "that extends the recorded checkpoint) or restore log/ from a backup"
+    )
+    if cp is None:
+        return (
+            f"{where}/{CHECKPOINT} is missing, but {rec.where} records a checkpoint of this log "
+            f"(size {rec.checkpoint.size}): the log was lost; {recovery}"
+        )
+    try:
+        refuse_fork(TileReader(store_fetch(store), cp.size, where), cp, rec.checkpoint, where)
+    except ForkError as exc:
+        return f"{exc} (recorded at {rec.where}); {recovery}"
+    return None
+
+
+def kept_checkpoint(store: Store, verifier: Verifier, cp: Checkpoint | None) -> Checkpoint | None:
+    """The newest recorded checkpoint, which the next append must extend; IntegrityError
+    (one line, naming the recovery) when the current log does not extend it."""
+    rec = newest_recorded(store, verifier, manifests=cp is None)
+    problem = lost_log_problem(store, cp, rec)
+    if problem is not None:
+        raise IntegrityError(problem)
+    return rec.checkpoint if rec else None
+
+
 @dataclass(slots=True)
 class LogRun:
     """What a run did to the log."""
@@ -345,6 +436,7 @@ def _append_keys(
     ordered: Iterable[str],
     problems: list[str],
     written: Mapping[str, str] | None = None,
+    extends: Checkpoint | None = None,
 ) -> AppendResult:
     new_ids = SpillList()
 
@@ -363,11 +455,15 @@ def _append_keys(
             new_ids.append(hex_id)
             yield entry
 
-    return _append_ordered(store, log, entries(), new_ids)
+    return _append_ordered(store, log, entries(), new_ids, extends)
 
 
 def _append_ordered(
-    store: Store, log: LogSigner, entries: Iterable[bytes], new_ids: SpillList
+    store: Store,
+    log: LogSigner,
+    entries: Iterable[bytes],
+    new_ids: SpillList,
+    extends: Checkpoint | None = None,
 ) -> AppendResult:
     """Append `entries` (in order); `new_ids` fills with their event ids as they are
     consumed, and the lookup objects are written from it before the checkpoint moves."""
@@ -384,8 +480,9 @@ def _append_ordered(
         if batch:
             _write_index_object(store, batch, old_size)
 
-    result = append_entries(store, log, entries, before_checkpoint=write_index)
+    result = append_entries(store, log, entries, before_checkpoint=write_index, extends=extends)
     if result.appended:
+        store.put(LOG_WITNESS, result.checkpoint, content_type="text/plain; charset=utf-8")
         store.put(LOG_PREFIX + APPENDED, dumps_pretty(_appended_doc(result)) + b"\n")
     return result
 
@@ -477,8 +574,8 @@ def append_from(
     wanted = ids if ids is not None else IdFilter(source.log_ids())
     with lease.take(store):
         cp = _current(store, log.verifier)
-        size = cp.size if cp else 0
-        logged = _logged(store, wanted, size)
+        kept = kept_checkpoint(store, log.verifier, cp)
+        logged = _logged(store, wanted, _Hints(store, cp))
         new_ids = SpillList()
 
         def entries() -> Iterator[bytes]:
@@ -487,12 +584,18 @@ def append_from(
                     new_ids.append(hex_id)
                     yield entry
 
-        result = _append_ordered(store, log, entries(), new_ids)
+        result = _append_ordered(store, log, entries(), new_ids, kept)
     return LogRun(result, [])
 
 
 def append_events(
-    store: Store, log: LogSigner, event_keys: Iterable[str], *, lease: LogLease = LogLease()
+    store: Store,
+    log: LogSigner,
+    event_keys: Iterable[str],
+    *,
+    lease: LogLease = LogLease(),
+    everything: bool = False,
+    rebuild: bool = False,
 ) -> LogRun:
     """Append the stored events at `event_keys` that the log does not hold yet, in
     (created_at, event_id) order; returns the result and any events left out.
@@ -502,16 +605,24 @@ def append_events(
 
     Holds the store's `log` writer lease from reading the log to moving its
     checkpoint, so two runs never both append the same missing event.
+
+    `everything`: `event_keys` is the whole event store; which events are logged is
+    read from the log's entries (not the lookup), and every lookup object that
+    differs from them is written again. `rebuild`: the caller (`rebuild_log`) has
+    checked that the tree it starts extends every recorded checkpoint.
     """
     problems: list[str] = []
     publish_log_key(store, log)
     wanted = SpillList(k for k in event_keys if event_key_id(k))
     with lease.take(store):
         cp = _current(store, log.verifier)
-        size = cp.size if cp else 0
-        missing = _not_logged(store, wanted, size)
+        kept = None if rebuild else kept_checkpoint(store, log.verifier, cp)
+        if everything and cp is not None and cp.size:
+            missing = _not_in_entries(store, wanted, _entry_ids(store, cp))
+        else:
+            missing = _not_logged(store, wanted, _Hints(store, cp))
         written = event_keys if isinstance(event_keys, Mapping) else None
-        result = _append_keys(store, log, _order(store, missing, problems), problems, written)
+        result = _append_keys(store, log, _order(store, missing, problems), problems, written, kept)
     return LogRun(result, problems)
 
 
@@ -554,19 +665,125 @@ class IdFilter:
         return i < len(self._sorted) and self._sorted[i] == p
 
 
-def _logged(store: Store, wanted: IdFilter, size: int) -> set[str]:
-    """Which of the `wanted` event ids the lookup places inside the tree (exact: the
-    full ids of logged entries that the filter holds; one lookup object at a time)."""
+class _Hints:
+    """Lookup lines checked against the signed tree.
+
+    A line `<id> <index>` counts only when the index is inside the checkpoint's tree,
+    the entry there is proven included (an inclusion proof to the signed root), and
+    that entry is the event (its content hashes to the id). Why: lines are written
+    before the checkpoint moves, so an append killed in between leaves lines past
+    the checkpoint in objects no later append rewrites; once the tree grows past
+    their indexes they point at other events. Only lines that claim an event is
+    logged are checked (a run's new events cost nothing); entry bundles are cached.
+    """
+
+    def __init__(self, store: Store, cp: Checkpoint | None) -> None:
+        self.store = store
+        self.cp = cp
+        self.size = cp.size if cp else 0
+        where = f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}"
+        self._reader = TileReader(store_fetch(store), self.size, where)
+        self._bundles: dict[int, list[bytes]] = {}
+
+    def read(self, shard: str) -> dict[str, int]:
+        """The lines of one lookup object inside the tree (still to be confirmed)."""
+        if self.size == 0:
+            return {}
+        return parse_index(self.store.get(LOG_PREFIX + INDEX_DIR + shard), self.size)
+
+    def holds(self, hex_id: str, idx: int) -> bool:
+        if self.cp is None or not 0 <= idx < self.size:
+            return False
+        b = idx // TILE_WIDTH
+        bundle = self._bundles.get(b)
+        if bundle is None:
+            if len(self._bundles) >= 64:
+                self._bundles.clear()
+            bundle = self._bundles[b] = self._reader.entries(b)
+        if idx % TILE_WIDTH >= len(bundle):
+            return False
+        entry = bundle[idx % TILE_WIDTH]
+        proof = self._reader.inclusion_proof(idx)
+        if not merkle.verify_inclusion(idx, self.size, merkle.leaf_hash(entry), proof, self.cp.root):
+            return False
+        try:
+            ev = loads(entry)
+            return isinstance(ev, dict) and content_sha256(ev) == hex_id == str(
+                ev.get("event_id", "")
+            ).removeprefix("sha256:")
+        except (ValueError, TypeError):
+            return False
+
+
+def _logged(store: Store, wanted: IdFilter, hints: _Hints) -> set[str]:
+    """Which of the `wanted` event ids are in the tree (exact: full ids whose lookup
+    line the entry confirms; one lookup object at a time)."""
     out: set[str] = set()
-    if size == 0:
+    if hints.size == 0:
         return out  # an empty log holds none of them
     for shard in sorted(wanted.shards):
-        known = parse_index(store.get(LOG_PREFIX + INDEX_DIR + shard), size)
-        out.update(h for h in known if h in wanted)
+        known = hints.read(shard)
+        out.update(h for h, i in known.items() if h in wanted and hints.holds(h, i))
     return out
 
 
-def _not_logged(store: Store, keys: Iterable[str], size: int) -> Iterator[str]:
+def _entry_ids(store: Store, cp: Checkpoint) -> SpillList:
+    """`<event id hex> <leaf index>` of every entry of the tree, sorted (the first
+    index of an id logged twice), read from the entries themselves; every lookup
+    object that differs from them is written again (a lost one, stale lines)."""
+    where = f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}"
+    reader = TileReader(store_fetch(store), cp.size, where)
+    if reader.root() != cp.root:
+        raise IntegrityError(f"{where}: the stored tiles do not hash to the checkpoint's root")
+    rows = SpillList()
+    for idx, entry in iter_entries(reader):
+        try:
+            ev = loads(entry)
+            hex_id = str(ev["event_id"]).removeprefix("sha256:")
+        except (ValueError, TypeError, KeyError):
+            continue  # not an event: nothing to look up
+        rows.append(f"{hex_id} {idx:020d}")
+    out = SpillList()
+    batch: dict[str, int] = {}
+    for row in rows.iter_sorted():
+        hex_id, _, padded = row.partition(" ")
+        if batch and next(iter(batch))[:INDEX_HEX] != hex_id[:INDEX_HEX]:
+            _repair_index_object(store, batch, cp.size)
+            batch = {}
+        if hex_id not in batch:
+            batch[hex_id] = int(padded)
+            out.append(f"{hex_id} {int(padded)}")
+    if batch:
+        _repair_index_object(store, batch, cp.size)
+    return out
+
+
+def _repair_index_object(store: Store, lines: dict[str, int], size: int) -> None:
+    key = LOG_PREFIX + index_path(next(iter(lines)))
+    stored = store.get(key)
+    if stored != _index_body(lines):
+        store.put(key, _index_body(lines), content_type="text/plain; charset=utf-8")
+
+
+def _index_body(lines: Mapping[str, int]) -> bytes:
+    return "".join(f"{h} {i}\n" for h, i in sorted(lines.items())).encode("ascii")
+
+
+def _not_in_entries(store: Store, keys: Iterable[str], logged: SpillList) -> Iterator[str]:
+    """The keys among `keys` whose event ids are not among `logged` (sorted rows of
+    `_entry_ids`): a merge of two sorted streams, nothing held but a row of each."""
+    rows = SpillList(f"{h} {k}" for k in keys if (h := event_key_id(k)))
+    have = iter(logged.iter_sorted())
+    cur = next(have, None)
+    for row in rows.iter_sorted(unique=True):
+        hex_id, _, key = row.partition(" ")
+        while cur is not None and cur.partition(" ")[0] < hex_id:
+            cur = next(have, None)
+        if cur is None or cur.partition(" ")[0] != hex_id:
+            yield key
+
+
+def _not_logged(store: Store, keys: Iterable[str], hints: _Hints) -> Iterator[str]:
     """The event keys among `keys` whose events the log does not hold (each once,
     except from an empty log, where all of `keys` are).
 
@@ -575,7 +792,7 @@ def _not_logged(store: Store, keys: Iterable[str], size: int) -> Iterator[str]:
     order of their ids holds one lookup object's ids at a time (and reads each
     object once), where a set of every logged id would grow with the store.
     """
-    if size == 0:  # an empty log lacks every one of them (`_order` drops repeats)
+    if hints.size == 0:  # an empty log lacks every one of them (`_order` drops repeats)
         yield from keys
         return
     rows = SpillList(f"{h} {k}" for k in keys if (h := event_key_id(k)))
@@ -584,8 +801,9 @@ def _not_logged(store: Store, keys: Iterable[str], size: int) -> Iterator[str]:
         hex_id, _, key = row.partition(" ")
         if hex_id[:INDEX_HEX] != shard:
             shard = hex_id[:INDEX_HEX]
-            known = parse_index(store.get(LOG_PREFIX + INDEX_DIR + shard), size)
-        if hex_id not in known:
+            known = hints.read(shard)
+        idx = known.get(hex_id)
+        if idx is None or not hints.holds(hex_id, idx):
             yield key
 
 
@@ -602,6 +820,7 @@ def sync_log(
     entries: EntrySource | None = None,
     pending: Iterable[str] = (),
     run_id: str = "",
+    everything: bool = False,
 ) -> LogRun:
     """Append this run's events (`entries` the run made as it wrote them, then any of
     `run_keys` they did not cover, read from the store; keys other than events are
@@ -616,9 +835,15 @@ def sync_log(
     run (`RunSummary.log_pending`), deleted once its events are in; `run_id`: this
     run's id (its own markers that `pending` lacks are killed attempts of it).
     `lease`: who takes the log lease (default: this run, `RUN_LOG_LEASE_WAIT`).
+    `everything` (`log sync`): compare the whole event store with the log's entries,
+    whatever the markers say, and write every lookup object that differs again.
     """
     lease = lease or LogLease(run_id=run_id)
     settled = judge(store, run_id, pending)  # before anything lists the event store
+    if everything:
+        run = append_events(store, log, event_store_keys(store), lease=lease, everything=True)
+        settle(store, settled.covered + settled.stale)
+        return run
     run = LogRun(None, [])
     if entries is not None:
         covered = IdFilter(entries.log_ids())
@@ -630,7 +855,8 @@ def sync_log(
     if settled.stale or (run.result.old_size == 0 and _runs_finished_before(store)):
         total = sum(1 for k in iter_unsorted(store, EVENTS) if event_key_id(k))  # streamed: no key held
         if run.result.size < total:
-            run = _merged(run, append_events(store, log, event_store_keys(store), lease=lease))
+            whole = append_events(store, log, event_store_keys(store), lease=lease, everything=True)
+            run = _merged(run, whole)
     settle(store, settled.covered + settled.stale)
     return run
 
@@ -676,6 +902,17 @@ def log_run(
     """
     log = log or log_from_env(store)
     if log is None:
+        has_checkpoint = store.exists(LOG_PREFIX + CHECKPOINT)
+        doc_log = None if has_checkpoint else _key_doc(store).get("log")
+        if not has_checkpoint and (doc_log or store.exists(LOG_WITNESS)):
+            problem = lost_log_problem(store, None, _recorded_unverified(store))
+            if problem is not None:
+                raise IntegrityError(problem)
+            raise LogNotConfiguredError(
+                f"{store.url} keeps a transparency log (its key document names "
+                f"{doc_log.get('vkey') if isinstance(doc_log, dict) else 'one'}) that has no "
+                f"checkpoint yet: give its key with --log-signer or {LOG_SIGNER_ENV}"
+            )
         if store.exists(LOG_PREFIX + CHECKPOINT):
             raise LogNotConfiguredError(
                 f"{store.url} keeps a transparency log: give its key with --log-signer or "
@@ -690,21 +927,121 @@ def log_run(
     return run
 
 
+def _recorded_unverified(store: Store) -> Recorded | None:
+    """`newest_recorded` for a run without the log key: checked with the key the key
+    document names when it names one."""
+    try:
+        verifier = store_verifier(store)
+    except IntegrityError:
+        if store.exists(LOG_WITNESS):
+            return Recorded(Checkpoint("", 0, merkle.EMPTY_ROOT), f"{store.url}/{LOG_WITNESS}")
+        return None
+    return newest_recorded(store, verifier, manifests=True)
+
+
 def rebuild_log(store: Store, log: LogSigner, *, lease: LogLease = LogLease("log rebuild")) -> LogRun:
-    """Create the log from the event store, for a store that has none; refuses to
-    touch an existing log (rewriting history is what the log exists to expose)."""
-    if store.exists(LOG_PREFIX + CHECKPOINT):
-        raise IntegrityError(
-            "a log exists; it is never rewritten (use `log sync` to append what it lacks)",
-            key=LOG_PREFIX + CHECKPOINT,
-        )
+    """The recovery of a store whose log is missing or rolled back; never signs a fork.
+
+    - No log and no recorded checkpoint: create the log from the event store.
+    - No log, but the store recorded a checkpoint (the log was lost): the entries the
+      event store gives, in the log's order, are hashed first; only when their first
+      `size` leaves give the recorded root (the same tree) is anything written.
+    - A checkpoint older than the signed one the store kept (`LOG_WITNESS`; a log
+      rolled back) whose tiles still hold the newer tree: that signed checkpoint is
+      put back (nothing new is signed).
+    - Anything else is refused: an existing log is never rewritten (history is what
+      the log exists to expose); restore log/ from a backup.
+    """
+    with lease.take(store):
+        cp = _current(store, log.verifier)
+        rec = newest_recorded(store, log.verifier, manifests=True)
+        if cp is not None:
+            problem = lost_log_problem(store, cp, rec)
+            if problem is None or rec is None or rec.signed is None or cp.size >= rec.checkpoint.size:
+                raise IntegrityError(
+                    problem or "a log exists; it is never rewritten (use `log sync` to append what it lacks)",
+                    key=LOG_PREFIX + CHECKPOINT,
+                )
+            return _restore_witness(store, cp, rec)
     stale = judge(store, "", ()).stale  # before the event store is listed
-    run = append_events(store, log, event_store_keys(store), lease=lease)
+    if rec is not None:
+        _refuse_rebuilt_fork(store, rec)
+    run = append_events(store, log, event_store_keys(store), lease=lease, rebuild=True)
     settle(store, stale)
     return run
 
 
+def _restore_witness(store: Store, cp: Checkpoint, rec: Recorded) -> LogRun:
+    """Put the newer signed checkpoint back when the stored tiles hash to it."""
+    where = f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}"
+    assert rec.signed is not None
+    try:
+        intact = TileReader(store_fetch(store), rec.checkpoint.size, where).root() == rec.checkpoint.root
+    except IntegrityError:
+        intact = False
+    if not intact:
+        raise IntegrityError(
+            f"{where}/{CHECKPOINT} was rolled back (size {cp.size}; {rec.where} has size "
+            f"{rec.checkpoint.size}) and the tiles no longer hold the newer tree: restore log/ "
+            "from a backup (signing a new tree here would be a fork)"
+        )
+    tagged = store.get_tagged(LOG_PREFIX + CHECKPOINT)
+    if not store.put_if_match(
+        LOG_PREFIX + CHECKPOINT,
+        rec.signed,
+        tagged[1] if tagged else None,
+        content_type="text/plain; charset=utf-8",
+    ):
+        raise IntegrityError(f"{where}/{CHECKPOINT} changed meanwhile (another writer); run again")
+    r = rec.checkpoint
+    return LogRun(AppendResult(cp.size, r.size, r.root, rec.signed, 1, 0.0))
+
+
+def _refuse_rebuilt_fork(store: Store, rec: Recorded) -> None:
+    """IntegrityError unless the event store's entries, in the order an append gives
+    them, start with exactly the tree `rec` records (hashed here; nothing written)."""
+    problems: list[str] = []
+    need = rec.checkpoint.size
+    count = 0
+    stack: list[tuple[int, bytes]] = []  # (leaves, hash) of perfect subtrees, left to right
+    for key in _order(store, event_store_keys(store), problems):
+        if count >= need:
+            break
+        data = store.get(key)
+        if data is None:
+            continue
+        try:
+            entry, _hex, _ = event_entry(data, f"{store.url}/{key}")
+        except IntegrityError:
+            continue
+        count += 1
+        node = (1, merkle.leaf_hash(entry))
+        while stack and stack[-1][0] == node[0]:
+            left = stack.pop()
+            node = (left[0] * 2, merkle.node_hash(left[1], node[1]))
+        stack.append(node)
+    root = merkle.EMPTY_ROOT
+    if stack:
+        root = stack[-1][1]
+        for _n, h in reversed(stack[:-1]):
+            root = merkle.node_hash(h, root)
+    if count < need or root != rec.checkpoint.root:
+        raise IntegrityError(
+            f"{store.url}: rebuilding the log from the event store would sign a fork: its first "
+            f"{need} entries do not give the tree {rec.where} records (size {need}); restore log/ "
+            "from a backup"
+        )
+
+
 # -- checking ------------------------------------------------------------
+
+
+def has_had_log(store: Store) -> bool:
+    """Whether the store keeps, or has kept, a log: a checkpoint, a witness, or a key
+    document naming a log key (what `verify STORE` must then check)."""
+    if store.exists(LOG_PREFIX + CHECKPOINT) or store.exists(LOG_WITNESS):
+        return True
+    return bool(_key_doc(store).get("log"))
 
 
 def iter_entries(reader: TileReader, start: int = 0) -> Iterator[tuple[int, bytes]]:
@@ -737,11 +1074,15 @@ def check_log_matches_event_store(
     without a log gives one problem saying so."""
     where = f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}"
     if not store.exists(LOG_PREFIX + CHECKPOINT):
-        return [f"{where}: no transparency log; {START_A_LOG}"]
+        lost = lost_log_problem(store, None, _recorded_unverified(store)) if has_had_log(store) else None
+        return [lost or f"{where}: no transparency log; {START_A_LOG}"]
     try:
         verifier = verifier or store_verifier(store)
         cp = _current(store, verifier)
         assert cp is not None
+        lost = lost_log_problem(store, cp, newest_recorded(store, verifier, manifests=True))
+        if lost is not None:
+            return [lost]
         reader = TileReader(store_fetch(store), cp.size, where)
         if reader.root() != cp.root:
             return [f"{where}: the tiles do not hash to the checkpoint's root"]

@@ -242,10 +242,16 @@ def test_a_busy_log_lease_names_its_holder_and_waits_when_told(logged_store: Pat
         assert "waiting for lease" in waited.stderr and "run-xyz" in waited.stderr, waited.stderr
         from_env = run(*sync, cwd=cwd, env={"PITH_LEASE_WAIT": "1"})
         assert from_env.returncode == 75 and "waiting for lease" in from_env.stderr, from_env.stderr
-        shutil.rmtree(cwd / "out" / "log")  # a store without a log: `log rebuild` would make one
+        shutil.rmtree(cwd / "out" / "log")  # a lost log: `log rebuild` is its recovery
         rebuild = run("log", "rebuild", *sync[2:], cwd=cwd)
         assert rebuild.returncode == 75 and "run-xyz" in rebuild.stderr, rebuild.stderr
-    assert run(*sync, cwd=cwd).returncode == 0  # released: the log key's events are appended
+    lost = run(*sync, cwd=cwd)  # released: but a lost log is named, never started anew
+    assert lost.returncode == 1 and "the log was lost" in lost.stderr and "log rebuild" in lost.stderr
+    assert len(lost.stderr.strip().splitlines()) == 1, lost.stderr
+    assert run("verify", "out", cwd=cwd).returncode != 0
+    assert run("log", "rebuild", *sync[2:], cwd=cwd).returncode == 0  # the same tree again
+    assert run(*sync, cwd=cwd).returncode == 0
+    assert run("verify", "out", cwd=cwd).returncode == 0
 
 
 def test_the_log_lease_names_the_command_and_run_that_hold_it(
