@@ -106,7 +106,8 @@ def _check_history(store: Store, start: dict[str, int], end: dict[str, int]) -> 
                 assert rows in (was.get(paper), now.get(paper)), (name, v, paper)
             if name == "records":
                 latest = Counter(
-                    r["arxiv_id"] for r in table.select(["arxiv_id", "superseded_by"]).to_pylist()
+                    r["arxiv_id"]
+                    for r in table.select(["arxiv_id", "superseded_by"]).to_pylist()
                     if r["superseded_by"] is None
                 )
                 assert set(latest) == set(table.column("arxiv_id").to_pylist()), v
@@ -249,7 +250,9 @@ def test_the_change_feed_of_a_run_is_exactly_the_rows_it_changed(
         dt = DeltaTable(loc.uri(name), storage_options=loc.options or None)
         config = dt.metadata().configuration
         assert {k: config.get(k) for k in TABLE_PROPERTIES} == TABLE_PROPERTIES, name
-        feed = pa.table(dt.load_cdf(starting_version=min(second[name]), ending_version=max(second[name])).read_all())
+        feed = pa.table(
+            dt.load_cdf(starting_version=min(second[name]), ending_version=max(second[name])).read_all()
+        )
         kinds = Counter(feed.column("_change_type").to_pylist())
         assert not kinds.keys() - {"insert", "update_preimage", "update_postimage"}, (name, kinds)
         want = _changed_keys(_at(any_store, name, first[name]), _at(any_store, name, max(second[name])), name)
