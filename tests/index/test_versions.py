@@ -294,13 +294,14 @@ def test_a_thousand_commits_leave_a_log_opened_from_a_checkpoint(tmp_path: Path)
     loc = location(store)
     dt = open_table(loc, spec, create=True)
     row = to_table(spec, [{"alias_kind": "pith", "alias_value": "x", "alias": "pith:x", "pith_number": "p"}])
-    for _ in range(1000):
+    commits = 1095  # delta-rs's default interval (100) would leave 95 commit files to read
+    for _ in range(commits):
         write_deltalake(dt, row, mode="overwrite", partition_by=[spec.partition])
     log = Path(loc.uri(spec.name)) / "_delta_log"
     last = json.loads((log / "_last_checkpoint").read_text())
     after = [p for p in os.listdir(log) if p.endswith(".json") and int(p.split(".")[0]) > last["version"]]
     interval = int(TABLE_PROPERTIES["delta.checkpointInterval"])
-    assert last["version"] >= 1000 - interval and len(after) < interval
+    assert last["version"] > commits - interval and len(after) < interval
     assert open_table(loc, spec).to_pyarrow_table().num_rows == 1
     config = open_table(loc, spec).metadata().configuration
     assert "delta.logRetentionDuration" in config and "delta.deletedFileRetentionDuration" in config
