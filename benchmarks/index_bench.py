@@ -280,7 +280,9 @@ def open_commits(n: int, repeat: int) -> None:
     }
     for label, (config, checkpoints) in ways.items():
         uri = tempfile.mkdtemp(prefix="pith-open-bench-")
-        dt = DeltaTable.create(uri, schema=ALIASES.schema, partition_by=[ALIASES.partition], configuration=config)
+        dt = DeltaTable.create(
+            uri, schema=ALIASES.schema, partition_by=[ALIASES.partition], configuration=config
+        )
         hook = PostCommitHookProperties(create_checkpoint=checkpoints, cleanup_expired_logs=False)
         for _ in range(n):
             write_deltalake(dt, row, mode="append", post_commithook_properties=hook)
