@@ -8,7 +8,11 @@ readers (ours and every other engine) never see half of a change:
 - `aliases`: MERGE on the alias (the newest arXiv version wins, as in the
   `arxiv/<id>.json` pointer);
 - `events`: insert-only MERGE on `event_id` (events are immutable; only `valid`,
-  derived from the subject's state, is corrected when a bundle marks one invalid).
+  derived from the subject's state, is corrected, in the same MERGE, when a bundle
+  marks one invalid).
+
+A run commits each table once (or, when its rows exceed a commit's memory budget,
+once per group of whole papers: `RowSink.groups`), so no version splits a paper.
 
 An update writes only subjects whose `records` row differs from their bundle, and
 merges `events` and `aliases` before `records`: an unchanged records row therefore
@@ -892,9 +896,10 @@ def update_indexes(
     Every other subject's bundle is read (`batch_size` at a time) and its rows join
     them in a `RowSink` on disk, so memory does not grow with the run.
 
-    The rows are then written one group of partitions at a time (`group_rows` rows of
-    a table per group, `merge_rows`): keys the table lacks are appended, keys whose row
-    differs are MERGEd, rows already indexed as they are cost nothing. So re-running a
+    The rows are then written one commit per table (`merge_rows`), or, past `group_rows`
+    rows (and `GROUP_BYTES`) of a table, one commit per group of whole papers: a group of
+    only new keys is appended, a group with changed keys is one MERGE of its new and
+    changed rows, rows already indexed as they are cost nothing. So re-running a
     window commits nothing, and a run that died before indexing is completed by the
     next run over the same records. Call it after the bundles are published. At the
     end, partitions left untidy are rewritten (`tidy_partitions`).
