@@ -339,6 +339,14 @@ def main() -> None:
         partition_by=[RECORDS.partition],
         writer_properties=writer_properties(RECORDS),
     )
+    # the properties the writer gives every table (the change data feed makes a MERGE
+    # write its changed rows twice): on main, where there are none, this does nothing
+    try:
+        from pith_pipeline.index.writer import ensure_properties
+    except ImportError:
+        pass
+    else:
+        ensure_properties(loc, RECORDS)
     files, size = _size(store)
     print(
         f"wrote the records table in {time.perf_counter() - t:.1f}s: {files} files, "
