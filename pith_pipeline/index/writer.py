@@ -1033,10 +1033,12 @@ def reindex(
 
     - an old-layout index (`index/_manifest.json` and its files) is removed;
     - a table whose log cannot be read is removed and started anew;
-    - otherwise the first chunk of rows replaces the table's contents in one commit
-      (readers of older versions keep reading theirs) and later chunks are merged in.
+    - otherwise the first group of rows replaces the table's contents in one commit
+      (readers of older versions keep reading theirs) and later groups are merged in.
 
-    Bundles are read in chunks (bounded memory). Files no version needs are vacuumed
+    Bundles are read in chunks into a `RowSink` on disk (bounded memory), and the rows
+    are written in groups of whole papers (`RowSink.groups`): one commit per table
+    when they fit, and no commit ever holds part of a paper. Files no version needs are vacuumed
     after `retention_hours`, as in `compact`.
     """
     del clock
@@ -1062,22 +1064,28 @@ def reindex(
         update.deleted.append(LEGACY_MANIFEST_KEY)
     for spec in TABLES.values():
         _record_commits(update, spec.name, ensure_properties(loc, spec))
-    first = True
-    for start in range(0, max(len(keys), 1), REINDEX_CHUNK):
-        rows = Rows()
-        chunk = keys[start : start + REINDEX_CHUNK]
-        per_bundle = list(read_bundles(store, chunk, workers=workers, progress=progress))
-        changed = per_bundle if before is None else _changed_or_all(store, loc, per_bundle, before)
-        update.subjects_changed += len(changed)
-        for _, r in per_bundle:
-            rows.extend(r)
-        del per_bundle, changed
+    with RowSink() as sink:
+        # read in chunks (bounded memory) into a sink on disk, then written in groups of
+        # whole papers: bundle keys are not in paper order, so a chunk would split one
+        for start in range(0, len(keys), REINDEX_CHUNK):
+            chunk = keys[start : start + REINDEX_CHUNK]
+            per_bundle = list(read_bundles(store, chunk, workers=workers, progress=progress))
+            changed = per_bundle if before is None else _changed_or_all(store, loc, per_bundle, before)
+            update.subjects_changed += len(changed)
+            for _, r in per_bundle:
+                sink.add(r)
+            del per_bundle, changed
+        sink.flush()
         for name, spec in TABLES.items():
-            table = to_table(spec, rows.table(name))
-            versions = _overwrite(loc, spec, table) if first else merge_rows(loc, spec, table)
-            update.rows[name] = update.rows.get(name, 0) + table.num_rows
-            _record_commits(update, name, versions)
-        first = False
+            budget = min(GROUP_ROWS, sink.rows_within(name, GROUP_BYTES))
+            first = True
+            for table in sink.groups(name, budget):
+                versions = _overwrite(loc, spec, table) if first else merge_rows(loc, spec, table)
+                update.rows[name] = update.rows.get(name, 0) + table.num_rows
+                _record_commits(update, name, versions)
+                first = False
+            if first:  # no bundles: the table is emptied
+                _record_commits(update, name, _overwrite(loc, spec, spec.schema.empty_table()))
     tidy_partitions(loc, dict.fromkeys(TABLES), update, max_files=DEFAULT_MAX_PARTS, run_id=None)
     for name, spec in TABLES.items():
         dt = open_table(loc, spec, create=True)

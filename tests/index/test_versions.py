@@ -312,3 +312,22 @@ def test_table_properties_are_set_at_creation(tmp_path: Path, name: str) -> None
     store = LocalStore(tmp_path / "s")
     config = open_table(location(store), TABLES[name], create=True).metadata().configuration
     assert {k: config.get(k) for k in TABLE_PROPERTIES} == TABLE_PROPERTIES
+
+
+def test_every_version_a_reindex_commits_holds_whole_papers(
+    tmp_path: Path, sample: list[str], run: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`reindex` reads the bundles in chunks (bounded memory) in bundle-key order, which
+    is not paper order: its commits still never split a paper."""
+    from deltalake import DeltaTable
+
+    from pith_pipeline.index import writer
+
+    store = LocalStore(tmp_path / "s")
+    _two_runs(store, sample, run)
+    loc = location(store)
+    start = {name: int(DeltaTable(loc.uri(name)).version()) for name in TABLES}
+    monkeypatch.setattr(writer, "REINDEX_CHUNK", 4)
+    writer.reindex(store)
+    end = {name: int(DeltaTable(loc.uri(name)).version()) for name in TABLES}
+    _check_history(store, start, end)
