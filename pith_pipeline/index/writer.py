@@ -586,6 +586,7 @@ def merge_rows(
       that loses a commit race is run again (Delta's conflict check; it is idempotent).
       Its files hold `string_view`s until `tidy_partitions` rewrites them.
     """
+    import pyarrow.compute as pc
     from deltalake.exceptions import CommitFailedError, DeltaError
 
     if table.num_rows == 0:
@@ -595,6 +596,8 @@ def merge_rows(
     for attempt in range(COMMIT_ATTEMPTS):
         dt = open_table(loc, spec, create=True)
         new, changed = split_new(loc, dt, spec, source)
+        if spec.name == "events":  # an event indexed invalid stays so: only invalid flags change one
+            changed = changed.filter(pc.invert(changed.column("valid")))
         if new.num_rows == 0 and changed.num_rows == 0:
             return []
         try:

@@ -331,3 +331,21 @@ def test_every_version_a_reindex_commits_holds_whole_papers(
     writer.reindex(store)
     end = {name: int(DeltaTable(loc.uri(name)).version()) for name in TABLES}
     _check_history(store, start, end)
+
+
+def test_an_invalid_event_stays_invalid_and_a_valid_copy_commits_nothing(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    store = LocalStore(tmp_path / "s")
+    run(store, sample[:3])
+    loc = location(store)
+    spec = TABLES["events"]
+    indexed = pa.table(open_table(loc, spec).to_pyarrow_table()).cast(spec.schema).slice(0, 2)
+    flags = indexed.schema.get_field_index("valid")
+    invalid = indexed.set_column(flags, "valid", pa.array([False, False]))
+    assert len(merge_rows(loc, spec, invalid)) == 1
+    # a bundle that still calls them valid changes nothing, so nothing is committed
+    assert merge_rows(loc, spec, indexed) == []
+    now = pa.table(open_table(loc, spec).to_pyarrow_table())
+    ids = set(indexed.column("event_id").to_pylist())
+    assert {r["valid"] for r in now.to_pylist() if r["event_id"] in ids} == {False}
