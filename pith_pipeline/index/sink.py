@@ -242,19 +242,25 @@ class RowSink:
         )
         summed = both.group_by("v").aggregate([("n", "sum")]).filter(pc.is_valid(pc.field("v")))
         summed = summed.sort_by("v")
-        out: list[tuple[str, str]] = []
-        lo = hi = None
+        starts: list[int] = []
+        ends: list[int] = []
         size = 0
-        for value, n in zip(summed.column("v").to_pylist(), summed.column("n_sum").to_pylist(), strict=True):
-            if lo is not None and size + n > max_rows:
-                out.append((lo, hi))  # type: ignore[arg-type]
-                lo, size = None, 0
-            if lo is None:
-                lo = value
-            hi, size = value, size + n
-        if lo is not None:
-            out.append((lo, hi))  # type: ignore[arg-type]
-        return out
+        # counts only are walked in Python (a backfill has a million papers); the
+        # values are taken at the range ends
+        for i, n in enumerate(summed.column("n_sum").to_numpy().tolist()):
+            if starts and size + n <= max_rows:
+                size += n
+            else:
+                if starts:
+                    ends.append(i - 1)
+                starts.append(i)
+                size = n
+        if starts:
+            ends.append(summed.num_rows - 1)
+        values = summed.column("v")
+        lows = values.take(pa.array(starts, pa.int64())).to_pylist()
+        highs = values.take(pa.array(ends, pa.int64())).to_pylist()
+        return list(zip(lows, highs, strict=True))
 
     def _parts(self, table: str, where: Any) -> Iterator[tuple[int, pa.Table]]:
         """(file number in write order, its rows matching `where`, all if None) of each

@@ -269,3 +269,37 @@ def test_entries_files_carry_no_dictionary_and_no_statistics(tmp_path: Path) -> 
             for i in range(meta.num_columns):
                 col = meta.row_group(0).column(i)
                 assert not col.has_dictionary_page and not col.is_stats_set, (written, col.path_in_schema)
+
+
+@pytest.mark.parametrize("budget", [1, 7, 20, 1_000])
+def test_groups_hold_every_row_once_and_never_split_a_paper(tmp_path: Path, budget: int) -> None:
+    """Each group is one commit: it holds every row of the papers it has (so no table
+    version holds half a paper), at most `budget` rows unless one paper is larger."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pith_pipeline.index.schema import TABLES
+
+    rng = random.Random(budget)
+    ids = [f"{rng.randrange(50):04d}.{rng.randrange(3)}" for _ in range(300)]
+    with RowSink(tmp_path / "rows") as sink:
+        for k in range(3):  # three spilled files, papers spread over all of them
+            rows = [
+                {"pith_number": f"p{k}-{i}", "arxiv_id": a, "submitted_month": "2020-01", "primary_cat": "x"}
+                for i, a in enumerate(ids[k * 100 : (k + 1) * 100])
+            ]
+            table = pa.Table.from_pylist(rows, schema=TABLES["records"].schema)
+            pq.write_table(table, tmp_path / "rows" / "records" / f"f{k}.parquet")
+        groups = list(sink.groups("records", budget))
+    seen: dict[str, int] = {}
+    for n, group in enumerate(groups):
+        papers = set(group.column("arxiv_id").to_pylist())
+        assert group.num_rows <= budget or len(papers) == 1
+        for paper in papers:
+            assert seen.setdefault(paper, n) == n, paper  # all its rows in one group
+    assert sorted(r for g in groups for r in g.column("pith_number").to_pylist()) == sorted(
+        f"p{k}-{i}" for k in range(3) for i in range(100)
+    )
+    assert (len(groups) == 1) == (budget >= 300)  # all rows fit: one commit
