@@ -22,6 +22,12 @@ local store's `records` Delta table (one commit), then:
               must be opened for (row-group statistics still help);
   - full:     count per month and primary category over the whole table;
 - `--z-order`: the queries again after `optimize.z_order(["primary_cat"])`.
+
+`--open-commits N` instead times opening a table of N one-row commits (the log a
+table has after N runs): without checkpoints, with delta-rs's default interval
+(100) and with the index's `TABLE_PROPERTIES` (10).
+
+    python benchmarks/index_bench.py --open-commits 1095
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from deltalake import write_deltalake
 
 from pith_pipeline.index import connect
 from pith_pipeline.index.delta import location
-from pith_pipeline.index.schema import RECORDS, TS
+from pith_pipeline.index.schema import ALIASES, RECORDS, TABLE_PROPERTIES, TS
 from pith_pipeline.index.writer import (
     IndexUpdate,
     MergeReport,
@@ -256,6 +262,45 @@ def _timed_merge(store: LocalStore, label: str, batch: pa.Table) -> None:
     )
 
 
+def open_commits(n: int, repeat: int) -> None:
+    """Time opening a table after `n` one-row commits, three ways (see the docstring)."""
+    import json
+    import os
+
+    from deltalake import DeltaTable, PostCommitHookProperties
+
+    row = pa.Table.from_pylist(
+        [{"alias_kind": "pith", "alias_value": "x", "alias": "pith:x", "pith_number": "p"}],
+        schema=ALIASES.schema,
+    )
+    ways: dict[str, tuple[dict[str, str] | None, bool]] = {
+        "no checkpoint": (None, False),
+        "delta-rs default (interval 100)": (None, True),
+        "TABLE_PROPERTIES (interval 10)": (TABLE_PROPERTIES, True),
+    }
+    for label, (config, checkpoints) in ways.items():
+        uri = tempfile.mkdtemp(prefix="pith-open-bench-")
+        dt = DeltaTable.create(
+            uri, schema=ALIASES.schema, partition_by=[ALIASES.partition], configuration=config
+        )
+        hook = PostCommitHookProperties(create_checkpoint=checkpoints, cleanup_expired_logs=False)
+        for _ in range(n):
+            write_deltalake(dt, row, mode="append", post_commithook_properties=hook)
+        times = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            DeltaTable(uri).version()
+            times.append(time.perf_counter() - t)
+        log = Path(uri) / "_delta_log"
+        last = log / "_last_checkpoint"
+        since = json.loads(last.read_text())["version"] if last.exists() else -1
+        tail = [p for p in os.listdir(log) if p.endswith(".json") and int(p.split(".")[0]) > since]
+        print(
+            f"{label:34} open {statistics.median(times) * 1000:7.1f} ms (median of {repeat}); "
+            f"reads {'checkpoint ' + str(since) + ' + ' if since >= 0 else ''}{len(tail)} commit files"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -265,7 +310,13 @@ def main() -> None:
     ap.add_argument("--z-order", action="store_true", help="Also time the queries after a z-order")
     ap.add_argument("--dir", type=Path, default=None, help="Store directory (default: a temp dir)")
     ap.add_argument("--cache", type=Path, default=None, help="Parquet file keeping the generated rows")
+    ap.add_argument(
+        "--open-commits", type=int, default=0, help="Only time opening a table of this many commits"
+    )
     args = ap.parse_args()
+    if args.open_commits:
+        open_commits(args.open_commits, args.repeat)
+        return
     root = args.dir or Path(tempfile.mkdtemp(prefix="pith-index-bench-"))
     store = LocalStore(root)
     loc = location(store)
@@ -288,6 +339,14 @@ def main() -> None:
         partition_by=[RECORDS.partition],
         writer_properties=writer_properties(RECORDS),
     )
+    # the properties the writer gives every table (the change data feed makes a MERGE
+    # write its changed rows twice): on main, where there are none, this does nothing
+    try:
+        from pith_pipeline.index.writer import ensure_properties
+    except ImportError:
+        pass
+    else:
+        ensure_properties(loc, RECORDS)
     files, size = _size(store)
     print(
         f"wrote the records table in {time.perf_counter() - t:.1f}s: {files} files, "

@@ -181,3 +181,19 @@ ALIASES = TableSpec(
 )
 
 TABLES: dict[str, TableSpec] = {t.name: t for t in (RECORDS, EVENTS, ALIASES)}
+
+#: Delta table properties every index table carries (set at creation, and on the next
+#: write of a table made without them: `writer.ensure_properties`).
+#: - the change data feed: `load_cdf` over a run's versions (its manifest's
+#:   `index.commits`) gives exactly the rows the run changed;
+#: - a checkpoint every 10 commits: opening a table reads the last checkpoint and at
+#:   most 9 commit files after it, however many runs wrote it (a run commits 1-3
+#:   times a table);
+#: - the log and removed files are kept 30 and 7 days (`compact`'s vacuum and log
+#:   cleanup honour them), so time travel reaches a month back and the log stays small.
+TABLE_PROPERTIES: dict[str, str] = {
+    "delta.enableChangeDataFeed": "true",
+    "delta.checkpointInterval": "10",
+    "delta.logRetentionDuration": "interval 30 days",
+    "delta.deletedFileRetentionDuration": "interval 7 days",
+}

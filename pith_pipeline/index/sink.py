@@ -55,8 +55,11 @@ ENTRY_SCHEMA = pa.schema(
 #: files took 3.7 MB each, not 2.1); no statistics: nothing filters on them, and an
 #: entry's min and max (2.5 KB each a row group) were 0.7 MB of footer a file held open
 ENTRY_WRITE: dict[str, Any] = {"compression": "zstd", "use_dictionary": False, "write_statistics": False}
+#: per table, the column naming the paper a row belongs to (`RowSink.groups` never
+#: splits a paper over two commits): an arXiv id, or for events the record they are of
+PAPER_COLUMN = {"records": "arxiv_id", "aliases": "arxiv_id", "events": "subject"}
 CHUNK_PAPERS = 10_000  # papers' rows held in memory before they go to a Parquet file
-ROW_GROUP = 4_096  # small row groups: reading one partition group skips the others
+ROW_GROUP = 4_096  # small row groups: reading one range of papers skips the others
 
 
 class RowSink:
@@ -139,7 +142,8 @@ class RowSink:
             if not rows:
                 continue
             table = pa.Table.from_pylist(rows, schema=spec.schema)
-            table = table.sort_by([(spec.partition, "ascending"), *((c, "ascending") for c in spec.key)])
+            # sorted on the paper column: `groups` reads a range of papers from few row groups
+            table = table.sort_by([(PAPER_COLUMN[name], "ascending"), *((c, "ascending") for c in spec.key)])
             final = self.directory / name / f"{self._tag}-{n:06d}.parquet"
             part = final.with_suffix(".part")
             pq.write_table(table, part, row_group_size=ROW_GROUP, compression="zstd")
@@ -190,36 +194,79 @@ class RowSink:
             return max(1, budget)
         return max(1, budget * rows // size)
 
-    def slices(self, table: str, partitions: list[str], max_rows: int) -> Iterator[pa.Table]:
-        """`table`'s rows in `partitions` (of `records` rows of one paper, the last
-        written) in slices of whole spilled files, each holding at most `max_rows` rows
-        plus one file's.
+    def groups(self, table: str, max_rows: int) -> Iterator[pa.Table]:
+        """All of `table`'s rows (of `records` rows of one paper, the last written), in
+        tables of at most `max_rows` rows, each holding every row of the papers it
+        holds (`PAPER_COLUMN`: all versions of an arXiv id, all events of a record).
 
-        Why: a snapshot's events all fall in one `created_month`, so one partition can
-        hold every event of the run; written at once, the update's memory grew with the
-        run. A key written twice may land in two slices; the table's MERGE rules
-        (`update_when`, the `valid` correction) pick the same winner as one slice would,
-        since the slices are written in write order.
+        Why whole papers: each table is one Delta commit, and a paper split over two
+        commits leaves a version between them with two latest records rows (or none),
+        or an `arxiv:` alias not yet moved to the new version. Why bounded: a backfill's
+        rows do not fit in memory at once. All of them fit in one table when they are
+        at most `max_rows` (a run is then one commit per table); otherwise the papers
+        are cut into ranges of the paper column (a paper larger than `max_rows` is a
+        range alone). The spilled files are sorted on that column, so a range reads
+        few row groups of each.
         """
-        held: list[tuple[int, pa.Table]] = []
-        n = 0
-        for part in self._parts(table, partitions):
-            held.append(part)
-            n += part[1].num_rows
-            if n >= max_rows:
-                yield self._combine(table, held)
-                held, n = [], 0
-        if held:
-            yield self._combine(table, held)
-
-    def _parts(self, table: str, partitions: list[str]) -> Iterator[tuple[int, pa.Table]]:
-        """(file number in write order, its rows in `partitions`) of each file with any."""
+        files = self.files(table)
+        if not files:
+            return
+        column = PAPER_COLUMN[table]
+        if sum(_file_rows(path) for path in files) <= max_rows:
+            yield self._combine(table, list(self._parts(table, None)))
+            return
         import pyarrow.dataset as ds
 
-        spec = TABLES[table]
-        where = ds.field(spec.partition).isin(partitions)
+        for lo, hi in self._ranges(table, column, max_rows):
+            where = (ds.field(column) >= lo) & (ds.field(column) <= hi)
+            yield self._combine(table, list(self._parts(table, where)))
+        nulls = list(self._parts(table, ds.field(column).is_null()))
+        if nulls:
+            yield self._combine(table, nulls)
+
+    def _ranges(self, table: str, column: str, max_rows: int) -> list[tuple[str, str]]:
+        """Inclusive ranges of `column`'s values, each covering at most `max_rows` rows
+        (or one value's), in order. Counted from the spilled files: memory holds each
+        distinct value once (one string per paper)."""
+        import pyarrow.compute as pc
+
+        counted = []
+        for path in self.files(table):
+            values = _read(path, table, None, [column]).column(0)
+            counted.append(pc.value_counts(values).flatten())
+        if not counted:
+            return []
+        both = pa.Table.from_arrays(
+            [pa.chunked_array([c[0] for c in counted]), pa.chunked_array([c[1] for c in counted])],
+            names=["v", "n"],
+        )
+        summed = both.group_by("v").aggregate([("n", "sum")]).filter(pc.is_valid(pc.field("v")))
+        summed = summed.sort_by("v")
+        starts: list[int] = []
+        ends: list[int] = []
+        size = 0
+        # counts only are walked in Python (a backfill has a million papers); the
+        # values are taken at the range ends
+        for i, n in enumerate(summed.column("n_sum").to_numpy().tolist()):
+            if starts and size + n <= max_rows:
+                size += n
+            else:
+                if starts:
+                    ends.append(i - 1)
+                starts.append(i)
+                size = n
+        if starts:
+            ends.append(summed.num_rows - 1)
+        values = summed.column("v")
+        lows = values.take(pa.array(starts, pa.int64())).to_pylist()
+        highs = values.take(pa.array(ends, pa.int64())).to_pylist()
+        return list(zip(lows, highs, strict=True))
+
+    def _parts(self, table: str, where: Any) -> Iterator[tuple[int, pa.Table]]:
+        """(file number in write order, its rows matching `where`, all if None) of each
+        file with any."""
         for i, path in enumerate(self.files(table)):
-            part = ds.dataset(path, schema=spec.schema, format="parquet").to_table(filter=where)
+            part = _read(path, table, where, None)
             if part.num_rows:
                 yield i, part
 
@@ -342,6 +389,20 @@ def log_entries_of(bundle: dict[str, Any]) -> list[tuple[str, str, str, bytes]]:
             continue
         out.append((created, digest, event_key(body, digest), entry))
     return out
+
+
+def _file_rows(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(path).metadata.num_rows)
+
+
+def _read(path: str, table: str, where: Any, columns: list[str] | None) -> pa.Table:
+    """A spilled file's rows of `table` matching `where` (None: all)."""
+    import pyarrow.dataset as ds
+
+    spec = TABLES[table]
+    return ds.dataset(path, schema=spec.schema, format="parquet").to_table(filter=where, columns=columns)
 
 
 def _entry_batches(path: Path, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:

@@ -8,7 +8,11 @@ readers (ours and every other engine) never see half of a change:
 - `aliases`: MERGE on the alias (the newest arXiv version wins, as in the
   `arxiv/<id>.json` pointer);
 - `events`: insert-only MERGE on `event_id` (events are immutable; only `valid`,
-  derived from the subject's state, is corrected when a bundle marks one invalid).
+  derived from the subject's state, is corrected, in the same MERGE, when a bundle
+  marks one invalid).
+
+A run commits each table once (or, when its rows exceed a commit's memory budget,
+once per group of whole papers: `RowSink.groups`), so no version splits a paper.
 
 An update writes only subjects whose `records` row differs from their bundle, and
 merges `events` and `aliases` before `records`: an unchanged records row therefore
@@ -41,7 +45,7 @@ from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import StorageError
 from pith_pipeline.index.delta import INDEX_PREFIX, Location, _unwrap, location
 from pith_pipeline.index.rows import Rows, rows_from_bundle
-from pith_pipeline.index.schema import TABLES, TableSpec
+from pith_pipeline.index.schema import TABLE_PROPERTIES, TABLES, TableSpec
 from pith_pipeline.index.sink import RowSink
 from pith_pipeline.storage.base import Store
 
@@ -195,12 +199,33 @@ def open_table(loc: Location, spec: TableSpec, *, create: bool = False) -> Any:
                 schema=spec.schema,
                 partition_by=[spec.partition],
                 mode="ignore",
+                configuration=TABLE_PROPERTIES,
                 storage_options=opts,
                 commit_properties=CommitProperties(max_commit_retries=0),
             )
         except DeltaError:  # another writer created it meanwhile: open that one
             time.sleep(0.05)
     raise StorageError(f"{uri}: could not create the index table; try again", transient=True)
+
+
+def ensure_properties(loc: Location, spec: TableSpec, run_id: str | None = None) -> list[int]:
+    """Give a table made without them `TABLE_PROPERTIES` (one commit); versions committed.
+
+    Why: tables made before the properties existed have no change data feed and the
+    default checkpoint interval; every writer calls this before its first write, so
+    the next run sets them and the feed covers its changes.
+    """
+    dt = open_table(loc, spec, create=True)
+    config = dt.metadata().configuration
+    if all(config.get(k) == v for k, v in TABLE_PROPERTIES.items()):
+        return []
+
+    def alter(dt: Any) -> dict[str, Any]:
+        dt.alter.set_table_properties(dict(TABLE_PROPERTIES), commit_properties=_commit_properties(run_id))
+        return {}
+
+    dt, committed = _commit_retry(loc, spec, alter)
+    return [int(dt.version())] if committed else []
 
 
 def writer_properties(spec: TableSpec) -> Any:
@@ -300,9 +325,14 @@ def commit_problem(data: bytes) -> str | None:
         return "has no commitInfo (cut short?)"
     metrics = info.get("operationMetrics")
     metrics = metrics if isinstance(metrics, dict) else {}
+    # a MERGE counts the change data files it adds (`cdc` actions) among its added files
+    merged = "num_target_files_added" in metrics
     for names, kind in ((_ADDED_METRICS, "add"), (_REMOVED_METRICS, "remove")):
         for name in names:
-            want, got = metrics.get(name), counts.get(kind, 0)
+            got = counts.get(kind, 0)
+            if kind == "add" and merged:
+                got += counts.get("cdc", 0)
+            want = metrics.get(name)
             if isinstance(want, int) and want != got:
                 return f"holds {got} {kind} actions where its commitInfo counts {want} (cut short)"
     return None
@@ -433,8 +463,9 @@ def _commit_properties(run_id: str | None) -> Any:
 
 @dataclass(slots=True)
 class MergeReport:
-    """What `merge_rows` wrote: rows appended (new keys) and MERGEd (changed keys), and
-    the partitions each went to (MERGE output holds `string_view`s: see `tidy_partitions`)."""
+    """What `merge_rows` wrote: rows of new keys and of changed keys, and the partitions
+    an append wrote and those a MERGE wrote (its output holds `string_view`s, new rows
+    included: see `tidy_partitions`)."""
 
     appended: int = 0
     merged: int = 0
@@ -512,51 +543,6 @@ def split_new(loc: Location, dt: Any, spec: TableSpec, source: pa.Table) -> tupl
     return new, held.filter(pa.array(differs, pa.bool_()))
 
 
-def _append_new(
-    loc: Location, spec: TableSpec, source: pa.Table, run_id: str | None
-) -> tuple[list[int], pa.Table, pa.Table]:
-    """Append the rows of keys the table lacks, in one commit.
-
-    Returns (versions committed, rows of keys it holds that differ, rows appended).
-
-    Why not a MERGE: an append reads no target file beyond the key columns and writes
-    plain strings (no rewrite for DuckDB afterwards). It stays one-row-per-key under
-    concurrent writers because the commit is allowed no retry: it succeeds only as the
-    version right after the one the keys were read from, and otherwise the keys are
-    read again from the newer version.
-    """
-    from deltalake import CommitProperties, write_deltalake
-    from deltalake.exceptions import CommitFailedError, DeltaError
-
-    for attempt in range(COMMIT_ATTEMPTS):
-        dt = open_table(loc, spec, create=True)
-        new, rest = split_new(loc, dt, spec, source)
-        if new.num_rows == 0:
-            return [], rest, new
-        try:
-            write_deltalake(
-                dt,
-                new,
-                mode="append",
-                partition_by=[spec.partition],
-                writer_properties=writer_properties(spec),
-                commit_properties=CommitProperties(
-                    custom_metadata={"pith.run_id": run_id} if run_id else None, max_commit_retries=0
-                ),
-            )
-        except CommitFailedError:
-            time.sleep(min(2.0, 0.05 * 2**attempt))
-            continue
-        except (DeltaError, OSError) as exc:
-            raise _delta_error(loc, spec, exc, writing=True) from None
-        note_version(loc, spec, int(dt.version()))
-        return [dt.version()], rest, new
-    raise StorageError(
-        f"{loc.uri(spec.name)}: gave up after {COMMIT_ATTEMPTS} concurrent commits; try again",
-        transient=True,
-    )
-
-
 def _merge_from(dt: Any, source: pa.Table, spec: TableSpec, run_id: str | None) -> Any:
     """A MERGE of `source` (alias `s`) into the table (alias `t`) on the table's key.
 
@@ -583,50 +569,87 @@ def merge_rows(
     run_id: str | None = None,
     report: MergeReport | None = None,
 ) -> list[int]:
-    """Upsert `table` (deduplicated here) into `spec`'s Delta table; versions committed.
+    """Upsert `table` (deduplicated here) into `spec`'s Delta table in ONE commit;
+    versions committed (none when every row is indexed as it is).
 
-    Rows of keys the table lacks are appended (`_append_new`: one commit, no target
-    file rewritten); rows of keys it holds with other `compare` values are MERGEd (a
-    second commit, copy-on-write of the files holding those keys); rows it holds as
-    they are cost nothing. Each commit keeps one row per key.
+    So every version of the table holds the rows of `table` either all as they were
+    or all as they are now: a paper's new version and the supersession of its old one
+    (or an `arxiv:` alias moving to it) are never in two commits.
+
+    - only new keys: they are appended (no target file read beyond the key columns,
+      plain strings written). The commit is allowed no retry: it succeeds only as the
+      version right after the one the keys were read from, and otherwise the keys are
+      read again from the newer version, so concurrent writers keep one row per key;
+    - any changed key: one MERGE of the new and the changed rows (insert the new,
+      update the matched per `update_when`; for `events`, the matched update is the
+      `valid` correction: an event any bundle marks invalid stays invalid). A MERGE
+      that loses a commit race is run again (Delta's conflict check; it is idempotent).
+      Its files hold `string_view`s until `tidy_partitions` rewrites them.
     """
+    import pyarrow.compute as pc
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
     if table.num_rows == 0:
         return []
     report = report if report is not None else MergeReport()
-    versions, source, appended = _append_new(loc, spec, dedupe_sorted(spec, table), run_id)
-    report.appended += appended.num_rows
-    report.appended_partitions.update(appended.column(spec.partition).unique().to_pylist())
-    if source.num_rows == 0:
-        return versions
-    report.merged += source.num_rows
-    report.merged_partitions.update(source.column(spec.partition).unique().to_pylist())
+    source = dedupe_sorted(spec, table)
+    for attempt in range(COMMIT_ATTEMPTS):
+        dt = open_table(loc, spec, create=True)
+        new, changed = split_new(loc, dt, spec, source)
+        if spec.name == "events":  # an event indexed invalid stays so: only invalid flags change one
+            changed = changed.filter(pc.invert(changed.column("valid")))
+        if new.num_rows == 0 and changed.num_rows == 0:
+            return []
+        try:
+            if changed.num_rows == 0:
+                _append(dt, spec, new, run_id)
+            else:
+                both = pa.concat_tables([new, changed]).sort_by([(c, "ascending") for c in spec.sort])
+                _merge(dt, spec, both, run_id)
+        except CommitFailedError:
+            time.sleep(min(2.0, 0.05 * 2**attempt))
+            continue
+        except (DeltaError, OSError) as exc:
+            raise _delta_error(loc, spec, exc, writing=True) from None
+        note_version(loc, spec, int(dt.version()))
+        report.appended += new.num_rows
+        report.merged += changed.num_rows
+        parts = report.appended_partitions if changed.num_rows == 0 else report.merged_partitions
+        for part in (new, changed):
+            parts.update(part.column(spec.partition).unique().to_pylist())
+        return [int(dt.version())]
+    raise StorageError(
+        f"{loc.uri(spec.name)}: gave up after {COMMIT_ATTEMPTS} concurrent commits; try again",
+        transient=True,
+    )
 
-    def merge(dt: Any) -> dict[str, Any]:
-        m = _merge_from(dt, source, spec, run_id)
-        if spec.update_when is not None:
-            m = m.when_matched_update_all(predicate=spec.update_when)
-        result: dict[str, Any] = m.when_not_matched_insert_all().execute()
-        return result
 
-    dt, committed = _commit_retry(loc, spec, merge)
-    if committed:
-        versions.append(dt.version())
+def _append(dt: Any, spec: TableSpec, rows: pa.Table, run_id: str | None) -> None:
+    """Append `rows` in one commit, with no retry (see `merge_rows`)."""
+    from deltalake import CommitProperties, write_deltalake
+
+    write_deltalake(
+        dt,
+        rows,
+        mode="append",
+        partition_by=[spec.partition],
+        writer_properties=writer_properties(spec),
+        commit_properties=CommitProperties(
+            custom_metadata={"pith.run_id": run_id} if run_id else None, max_commit_retries=0
+        ),
+    )
+
+
+def _merge(dt: Any, spec: TableSpec, rows: pa.Table, run_id: str | None) -> None:
+    """One MERGE of `rows`: insert keys the table lacks, update matched ones (see `merge_rows`)."""
+    m = _merge_from(dt, rows, spec, run_id)
+    if spec.update_when is not None:
+        m = m.when_matched_update_all(predicate=spec.update_when)
     if spec.name == "events":
-        invalid = source.filter(pa.compute.invert(source.column("valid")))
-        if invalid.num_rows:
-
-            def mark(dt: Any) -> dict[str, Any]:
-                result: dict[str, Any] = (
-                    _merge_from(dt, invalid, spec, run_id)
-                    .when_matched_update(updates={"valid": "s.valid"}, predicate="t.valid <> s.valid")
-                    .execute()
-                )
-                return result
-
-            dt, committed = _commit_retry(loc, spec, mark)
-            if committed:
-                versions.append(dt.version())
-    return versions
+        m = m.when_matched_update(
+            updates={"valid": "s.valid"}, predicate="s.valid = false AND (t.valid IS NULL OR t.valid)"
+        )
+    m.when_not_matched_insert_all().execute()
 
 
 def commit_key(table: str, version: int) -> str:
@@ -687,32 +710,6 @@ GROUP_ROWS = 100_000  # rows of one table per commit of an update (memory bound)
 GROUP_BYTES = 32 * 2**20
 
 
-def partition_groups(dataset: Any, column: str, max_rows: int) -> list[list[str]]:
-    """The partition values of `dataset`, in order, in groups of at most `max_rows` rows
-    (a partition larger than that is a group alone, written in slices: `RowSink.slices`).
-
-    Why groups of partitions, not batches of papers: a run then writes each partition
-    it touches once per table (one file, not one per batch), so nothing is left to
-    compact and the commits stay few however large the run.
-    """
-    import pyarrow.compute as pc
-
-    counted: dict[str, int] = {}
-    for batch in dataset.to_batches(columns=[column]):  # streamed: one column of millions of rows
-        for v in pc.value_counts(batch.column(0)).to_pylist():
-            counted[str(v["values"])] = counted.get(str(v["values"]), 0) + int(v["counts"])
-    per = sorted(counted.items())
-    groups: list[list[str]] = []
-    size = 0
-    for value, n in per:
-        if not groups or size + n > max_rows:
-            groups.append([])
-            size = 0
-        groups[-1].append(value)
-        size += n
-    return groups
-
-
 def _index_sink(
     loc: Location,
     sink: RowSink,
@@ -723,18 +720,15 @@ def _index_sink(
     group_rows: int,
     progress: Progress | None,
 ) -> None:
+    """Write the sink's rows: one commit per table when they fit in `group_rows` rows
+    (and `GROUP_BYTES`), else one per group of whole papers (`RowSink.groups`)."""
     for spec in TABLES.values():  # readers see every table (empty) while the update runs
-        open_table(loc, spec, create=True)
+        _record_commits(update, spec.name, ensure_properties(loc, spec, run_id))
     # events and aliases before records: an indexed records row means the subject is complete
     for name in ("events", "aliases", "records"):
         spec = TABLES[name]
-        dataset = sink.dataset(name)
         rows = min(group_rows, sink.rows_within(name, GROUP_BYTES))
-        for table in (
-            sliced
-            for group in partition_groups(dataset, spec.partition, rows)
-            for sliced in sink.slices(name, group, rows)
-        ):
+        for table in sink.groups(name, rows):
             report = MergeReport()
             versions = merge_rows(loc, spec, table, run_id=run_id, report=report)
             if report.appended + report.merged:
@@ -805,6 +799,62 @@ def tidy_partitions(
             dt, committed = _commit_retry(loc, spec, rewrite)
             if committed:
                 _record_commits(update, name, [dt.version()])
+        if name != "records" and merged:  # a MERGE's single file is no compaction's
+            repair_views(loc, spec, update, merged, run_id)
+
+
+def _has_views(schema: pa.Schema) -> bool:
+    def view(t: pa.DataType) -> bool:
+        if t in (pa.string_view(), pa.binary_view()):
+            return True
+        return bool(pa.types.is_list(t) or pa.types.is_large_list(t)) and view(t.value_type)
+
+    return any(view(f.type) for f in schema)
+
+
+def view_partitions(loc: Location, dt: Any, spec: TableSpec, partitions: set[str] | None) -> list[str]:
+    """The partitions (of `partitions`, None: all) holding a file whose Arrow schema has
+    `string_view` or `binary_view` columns; reads each file's footer."""
+    from pith_pipeline.index.query import dataset_of
+
+    files = [f for f in live_files(dt, spec) if partitions is None or f["partition"] in partitions]
+    if not files or loc.store is None:
+        return []
+    bad = set()
+    for f, fragment in zip(files, dataset_of(loc.store, loc, spec, files).get_fragments(), strict=True):
+        if f["partition"] not in bad and _has_views(fragment.physical_schema):
+            bad.add(f["partition"])
+    return sorted(bad)
+
+
+def repair_views(
+    loc: Location, spec: TableSpec, update: IndexUpdate, partitions: set[str] | None, run_id: str | None
+) -> None:
+    """Rewrite (z-order, one commit) the partitions of `partitions` still holding files
+    with view types: a MERGE that rewrote one file into one, which compaction leaves
+    alone (there is nothing to bin-pack), or a MERGE whose run died before tidying."""
+    bad = view_partitions(loc, open_table(loc, spec, create=True), spec, partitions)
+    if not bad:
+        return
+
+    def rewrite(dt: Any) -> dict[str, Any]:
+        return _optimize(
+            dt,
+            spec,
+            update,
+            z_order=True,
+            partition_filters=[(spec.partition, "in", bad)],
+            commit_properties=_commit_properties(run_id),
+        )
+
+    dt, committed = _commit_retry(loc, spec, rewrite)
+    if committed:
+        _record_commits(update, spec.name, [dt.version()])
+
+
+#: the column z-order clusters each table's rewritten partitions on: `records` by
+#: category (see docs/pages/analysts.md); the others by their first sort column
+_Z_ORDER = {"records": ["primary_cat"]}
 
 
 def _optimize(dt: Any, spec: TableSpec, update: IndexUpdate, *, z_order: bool, **opts: Any) -> dict[str, Any]:
@@ -812,7 +862,7 @@ def _optimize(dt: Any, spec: TableSpec, update: IndexUpdate, *, z_order: bool, *
     compaction, with the table's writer properties; counts the files it removed."""
     opts["writer_properties"] = writer_properties(spec)
     if z_order:
-        result: dict[str, Any] = dt.optimize.z_order(["primary_cat"], **opts)
+        result: dict[str, Any] = dt.optimize.z_order(_Z_ORDER.get(spec.name, [spec.sort[0]]), **opts)
     else:
         result = dt.optimize.compact(**opts)
     update.files_compacted += int(result.get("numFilesRemoved", 0))
@@ -849,9 +899,10 @@ def update_indexes(
     Every other subject's bundle is read (`batch_size` at a time) and its rows join
     them in a `RowSink` on disk, so memory does not grow with the run.
 
-    The rows are then written one group of partitions at a time (`group_rows` rows of
-    a table per group, `merge_rows`): keys the table lacks are appended, keys whose row
-    differs are MERGEd, rows already indexed as they are cost nothing. So re-running a
+    The rows are then written one commit per table (`merge_rows`), or, past `group_rows`
+    rows (and `GROUP_BYTES`) of a table, one commit per group of whole papers: a group of
+    only new keys is appended, a group with changed keys is one MERGE of its new and
+    changed rows, rows already indexed as they are cost nothing. So re-running a
     window commits nothing, and a run that died before indexing is completed by the
     next run over the same records. Call it after the bundles are published. At the
     end, partitions left untidy are rewritten (`tidy_partitions`).
@@ -913,6 +964,8 @@ def compact(
     files, which `vacuum` deletes only once no version younger than `retention_hours`
     needs them (0 deletes at once, for a store nobody is reading). `z_order` orders
     `records` by `primary_cat` instead (see the benchmark in docs/pages/analysts.md).
+    Partitions still holding files with view types (`repair_views`) are rewritten,
+    and tables made without `TABLE_PROPERTIES` get them.
     """
     loc = location(store)
     _refuse_legacy(store)
@@ -924,9 +977,12 @@ def compact(
         def optimize(dt: Any, spec: TableSpec = spec) -> dict[str, Any]:
             return _optimize(dt, spec, update, z_order=z_order and spec.name == "records")
 
+        _record_commits(update, name, ensure_properties(loc, spec))
         dt, committed = _commit_retry(loc, spec, optimize)
         if committed:
             _record_commits(update, name, [dt.version()])
+        repair_views(loc, spec, update, None, None)
+        dt = open_table(loc, spec)
         deleted = dt.vacuum(
             retention_hours=math.ceil(retention_hours), dry_run=False, enforce_retention_duration=False
         )
@@ -980,10 +1036,12 @@ def reindex(
 
     - an old-layout index (`index/_manifest.json` and its files) is removed;
     - a table whose log cannot be read is removed and started anew;
-    - otherwise the first chunk of rows replaces the table's contents in one commit
-      (readers of older versions keep reading theirs) and later chunks are merged in.
+    - otherwise the first group of rows replaces the table's contents in one commit
+      (readers of older versions keep reading theirs) and later groups are merged in.
 
-    Bundles are read in chunks (bounded memory). Files no version needs are vacuumed
+    Bundles are read in chunks into a `RowSink` on disk (bounded memory), and the rows
+    are written in groups of whole papers (`RowSink.groups`): one commit per table
+    when they fit, and no commit ever holds part of a paper. Files no version needs are vacuumed
     after `retention_hours`, as in `compact`.
     """
     del clock
@@ -1007,22 +1065,30 @@ def reindex(
         update.deleted.extend(_remove_legacy_files(real, INDEX_PREFIX))
         real.delete(LEGACY_MANIFEST_KEY)
         update.deleted.append(LEGACY_MANIFEST_KEY)
-    first = True
-    for start in range(0, max(len(keys), 1), REINDEX_CHUNK):
-        rows = Rows()
-        chunk = keys[start : start + REINDEX_CHUNK]
-        per_bundle = list(read_bundles(store, chunk, workers=workers, progress=progress))
-        changed = per_bundle if before is None else _changed_or_all(store, loc, per_bundle, before)
-        update.subjects_changed += len(changed)
-        for _, r in per_bundle:
-            rows.extend(r)
-        del per_bundle, changed
+    for spec in TABLES.values():
+        _record_commits(update, spec.name, ensure_properties(loc, spec))
+    with RowSink() as sink:
+        # read in chunks (bounded memory) into a sink on disk, then written in groups of
+        # whole papers: bundle keys are not in paper order, so a chunk would split one
+        for start in range(0, len(keys), REINDEX_CHUNK):
+            chunk = keys[start : start + REINDEX_CHUNK]
+            per_bundle = list(read_bundles(store, chunk, workers=workers, progress=progress))
+            changed = per_bundle if before is None else _changed_or_all(store, loc, per_bundle, before)
+            update.subjects_changed += len(changed)
+            for _, r in per_bundle:
+                sink.add(r)
+            del per_bundle, changed
+        sink.flush()
         for name, spec in TABLES.items():
-            table = to_table(spec, rows.table(name))
-            versions = _overwrite(loc, spec, table) if first else merge_rows(loc, spec, table)
-            update.rows[name] = update.rows.get(name, 0) + table.num_rows
-            _record_commits(update, name, versions)
-        first = False
+            budget = min(GROUP_ROWS, sink.rows_within(name, GROUP_BYTES))
+            first = True
+            for table in sink.groups(name, budget):
+                versions = _overwrite(loc, spec, table) if first else merge_rows(loc, spec, table)
+                update.rows[name] = update.rows.get(name, 0) + table.num_rows
+                _record_commits(update, name, versions)
+                first = False
+            if first:  # no bundles: the table is emptied
+                _record_commits(update, name, _overwrite(loc, spec, spec.schema.empty_table()))
     tidy_partitions(loc, dict.fromkeys(TABLES), update, max_files=DEFAULT_MAX_PARTS, run_id=None)
     for name, spec in TABLES.items():
         dt = open_table(loc, spec, create=True)

@@ -179,9 +179,9 @@ def test_rerun_commits_nothing_and_groups_commit_once_each(
     run(store, sample, finish=False)
     subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
     update = update_indexes(store, subjects, batch_size=7, group_rows=10)
-    # 30 papers in groups of partitions of at most 10 rows: one append commit per group
+    # 30 papers in groups of whole papers of at most 10 rows: one append commit per group
     # (versions from 1, after the create); the one month of events (60 rows) and each
-    # alias kind (30) are larger than a group: written in slices, then compacted
+    # alias kind (30) are larger than a group: written in several commits, then compacted
     assert len(update.commits["records"]) >= 3
     for name, spec in TABLES.items():
         parts = [f["partition"] for f in live_files(open_table(location(store), spec), spec)]
@@ -301,8 +301,8 @@ def test_update_leaves_plain_files_one_per_touched_partition(
     subjects = [k.split("/")[1] for k in store.list("pith/") if k.endswith("/bundle.json")]
     update_indexes(store, subjects, batch_size=4, group_rows=4)
     # appended files hold plain strings (no views stopping DuckDB's filter pushdown), and
-    # each partition ends as one file (those larger than a group of 4 rows were written
-    # in slices and compacted)
+    # each partition ends as one file (those written by several groups of 4 rows were
+    # compacted)
     assert _kinds(store) == {"records": {"string"}, "events": {"string"}, "aliases": {"string"}}
     for name, spec in TABLES.items():
         per: dict[str, int] = {}

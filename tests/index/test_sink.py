@@ -31,8 +31,7 @@ def test_a_bundle_written_twice_is_indexed_as_last_written(tmp_path: Path, asset
         sink.add(first)
         sink.add(last)
         sink.flush()
-        month = first.records[0]["submitted_month"]
-        (got,) = sink.slices("records", [month], 1_000_000)
+        (got,) = sink.groups("records", 1_000_000)
         assert got.column("bundle_sha256").to_pylist() == ["0" * 64]
         store = LocalStore(tmp_path / "s")
         update = update_indexes(store, [], rows=sink)
@@ -59,13 +58,13 @@ def test_several_processes_share_one_directory_and_the_owner_keeps_it(tmp_path: 
     assert not own.directory.exists()
 
 
-def test_a_partition_larger_than_a_group_is_written_in_bounded_slices(
+def test_a_partition_larger_than_a_group_is_written_in_bounded_groups_of_papers(
     tmp_path: Path, asset: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Why: a snapshot's events all fall in one `created_month` (and its aliases in a few
     kinds), so writing a partition as one group made the update's memory grow with the
     run (838 MB at 100 k papers, 1.1 GB at 300 k). Each write now takes at most
-    `group_rows` rows plus one spilled file's, and the tables end the same as in one go."""
+    `group_rows` rows (or one paper's), and the tables end the same as in one go."""
     from pith_pipeline.index.schema import TABLES
 
     papers = _papers(asset, 24)  # one spilled file per 2: every event in one month
@@ -76,8 +75,8 @@ def test_a_partition_larger_than_a_group_is_written_in_bounded_slices(
             for rows in papers:
                 sink.add(rows)
             sink.flush()
-            per_file = {
-                name: max(pq_rows(path) for path in sink.files(name)) for name in ("events", "aliases")
+            per_paper = {
+                name: max(len(getattr(rows, name)) for rows in papers) for name in ("events", "aliases")
             }
             sizes.clear()
             store = LocalStore(tmp_path / f"s-{group_rows}")
@@ -85,7 +84,7 @@ def test_a_partition_larger_than_a_group_is_written_in_bounded_slices(
         if group_rows == 5:
             for name in ("events", "aliases"):
                 assert len(sizes[name]) > 1, name  # the one big partition took several writes
-                assert max(sizes[name]) <= group_rows + per_file[name], (name, sizes[name])
+                assert max(sizes[name]) <= max(group_rows, per_paper[name]), (name, sizes[name])
         got[group_rows] = {
             name: run_query(store, f"SELECT * EXCLUDE (bundle_key) FROM {name} ORDER BY ALL").rows
             if name == "records"
@@ -94,12 +93,6 @@ def test_a_partition_larger_than_a_group_is_written_in_bounded_slices(
         }
     assert got[5] == got[10_000]
     assert len(got[5]["records"]) == 24
-
-
-def pq_rows(path: str) -> int:
-    import pyarrow.parquet as pq
-
-    return int(pq.ParquetFile(path).metadata.num_rows)
 
 
 def _write_sizes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
@@ -126,7 +119,7 @@ def _papers(asset: Any, n: int) -> list[Rows]:
         rows = rows_from_bundle(bundle, bundle_key=f"pith/P{i:02d}/bundle.json", bundle_sha256=f"{i:064x}")
         for table in (rows.records, rows.events, rows.aliases):
             for row in table:
-                for col in ("pith_number", "event_id", "alias_value", "alias", "subject"):
+                for col in ("pith_number", "event_id", "alias_value", "alias", "subject", "arxiv_id"):
                     if row.get(col):
                         row[col] = f"{row[col]}-{i:02d}"
         papers.append(rows)
@@ -151,8 +144,8 @@ def test_a_write_takes_a_byte_budget_of_rows_so_wide_rows_come_fewer_at_a_time(
         sizes = _write_sizes(monkeypatch)
         monkeypatch.setattr(writer, "GROUP_BYTES", 10_000)
         update_indexes(LocalStore(tmp_path / "s"), [], rows=sink)
-    # one spilled file holds one paper's rows: a write takes the budget plus one file's
-    assert max(sizes["records"]) <= wide + 1 and len(sizes["records"]) > 1
+    # a write takes the budget (or one paper's rows, when a paper is wider)
+    assert max(sizes["records"]) <= max(wide, 1) and len(sizes["records"]) > 1
     assert sum(sizes["records"]) == 12
 
 
@@ -276,3 +269,37 @@ def test_entries_files_carry_no_dictionary_and_no_statistics(tmp_path: Path) -> 
             for i in range(meta.num_columns):
                 col = meta.row_group(0).column(i)
                 assert not col.has_dictionary_page and not col.is_stats_set, (written, col.path_in_schema)
+
+
+@pytest.mark.parametrize("budget", [1, 7, 20, 1_000])
+def test_groups_hold_every_row_once_and_never_split_a_paper(tmp_path: Path, budget: int) -> None:
+    """Each group is one commit: it holds every row of the papers it has (so no table
+    version holds half a paper), at most `budget` rows unless one paper is larger."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pith_pipeline.index.schema import TABLES
+
+    rng = random.Random(budget)
+    ids = [f"{rng.randrange(50):04d}.{rng.randrange(3)}" for _ in range(300)]
+    with RowSink(tmp_path / "rows") as sink:
+        for k in range(3):  # three spilled files, papers spread over all of them
+            rows = [
+                {"pith_number": f"p{k}-{i}", "arxiv_id": a, "submitted_month": "2020-01", "primary_cat": "x"}
+                for i, a in enumerate(ids[k * 100 : (k + 1) * 100])
+            ]
+            table = pa.Table.from_pylist(rows, schema=TABLES["records"].schema)
+            pq.write_table(table, tmp_path / "rows" / "records" / f"f{k}.parquet")
+        groups = list(sink.groups("records", budget))
+    seen: dict[str, int] = {}
+    for n, group in enumerate(groups):
+        papers = set(group.column("arxiv_id").to_pylist())
+        assert group.num_rows <= budget or len(papers) == 1
+        for paper in papers:
+            assert seen.setdefault(paper, n) == n, paper  # all its rows in one group
+    assert sorted(r for g in groups for r in g.column("pith_number").to_pylist()) == sorted(
+        f"p{k}-{i}" for k in range(3) for i in range(100)
+    )
+    assert (len(groups) == 1) == (budget >= 300)  # all rows fit: one commit
