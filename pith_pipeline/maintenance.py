@@ -1,4 +1,4 @@
-"""Maintenance of a published store: compact and vacuum indexes, rebuild, verify a sample.
+"""Maintenance of a published store: compact and vacuum indexes, rebuild, verify what changed.
 
 The bodies of the `pith_maintenance` DAG's tasks; plain Python, testable without Airflow.
 """
@@ -6,6 +6,7 @@ The bodies of the `pith_maintenance` DAG's tasks; plain Python, testable without
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -78,57 +79,211 @@ def published_bundle_keys(store: Store) -> list[str]:
     return [k for k in store.list("pith/") if k.endswith("/bundle.json") and k.count("/") == 2]
 
 
-def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | None = None) -> dict[str, Any]:
-    """Verify a random sample of published bundles; raise naming every mismatch.
+#: The check's watermark: the run manifests already checked (written with the store's
+#: compare-and-swap, as the other small mutable documents are).
+WATERMARK_KEY = "maintenance/verify-watermark.json"
+WATERMARK_FORMAT = "pith-maintenance-verify-v1"
+#: Problems named one per line in the error; the count is always exact.
+MAX_LISTED = 50
+#: Where published papers live (an event, bundle, state or copy names its record ID).
+_SUBJECT_PREFIXES = ("events/", "pith/", ".well-known/pith/")
 
-    Each sampled bundle must pass every check of the spec against the registry's
-    key document, its `.well-known` copy must be byte-identical, and `state.json`
-    must equal the bundle's state.
+
+def _watermark(store: Store) -> tuple[set[str], str | None]:
+    """The run manifests the last clean check covered, and the watermark's tag."""
+    from pith_pipeline.core.canonical_json import loads_stored
+    from pith_pipeline.errors import IntegrityError
+
+    got = store.get_tagged(WATERMARK_KEY)
+    if got is None:
+        return set(), None
+    data, tag = got
+    doc = loads_stored(data, WATERMARK_KEY)
+    runs = doc.get("checked_runs") if isinstance(doc, dict) else None
+    if not isinstance(runs, list) or doc.get("format") != WATERMARK_FORMAT:
+        raise IntegrityError(
+            f"not a {WATERMARK_FORMAT} document; delete it to check every run again", key=WATERMARK_KEY
+        )
+    return {str(r) for r in runs}, tag
+
+
+def manifest_scope(manifest: Any) -> tuple[set[str], set[str]]:
+    """The record IDs and arXiv ids a run manifest says the run touched: its Pith
+    numbers, and every object it published (events, bundles, copies, pointers)."""
+    bodies: set[str] = set()
+    arxiv_ids: set[str] = set()
+    if not isinstance(manifest, dict):
+        return bodies, arxiv_ids
+    for pn in manifest.get("pith_numbers") or []:
+        if isinstance(pn, str):
+            bodies.add(pn.rsplit(":", 1)[-1])
+    for obj in manifest.get("objects") or []:
+        key = obj.get("key") if isinstance(obj, dict) else None
+        if not isinstance(key, str):
+            continue
+        if key.startswith("arxiv/") and key.endswith(".json"):
+            arxiv_ids.add(key[len("arxiv/") : -len(".json")])
+        for prefix in _SUBJECT_PREFIXES:
+            if key.startswith(prefix):
+                bodies.add(key[len(prefix) :].split("/", 1)[0])
+    return bodies, arxiv_ids
+
+
+def drift_sample(store: Store, size: int, seed: str) -> list[str]:
+    """Up to `size` record IDs drawn at random from the papers with events or a bundle.
+
+    Drawn from the event store as well as the bundles, so a paper whose bundle was
+    deleted can be drawn. On a store that can list from a key (S3), each draw is one
+    short listing after a random record ID (IDs are hashes, so uniform); elsewhere
+    the store is listed whole.
     """
     import random
 
-    from pith_pipeline.core.canonical_json import loads
-    from pith_pipeline.core.keys import read_key_document
-    from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths
-    from pith_pipeline.core.verify import verify_bundle
+    from pith_pipeline.audit import _BODY
+
+    if size <= 0:
+        return []
+    rng = random.Random(seed)
+    lister = getattr(store, "list_after", None)
+    if lister is None:
+        found: set[str] = set()
+        for prefix in _SUBJECT_PREFIXES[:2]:
+            found.update(b for b in _listed(store.list(prefix), prefix) if _BODY.fullmatch(b))
+        return sorted(rng.sample(sorted(found), min(size, len(found))))
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+    picked: set[str] = set()
+    for draw in range(size * 2):  # some draws land on a paper already drawn
+        if len(picked) >= size:
+            break
+        prefix = _SUBJECT_PREFIXES[draw % 2]
+        start = prefix + "".join(rng.choice(alphabet) for _ in range(26))
+        keys = list(lister(prefix, start, 32)) or list(lister(prefix, prefix, 32))  # wrap around
+        bodies = [b for b in _listed(keys, prefix) if _BODY.fullmatch(b)]
+        if bodies:
+            picked.add(bodies[0])
+    return sorted(picked)
+
+
+def _listed(keys: Iterable[str], prefix: str) -> Iterator[str]:
+    for key in keys:
+        if key.startswith(prefix):
+            yield key[len(prefix) :].split("/", 1)[0]
+
+
+def _is_derived(key: str) -> bool:
+    """A finding `rebuild` can fix: a bundle, state, .well-known copy or arXiv pointer."""
+    return key.startswith(("pith/", ".well-known/pith/", "arxiv/"))
+
+
+def verify_changes(
+    settings: Settings | None,
+    *,
+    sample_size: int,
+    seed: str,
+    store: Store | None = None,
+    repair: bool = False,
+) -> dict[str, Any]:
+    """Check every paper the runs since the last clean check touched, and a sample.
+
+    Reads the run manifests (`runs/<run_id>/manifest.json`) not listed in the
+    watermark (`maintenance/verify-watermark.json`), and audits every paper they
+    touched with `audit.audit_subjects` (the checks of `verify STORE`: events, bundle,
+    state.json and the .well-known copy byte for byte, arXiv pointers), plus
+    `sample_size` papers drawn at random from the whole store (`drift_sample`: damage
+    done outside a run). Time is proportional to what changed, not to the store.
+
+    On problems: with `repair`, re-derives bundles, states, copies and pointers from
+    the event store (`rebuild_from_events`) and checks again; then raises
+    `VerificationError` naming every remaining problem (the first `MAX_LISTED`, and
+    the count) and the command that fixes them. The watermark is advanced only by a
+    clean check, so a problem is reported by every check until it is fixed.
+    """
+    from pith_pipeline.audit import audit_subjects
+    from pith_pipeline.clock import system_clock
+    from pith_pipeline.core.canonical_json import dumps_compact, loads_stored
+    from pith_pipeline.core.layout import is_run_manifest
+    from pith_pipeline.core.timeutil import iso_seconds
+    from pith_pipeline.runs.steps import _store
+
+    if store is None:
+        if settings is None:
+            raise ValueError("verify_changes needs settings or a store")
+        store = _store(settings)
+    checked, tag = _watermark(store)
+    manifests = sorted(k for k in store.list("runs/") if is_run_manifest(k))
+    new = [k for k in manifests if k not in checked]
+    bodies: set[str] = set()
+    arxiv_ids: set[str] = set()
+    for key in new:
+        raw = store.get(key)
+        if raw is None:
+            continue  # deleted since listed: nothing it touched can be named from it
+        b, a = manifest_scope(loads_stored(raw, key))
+        bodies |= b
+        arxiv_ids |= a
+    sample = [b for b in drift_sample(store, sample_size, seed) if b not in bodies]
+
+    def problems() -> list[str]:
+        scope = bodies | set(sample)
+        return [f.line() for f in audit_subjects(store, scope, arxiv_ids)]
+
+    found = problems()
+    repaired: dict[str, Any] | None = None
+    if found and repair:
+        if settings is None:
+            raise ValueError("repair needs settings (the signer)")
+        log.warning("%d problems found; repairing with a rebuild from the event store", len(found))
+        repaired = rebuild_from_events(settings, bundles=True, indexes=True, store=store)
+        found = problems()
+    if found:
+        _raise_problems(store, found, papers=len(bodies) + len(sample))
+    doc = {"format": WATERMARK_FORMAT, "checked_runs": manifests, "checked_at": iso_seconds(system_clock())}
+    if not store.put_if_match(WATERMARK_KEY, dumps_compact(doc), tag):
+        log.warning("%s changed during the check (another check?); left as it is", WATERMARK_KEY)
+    out: dict[str, Any] = {
+        "runs_checked": len(new),
+        "papers_changed": len(bodies),
+        "papers_sampled": len(sample),
+        "failures": 0,
+    }
+    if repaired is not None:
+        out["repaired"] = repaired
+    return out
+
+
+def _raise_problems(store: Store, found: list[str], *, papers: int) -> None:
     from pith_pipeline.errors import VerificationError
+
+    shown = "\n  ".join(found[:MAX_LISTED])
+    more = f"\n  ... and {len(found) - MAX_LISTED} more" if len(found) > MAX_LISTED else ""
+    derived = sum(1 for line in found if _is_derived(line))
+    fix = []
+    if derived:
+        fix.append(
+            f"{derived} of them are derived objects: `pith-pipeline rebuild --store {store.url} "
+            "--signer <private key>` re-derives them from the event store "
+            "(or trigger pith_maintenance with --conf '{\"repair\": true}')"
+        )
+    if derived < len(found):
+        fix.append(
+            f"{len(found) - derived} are not derived (events, key document): rebuild cannot fix "
+            f"them; `pith-pipeline verify {store.url}` explains each"
+        )
+    raise VerificationError(
+        f"{len(found)} problems in {papers} checked papers of {store.url}:\n  {shown}{more}\n"
+        + "\n".join(fix)
+    )
+
+
+def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | None = None) -> dict[str, Any]:
+    """Audit `size` papers drawn at random (`drift_sample`) with the checks of
+    `verify STORE`; raise naming every problem. No watermark is read or written."""
+    from pith_pipeline.audit import audit_subjects
     from pith_pipeline.runs.steps import _store
 
     store = store or _store(settings)
-    keys = published_bundle_keys(store)
-    sample = sorted(random.Random(seed).sample(keys, min(max(size, 0), len(keys))))
-    trusted = None
-    doc_raw = store.get(PUBLIC_KEY_FILE)
-    if doc_raw is not None:
-        trusted = read_key_document(doc_raw, f"{store.url}/{PUBLIC_KEY_FILE}")
-    failures: list[str] = []
-    for key in sample:
-        body = key.split("/")[1]
-        data = store.get(key)
-        if data is None:
-            failures.append(f"{key}: listed but unreadable")
-            continue
-        try:
-            bundle = loads(data)
-        except ValueError as exc:
-            failures.append(f"{key}: not JSON ({exc})")
-            continue
-        report = verify_bundle(bundle, source=key, trusted_keys=trusted)
-        failures.extend(f"{key}: {c.name}: {c.detail}" for c in report.failed)
-        _bkey, skey, wkey = bundle_paths(body)
-        if store.get(wkey) != data:
-            failures.append(f"{wkey}: differs from {key}")
-        state = store.get(skey)
-        try:
-            same = state is not None and isinstance(bundle, dict) and loads(state) == bundle.get("state")
-        except ValueError:
-            same = False
-        if not same:
-            failures.append(f"{skey}: differs from the state in {key}")
-    if failures:
-        shown = "\n  ".join(failures[:50])
-        more = f"\n  ... and {len(failures) - 50} more" if len(failures) > 50 else ""
-        raise VerificationError(
-            f"{len(failures)} mismatches in {len(sample)} sampled bundles of {store.url}:\n  {shown}{more}"
-        )
-    return {"bundles": len(keys), "checked": len(sample), "failures": 0}
+    sample = drift_sample(store, size, seed)
+    found = [f.line() for f in audit_subjects(store, sample)]
+    if found:
+        _raise_problems(store, found, papers=len(sample))
+    return {"checked": len(sample), "failures": 0}
