@@ -55,7 +55,7 @@ INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
         "repair": Param(
             False,
             type="boolean",
-            description="On problems, re-derive bundles, states, copies and pointers from the events, then verify again.",
+            description="On problems: re-derive bundles, states, copies, pointers from events; verify again.",
         ),
         "retention_hours": Param(
             168,
@@ -102,5 +102,6 @@ def pith_maintenance() -> None:
         )
 
     verify(compact(rebuild()))
+
 
 pith_maintenance()

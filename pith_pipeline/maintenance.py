@@ -134,8 +134,9 @@ def drift_sample(store: Store, size: int, seed: str) -> list[str]:
 
     Drawn from the event store as well as the bundles, so a paper whose bundle was
     deleted can be drawn. On a store that can list from a key (S3), each draw is one
-    short listing after a random record ID (IDs are hashes, so uniform); elsewhere
-    the store is listed whole.
+    short listing after a random record ID (IDs are hashes, so uniform), unless one
+    listing of each prefix shows the store is small; elsewhere the store is listed
+    whole. When the store holds at most `size` papers, all are drawn.
     """
     import random
 
@@ -145,10 +146,16 @@ def drift_sample(store: Store, size: int, seed: str) -> list[str]:
         return []
     rng = random.Random(seed)
     lister = getattr(store, "list_after", None)
-    if lister is None:
-        found: set[str] = set()
-        for prefix in _SUBJECT_PREFIXES[:2]:
-            found.update(b for b in _listed(store.list(prefix), prefix) if _BODY.fullmatch(b))
+    found: set[str] = set()
+    small = True
+    for prefix in _SUBJECT_PREFIXES[:2]:
+        if lister is None:
+            keys: Iterable[str] = store.list(prefix)
+        else:
+            keys = list(lister(prefix, prefix, _PAGE))
+            small = small and len(keys) < _PAGE
+        found.update(b for b in _listed(keys, prefix) if _BODY.fullmatch(b))
+    if lister is None or small:
         return sorted(rng.sample(sorted(found), min(size, len(found))))
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
     picked: set[str] = set()
@@ -162,6 +169,10 @@ def drift_sample(store: Store, size: int, seed: str) -> list[str]:
         if bodies:
             picked.add(bodies[0])
     return sorted(picked)
+
+
+#: Keys one listing request returns (S3's most).
+_PAGE = 1000
 
 
 def _listed(keys: Iterable[str], prefix: str) -> Iterator[str]:

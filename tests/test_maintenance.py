@@ -200,3 +200,24 @@ def test_on_a_store_that_lists_from_a_key_the_sample_finds_old_damage(
     store.delete(f"pith/{first[0]}/bundle.json")
     with pytest.raises(VerificationError, match=f"pith/{first[0]}/bundle.json: missing"):
         verify_changes(None, store=store, sample_size=200, seed="s")
+
+
+def test_a_large_store_is_sampled_by_short_listings_not_listed_whole(
+    two_runs: tuple[LocalStore, list[str], list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pith_pipeline import maintenance
+    from pith_pipeline.storage.memory import MemoryStore
+
+    local, first, second = two_runs
+    store = MemoryStore()
+    for key in local.list(""):
+        store.put(key, local.get(key) or b"")
+    assert maintenance.drift_sample(store, 1000, "s") == sorted(set(first) | set(second))  # small: all
+    monkeypatch.setattr(maintenance, "_PAGE", 4)  # as if each prefix held more than a listing
+    calls: list[int] = []
+    real = store.list_after
+    monkeypatch.setattr(store, "list_after", lambda p, a, n: calls.append(n) or real(p, a, n))
+    monkeypatch.setattr(store, "list", lambda p: pytest.fail(f"listed {p} whole"))
+    sample = maintenance.drift_sample(store, 5, "s")
+    assert len(sample) == 5 and set(sample) <= set(first) | set(second)
+    assert len(calls) <= 2 + 2 * 5

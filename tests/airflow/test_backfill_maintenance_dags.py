@@ -66,6 +66,7 @@ def test_snapshot_backfill_then_maintenance(
     assert dr.state == "success", {ti.task_id: ti.state for ti in dr.get_task_instances()}
     assert store.get(bundles[0]) is not None
 
+
 def test_mapped_oai_harvests_keep_the_interval_between_all_requests(
     dagbag: Any, pith_env: dict[str, str], oai_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
