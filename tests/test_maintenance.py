@@ -221,3 +221,32 @@ def test_a_large_store_is_sampled_by_short_listings_not_listed_whole(
     sample = maintenance.drift_sample(store, 5, "s")
     assert len(sample) == 5 and set(sample) <= set(first) | set(second)
     assert len(calls) <= 2 + 2 * 5
+
+
+def test_the_rebuild_command_the_error_names_fixes_every_derived_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    from cli_in_process import run_cli
+
+    key = tmp_path / "k" / "pith-private-key.json"
+    store_dir = tmp_path / "store"
+    assert run_cli(capsys, "keys", "generate", "--out", str(key.parent)).code == 0
+    built = run_cli(capsys, "build", "--input", str(SAMPLE), "--store", str(store_dir), "--signer", str(key))
+    assert built.code == 0, built.err
+    store = LocalStore(store_dir)
+    bodies = sorted({k.split("/")[1] for k in store.list("pith/")})
+    store.delete(f"pith/{bodies[0]}/bundle.json")
+    state = f"pith/{bodies[1]}/state.json"
+    store.put(state, dumps_pretty(loads(store.get(state) or b"")))
+    store.delete(f".well-known/pith/{bodies[2]}/bundle.json")
+    store.delete(sorted(store.list("arxiv/"))[-1])
+    message = failure(store)
+    assert message.startswith("6 problems in ")  # the deleted bundle leaves its state and copy orphaned
+    command = re.search(r"`pith-pipeline (rebuild [^`]*)`", message)
+    assert command is not None
+    args = command.group(1).replace("<private key>", str(key)).split()
+    assert run_cli(capsys, *args).code == 0
+    assert verify_changes(None, store=store, sample_size=0, seed="s")["failures"] == 0
+    assert run_cli(capsys, "verify", str(store_dir)).code == 0
