@@ -447,7 +447,9 @@ class _Auditor:
         Before checking, the subjects each pointer lists that were not audited yet are
         (their findings come first), so the pointer is held to every version's bundle."""
         ids = sorted(set(arxiv_ids))
-        reads = {aid: self.read(pointer_key(aid), MAX_SMALL_BYTES) for aid in ids}
+        reads = dict(
+            _in_order(lambda aid: (aid, self.read(pointer_key(aid), MAX_SMALL_BYTES)), ids, self.concurrency)
+        )
         extra: set[str] = set()
         for raw, _bad in reads.values():
             extra.update(_listed_bodies(raw))
