@@ -6,6 +6,7 @@ The bodies of the `pith_maintenance` DAG's tasks; plain Python, testable without
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -112,21 +113,65 @@ def manifest_scope(manifest: Any) -> tuple[set[str], set[str]]:
     numbers, and every object it published (events, bundles, copies, pointers)."""
     bodies: set[str] = set()
     arxiv_ids: set[str] = set()
-    if not isinstance(manifest, dict):
-        return bodies, arxiv_ids
-    for pn in manifest.get("pith_numbers") or []:
-        if isinstance(pn, str):
-            bodies.add(pn.rsplit(":", 1)[-1])
-    for obj in manifest.get("objects") or []:
-        key = obj.get("key") if isinstance(obj, dict) else None
-        if not isinstance(key, str):
-            continue
-        if key.startswith("arxiv/") and key.endswith(".json"):
-            arxiv_ids.add(key[len("arxiv/") : -len(".json")])
-        for prefix in _SUBJECT_PREFIXES:
-            if key.startswith(prefix):
-                bodies.add(key[len(prefix) :].split("/", 1)[0])
+    if isinstance(manifest, dict):
+        for pn in manifest.get("pith_numbers") or []:
+            if isinstance(pn, str):
+                _add_pith_number(bodies, pn)
+        for obj in manifest.get("objects") or []:
+            key = obj.get("key") if isinstance(obj, dict) else None
+            if isinstance(key, str):
+                _add_object(bodies, arxiv_ids, key)
     return bodies, arxiv_ids
+
+
+def _add_pith_number(bodies: set[str], pith_number: str) -> None:
+    bodies.add(pith_number.rsplit(":", 1)[-1])
+
+
+def _add_object(bodies: set[str], arxiv_ids: set[str], key: str) -> None:
+    if key.startswith("arxiv/") and key.endswith(".json"):
+        arxiv_ids.add(key[len("arxiv/") : -len(".json")])
+    for prefix in _SUBJECT_PREFIXES:
+        if key.startswith(prefix):
+            bodies.add(key[len(prefix) :].split("/", 1)[0])
+
+
+#: A run manifest larger than this is scanned line by line, not parsed whole (a
+#: backfill's lists about 1 KB per paper: millions of papers do not fit in memory).
+MANIFEST_PARSE_BYTES = 64 << 20
+_OBJECT_KEY_LINE = '      "key": '
+_PITH_NUMBER_LINE = re.compile(r'    "(pith:[0-9]{4}:[A-Z2-7]{26})",?')
+
+
+def _stored_manifest_scope(store: Store, key: str) -> tuple[set[str], set[str]]:
+    """`manifest_scope` of the run manifest `key`, streamed to a temporary file first.
+
+    A large one is scanned line by line: run manifests are written as `dumps_pretty`
+    writes them (`runs.manifest._encode`, byte for byte), so each object's key is on a
+    line of its own at a fixed indent, and so is each Pith number."""
+    import tempfile
+
+    from pith_pipeline.core.canonical_json import loads, loads_stored
+    from pith_pipeline.storage.base import read_into
+
+    with tempfile.TemporaryFile(prefix="pith-manifest-") as fh:
+        if not read_into(store, key, fh):
+            return set(), set()  # deleted since listed: nothing it touched can be named from it
+        size = fh.tell()
+        fh.seek(0)
+        if size <= MANIFEST_PARSE_BYTES:
+            return manifest_scope(loads_stored(fh.read(), key))
+        bodies: set[str] = set()
+        arxiv_ids: set[str] = set()
+        for raw in fh:
+            line = raw.decode("utf-8").rstrip("\n")
+            if line.startswith(_OBJECT_KEY_LINE):
+                obj_key = loads(line[len(_OBJECT_KEY_LINE) :].rstrip(",").encode())
+                if isinstance(obj_key, str):
+                    _add_object(bodies, arxiv_ids, obj_key)
+            elif (m := _PITH_NUMBER_LINE.fullmatch(line)) is not None:
+                _add_pith_number(bodies, m.group(1))
+        return bodies, arxiv_ids
 
 
 def drift_sample(store: Store, size: int, seed: str) -> list[str]:
@@ -211,7 +256,7 @@ def verify_changes(
     """
     from pith_pipeline.audit import audit_subjects
     from pith_pipeline.clock import system_clock
-    from pith_pipeline.core.canonical_json import dumps_compact, loads_stored
+    from pith_pipeline.core.canonical_json import dumps_compact
     from pith_pipeline.core.layout import is_run_manifest
     from pith_pipeline.core.timeutil import iso_seconds
     from pith_pipeline.runs.steps import _store
@@ -226,10 +271,7 @@ def verify_changes(
     bodies: set[str] = set()
     arxiv_ids: set[str] = set()
     for key in new:
-        raw = store.get(key)
-        if raw is None:
-            continue  # deleted since listed: nothing it touched can be named from it
-        b, a = manifest_scope(loads_stored(raw, key))
+        b, a = _stored_manifest_scope(store, key)
         bodies |= b
         arxiv_ids |= a
     sample = [b for b in drift_sample(store, sample_size, seed) if b not in bodies]

@@ -155,11 +155,15 @@ def test_a_second_check_reads_only_the_papers_of_the_new_runs(
     old = f".well-known/pith/{first[-1]}/bundle.json"
     store.delete(old)
     third = publish(store, lines[15:18], tmp_path, "run-c", 7)
+    streamed: list[str] = []
+    real_read_into = store.read_into
+    store.read_into = lambda key, out: streamed.append(key) or real_read_into(key, out)  # type: ignore[method-assign]
     with counting_gets(store) as reads:
         result = verify_changes(None, store=store, sample_size=0, seed="s")
+    del store.read_into
     papers = {k.split("/")[1] for k in reads if k.startswith("pith/")}
     assert papers - set(third) == set() and set(third) <= papers
-    assert [k for k in reads if k.startswith("runs/")] == ["runs/run-c/manifest.json"]
+    assert [k for k in reads + streamed if k.startswith("runs/")] == ["runs/run-c/manifest.json"]
     assert result["runs_checked"] == 1 and result["papers_changed"] == len(set(third))
     # the drift sample, drawn from the whole store, finds the old damage
     with pytest.raises(VerificationError, match=f"{old}: missing"):
@@ -250,3 +254,16 @@ def test_the_rebuild_command_the_error_names_fixes_every_derived_problem(
     assert run_cli(capsys, *args).code == 0
     assert verify_changes(None, store=store, sample_size=0, seed="s")["failures"] == 0
     assert run_cli(capsys, "verify", str(store_dir)).code == 0
+
+
+def test_a_large_run_manifest_is_scanned_to_the_same_scope_as_parsed(
+    two_runs: tuple[LocalStore, list[str], list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pith_pipeline import maintenance
+
+    store, first, _second = two_runs
+    key = "runs/run-a/manifest.json"
+    parsed = maintenance.manifest_scope(loads(store.get(key) or b""))
+    assert parsed[0] == set(first) and parsed[1]  # the run's papers, and its pointers
+    monkeypatch.setattr(maintenance, "MANIFEST_PARSE_BYTES", 0)
+    assert maintenance._stored_manifest_scope(store, key) == parsed
