@@ -574,6 +574,10 @@ def audit_subjects(
     subjects' bundles name, and every subject those pointers list. Not checked:
     subjects not named (a stray object elsewhere is `audit_store`'s to find).
     """
+    order = sorted({b for b in bodies if _BODY.fullmatch(b)})
+    arxiv_ids = set(arxiv_ids)
+    if not order and not arxiv_ids:
+        return  # nothing named: not even the key document is needed
     doc_ring, doc_findings = keyring_of_store(store)
     keyring = KeyRing(trusted) if trusted is not None else doc_ring
     yield from doc_findings
@@ -583,7 +587,6 @@ def audit_subjects(
     if n > 1:
         reserve_connections(store, n)
     auditor = _Auditor(store, keyring, pinned=None, trusted=trusted, concurrency=n)
-    order = sorted({b for b in bodies if _BODY.fullmatch(b)})
     audited = _in_order(lambda b: auditor.audit_body(b, list(store.list(event_prefix(b)))), order, n)
     for findings, _reports in audited:
         yield from findings

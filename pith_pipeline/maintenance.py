@@ -8,9 +8,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pith_pipeline.audit import Finding
     from pith_pipeline.config import Settings
     from pith_pipeline.storage.base import Store
 
@@ -276,20 +278,19 @@ def verify_changes(
         arxiv_ids |= a
     sample = [b for b in drift_sample(store, sample_size, seed) if b not in bodies]
 
-    def problems() -> list[str]:
-        scope = bodies | set(sample)
-        return [f.line() for f in audit_subjects(store, scope, arxiv_ids)]
+    def problems() -> _Problems:
+        return _Problems.of(audit_subjects(store, bodies | set(sample), arxiv_ids))
 
     found = problems()
     repaired: dict[str, Any] | None = None
-    if found and repair:
+    if found.count and repair:
         if settings is None:
             raise ValueError("repair needs settings (the signer)")
-        log.warning("%d problems found; repairing with a rebuild from the event store", len(found))
+        log.warning("%d problems found; repairing with a rebuild from the event store", found.count)
         repaired = rebuild_from_events(settings, bundles=True, indexes=True, store=store)
         found = problems()
-    if found:
-        _raise_problems(store, found, papers=len(bodies) + len(sample))
+    if found.count:
+        found.raise_for(store, papers=len(bodies) + len(sample))
     doc = {"format": WATERMARK_FORMAT, "checked_runs": manifests, "checked_at": iso_seconds(system_clock())}
     if not store.put_if_match(WATERMARK_KEY, dumps_compact(doc), tag):
         log.warning("%s changed during the check (another check?); left as it is", WATERMARK_KEY)
@@ -304,28 +305,47 @@ def verify_changes(
     return out
 
 
-def _raise_problems(store: Store, found: list[str], *, papers: int) -> None:
-    from pith_pipeline.errors import VerificationError
+@dataclass
+class _Problems:
+    """The audit's findings, counted: every one, and the first `MAX_LISTED` as lines
+    (a store damaged throughout is not held in memory to be reported)."""
 
-    shown = "\n  ".join(found[:MAX_LISTED])
-    more = f"\n  ... and {len(found) - MAX_LISTED} more" if len(found) > MAX_LISTED else ""
-    derived = sum(1 for line in found if _is_derived(line))
-    fix = []
-    if derived:
-        fix.append(
-            f"{derived} of them are derived objects: `pith-pipeline rebuild --store {store.url} "
-            "--signer <private key>` re-derives them from the event store "
-            "(or trigger pith_maintenance with --conf '{\"repair\": true}')"
+    count: int = 0
+    derived: int = 0
+    shown: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, findings: Iterable[Finding]) -> _Problems:
+        out = cls()
+        for f in findings:
+            out.count += 1
+            out.derived += _is_derived(f.key)
+            if len(out.shown) < MAX_LISTED:
+                out.shown.append(f.line())
+        return out
+
+    def raise_for(self, store: Store, *, papers: int) -> None:
+        """A `VerificationError` naming the problems, and the fix for the derived ones."""
+        from pith_pipeline.errors import VerificationError
+
+        shown = "\n  ".join(self.shown)
+        more = f"\n  ... and {self.count - len(self.shown)} more" if self.count > len(self.shown) else ""
+        fix = []
+        if self.derived:
+            fix.append(
+                f"{self.derived} of them are derived objects: `pith-pipeline rebuild --store {store.url} "
+                "--signer <private key>` re-derives them from the event store "
+                "(or trigger pith_maintenance with --conf '{\"repair\": true}')"
+            )
+        if self.derived < self.count:
+            fix.append(
+                f"{self.count - self.derived} are not derived (events, key document): rebuild cannot "
+                f"fix them; `pith-pipeline verify {store.url}` explains each"
+            )
+        raise VerificationError(
+            f"{self.count} problems in {papers} checked papers of {store.url}:\n  {shown}{more}\n"
+            + "\n".join(fix)
         )
-    if derived < len(found):
-        fix.append(
-            f"{len(found) - derived} are not derived (events, key document): rebuild cannot fix "
-            f"them; `pith-pipeline verify {store.url}` explains each"
-        )
-    raise VerificationError(
-        f"{len(found)} problems in {papers} checked papers of {store.url}:\n  {shown}{more}\n"
-        + "\n".join(fix)
-    )
 
 
 def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | None = None) -> dict[str, Any]:
@@ -336,7 +356,7 @@ def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | No
 
     store = store or _store(settings)
     sample = drift_sample(store, size, seed)
-    found = [f.line() for f in audit_subjects(store, sample)]
-    if found:
-        _raise_problems(store, found, papers=len(sample))
+    found = _Problems.of(audit_subjects(store, sample))
+    if found.count:
+        found.raise_for(store, papers=len(sample))
     return {"checked": len(sample), "failures": 0}

@@ -267,3 +267,8 @@ def test_a_large_run_manifest_is_scanned_to_the_same_scope_as_parsed(
     assert parsed[0] == set(first) and parsed[1]  # the run's papers, and its pointers
     monkeypatch.setattr(maintenance, "MANIFEST_PARSE_BYTES", 0)
     assert maintenance._stored_manifest_scope(store, key) == parsed
+
+
+def test_an_empty_store_passes(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "empty")
+    assert verify_changes(None, store=store, sample_size=10, seed="s")["failures"] == 0
