@@ -5,6 +5,7 @@ The bodies of the `pith_maintenance` DAG's tasks; plain Python, testable without
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from collections.abc import Iterable, Iterator
@@ -110,32 +111,43 @@ def _watermark(store: Store) -> tuple[set[str], str | None]:
     return {str(r) for r in runs}, tag
 
 
-def manifest_scope(manifest: Any) -> tuple[set[str], set[str]]:
-    """The record IDs and arXiv ids a run manifest says the run touched: its Pith
-    numbers, and every object it published (events, bundles, copies, pointers)."""
-    bodies: set[str] = set()
-    arxiv_ids: set[str] = set()
+@dataclass
+class Scope:
+    """What run manifests say their runs touched: record IDs, arXiv ids, and the
+    record IDs they published events of (`events` names the manifest that says so)."""
+
+    bodies: set[str] = field(default_factory=set)
+    arxiv_ids: set[str] = field(default_factory=set)
+    events: dict[str, str] = field(default_factory=dict)
+
+    def add_pith_number(self, pith_number: str) -> None:
+        self.bodies.add(pith_number.rsplit(":", 1)[-1])
+
+    def add_object(self, key: str, manifest: str) -> None:
+        if key.startswith("arxiv/") and key.endswith(".json"):
+            self.arxiv_ids.add(key[len("arxiv/") : -len(".json")])
+        for prefix in _SUBJECT_PREFIXES:
+            if key.startswith(prefix):
+                body = key[len(prefix) :].split("/", 1)[0]
+                self.bodies.add(body)
+                if prefix == "events/":
+                    self.events.setdefault(body, manifest)
+
+
+def manifest_scope(manifest: Any, key: str, scope: Scope | None = None) -> Scope:
+    """What the run manifest `manifest` (stored at `key`) says its run touched: its
+    Pith numbers, and every object it published (events, bundles, copies, pointers),
+    added to `scope`."""
+    scope = scope if scope is not None else Scope()
     if isinstance(manifest, dict):
         for pn in manifest.get("pith_numbers") or []:
             if isinstance(pn, str):
-                _add_pith_number(bodies, pn)
+                scope.add_pith_number(pn)
         for obj in manifest.get("objects") or []:
-            key = obj.get("key") if isinstance(obj, dict) else None
-            if isinstance(key, str):
-                _add_object(bodies, arxiv_ids, key)
-    return bodies, arxiv_ids
-
-
-def _add_pith_number(bodies: set[str], pith_number: str) -> None:
-    bodies.add(pith_number.rsplit(":", 1)[-1])
-
-
-def _add_object(bodies: set[str], arxiv_ids: set[str], key: str) -> None:
-    if key.startswith("arxiv/") and key.endswith(".json"):
-        arxiv_ids.add(key[len("arxiv/") : -len(".json")])
-    for prefix in _SUBJECT_PREFIXES:
-        if key.startswith(prefix):
-            bodies.add(key[len(prefix) :].split("/", 1)[0])
+            obj_key = obj.get("key") if isinstance(obj, dict) else None
+            if isinstance(obj_key, str):
+                scope.add_object(obj_key, key)
+    return scope
 
 
 #: A run manifest larger than this is scanned line by line, not parsed whole (a
@@ -145,7 +157,7 @@ _OBJECT_KEY_LINE = '      "key": '
 _PITH_NUMBER_LINE = re.compile(r'    "(pith:[0-9]{4}:[A-Z2-7]{26})",?')
 
 
-def _stored_manifest_scope(store: Store, key: str) -> tuple[set[str], set[str]]:
+def _stored_manifest_scope(store: Store, key: str, scope: Scope) -> Scope:
     """`manifest_scope` of the run manifest `key`, streamed to a temporary file first.
 
     A large one is scanned line by line: run manifests are written as `dumps_pretty`
@@ -158,22 +170,20 @@ def _stored_manifest_scope(store: Store, key: str) -> tuple[set[str], set[str]]:
 
     with tempfile.TemporaryFile(prefix="pith-manifest-") as fh:
         if not read_into(store, key, fh):
-            return set(), set()  # deleted since listed: nothing it touched can be named from it
+            return scope  # deleted since listed: nothing it touched can be named from it
         size = fh.tell()
         fh.seek(0)
         if size <= MANIFEST_PARSE_BYTES:
-            return manifest_scope(loads_stored(fh.read(), key))
-        bodies: set[str] = set()
-        arxiv_ids: set[str] = set()
+            return manifest_scope(loads_stored(fh.read(), key), key, scope)
         for raw in fh:
             line = raw.decode("utf-8").rstrip("\n")
             if line.startswith(_OBJECT_KEY_LINE):
                 obj_key = loads(line[len(_OBJECT_KEY_LINE) :].rstrip(",").encode())
                 if isinstance(obj_key, str):
-                    _add_object(bodies, arxiv_ids, obj_key)
+                    scope.add_object(obj_key, key)
             elif (m := _PITH_NUMBER_LINE.fullmatch(line)) is not None:
-                _add_pith_number(bodies, m.group(1))
-        return bodies, arxiv_ids
+                scope.add_pith_number(m.group(1))
+        return scope
 
 
 def drift_sample(store: Store, size: int, seed: str) -> list[str]:
@@ -270,16 +280,15 @@ def verify_changes(
     checked, tag = _watermark(store)
     manifests = sorted(k for k in store.list("runs/") if is_run_manifest(k))
     new = [k for k in manifests if k not in checked]
-    bodies: set[str] = set()
-    arxiv_ids: set[str] = set()
+    scope = Scope()
     for key in new:
-        b, a = _stored_manifest_scope(store, key)
-        bodies |= b
-        arxiv_ids |= a
+        _stored_manifest_scope(store, key, scope)
+    bodies = scope.bodies
     sample = [b for b in drift_sample(store, sample_size, seed) if b not in bodies]
 
     def problems() -> _Problems:
-        return _Problems.of(audit_subjects(store, bodies | set(sample), arxiv_ids))
+        audit = audit_subjects(store, bodies | set(sample), scope.arxiv_ids)
+        return _Problems.of(itertools.chain(audit, _vanished(store, scope)))
 
     found = problems()
     repaired: dict[str, Any] | None = None
@@ -303,6 +312,19 @@ def verify_changes(
     if repaired is not None:
         out["repaired"] = repaired
     return out
+
+
+def _vanished(store: Store, scope: Scope) -> Iterator[Finding]:
+    """A paper whose events a run manifest lists, with no event left at all.
+
+    The audit cannot see it (nothing of it is left to check), but the manifest says
+    it was published; events are write-once, so this is loss, not a change."""
+    from pith_pipeline.audit import Finding
+    from pith_pipeline.core.layout import event_prefix
+
+    for body, manifest in sorted(scope.events.items()):
+        if next(iter(store.list(event_prefix(body))), None) is None:
+            yield Finding(event_prefix(body), f"missing: {manifest} lists its events, and none is left")
 
 
 @dataclass

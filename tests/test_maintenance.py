@@ -263,12 +263,25 @@ def test_a_large_run_manifest_is_scanned_to_the_same_scope_as_parsed(
 
     store, first, _second = two_runs
     key = "runs/run-a/manifest.json"
-    parsed = maintenance.manifest_scope(loads(store.get(key) or b""))
-    assert parsed[0] == set(first) and parsed[1]  # the run's papers, and its pointers
+    parsed = maintenance.manifest_scope(loads(store.get(key) or b""), key)
+    assert parsed.bodies == set(parsed.events) == set(first) and parsed.arxiv_ids  # papers, pointers
     monkeypatch.setattr(maintenance, "MANIFEST_PARSE_BYTES", 0)
-    assert maintenance._stored_manifest_scope(store, key) == parsed
+    assert maintenance._stored_manifest_scope(store, key, maintenance.Scope()) == parsed
 
 
 def test_an_empty_store_passes(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "empty")
     assert verify_changes(None, store=store, sample_size=10, seed="s")["failures"] == 0
+
+
+def test_a_paper_deleted_whole_is_named_from_the_manifest_that_published_it(
+    two_runs: tuple[LocalStore, list[str], list[str]],
+) -> None:
+    store, first, _second = two_runs
+    body = first[0]
+    for prefix in (f"events/{body}/", f"pith/{body}/", f".well-known/pith/{body}/"):
+        for key in list(store.list(prefix)):
+            store.delete(key)
+    message = failure(store)
+    assert f"events/{body}/: missing: runs/run-a/manifest.json lists its events, and none is left" in message
+    assert "are not derived (events, key document): rebuild cannot fix them" in message
