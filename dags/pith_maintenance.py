@@ -4,13 +4,18 @@ Weekly (Sunday 03:00 UTC), or triggered with parameters:
 
     airflow dags trigger pith_maintenance --conf '{"rebuild_indexes": true}'
     airflow dags trigger pith_maintenance --conf '{"rebuild_bundles": true, "sample_size": 500}'
+    airflow dags trigger pith_maintenance --conf '{"repair": true}'
 
-    rebuild (only when asked) -> compact -> verify_sample
+    rebuild (only when asked) -> compact -> verify
 
 `rebuild_bundles` re-derives every bundle and state from the write-once event store
 (then re-indexes); `rebuild_indexes` rebuilds the Parquet indexes from the bundles.
-`verify_sample` checks a random sample of bundles against every rule of the spec and
-the registry's key document, and fails the run naming every mismatch.
+`verify` checks, with the checks of `pith-pipeline verify STORE`, every paper the runs
+finished since its last clean check touched (their run manifests name them; the
+checked runs are recorded in `maintenance/verify-watermark.json`) and `sample_size`
+papers drawn from the whole store; it fails the run naming every problem and the
+`pith-pipeline rebuild` command that fixes derived objects (`repair` runs it and
+checks again).
 """
 
 from __future__ import annotations
@@ -42,7 +47,15 @@ INDEX_ASSETS = [Asset(name) for name in at.INDEX_ASSET_NAMES]
             False, type="boolean", description="Rebuild the Parquet indexes from the bundles."
         ),
         "sample_size": Param(
-            200, type="integer", minimum=0, description="How many published bundles to verify."
+            200,
+            type="integer",
+            minimum=0,
+            description="Papers drawn from the whole store to verify, beside every changed one.",
+        ),
+        "repair": Param(
+            False,
+            type="boolean",
+            description="On problems: re-derive bundles, states, copies, pointers from events; verify again.",
         ),
         "retention_hours": Param(
             168,
@@ -76,16 +89,19 @@ def pith_maintenance() -> None:
         )
 
     @task(multiple_outputs=False)
-    def verify_sample(compacted: dict[str, Any], params: Any = None, run_id: Any = None) -> dict[str, Any]:
-        """Verify a random sample of published bundles; fail naming every mismatch."""
+    def verify(compacted: dict[str, Any], params: Any = None, run_id: Any = None) -> dict[str, Any]:
+        """Verify every paper changed since the last clean check, and a sample; fail naming each problem."""
         from pith_pipeline import airflow_tasks as t
-        from pith_pipeline.maintenance import verify_sample
+        from pith_pipeline.maintenance import verify_changes
 
-        return verify_sample(
-            t.load_settings(airflow_variables=True), size=int(params["sample_size"]), seed=str(run_id)
+        return verify_changes(
+            t.load_settings(airflow_variables=True),
+            sample_size=int(params["sample_size"]),
+            seed=str(run_id),
+            repair=bool(params["repair"]),
         )
 
-    verify_sample(compact(rebuild()))
+    verify(compact(rebuild()))
 
 
 pith_maintenance()

@@ -47,6 +47,7 @@ __all__ = [
     "KeyRing",
     "SubjectEvents",
     "audit_store",
+    "audit_subjects",
     "keyring_of_store",
     "reordered_events",
     "subject_events",
@@ -431,9 +432,37 @@ class _Auditor:
             if raw is None:
                 continue
             yield from self._pointer(key, arxiv_id, raw)
-        for arxiv_id, subjects in sorted(self.by_arxiv.items()):
+        for arxiv_id in sorted(self.by_arxiv):
             if arxiv_id not in seen:
-                yield Finding(pointer_key(arxiv_id), f"missing, but bundles exist for {min(subjects)}")
+                yield from self._missing_pointer(arxiv_id)
+
+    def _missing_pointer(self, arxiv_id: str) -> Iterator[Finding]:
+        subjects = self.by_arxiv.get(arxiv_id)
+        if subjects:
+            yield Finding(pointer_key(arxiv_id), f"missing, but bundles exist for {min(subjects)}")
+
+    def pointers_of(self, arxiv_ids: Iterable[str]) -> Iterator[Finding]:
+        """`pointers` for the arXiv ids `arxiv_ids` only (each pointer read once).
+
+        Before checking, the subjects each pointer lists that were not audited yet are
+        (their findings come first), so the pointer is held to every version's bundle."""
+        ids = sorted(set(arxiv_ids))
+        reads = dict(
+            _in_order(lambda aid: (aid, self.read(pointer_key(aid), MAX_SMALL_BYTES)), ids, self.concurrency)
+        )
+        extra: set[str] = set()
+        for raw, _bad in reads.values():
+            extra.update(_listed_bodies(raw))
+        for body in sorted(extra - set(self.created)):
+            yield from self.body(body, list(self.store.list(event_prefix(body))))
+        for aid in ids:
+            raw, bad = reads[aid]
+            if bad:
+                yield bad
+            elif raw is None:
+                yield from self._missing_pointer(aid)
+            else:
+                yield from self._pointer(pointer_key(aid), aid, raw)
 
     def _pointer(self, key: str, arxiv_id: str, raw: bytes) -> Iterator[Finding]:
         try:
@@ -526,6 +555,53 @@ def audit_store(
         if progress is not None:
             progress(1)
     yield from auditor.pointers()
+
+
+def audit_subjects(
+    store: Store,
+    bodies: Iterable[str],
+    arxiv_ids: Iterable[str] = (),
+    *,
+    trusted: list[PublicKey] | None = None,
+    concurrency: int | None = None,
+) -> Iterator[Finding]:
+    """The findings `audit_store` gives for the subjects `bodies` and the arXiv
+    pointers `arxiv_ids`, reading only their objects (and the key document).
+
+    The same checks, by the same code, as `audit_store`: a caller that knows which
+    papers changed (the maintenance check, from the run manifests) checks those in
+    time proportional to them. Also checked: the pointer of each arXiv id the
+    subjects' bundles name, and every subject those pointers list. Not checked:
+    subjects not named (a stray object elsewhere is `audit_store`'s to find).
+    """
+    order = sorted({b for b in bodies if _BODY.fullmatch(b)})
+    arxiv_ids = set(arxiv_ids)
+    if not order and not arxiv_ids:
+        return  # nothing named: not even the key document is needed
+    doc_ring, doc_findings = keyring_of_store(store)
+    keyring = KeyRing(trusted) if trusted is not None else doc_ring
+    yield from doc_findings
+    from pith_pipeline.loader import default_io_concurrency, reserve_connections
+
+    n = concurrency if concurrency is not None else default_io_concurrency(store)
+    if n > 1:
+        reserve_connections(store, n)
+    auditor = _Auditor(store, keyring, pinned=None, trusted=trusted, concurrency=n)
+    audited = _in_order(lambda b: auditor.audit_body(b, list(store.list(event_prefix(b)))), order, n)
+    for findings, _reports in audited:
+        yield from findings
+    yield from auditor.pointers_of({*arxiv_ids, *auditor.by_arxiv})
+
+
+def _listed_bodies(raw: bytes | None) -> Iterator[str]:
+    """The record IDs an arXiv pointer lists (nothing when it is unreadable: its
+    check names it)."""
+    try:
+        records = loads(raw)["records"] if raw is not None else []
+        for r in records:
+            yield PithNumber.parse(r["pith_number"]).body
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return
 
 
 def _in_order(fn: Callable[[_T], _R], items: Iterable[_T], n: int) -> Iterator[_R]:

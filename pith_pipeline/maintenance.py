@@ -1,14 +1,19 @@
-"""Maintenance of a published store: compact and vacuum indexes, rebuild, verify a sample.
+"""Maintenance of a published store: compact and vacuum indexes, rebuild, verify what changed.
 
 The bodies of the `pith_maintenance` DAG's tasks; plain Python, testable without Airflow.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pith_pipeline.audit import Finding
     from pith_pipeline.config import Settings
     from pith_pipeline.storage.base import Store
 
@@ -78,57 +83,302 @@ def published_bundle_keys(store: Store) -> list[str]:
     return [k for k in store.list("pith/") if k.endswith("/bundle.json") and k.count("/") == 2]
 
 
-def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | None = None) -> dict[str, Any]:
-    """Verify a random sample of published bundles; raise naming every mismatch.
+#: The check's watermark: the run manifests already checked (written with the store's
+#: compare-and-swap, as the other small mutable documents are).
+WATERMARK_KEY = "maintenance/verify-watermark.json"
+WATERMARK_FORMAT = "pith-maintenance-verify-v1"
+#: Problems named one per line in the error; the count is always exact.
+MAX_LISTED = 50
+#: Where published papers live (an event, bundle, state or copy names its record ID).
+_SUBJECT_PREFIXES = ("events/", "pith/", ".well-known/pith/")
 
-    Each sampled bundle must pass every check of the spec against the registry's
-    key document, its `.well-known` copy must be byte-identical, and `state.json`
-    must equal the bundle's state.
+
+def _watermark(store: Store) -> tuple[set[str], str | None]:
+    """The run manifests the last clean check covered, and the watermark's tag."""
+    from pith_pipeline.core.canonical_json import loads_stored
+    from pith_pipeline.errors import IntegrityError
+
+    got = store.get_tagged(WATERMARK_KEY)
+    if got is None:
+        return set(), None
+    data, tag = got
+    doc = loads_stored(data, WATERMARK_KEY)
+    runs = doc.get("checked_runs") if isinstance(doc, dict) else None
+    if not isinstance(runs, list) or doc.get("format") != WATERMARK_FORMAT:
+        raise IntegrityError(
+            f"not a {WATERMARK_FORMAT} document; delete it to check every run again", key=WATERMARK_KEY
+        )
+    return {str(r) for r in runs}, tag
+
+
+@dataclass
+class Scope:
+    """What run manifests say their runs touched: record IDs, arXiv ids, and the
+    record IDs they published events of (`events` names the manifest that says so)."""
+
+    bodies: set[str] = field(default_factory=set)
+    arxiv_ids: set[str] = field(default_factory=set)
+    events: dict[str, str] = field(default_factory=dict)
+
+    def add_pith_number(self, pith_number: str) -> None:
+        self.bodies.add(pith_number.rsplit(":", 1)[-1])
+
+    def add_object(self, key: str, manifest: str) -> None:
+        if key.startswith("arxiv/") and key.endswith(".json"):
+            self.arxiv_ids.add(key[len("arxiv/") : -len(".json")])
+        for prefix in _SUBJECT_PREFIXES:
+            if key.startswith(prefix):
+                body = key[len(prefix) :].split("/", 1)[0]
+                self.bodies.add(body)
+                if prefix == "events/":
+                    self.events.setdefault(body, manifest)
+
+
+def manifest_scope(manifest: Any, key: str, scope: Scope | None = None) -> Scope:
+    """What the run manifest `manifest` (stored at `key`) says its run touched: its
+    Pith numbers, and every object it published (events, bundles, copies, pointers),
+    added to `scope`."""
+    scope = scope if scope is not None else Scope()
+    if isinstance(manifest, dict):
+        for pn in manifest.get("pith_numbers") or []:
+            if isinstance(pn, str):
+                scope.add_pith_number(pn)
+        for obj in manifest.get("objects") or []:
+            obj_key = obj.get("key") if isinstance(obj, dict) else None
+            if isinstance(obj_key, str):
+                scope.add_object(obj_key, key)
+    return scope
+
+
+#: A run manifest larger than this is scanned line by line, not parsed whole (a
+#: backfill's lists about 1 KB per paper: millions of papers do not fit in memory).
+MANIFEST_PARSE_BYTES = 64 << 20
+_OBJECT_KEY_LINE = '      "key": '
+_PITH_NUMBER_LINE = re.compile(r'    "(pith:[0-9]{4}:[A-Z2-7]{26})",?')
+
+
+def _stored_manifest_scope(store: Store, key: str, scope: Scope) -> Scope:
+    """`manifest_scope` of the run manifest `key`, streamed to a temporary file first.
+
+    A large one is scanned line by line: run manifests are written as `dumps_pretty`
+    writes them (`runs.manifest._encode`, byte for byte), so each object's key is on a
+    line of its own at a fixed indent, and so is each Pith number."""
+    import tempfile
+
+    from pith_pipeline.core.canonical_json import loads, loads_stored
+    from pith_pipeline.storage.base import read_into
+
+    with tempfile.TemporaryFile(prefix="pith-manifest-") as fh:
+        if not read_into(store, key, fh):
+            return scope  # deleted since listed: nothing it touched can be named from it
+        size = fh.tell()
+        fh.seek(0)
+        if size <= MANIFEST_PARSE_BYTES:
+            return manifest_scope(loads_stored(fh.read(), key), key, scope)
+        for raw in fh:
+            line = raw.decode("utf-8").rstrip("\n")
+            if line.startswith(_OBJECT_KEY_LINE):
+                obj_key = loads(line[len(_OBJECT_KEY_LINE) :].rstrip(",").encode())
+                if isinstance(obj_key, str):
+                    scope.add_object(obj_key, key)
+            elif (m := _PITH_NUMBER_LINE.fullmatch(line)) is not None:
+                scope.add_pith_number(m.group(1))
+        return scope
+
+
+def drift_sample(store: Store, size: int, seed: str) -> list[str]:
+    """Up to `size` record IDs drawn at random from the papers with events or a bundle.
+
+    Drawn from the event store as well as the bundles, so a paper whose bundle was
+    deleted can be drawn. On a store that can list from a key (S3), each draw is one
+    short listing after a random record ID (IDs are hashes, so uniform), unless one
+    listing of each prefix shows the store is small; elsewhere the store is listed
+    whole. When the store holds at most `size` papers, all are drawn.
     """
     import random
 
-    from pith_pipeline.core.canonical_json import loads
-    from pith_pipeline.core.keys import read_key_document
-    from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths
-    from pith_pipeline.core.verify import verify_bundle
-    from pith_pipeline.errors import VerificationError
+    from pith_pipeline.audit import _BODY
+
+    if size <= 0:
+        return []
+    rng = random.Random(seed)
+    lister = getattr(store, "list_after", None)
+    found: set[str] = set()
+    small = True
+    for prefix in _SUBJECT_PREFIXES[:2]:
+        if lister is None:
+            keys: Iterable[str] = store.list(prefix)
+        else:
+            keys = list(lister(prefix, prefix, _PAGE))
+            small = small and len(keys) < _PAGE
+        found.update(b for b in _listed(keys, prefix) if _BODY.fullmatch(b))
+    if lister is None or small:
+        return sorted(rng.sample(sorted(found), min(size, len(found))))
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+    picked: set[str] = set()
+    for draw in range(size * 2):  # some draws land on a paper already drawn
+        if len(picked) >= size:
+            break
+        prefix = _SUBJECT_PREFIXES[draw % 2]
+        start = prefix + "".join(rng.choice(alphabet) for _ in range(26))
+        keys = list(lister(prefix, start, 32)) or list(lister(prefix, prefix, 32))  # wrap around
+        bodies = [b for b in _listed(keys, prefix) if _BODY.fullmatch(b)]
+        if bodies:
+            picked.add(bodies[0])
+    return sorted(picked)
+
+
+#: Keys one listing request returns (S3's most).
+_PAGE = 1000
+
+
+def _listed(keys: Iterable[str], prefix: str) -> Iterator[str]:
+    for key in keys:
+        if key.startswith(prefix):
+            yield key[len(prefix) :].split("/", 1)[0]
+
+
+def _is_derived(key: str) -> bool:
+    """A finding `rebuild` can fix: a bundle, state, .well-known copy or arXiv pointer."""
+    return key.startswith(("pith/", ".well-known/pith/", "arxiv/"))
+
+
+def verify_changes(
+    settings: Settings | None,
+    *,
+    sample_size: int,
+    seed: str,
+    store: Store | None = None,
+    repair: bool = False,
+) -> dict[str, Any]:
+    """Check every paper the runs since the last clean check touched, and a sample.
+
+    Reads the run manifests (`runs/<run_id>/manifest.json`) not listed in the
+    watermark (`maintenance/verify-watermark.json`), and audits every paper they
+    touched with `audit.audit_subjects` (the checks of `verify STORE`: events, bundle,
+    state.json and the .well-known copy byte for byte, arXiv pointers), plus
+    `sample_size` papers drawn at random from the whole store (`drift_sample`: damage
+    done outside a run). Time is proportional to what changed, not to the store.
+
+    On problems: with `repair`, re-derives bundles, states, copies and pointers from
+    the event store (`rebuild_from_events`) and checks again; then raises
+    `VerificationError` naming every remaining problem (the first `MAX_LISTED`, and
+    the count) and the command that fixes them. The watermark is advanced only by a
+    clean check, so a problem is reported by every check until it is fixed.
+    """
+    from pith_pipeline.audit import audit_subjects
+    from pith_pipeline.clock import system_clock
+    from pith_pipeline.core.canonical_json import dumps_compact
+    from pith_pipeline.core.layout import is_run_manifest
+    from pith_pipeline.core.timeutil import iso_seconds
+    from pith_pipeline.runs.steps import _store
+
+    if store is None:
+        if settings is None:
+            raise ValueError("verify_changes needs settings or a store")
+        store = _store(settings)
+    checked, tag = _watermark(store)
+    manifests = sorted(k for k in store.list("runs/") if is_run_manifest(k))
+    new = [k for k in manifests if k not in checked]
+    scope = Scope()
+    for key in new:
+        _stored_manifest_scope(store, key, scope)
+    bodies = scope.bodies
+    sample = [b for b in drift_sample(store, sample_size, seed) if b not in bodies]
+
+    def problems() -> _Problems:
+        audit = audit_subjects(store, bodies | set(sample), scope.arxiv_ids)
+        return _Problems.of(itertools.chain(audit, _vanished(store, scope)))
+
+    found = problems()
+    repaired: dict[str, Any] | None = None
+    if found.count and repair:
+        if settings is None:
+            raise ValueError("repair needs settings (the signer)")
+        log.warning("%d problems found; repairing with a rebuild from the event store", found.count)
+        repaired = rebuild_from_events(settings, bundles=True, indexes=True, store=store)
+        found = problems()
+    if found.count:
+        found.raise_for(store, papers=len(bodies) + len(sample))
+    doc = {"format": WATERMARK_FORMAT, "checked_runs": manifests, "checked_at": iso_seconds(system_clock())}
+    if not store.put_if_match(WATERMARK_KEY, dumps_compact(doc), tag):
+        log.warning("%s changed during the check (another check?); left as it is", WATERMARK_KEY)
+    out: dict[str, Any] = {
+        "runs_checked": len(new),
+        "papers_changed": len(bodies),
+        "papers_sampled": len(sample),
+        "failures": 0,
+    }
+    if repaired is not None:
+        out["repaired"] = repaired
+    return out
+
+
+def _vanished(store: Store, scope: Scope) -> Iterator[Finding]:
+    """A paper whose events a run manifest lists, with no event left at all.
+
+    The audit cannot see it (nothing of it is left to check), but the manifest says
+    it was published; events are write-once, so this is loss, not a change."""
+    from pith_pipeline.audit import Finding
+    from pith_pipeline.core.layout import event_prefix
+
+    for body, manifest in sorted(scope.events.items()):
+        if next(iter(store.list(event_prefix(body))), None) is None:
+            yield Finding(event_prefix(body), f"missing: {manifest} lists its events, and none is left")
+
+
+@dataclass
+class _Problems:
+    """The audit's findings, counted: every one, and the first `MAX_LISTED` as lines
+    (a store damaged throughout is not held in memory to be reported)."""
+
+    count: int = 0
+    derived: int = 0
+    shown: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, findings: Iterable[Finding]) -> _Problems:
+        out = cls()
+        for f in findings:
+            out.count += 1
+            out.derived += _is_derived(f.key)
+            if len(out.shown) < MAX_LISTED:
+                out.shown.append(f.line())
+        return out
+
+    def raise_for(self, store: Store, *, papers: int) -> None:
+        """A `VerificationError` naming the problems, and the fix for the derived ones."""
+        from pith_pipeline.errors import VerificationError
+
+        shown = "\n  ".join(self.shown)
+        more = f"\n  ... and {self.count - len(self.shown)} more" if self.count > len(self.shown) else ""
+        fix = []
+        if self.derived:
+            fix.append(
+                f"{self.derived} of them are derived objects: `pith-pipeline rebuild --store {store.url} "
+                "--signer <private key>` re-derives them from the event store "
+                "(or trigger pith_maintenance with --conf '{\"repair\": true}')"
+            )
+        if self.derived < self.count:
+            fix.append(
+                f"{self.count - self.derived} are not derived (events, key document): rebuild cannot "
+                f"fix them; `pith-pipeline verify {store.url}` explains each"
+            )
+        raise VerificationError(
+            f"{self.count} problems in {papers} checked papers of {store.url}:\n  {shown}{more}\n"
+            + "\n".join(fix)
+        )
+
+
+def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | None = None) -> dict[str, Any]:
+    """Audit `size` papers drawn at random (`drift_sample`) with the checks of
+    `verify STORE`; raise naming every problem. No watermark is read or written."""
+    from pith_pipeline.audit import audit_subjects
     from pith_pipeline.runs.steps import _store
 
     store = store or _store(settings)
-    keys = published_bundle_keys(store)
-    sample = sorted(random.Random(seed).sample(keys, min(max(size, 0), len(keys))))
-    trusted = None
-    doc_raw = store.get(PUBLIC_KEY_FILE)
-    if doc_raw is not None:
-        trusted = read_key_document(doc_raw, f"{store.url}/{PUBLIC_KEY_FILE}")
-    failures: list[str] = []
-    for key in sample:
-        body = key.split("/")[1]
-        data = store.get(key)
-        if data is None:
-            failures.append(f"{key}: listed but unreadable")
-            continue
-        try:
-            bundle = loads(data)
-        except ValueError as exc:
-            failures.append(f"{key}: not JSON ({exc})")
-            continue
-        report = verify_bundle(bundle, source=key, trusted_keys=trusted)
-        failures.extend(f"{key}: {c.name}: {c.detail}" for c in report.failed)
-        _bkey, skey, wkey = bundle_paths(body)
-        if store.get(wkey) != data:
-            failures.append(f"{wkey}: differs from {key}")
-        state = store.get(skey)
-        try:
-            same = state is not None and isinstance(bundle, dict) and loads(state) == bundle.get("state")
-        except ValueError:
-            same = False
-        if not same:
-            failures.append(f"{skey}: differs from the state in {key}")
-    if failures:
-        shown = "\n  ".join(failures[:50])
-        more = f"\n  ... and {len(failures) - 50} more" if len(failures) > 50 else ""
-        raise VerificationError(
-            f"{len(failures)} mismatches in {len(sample)} sampled bundles of {store.url}:\n  {shown}{more}"
-        )
-    return {"bundles": len(keys), "checked": len(sample), "failures": 0}
+    sample = drift_sample(store, size, seed)
+    found = _Problems.of(audit_subjects(store, sample))
+    if found.count:
+        found.raise_for(store, papers=len(sample))
+    return {"checked": len(sample), "failures": 0}

@@ -14,10 +14,10 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data" / "arxiv-sample.jsonl"
 
 
 def test_snapshot_backfill_then_maintenance(
-    dagbag: Any, pith_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    dagbag: Any, pith_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     from pith_pipeline.core.canonical_json import loads
-    from pith_pipeline.maintenance import published_bundle_keys
+    from pith_pipeline.maintenance import WATERMARK_KEY, published_bundle_keys
     from pith_pipeline.storage.base import open_store
 
     monkeypatch.setenv("PITH_SNAPSHOT_CHUNK_BYTES", "20000")
@@ -42,18 +42,29 @@ def test_snapshot_backfill_then_maintenance(
         logical_date=datetime(2026, 1, 4, 3, tzinfo=UTC), run_conf={"sample_size": 1000, "retention_hours": 0}
     )
     assert dr.state == "success"
+    mark = loads(store.get(WATERMARK_KEY) or b"")
+    assert mark["checked_runs"] == ["runs/snapshot-1990-01-01--2030-01-01/manifest.json"]
 
-    # tamper with one published bundle: the sample check must fail the run
-    data = loads(store.get(bundles[0]) or b"")
-    data["state"]["title"] = "tampered"
-    from pith_pipeline.core.canonical_json import dumps_compact
-
-    store.put(bundles[0], dumps_compact(data))
+    # delete one published bundle, its events, state and .well-known copy left: the
+    # backfill's papers were checked already, so only the sample can draw it, and does
+    body = bundles[0].split("/")[1]
+    store.delete(bundles[0])
+    capfd.readouterr()
     dr = dagbag.get_dag("pith_maintenance").test(
         logical_date=datetime(2026, 1, 11, 3, tzinfo=UTC), run_conf={"sample_size": 1000}
     )
     states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
-    assert states["verify_sample"] == "failed" and dr.state == "failed"
+    assert states["verify"] == "failed" and dr.state == "failed"
+    logged = "".join(capfd.readouterr())  # the task's log: the error names the object and the fix
+    assert f"pith/{body}/bundle.json: missing, but events/{body}/ holds" in logged
+    assert f"pith-pipeline rebuild --store {store.url}" in logged
+
+    # repair: rebuilds from the event store, verifies again, and passes
+    dr = dagbag.get_dag("pith_maintenance").test(
+        logical_date=datetime(2026, 1, 18, 3, tzinfo=UTC), run_conf={"sample_size": 1000, "repair": True}
+    )
+    assert dr.state == "success", {ti.task_id: ti.state for ti in dr.get_task_instances()}
+    assert store.get(bundles[0]) is not None
 
 
 def test_mapped_oai_harvests_keep_the_interval_between_all_requests(
