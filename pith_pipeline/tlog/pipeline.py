@@ -43,6 +43,7 @@ from pith_pipeline.core.layout import EVENT_OBJECT, EVENTS, PUBLIC_KEY_FILE, RUN
 from pith_pipeline.errors import IntegrityError, KeyFileError, TerminalError
 from pith_pipeline.storage.base import Store, iter_unsorted
 from pith_pipeline.tlog import merkle
+from pith_pipeline.tlog.entry import Committed, entry_event_hex, log_entry, parse_committed
 from pith_pipeline.tlog.log import (
     CHECKPOINT,
     LOG_PREFIX,
@@ -56,7 +57,6 @@ from pith_pipeline.tlog.log import (
     refuse_fork,
     store_fetch,
 )
-from pith_pipeline.tlog.entry import Committed, entry_event_hex, log_entry, parse_committed
 from pith_pipeline.tlog.note import Checkpoint, Verifier, open_checkpoint
 from pith_pipeline.tlog.pending import judge, settle
 from pith_pipeline.tlog.tiles import TILE_WIDTH

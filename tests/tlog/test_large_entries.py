@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_go_interop import _b64, check_with_go, interop  # noqa: F401  (the fixture)
+from test_go_interop import _b64, check_with_go
+from test_go_interop import interop as interop_fixture  # noqa: F401  (registers the `interop` fixture)
 from test_log_cli import run
 
 from pith_pipeline.core.canonical_json import dumps, loads
@@ -98,7 +99,7 @@ def test_a_collaboration_paper_is_published_and_logged(
     assert entries_of(cwd / "out") == entries
     mon = run("log", "monitor", "out", "--state", "mon.json", cwd=cwd)
     assert mon.returncode == 0, mon.stdout + mon.stderr
-    idx, c = committed[0]
+    _idx, c = committed[0]
     assert c is not None
     proof = run("log", "prove", "sha256:" + c.event_hex, "--log", "out", cwd=cwd)
     assert proof.returncode == 0, proof.stdout + proof.stderr
