@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_go_interop import _b64, check_with_go
-from test_go_interop import interop as interop_fixture  # noqa: F401  (registers the `interop` fixture)
+from test_go_interop import (
+    _b64,
+    check_with_go,
+    interop,  # noqa: F401  (the Go checker fixture)
+)
 from test_log_cli import run
 
 from pith_pipeline.core.canonical_json import dumps, loads
@@ -49,7 +52,10 @@ def entries_of(store_dir: Path) -> list[bytes]:
 
 @pytest.mark.parametrize("authors", [3000, 5000])
 def test_a_collaboration_paper_is_published_and_logged(
-    tmp_path: Path, asset: Any, interop: Path, authors: int
+    tmp_path: Path,
+    asset: Any,
+    interop: Path,  # noqa: F811  (the imported fixture)
+    authors: int,
 ) -> None:
     cwd = tmp_path
     lines = asset("arxiv-sample.jsonl").read_text(encoding="utf-8").splitlines()
