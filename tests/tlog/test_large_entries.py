@@ -25,6 +25,7 @@ from pith_pipeline.core.canonical_json import dumps, loads
 from pith_pipeline.storage.local import LocalStore
 from pith_pipeline.tlog.entry import committed_entry, log_entry, parse_committed
 from pith_pipeline.tlog.log import TileReader, store_fetch
+from pith_pipeline.tlog.monitor import registry_keys
 from pith_pipeline.tlog.pipeline import entry_problem, iter_entries
 from pith_pipeline.tlog.tiles import MAX_ENTRY, decode_bundle, encode_bundle
 
@@ -92,6 +93,17 @@ def test_a_collaboration_paper_is_published_and_logged(
         # the auditor recomputes the id from the stored event the entry commits to
         assert stored["event_id"] == "sha256:" + c.event_hex
         assert hashlib.sha256(canonical).hexdigest() == c.sha256
+    # the monitor's check: the committed entry against the stored event, then the event
+    doc = (cwd / "out/pith-signing-key.json").read_bytes()
+    registry = registry_keys(lambda: doc, "key document")
+    for i, c in committed:
+        assert c is not None
+        assert entry_problem(entries[i], registry, store.get) is None
+        other = next(e for e in entries if e.startswith(b"{"))  # another, valid event
+        said = entry_problem(entries[i], registry, lambda k, o=other, at=c.event_key: o if k == at else None)
+        assert said is not None and c.event_key in said
+        said = entry_problem(entries[i], registry, lambda _k: None)
+        assert said is not None and "missing" in said
     # every other entry is the event inline, as before
     assert all(e.startswith(b"{") for e in entries if parse_committed(e) is None)
 
@@ -165,3 +177,20 @@ def test_the_committed_form_is_exact() -> None:
     assert parse_committed(entry.replace(b"/" + b"cd" * 32, b"/" + b"ef" * 32)) is None
     # the monitor's check of an entry: a committed one is checked against the stored event
     assert entry_problem(entry, {}, lambda _k: None) is not None
+
+
+def test_a_raw_append_of_an_oversize_entry_names_it_and_moves_nothing(tmp_path: Path) -> None:
+    from pith_pipeline.core.keys import Ed25519Signer
+    from pith_pipeline.errors import IntegrityError
+    from pith_pipeline.tlog.log import LogSigner, append_entries
+
+    store = LocalStore(str(tmp_path / "store"))
+    key = Ed25519Signer(bytes(range(32)), "log")
+    log = LogSigner.from_signer(key, "pith.example.org/log")
+    append_entries(store, log, [b"a", b"b"])
+    before = store.get("log/checkpoint")
+    with pytest.raises(IntegrityError, match=r"log entry 3 is 65536 bytes"):
+        append_entries(store, log, [b"c", b"x" * (MAX_ENTRY + 1)])
+    assert store.get("log/checkpoint") == before
+    append_entries(store, log, [b"c", b"x" * MAX_ENTRY])  # the limit itself fits
+    assert TileReader(store_fetch(store), 4).entries(0)[3] == b"x" * MAX_ENTRY
