@@ -175,7 +175,13 @@ def monitor_cmd(location: str, state_path: Path, vkey: str | None) -> None:
     try:
         with tqdm(desc="entries", unit="entry", disable=None) as bar:
             report = monitor(
-                loc.fetch, loc.where, state_path, key_doc=loc.key_doc, vkey=vkey, progress=bar.update
+                loc.fetch,
+                loc.where,
+                state_path,
+                key_doc=loc.key_doc,
+                vkey=vkey,
+                progress=bar.update,
+                events=loc.objects,
             )
     except LogProblem as exc:
         click.echo(f"LOG PROBLEM {exc}", err=True)

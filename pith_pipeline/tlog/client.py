@@ -16,6 +16,7 @@ from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.errors import IntegrityError
 from pith_pipeline.tlog import merkle
+from pith_pipeline.tlog.entry import entry_event_hex
 from pith_pipeline.tlog.log import CHECKPOINT, LOG_PREFIX, Fetch, TileReader, http_fetch, store_fetch
 from pith_pipeline.tlog.note import Checkpoint, Verifier, open_checkpoint
 from pith_pipeline.tlog.pipeline import KEY_DOCUMENT, lookup, verifier_from_key_doc
@@ -32,6 +33,9 @@ class LogLocation:
     key_doc: Callable[[], bytes | None]
     #: the run ids of the store's pending markers (`tlog.pending`); None over HTTP
     pending_runs: Callable[[], list[str]] | None = None
+    #: an object of the registry beside the log, by its store key (`events/...`): what
+    #: a hash-committed entry names; None when absent
+    objects: Callable[[str], bytes | None] | None = None
 
     @classmethod
     def open(cls, location: str) -> LogLocation:
@@ -40,7 +44,8 @@ class LogLocation:
         if location.startswith(("http://", "https://")):
             base = location.rstrip("/")
             parent = base.rsplit("/", 1)[0]
-            return cls(http_fetch(base), base, lambda: http_fetch(parent)(KEY_DOCUMENT))
+            beside = http_fetch(parent)
+            return cls(http_fetch(base), base, lambda: beside(KEY_DOCUMENT), objects=beside)
         from pith_pipeline.storage.base import open_store
         from pith_pipeline.tlog.pending import PENDING, run_of
 
@@ -50,6 +55,7 @@ class LogLocation:
             f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}",
             lambda: store.get(KEY_DOCUMENT),
             lambda: sorted({run_of(k) for k in store.list(PENDING)}),
+            store.get,
         )
 
     def verifier(self, vkey: str | None = None) -> Verifier:
@@ -86,10 +92,8 @@ def prove_event(loc: LogLocation, reader: TileReader, cp: Checkpoint, event_id: 
     if idx is None:
         raise IntegrityError(f"event sha256:{hex_id} is not in the log {loc.where} (size {cp.size})")
     entry = reader.entries(idx // 256)[idx % 256]
-    try:
-        logged_id = loads(entry).get("event_id")
-    except (ValueError, AttributeError):
-        logged_id = None
+    logged = entry_event_hex(entry)
+    logged_id = None if logged is None else "sha256:" + logged
     if logged_id != "sha256:" + hex_id:
         raise IntegrityError(f"event sha256:{hex_id}: log entry {idx} is another event ({logged_id})")
     leaf = merkle.leaf_hash(entry)

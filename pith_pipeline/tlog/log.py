@@ -22,6 +22,7 @@ from pith_pipeline.storage.base import Store, barrier
 from pith_pipeline.tlog import merkle
 from pith_pipeline.tlog.note import Checkpoint, Verifier, open_checkpoint, sign_note
 from pith_pipeline.tlog.tiles import (
+    MAX_ENTRY,
     TILE_HEIGHT,
     TILE_WIDTH,
     decode_bundle,
@@ -290,6 +291,11 @@ def append_entries(
             push(level + 1, merkle.root_of(full), index // TILE_WIDTH)
 
     for entry in entries:
+        if len(entry) > MAX_ENTRY:  # before anything of it is written (`tlog.entry` avoids it)
+            raise IntegrityError(
+                f"{where}: log entry {size} is {len(entry)} bytes, more than a bundle holds ({MAX_ENTRY}); "
+                "nothing was appended"
+            )
         bundle.append(entry)
         push(0, merkle.leaf_hash(entry), size)
         if len(bundle) == TILE_WIDTH:

@@ -90,9 +90,13 @@ def monitor(
     key_doc: Callable[[], bytes | None],
     vkey: str | None = None,
     progress: Callable[[int], None] | None = None,
+    events: Callable[[str], bytes | None] | None = None,
 ) -> MonitorReport:
     """One monitoring round. Raises `LogProblem` naming a fork, a shrink or a bad
-    entry (the state file is then left as it was: the last checkpoint trusted)."""
+    entry (the state file is then left as it was: the last checkpoint trusted).
+
+    `events` reads an object of the registry beside the log by its store key: a
+    hash-committed entry (`tlog.entry`) is checked against the event it names."""
     state = _read_state(state_path)
     if state is not None:
         verifier = Verifier.parse(state["vkey"])
@@ -131,7 +135,7 @@ def monitor(
         keys = registry_keys(key_doc, f"{where}/../{KEY_DOCUMENT}")
         seen = 0
         for idx, entry in iter_entries(reader, old_size):
-            problem = entry_problem(entry, keys)
+            problem = entry_problem(entry, keys, events)
             if problem is not None:
                 raise LogProblem("bad entry", f"entry {idx} does not verify: {problem}")
             seen += 1

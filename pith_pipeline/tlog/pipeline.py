@@ -43,6 +43,7 @@ from pith_pipeline.core.layout import EVENT_OBJECT, EVENTS, PUBLIC_KEY_FILE, RUN
 from pith_pipeline.errors import IntegrityError, KeyFileError, TerminalError
 from pith_pipeline.storage.base import Store, iter_unsorted
 from pith_pipeline.tlog import merkle
+from pith_pipeline.tlog.entry import Committed, entry_event_hex, log_entry, parse_committed
 from pith_pipeline.tlog.log import (
     CHECKPOINT,
     LOG_PREFIX,
@@ -128,8 +129,62 @@ def event_entry(data: bytes, where: str, written_sha256: str | None = None) -> t
         raise IntegrityError(f"not logged: {exc}", key=where) from None
 
 
-def entry_problem(entry: bytes, keys: Mapping[str, PublicKey]) -> str | None:
-    """Why a log entry is not a valid, signed, canonical event (None when it is)."""
+def logged_form(canonical: bytes, hex_id: str, key: str, where: str) -> bytes:
+    """The log entry of an event (`entry.log_entry`: inline, or hash-committed when
+    larger than a bundle entry holds); IntegrityError naming the event otherwise."""
+    try:
+        return log_entry(canonical, hex_id, key)
+    except ValueError as exc:
+        raise IntegrityError(
+            f"not logged: {_event_name(canonical, hex_id)}: {exc}", key=f"{where}/{key}"
+        ) from None
+
+
+def _event_name(canonical: bytes, hex_id: str) -> str:
+    """`<kind> event sha256:<id> of <pith number>` for an error message (what the
+    event says of itself, as far as it parses)."""
+    try:
+        ev = loads(canonical)
+        kind = str(ev.get("event_type") or "an")
+        subject = str(ev.get("subject_pith_number") or "")
+    except (ValueError, TypeError, AttributeError):
+        kind, subject = "an", ""
+    return f"{kind} event sha256:{hex_id}" + (f" of {subject}" if subject else "")
+
+
+def committed_problem(c: Committed, get: Callable[[str], bytes | None]) -> str | None:
+    """Why the event stored at a committed entry's key is not the one it commits to
+    (None when it is: same canonical length and SHA-256, and its id recomputes)."""
+    data = get(c.event_key)
+    if data is None:
+        return f"commits to {c.event_key}, which is missing"
+    try:
+        canonical, hex_id, _ = event_entry(data, c.event_key)
+    except IntegrityError as exc:
+        return f"commits to {c.event_key}: {exc}"
+    if hex_id != c.event_hex or not c.matches(canonical):
+        return f"commits to other bytes than the event at {c.event_key}"
+    return None
+
+
+def entry_problem(
+    entry: bytes, keys: Mapping[str, PublicKey], get: Callable[[str], bytes | None] | None = None
+) -> str | None:
+    """Why a log entry is not a valid, signed, canonical event (None when it is).
+
+    A hash-committed entry (`tlog.entry`) is checked against the event stored at its
+    key, read with `get` (a store-relative reader; without one it cannot be checked),
+    and that event is then checked as an inline entry would be."""
+    c = parse_committed(entry)
+    if c is not None:
+        if get is None:
+            return f"a committed entry for {c.event_key}, and no event store to check it against"
+        bad = committed_problem(c, get)
+        if bad is not None:
+            return bad
+        data = get(c.event_key)
+        assert data is not None
+        return entry_problem(dumps(loads(data)), keys)
     try:
         ev = loads(entry)
         if not isinstance(ev, dict):
@@ -449,6 +504,7 @@ def _append_keys(
             try:
                 known = written.get(key) if written is not None else None
                 entry, hex_id, _ = event_entry(data, f"{store.url}/{key}", known)
+                entry = logged_form(entry, hex_id, key, store.url)
             except IntegrityError as exc:
                 problems.append(str(exc))
                 continue
@@ -579,10 +635,10 @@ def append_from(
         new_ids = SpillList()
 
         def entries() -> Iterator[bytes]:
-            for hex_id, _key, entry in source.log_entries():  # each id once
+            for hex_id, key, entry in source.log_entries():  # each id once
                 if hex_id not in logged:
                     new_ids.append(hex_id)
-                    yield entry
+                    yield logged_form(entry, hex_id, key, store.url)
 
         result = _append_ordered(store, log, entries(), new_ids, kept)
     return LogRun(result, [])
@@ -706,6 +762,9 @@ class _Hints:
         proof = self._reader.inclusion_proof(idx)
         if not merkle.verify_inclusion(idx, self.size, merkle.leaf_hash(entry), proof, self.cp.root):
             return False
+        c = parse_committed(entry)
+        if c is not None:  # the stored event is the one committed to
+            return c.event_hex == hex_id and committed_problem(c, self.store.get) is None
         try:
             ev = loads(entry)
             return isinstance(ev, dict) and content_sha256(ev) == hex_id == str(
@@ -737,10 +796,8 @@ def _entry_ids(store: Store, cp: Checkpoint) -> SpillList:
         raise IntegrityError(f"{where}: the stored tiles do not hash to the checkpoint's root")
     rows = SpillList()
     for idx, entry in iter_entries(reader):
-        try:
-            ev = loads(entry)
-            hex_id = str(ev["event_id"]).removeprefix("sha256:")
-        except (ValueError, TypeError, KeyError):
+        hex_id = entry_event_hex(entry)
+        if hex_id is None:
             continue  # not an event: nothing to look up
         rows.append(f"{hex_id} {idx:020d}")
     out = SpillList()
@@ -1011,7 +1068,8 @@ def _refuse_rebuilt_fork(store: Store, rec: Recorded) -> None:
         if data is None:
             continue
         try:
-            entry, _hex, _ = event_entry(data, f"{store.url}/{key}")
+            entry, hex_id, _ = event_entry(data, f"{store.url}/{key}")
+            entry = logged_form(entry, hex_id, key, store.url)
         except IntegrityError:
             continue
         count += 1
@@ -1089,12 +1147,13 @@ def check_log_matches_event_store(
         in_log: dict[str, int] = {}
         problems: list[str] = []
         for idx, entry in iter_entries(reader):
-            try:
-                ev = loads(entry)
-                hex_id = str(ev["event_id"]).removeprefix("sha256:")
-            except (ValueError, TypeError, KeyError):
+            hex_id = entry_event_hex(entry)
+            if hex_id is None:
                 problems.append(f"{where}: entry {idx} is not an event")
                 continue
+            c = parse_committed(entry)
+            if c is not None and (bad := committed_problem(c, store.get)) is not None:
+                problems.append(f"{where}: entry {idx} (event sha256:{hex_id}): {bad}")
             if hex_id in in_log:
                 problems.append(f"{where}: event {hex_id} is logged twice (entries {in_log[hex_id]}, {idx})")
             in_log.setdefault(hex_id, idx)
