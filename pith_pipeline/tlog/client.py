@@ -41,10 +41,10 @@ class LogLocation:
             base = location.rstrip("/")
             parent = base.rsplit("/", 1)[0]
             return cls(http_fetch(base), base, lambda: http_fetch(parent)(KEY_DOCUMENT))
-        from pith_pipeline.storage.base import open_store
+        from pith_pipeline.storage.base import open_existing_store
         from pith_pipeline.tlog.pending import PENDING, run_of
 
-        store = open_store(location)
+        store = open_existing_store(location)  # a log to read: a missing store is an error
         return cls(
             store_fetch(store),
             f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}",
