@@ -49,8 +49,14 @@ def _vkey_option(fn: F) -> F:
 @click.argument("location", envvar=envvar("store"))
 @_vkey_option
 def status(location: str, vkey: str | None) -> None:
-    """Size, root hash and age of the log's current checkpoint."""
+    """Size, root hash and age of the log's current checkpoint, whose signature is
+    verified first (with --vkey, else the log key the registry's key document names).
+
+    The age is the writer's own note of when it last appended (log/appended.json):
+    a checkpoint carries no time, so the age is the one line the signature does not
+    cover, and it says so."""
     from pith_pipeline.tlog.client import LogLocation
+    from pith_pipeline.tlog.log import LOG_PREFIX
     from pith_pipeline.tlog.pipeline import APPENDED
 
     loc = LogLocation.open(location)
@@ -61,6 +67,8 @@ def status(location: str, vkey: str | None) -> None:
     click.echo(f"size:       {cp.size}")
     click.echo(f"root:       {cp.root_b64}")
     click.echo(f"vkey:       {verifier.vkey}")
+    # open_checkpoint refused a checkpoint whose signature does not verify with it
+    click.echo(f"checkpoint: signed by {verifier.name} (signature verified with the vkey above)")
     meta = loc.fetch(APPENDED)
     age = "unknown"
     if meta is not None:
@@ -69,7 +77,10 @@ def status(location: str, vkey: str | None) -> None:
             if doc.get("size") == cp.size:
                 at = datetime.fromisoformat(str(doc["appended_at"]).replace("Z", "+00:00"))
                 secs = int((datetime.now(tz=UTC) - at).total_seconds())
-                age = f"{secs // 3600}h{secs % 3600 // 60:02d}m (appended {doc['appended_at']}, unsigned)"
+                age = (
+                    f"{secs // 3600}h{secs % 3600 // 60:02d}m (appended {doc['appended_at']}, "
+                    f"as the writer noted in {LOG_PREFIX}{APPENDED}: not covered by the signature)"
+                )
         except (ValueError, KeyError, TypeError, AttributeError):
             pass
     click.echo(f"age:        {age}")
