@@ -49,8 +49,14 @@ def _vkey_option(fn: F) -> F:
 @click.argument("location", envvar=envvar("store"))
 @_vkey_option
 def status(location: str, vkey: str | None) -> None:
-    """Size, root hash and age of the log's current checkpoint."""
+    """Size, root hash and age of the log's current checkpoint, whose signature is
+    verified first (with --vkey, else the log key the registry's key document names).
+
+    The age is the writer's own note of when it last appended (log/appended.json):
+    a checkpoint carries no time, so the age is the one line the signature does not
+    cover, and it says so."""
     from pith_pipeline.tlog.client import LogLocation
+    from pith_pipeline.tlog.log import LOG_PREFIX
     from pith_pipeline.tlog.pipeline import APPENDED
 
     loc = LogLocation.open(location)
@@ -61,6 +67,8 @@ def status(location: str, vkey: str | None) -> None:
     click.echo(f"size:       {cp.size}")
     click.echo(f"root:       {cp.root_b64}")
     click.echo(f"vkey:       {verifier.vkey}")
+    # open_checkpoint refused a checkpoint whose signature does not verify with it
+    click.echo(f"checkpoint: signed by {verifier.name} (signature verified with the vkey above)")
     meta = loc.fetch(APPENDED)
     age = "unknown"
     if meta is not None:
@@ -69,7 +77,10 @@ def status(location: str, vkey: str | None) -> None:
             if doc.get("size") == cp.size:
                 at = datetime.fromisoformat(str(doc["appended_at"]).replace("Z", "+00:00"))
                 secs = int((datetime.now(tz=UTC) - at).total_seconds())
-                age = f"{secs // 3600}h{secs % 3600 // 60:02d}m (appended {doc['appended_at']}, unsigned)"
+                age = (
+                    f"{secs // 3600}h{secs % 3600 // 60:02d}m (appended {doc['appended_at']}, "
+                    f"as the writer noted in {LOG_PREFIX}{APPENDED}: not covered by the signature)"
+                )
         except (ValueError, KeyError, TypeError, AttributeError):
             pass
     click.echo(f"age:        {age}")
@@ -228,10 +239,10 @@ def sync(store: str, log_signer: str, lease_wait: float) -> None:
 
     Appends under the store's `log` lease: while another writer appends, it fails
     naming that writer (exit 75), or waits with --wait SECONDS."""
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.base import open_existing_store
     from pith_pipeline.tlog.pipeline import LogLease, event_store_keys, open_log_signer, sync_log
 
-    st = open_store(store)
+    st = open_existing_store(store)
     lease = LogLease("log sync", wait=lease_wait, on_wait=lease_notice)
     _report(sync_log(st, open_log_signer(log_signer, st), event_store_keys(st), lease=lease, everything=True))
 
@@ -243,10 +254,10 @@ def sync(store: str, log_signer: str, lease_wait: float) -> None:
 def rebuild(store: str, log_signer: str, lease_wait: float) -> None:
     """Create the log from the event store, for a store that has none. Refuses to
     rewrite an existing log. Holds the `log` lease as `log sync` does (--wait)."""
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.base import open_existing_store
     from pith_pipeline.tlog.pipeline import LogLease, open_log_signer, rebuild_log
 
-    st = open_store(store)
+    st = open_existing_store(store)
     lease = LogLease("log rebuild", wait=lease_wait, on_wait=lease_notice)
     _report(rebuild_log(st, open_log_signer(log_signer, st), lease=lease))
 
@@ -257,11 +268,11 @@ def rebuild(store: str, log_signer: str, lease_wait: float) -> None:
 def verify_store(store: str, vkey: str | None) -> None:
     """Check the log holds exactly the event store's events, each once, and that
     every entry matches the signed tree (also part of `pith-pipeline verify STORE`)."""
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.base import open_existing_store
     from pith_pipeline.tlog.note import Verifier
     from pith_pipeline.tlog.pipeline import check_log_matches_event_store
 
-    st = open_store(store)
+    st = open_existing_store(store)
     problems = check_log_matches_event_store(st, Verifier.parse(vkey) if vkey else None)
     for p in problems:
         click.echo(f"FAIL {p}")

@@ -16,7 +16,7 @@ from pith_pipeline.cli.options import (
     store_option,
     wait_option,
 )
-from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.base import open_existing_store, open_store
 from pith_pipeline.storage.lease import writer_lease
 
 
@@ -114,7 +114,7 @@ def show(store: str) -> None:
     from pith_pipeline.core.keys import read_key_document
     from pith_pipeline.errors import InputError
 
-    st = open_store(store)
+    st = open_existing_store(store)
     data = st.get(PUBLIC_KEY_FILE)
     if data is None:
         raise InputError(f"{st.url}/{PUBLIC_KEY_FILE} does not exist")
@@ -169,7 +169,7 @@ def reissue(
     from pith_pipeline.reissue import Reissuer
     from pith_pipeline.signing.factory import open_signer
 
-    st = open_store(store)
+    st = open_existing_store(store)
     r = Reissuer(st, open_signer(signer_spec), build_config(base_url, registry_name, signer_id))
     with writer_lease(
         st, command="receipts reissue", run_id=r.pub.summary.run_id, wait=lease_wait, on_wait=lease_notice

@@ -22,7 +22,7 @@ from pith_pipeline.cli.options import (
     wait_option,
 )
 from pith_pipeline.errors import IncompleteRunError
-from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.base import open_existing_store
 from pith_pipeline.storage.lease import writer_lease
 
 
@@ -64,7 +64,7 @@ def query(sql: str, store: str, fmt: str) -> None:
 
     from pith_pipeline.index import format_table, run_query
 
-    result = run_query(open_store(store), sql)
+    result = run_query(open_existing_store(store), sql)
     if fmt == "table":
         click.echo(format_table(result))
     elif fmt == "csv":
@@ -103,7 +103,7 @@ def status(store: str, deep: bool, as_json: bool) -> None:
     from pith_pipeline.index import format_status
     from pith_pipeline.index import status as get_status
 
-    opened = open_store(store)
+    opened = open_existing_store(store)
     st = get_status(opened, deep=deep)
     damaged: list[str] = []
     if deep:
@@ -153,7 +153,7 @@ def rebuild(
     from pith_pipeline.pipeline import rebuild as do_rebuild
     from pith_pipeline.signing.factory import open_signer
 
-    st = open_store(store)
+    st = open_existing_store(store)
     signer = open_signer(key_path)
     n = 0
     failures: list[str] = []
@@ -218,7 +218,7 @@ def reindex(store: str, retention_hours: float, lease_wait: float) -> None:
     """
     from pith_pipeline.index import reindex as do_reindex
 
-    st = open_store(store)
+    st = open_existing_store(store)
     with (
         writer_lease(st, command="reindex", papers=False, index=True, wait=lease_wait, on_wait=lease_notice),
         tqdm(desc="index", unit="bundle", disable=None) as bar,
@@ -249,7 +249,7 @@ def compact(store: str, retention_hours: float, z_order: bool, lease_wait: float
     """
     from pith_pipeline.index import compact as do_compact
 
-    st = open_store(store)
+    st = open_existing_store(store)
     with (
         writer_lease(st, command="compact", papers=False, index=True, wait=lease_wait, on_wait=lease_notice),
         tqdm(desc="compact", unit="table", disable=None) as bar,

@@ -1,8 +1,9 @@
 """What is published in a store: its index tables, run manifests and quarantine.
 
 The default reads only small objects (each table's Delta log, the `runs/` and
-`quarantine/` listings) plus the Parquet footers the row counts need, so it is
-cheap on a large S3 store; `deep` also lists every bundle and event object and
+`quarantine/` listings, the last 64 KiB of each run manifest for the time it
+finished, then the last run's manifest) plus the Parquet footers the row counts
+need, so it is cheap on a large S3 store; `deep` also lists every bundle and event object and
 reports bundles missing from the index.
 
 A damaged index (an unreadable log or Parquet file) is one `StorageError` naming
@@ -11,12 +12,17 @@ the object and saying to run `reindex` (the CLI prints it on one line, exit code
 
 from __future__ import annotations
 
+import json
+import re
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from pith_pipeline.core.canonical_json import loads_stored
 from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT, RUNS, is_run_manifest
+from pith_pipeline.errors import StorageError
 from pith_pipeline.index.delta import location
-from pith_pipeline.index.query import connect, needs_views, read_error
+from pith_pipeline.index.query import arrow_source, connect, needs_views, read_error
 from pith_pipeline.index.schema import TABLES
 from pith_pipeline.index.writer import all_bundle_keys, live_files, open_table, table_exists
 from pith_pipeline.storage.base import Store, read_into
@@ -63,6 +69,72 @@ class _RecordLines:
         self._open = False
 
 
+#: bytes read from the end of a run manifest to find its `finished_at` (its last
+#: top-level fields but the log entry: the objects it lists come first)
+MANIFEST_TAIL = 64 * 1024
+_FINISHED_AT = re.compile(rb'\n  "finished_at": ("(?:[^"\\\n]|\\.)*")')
+_NEVER = datetime.min.replace(tzinfo=UTC)
+
+
+def _when(value: object) -> datetime:
+    """A manifest's `finished_at` as a time; a missing or unreadable one sorts first."""
+    if not isinstance(value, str):
+        return _NEVER
+    try:
+        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return _NEVER
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _tail(store: Store, key: str, size: int) -> bytes | None:
+    """The last `size` bytes of an object, read by range where the store can (a local
+    or S3 store, through its pyarrow filesystem); None where it cannot."""
+    try:
+        fs, root = arrow_source(store)
+    except StorageError:
+        return None
+    try:
+        with fs.open_input_file(f"{root}/{key}") as fh:
+            total = fh.size()
+            start = max(0, total - size)
+            return bytes(fh.read_at(total - start, start))
+    except (OSError, ValueError):
+        return None  # read whole by the caller, whose errors name the object
+
+
+def finished_at(store: Store, key: str) -> datetime:
+    """When the run of manifest `key` finished (its `finished_at`).
+
+    Read from the manifest's last bytes: a backfill's manifest lists millions of
+    objects before it. A manifest whose end does not hold it is read whole.
+    """
+    tail = _tail(store, key, MANIFEST_TAIL)
+    if tail is not None:
+        found = _FINISHED_AT.findall(tail)
+        if found:
+            return _when(json.loads(found[-1]))
+    data = store.get(key)
+    doc = loads_stored(data, key) if data else None
+    return _when(doc.get("finished_at") if isinstance(doc, dict) else None)
+
+
+def last_finished(store: Store, manifests: list[str]) -> str:
+    """The manifest of the run that finished last; runs that finished in the same
+    second are ordered by their keys.
+
+    Why by the recorded time: only `build`/`ingest` run ids start with their start
+    time; a backfill's are its kind and window (`snapshot-2019-09-01--2019-10-01`,
+    `ingest-2019-09-29-rerun-1`), which sort after every timestamped id whenever the
+    backfill ran. Each manifest's time costs one small ranged read, several at once.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(16, len(manifests))) as pool:
+        times = list(pool.map(partial(finished_at, store), manifests))
+    return max(zip(times, manifests, strict=True))[1]
+
+
 def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
     import duckdb
     import pyarrow as pa
@@ -91,11 +163,12 @@ def status(store: Store, *, deep: bool = False) -> dict[str, Any]:
     out["runs"] = len(runs)
     out["last_run"] = None
     if runs:
-        data = store.get(runs[-1])  # run ids start with their UTC start time
-        doc = loads_stored(data, runs[-1]) if data else {}
+        last = last_finished(store, runs)
+        data = store.get(last)
+        doc = loads_stored(data, last) if data else {}
         if isinstance(doc, dict) and doc.get("format") == RUN_MANIFEST_FORMAT:
             out["last_run"] = {
-                "key": runs[-1],
+                "key": last,
                 "run_id": doc.get("run_id"),
                 "finished_at": doc.get("finished_at"),
                 "window": doc.get("window"),

@@ -46,10 +46,10 @@ class LogLocation:
             parent = base.rsplit("/", 1)[0]
             beside = http_fetch(parent)
             return cls(http_fetch(base), base, lambda: beside(KEY_DOCUMENT), objects=beside)
-        from pith_pipeline.storage.base import open_store
+        from pith_pipeline.storage.base import open_existing_store
         from pith_pipeline.tlog.pending import PENDING, run_of
 
-        store = open_store(location)
+        store = open_existing_store(location)  # a log to read: a missing store is an error
         return cls(
             store_fetch(store),
             f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}",
