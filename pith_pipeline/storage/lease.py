@@ -135,6 +135,12 @@ class LeaseLostError(TransientError):
     """This writer's lease expired or was taken over: it must stop writing."""
 
 
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line: its message, else its type (never a traceback)."""
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -285,14 +291,18 @@ class WriterLease:
     # -- acquire / release ---------------------------------------------------------
     def acquire(self) -> WriterLease:
         deadline = self.now() + max(0.0, self.wait)
+        # renewal runs from the first lease held: leases are taken one at a time, and
+        # those held must not expire while the writer waits (`--wait`) for a busy one
+        self._thread = threading.Thread(target=self._renew_loop, name="pith-lease", daemon=True)
+        self._thread.start()
         try:
             for name in self.names:
-                self._held.append(self._acquire_one(name, deadline))
+                held = self._acquire_one(name, deadline)
+                with self._lock:
+                    self._held.append(held)
         except BaseException:
             self.release()
             raise
-        self._thread = threading.Thread(target=self._renew_loop, name="pith-lease", daemon=True)
-        self._thread.start()
         # the next writer removes what killed ones left in the store's `.tmp/` (a local
         # store; only files of writers that are gone: `LocalStore.sweep_temporary`)
         sweep = getattr(self.store, "sweep_temporary", None)
@@ -372,7 +382,16 @@ class WriterLease:
     def _renew_loop(self) -> None:
         interval = self.ttl / 4
         while not self._stop.wait(interval):
-            self.renew()
+            try:
+                self.renew()
+            except BaseException as exc:  # recorded, never a traceback: `check` stops the run
+                self._lose(f"lease could not be renewed ({_one_line(exc)})")
+                return
+
+    def _lose(self, why: str) -> None:
+        if self._lost is None:
+            self._lost = why
+            log.warning("%s: %s", self.store.url, why)
 
     def renew(self) -> None:
         """Extend every lease by one TTL; a lease someone else took is lost for good."""
@@ -391,8 +410,15 @@ class WriterLease:
                         self._lost = f"lease {h.key} was taken over by another writer"
                         return
                     h.tag, h.expires_at = got[1], start + self.ttl
-                except StorageError as exc:  # keep trying until it expires
+                except StorageError as exc:
+                    if not exc.transient:
+                        self._lose(f"lease {h.key} could not be renewed ({_one_line(exc)})")
+                        return
+                    # a transient failure: keep trying until it expires (`check`)
                     log.warning("could not renew lease %s: %s", h.key, exc)
+                except Exception as exc:  # anything else is a loss, recorded for `check`
+                    self._lose(f"lease {h.key} could not be renewed ({_one_line(exc)})")
+                    return
 
     def valid_until(self) -> float:
         """The wall-clock time after which this writer must not write: its soonest
