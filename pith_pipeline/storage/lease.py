@@ -39,7 +39,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -295,6 +295,8 @@ class WriterLease:
         # those held must not expire while the writer waits (`--wait`) for a busy one
         self._thread = threading.Thread(target=self._renew_loop, name="pith-lease", daemon=True)
         self._thread.start()
+        with _ACTIVE_LOCK:
+            _ACTIVE.append(self)
         try:
             for name in self.names:
                 held = self._acquire_one(name, deadline)
@@ -353,6 +355,9 @@ class WriterLease:
     def release(self) -> None:
         """Stop renewing and delete our leases (only those still ours)."""
         self._stop.set()
+        with _ACTIVE_LOCK:
+            if self in _ACTIVE:
+                _ACTIVE.remove(self)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
         with self._lock:
@@ -446,6 +451,97 @@ class WriterLease:
     @property
     def held(self) -> list[str]:
         return [h.name for h in self._held]
+
+    def guard(self, store: Store) -> LeasedStore:
+        """`store` with every write checking this lease first (`LeasedStore`)."""
+        return LeasedStore(store, self.check)
+
+
+#: Methods of a store (required and optional) that write, delete or replace objects.
+_WRITES = frozenset({"put", "put_once", "put_if_match", "delete", "put_copy", "put_file", "put_once_file"})
+
+
+class LeasedStore:
+    """A store whose every write first checks a writer's lease (`check` raises
+    `LeaseLostError` once it is lost or expired); reads pass through.
+
+    Why a wrapper: "writers check their lease before every write" must hold for code
+    that only sees a store (the log append writes tiles, lookup objects and the
+    checkpoint through it), so a writer that was suspended past its TTL and resumes
+    stops before its next write instead of overwriting what another writer's
+    checkpoint names. `inner` is the real store (`index.delta.location` unwraps it).
+    """
+
+    def __init__(self, inner: Store, check: Callable[[], None]) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.check = check
+
+    def __repr__(self) -> str:
+        return f"LeasedStore({self.inner!r})"
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in _WRITES:
+            return attr
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            self.check()
+            return attr(*args, **kwargs)
+
+        return checked
+
+    def get(self, key: str) -> bytes | None:
+        return self.inner.get(key)
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        return self.inner.get_tagged(key)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def list(self, prefix: str) -> Iterator[str]:
+        return self.inner.list(prefix)
+
+    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
+        self.check()
+        self.inner.put(key, data, content_type=content_type)
+
+    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
+        self.check()
+        return self.inner.put_once(key, data, content_type=content_type)
+
+    def put_if_match(
+        self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
+    ) -> bool:
+        self.check()
+        return self.inner.put_if_match(key, data, tag, content_type=content_type)
+
+    def delete(self, key: str) -> None:
+        self.check()
+        self.inner.delete(key)
+
+
+#: Leases this process holds now (from `acquire` to `release`), for `check_writes`.
+_ACTIVE: list[WriterLease] = []
+_ACTIVE_LOCK = threading.Lock()
+
+
+def check_writes(store: Store) -> None:
+    """Check every lease this process holds on `store` (raises `LeaseLostError`).
+
+    For writes that bypass the store object (the index's Delta commits, vacuums and
+    version notes are made by deltalake from the store's location), so they too stop
+    before their next write once the writer's lease is lost or expired; a writer with
+    no lease on the store (a test, a read-only command) is not stopped."""
+    url = store.url
+    seen = 0
+    while seen < 8 and getattr(store, "inner", None) is not None:
+        store, seen = store.inner, seen + 1  # type: ignore[attr-defined]
+    with _ACTIVE_LOCK:
+        mine = [held for held in _ACTIVE if held.store.url in (url, store.url)]
+    for held in mine:
+        held.check()
 
 
 def held_leases(store: Store) -> list[dict[str, Any]]:

@@ -572,7 +572,8 @@ def append_from(
     `ids`: `IdFilter(source.log_ids())` when the caller made it already."""
     publish_log_key(store, log)
     wanted = ids if ids is not None else IdFilter(source.log_ids())
-    with lease.take(store):
+    with lease.take(store) as held:
+        store = held.guard(store)  # every write below checks the lease first
         cp = _current(store, log.verifier)
         kept = kept_checkpoint(store, log.verifier, cp)
         logged = _logged(store, wanted, _Hints(store, cp))
@@ -614,7 +615,8 @@ def append_events(
     problems: list[str] = []
     publish_log_key(store, log)
     wanted = SpillList(k for k in event_keys if event_key_id(k))
-    with lease.take(store):
+    with lease.take(store) as held:
+        store = held.guard(store)  # every write below checks the lease first
         cp = _current(store, log.verifier)
         kept = None if rebuild else kept_checkpoint(store, log.verifier, cp)
         if everything and cp is not None and cp.size:
