@@ -336,11 +336,24 @@ class WriterLease:
                 if doc is not None:
                     why = "the holder's process is gone" if dead else "expired"
                     log.warning("taking over lease %s of %s (%s)", key, describe_owner(doc), why)
-                if self.store.put_if_match(key, data, tag):
-                    got = self.store.get_tagged(key)
-                    if got is not None and got[0] == data:
-                        return _Held(name, key, token, got[1], start + self.ttl)
-                continue  # another writer took it over first: look again
+                try:
+                    if self.store.put_if_match(key, data, tag):
+                        got = self.store.get_tagged(key)
+                        if got is not None and got[0] == data:
+                            return _Held(name, key, token, got[1], start + self.ttl)
+                    continue  # another writer took it over first: look again
+                except StorageError as exc:
+                    if not exc.transient:
+                        raise
+                    # a transient failure (a suspended writer holds the local lock): wait
+                    # like for a busy lease, up to --wait
+                    if self.now() >= deadline:
+                        raise LeaseBusyError(
+                            f"{self.store.url}: cannot take over lease {key} ({exc}); "
+                            "wait for it with --wait SECONDS, or try again later"
+                        ) from None
+                    time.sleep(min(self.poll, max(0.01, deadline - self.now())))
+                    continue
             holder = describe_owner(doc)
             if self.now() >= deadline:
                 raise LeaseBusyError(

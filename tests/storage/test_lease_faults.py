@@ -84,3 +84,45 @@ def test_the_renewal_thread_records_an_error(tmp_path: Path, monkeypatch: pytest
     finally:
         monkeypatch.undo()
         lease.release()
+
+
+def _run_bounded(fn: object, limit: float = 120.0) -> list[BaseException | None]:
+    """Run `fn` in a thread; the result (its exception or None) once it ends, [] if
+    it is still blocked after `limit` seconds (the defect: blocked for good)."""
+    out: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            fn()  # type: ignore[operator]
+            out.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(limit)
+    return out
+
+
+def test_a_paused_lock_holder_does_not_hang_other_writers(tmp_path: Path) -> None:
+    """A writer suspended while it holds the lock of `leases/` (here: the lock taken
+    and never let go) must not block other writers beyond their --wait."""
+    import fcntl
+    import os
+
+    from pith_pipeline.storage.lease import LeaseBusyError
+
+    store = open_store(str(tmp_path / "store"))
+    stale = WriterLease(store, [shard_lease(0)], owner=owner("old"), ttl=0.5).acquire()
+    stale._stop.set()  # no renewal: its lease expires, and can be taken over
+    time.sleep(1.0)
+    fd = os.open(tmp_path / "store" / "leases", os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # the paused holder
+    try:
+        waiter = WriterLease(store, [shard_lease(0)], owner=owner("new"), ttl=60, wait=1, poll=0.1)
+        got = _run_bounded(lambda: waiter.acquire().release())
+        assert got, "the second writer hung on the paused writer's lock"
+        assert isinstance(got[0], LeaseBusyError), got
+        assert "\n" not in str(got[0])
+    finally:
+        os.close(fd)
