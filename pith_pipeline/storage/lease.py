@@ -320,10 +320,12 @@ class WriterLease:
             start = self.now()
             data = self._doc(name, token, start, start + self.ttl)
             try:
-                if self.store.put_once(key, data):
-                    got = self.store.get_tagged(key)
-                    if got is not None and got[0] == data:
-                        return _Held(name, key, token, got[1], start + self.ttl)
+                # written now, or found with our bytes (a write whose response was lost:
+                # the document holds our token, so identical bytes are ours)
+                self.store.put_once(key, data)
+                got = self.store.get_tagged(key)
+                if got is not None and got[0] == data:
+                    return _Held(name, key, token, got[1], start + self.ttl)
             except WriteConflictError:
                 pass  # someone holds it, or held it: look at the object
             current = self._read(key)
