@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from pith_pipeline._internal.disk_backed import sorted_unique
 from pith_pipeline._internal.error_text import one_line, os_error_hint
+from pith_pipeline._internal.rust_panics import without_rust_panics
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps, loads
 from pith_pipeline.core.layout import bundle_key
@@ -891,6 +892,7 @@ def _uncovered(subjects: Iterator[str], covered: Iterator[str]) -> Iterator[str]
             yield key
 
 
+@without_rust_panics
 def update_indexes(
     store: Store,
     subjects: Iterable[str],
@@ -963,6 +965,7 @@ def update_indexes(
 # -- compaction -------------------------------------------------------------------
 
 
+@without_rust_panics
 def compact(
     store: Store,
     *,
@@ -1038,6 +1041,7 @@ def _repairable(loc: Location, spec: TableSpec) -> bool:
     return True
 
 
+@without_rust_panics
 def reindex(
     store: Store,
     *,
