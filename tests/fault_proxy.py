@@ -13,7 +13,7 @@ import socket
 import threading
 import urllib.parse
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade"}
@@ -65,10 +65,8 @@ class FaultProxy:
                     up.close()
                 if proxy._should_drop(self.command, self.path):
                     self.close_connection = True
-                    try:
+                    with suppress(OSError):
                         self.connection.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
                     return
                 self.send_response(resp.status, resp.reason)
                 for k, v in resp.getheaders():

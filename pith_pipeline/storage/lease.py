@@ -21,11 +21,15 @@ all of them, always in the same order, so two writers can never deadlock. Index
 maintenance (`compact`, `reindex`, a run's index update) also holds `index`.
 
 What a lease cannot do: fence a writer that stops for longer than the TTL (a
-suspended VM) and then resumes writing. Writers check their lease before every write
-(worker processes against their parent's expiry, `parallel.SharedLease`) and stop once
-it is lost; worker processes exit when their parent dies; and every
-write is either write-once or re-derivable, and supersession repairs itself, so even
-then nothing published is lost.
+suspended VM) in the instant between its lease check and the write that follows.
+Writers check their lease before every write (worker processes against their
+parent's expiry, `parallel.SharedLease`; the log append through `LeasedStore`; the
+index's Delta commits through `check_writes`) and stop once it is lost; worker
+processes exit when their parent dies; and every write is either write-once or
+re-derivable, and supersession repairs itself, so even then nothing published is lost.
+Renewal starts with the first lease held (a writer waiting for a busy shard keeps the
+ones it holds), and a renewal that fails is recorded for `check`, never lost with its
+thread.
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ def test_wait_longer_than_the_ttl_keeps_the_leases_already_held(store: Store) ->
     """Leases taken one at a time are renewed while the writer waits for the next."""
     busy = WriterLease(store, [shard_lease(1)], owner=owner("busy"), ttl=60).acquire()
     threading.Timer(5.0, busy.release).start()  # held past the waiter's TTL (2 s)
-    waiter = WriterLease(store, [shard_lease(0), shard_lease(1)], owner=owner("w"), ttl=2.0, wait=60, poll=0.2)
+    waiter = WriterLease(
+        store, [shard_lease(0), shard_lease(1)], owner=owner("w"), ttl=2.0, wait=60, poll=0.2
+    )
     with waiter:
         waiter.check()  # shard-00 was renewed all along
         assert waiter.held == [shard_lease(0), shard_lease(1)]
@@ -95,7 +97,7 @@ def _run_bounded(fn: object, limit: float = 120.0) -> list[BaseException | None]
         try:
             fn()  # type: ignore[operator]
             out.append(None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
+        except BaseException as exc:
             out.append(exc)
 
     t = threading.Thread(target=run, daemon=True)

@@ -89,7 +89,9 @@ def test_a_writer_paused_past_its_lease_stops_before_its_next_log_write(
     monkeypatch.setattr(lease_mod, "WriterLease", ClockedLease)
     paused = PausesAtFirstWrite(store, "log/", clock)
     with pytest.raises(LeaseLostError) as err:
-        append_events(paused, LogSigner.from_signer(LOG_KEY, "pith.example.org/log"), list(event_store_keys(store)))
+        append_events(
+            paused, LogSigner.from_signer(LOG_KEY, "pith.example.org/log"), list(event_store_keys(store))
+        )
     assert "\n" not in str(err.value) and "expired" in str(err.value)
     assert len(paused.writes) == 1, paused.writes  # nothing after the pause
     assert store.get("log/checkpoint") is None
