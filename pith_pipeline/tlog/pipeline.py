@@ -954,7 +954,7 @@ def rebuild_log(store: Store, log: LogSigner, *, lease: LogLease = LogLease("log
     - Anything else is refused: an existing log is never rewritten (history is what
       the log exists to expose); restore log/ from a backup.
     """
-    with lease.take(store):
+    with lease.take(store) as held:
         cp = _current(store, log.verifier)
         rec = newest_recorded(store, log.verifier, manifests=True)
         if cp is not None:
@@ -964,7 +964,7 @@ def rebuild_log(store: Store, log: LogSigner, *, lease: LogLease = LogLease("log
                     problem or "a log exists; it is never rewritten (use `log sync` to append what it lacks)",
                     key=LOG_PREFIX + CHECKPOINT,
                 )
-            return _restore_witness(store, cp, rec)
+            return _restore_witness(held.guard(store), cp, rec)  # its write checks the lease
     stale = judge(store, "", ()).stale  # before the event store is listed
     if rec is not None:
         _refuse_rebuilt_fork(store, rec)
