@@ -45,14 +45,14 @@ def _env() -> dict[str, str]:
     return {**env, "PITH_WORKERS": "1"}
 
 
-def pith(*args: str, cwd: Path) -> subprocess.Popen[str]:
+def pith(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "pith_pipeline", *args],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env={**_env(), **(env or {})},
     )
 
 
@@ -80,7 +80,9 @@ def inputs(tmp: Path, n: int) -> tuple[Path, Path, Path]:
     return full, v1, tmp / "keys" / "pith-private-key.json"
 
 
-def build(store: str, source: Path, key: Path, cwd: Path, *tuning: str) -> subprocess.Popen[str]:
+def build(
+    store: str, source: Path, key: Path, cwd: Path, *tuning: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     """A `build` of `source`; `tuning`: extra options (S3: workers and concurrency)."""
     log_key = key.parent.parent / "logkey" / "pith-private-key.json"  # the log's own key
     return pith(
@@ -97,6 +99,7 @@ def build(store: str, source: Path, key: Path, cwd: Path, *tuning: str) -> subpr
         "600",
         *tuning,
         cwd=cwd,
+        env=env,
     )
 
 
@@ -209,3 +212,52 @@ def test_killed_and_racing_builds_leave_a_store_that_verifies(
     except AssertionError as exc:
         raise AssertionError(f"chaos seed {SEED} ({where}): {exc}") from None
     check_store(url, open_store(url), tmp_path, n, multi)
+
+
+#: The lease TTL of the pause test: a pause longer than it lets the other writer take
+#: the paused one's leases over, which is what the test is about.
+PAUSE_TTL = 3.0
+
+
+def _ended(p: subprocess.Popen[str]) -> tuple[int, str]:
+    """Wait (bounded) for a writer to end, whatever its status; its stderr."""
+    _out, err = p.communicate(timeout=600)
+    return p.returncode, err
+
+
+@pytest.mark.slow
+def test_paused_killed_and_racing_builds_leave_a_store_and_log_that_verify(tmp_path: Path) -> None:
+    """Writers stopped (SIGSTOP) for longer than the lease TTL at random moments, then
+    resumed (SIGCONT), racing another writer that takes their leases over, some also
+    killed; the log on. A resumed writer must stop at its next write (never overwrite
+    what the other wrote, never a traceback), and after every round's reruns the
+    store and the log verify."""
+    n = 150
+    url = str(tmp_path / "store")
+    full, v1, key = inputs(tmp_path, n)
+    multi = sum(1 for line in full.read_bytes().splitlines() if len(orjson.loads(line)["versions"]) > 1)
+    rng = random.Random(f"{SEED}-pause")
+    short = {"PITH_LEASE_TTL": str(PAUSE_TTL)}
+    try:
+        for _round in range(3):
+            first, second = (full, v1) if rng.random() < 0.5 else (v1, full)
+            a = build(url, first, key, tmp_path, env=short)
+            time.sleep(rng.uniform(0.2, 2.0))
+            b = build(url, second, key, tmp_path, env=short)
+            time.sleep(rng.uniform(0.2, 2.0))
+            paused, other = (a, b) if rng.random() < 0.5 else (b, a)
+            if paused.poll() is None:
+                paused.send_signal(signal.SIGSTOP)
+                time.sleep(PAUSE_TTL + rng.uniform(1.0, 3.0))  # its leases expire meanwhile
+                if rng.random() < 0.4:
+                    kill(other)
+                paused.send_signal(signal.SIGCONT)
+            for p in (a, b):
+                _status, err = _ended(p)
+                assert "Traceback" not in err and "panicked" not in err, err[-3000:]
+            # reruns until complete, then the store and the log verify
+            complete(build(url, full, key, tmp_path, env=short))
+            complete(build(url, v1, key, tmp_path, env=short))
+            check_store(url, open_store(url), tmp_path, n, multi)
+    except AssertionError as exc:
+        raise AssertionError(f"chaos seed {SEED} (pause): {exc}") from None

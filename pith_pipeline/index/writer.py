@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from pith_pipeline._internal.disk_backed import sorted_unique
 from pith_pipeline._internal.error_text import one_line, os_error_hint
+from pith_pipeline._internal.rust_panics import without_rust_panics
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps, loads
 from pith_pipeline.core.layout import bundle_key
@@ -48,6 +49,7 @@ from pith_pipeline.index.rows import Rows, rows_from_bundle
 from pith_pipeline.index.schema import TABLE_PROPERTIES, TABLES, TableSpec
 from pith_pipeline.index.sink import RowSink
 from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.lease import check_writes
 
 Progress = Callable[[int], None]
 #: Hours a file no version needs any more is kept for readers of older versions.
@@ -191,6 +193,7 @@ def open_table(loc: Location, spec: TableSpec, *, create: bool = False) -> Any:
             return dt
         from deltalake import CommitProperties
 
+        _check_lease(loc)  # creating a table is a write
         try:
             # no commit retries: a writer that loses the race to create version 0 must
             # open the winner's table, not commit a second table definition as version 1
@@ -347,6 +350,13 @@ def version_key(table: str) -> str:
     return f"{INDEX_PREFIX}{table}/_pith_version.json"
 
 
+def _check_lease(loc: Location) -> None:
+    """Every index write checks the writer's lease first (`storage.lease.check_writes`):
+    Delta commits bypass the store object, so they are checked here."""
+    if loc.store is not None:
+        check_writes(loc.store)
+
+
 def note_version(loc: Location, spec: TableSpec, version: int) -> None:
     """Note that `version` of the table was committed (after the commit, never before).
 
@@ -359,6 +369,7 @@ def note_version(loc: Location, spec: TableSpec, version: int) -> None:
     """
     if loc.store is None:
         return
+    _check_lease(loc)
     try:
         noted = _noted_version(loc, spec)
         if noted is None or version > noted:
@@ -434,6 +445,7 @@ def _commit_retry(loc: Location, spec: TableSpec, op: Callable[[Any], dict[str, 
     from deltalake.exceptions import CommitFailedError, DeltaError
 
     for attempt in range(COMMIT_ATTEMPTS):
+        _check_lease(loc)
         dt = open_table(loc, spec, create=True)
         before = dt.version()
         try:
@@ -600,6 +612,7 @@ def merge_rows(
             changed = changed.filter(pc.invert(changed.column("valid")))
         if new.num_rows == 0 and changed.num_rows == 0:
             return []
+        _check_lease(loc)
         try:
             if changed.num_rows == 0:
                 _append(dt, spec, new, run_id)
@@ -879,6 +892,7 @@ def _uncovered(subjects: Iterator[str], covered: Iterator[str]) -> Iterator[str]
             yield key
 
 
+@without_rust_panics
 def update_indexes(
     store: Store,
     subjects: Iterable[str],
@@ -951,6 +965,7 @@ def update_indexes(
 # -- compaction -------------------------------------------------------------------
 
 
+@without_rust_panics
 def compact(
     store: Store,
     *,
@@ -983,6 +998,7 @@ def compact(
             _record_commits(update, name, [dt.version()])
         repair_views(loc, spec, update, None, None)
         dt = open_table(loc, spec)
+        _check_lease(loc)
         deleted = dt.vacuum(
             retention_hours=math.ceil(retention_hours), dry_run=False, enforce_retention_duration=False
         )
@@ -1010,6 +1026,7 @@ def _remove_prefix(store: Store, prefix: str) -> list[str]:
     real = _unwrap(store)
     gone = []
     for key in list(real.list(prefix)):
+        check_writes(real)
         real.delete(key)
         gone.append(key)
     return gone
@@ -1024,6 +1041,7 @@ def _repairable(loc: Location, spec: TableSpec) -> bool:
     return True
 
 
+@without_rust_panics
 def reindex(
     store: Store,
     *,
@@ -1063,6 +1081,7 @@ def reindex(
                 update.deleted.extend(_remove_prefix(real, prefix))
     if legacy:
         update.deleted.extend(_remove_legacy_files(real, INDEX_PREFIX))
+        check_writes(real)
         real.delete(LEGACY_MANIFEST_KEY)
         update.deleted.append(LEGACY_MANIFEST_KEY)
     for spec in TABLES.values():
@@ -1092,6 +1111,7 @@ def reindex(
     tidy_partitions(loc, dict.fromkeys(TABLES), update, max_files=DEFAULT_MAX_PARTS, run_id=None)
     for name, spec in TABLES.items():
         dt = open_table(loc, spec, create=True)
+        _check_lease(loc)
         deleted = dt.vacuum(
             retention_hours=math.ceil(retention_hours), dry_run=False, enforce_retention_duration=False
         )
@@ -1182,6 +1202,7 @@ def _remove_legacy_files(real: Store, prefix: str) -> list[str]:
     gone = []
     for key in list(real.list(prefix)):
         if _LEGACY_FILE.search(key):
+            check_writes(real)
             real.delete(key)
             gone.append(key)
     return gone

@@ -21,11 +21,15 @@ all of them, always in the same order, so two writers can never deadlock. Index
 maintenance (`compact`, `reindex`, a run's index update) also holds `index`.
 
 What a lease cannot do: fence a writer that stops for longer than the TTL (a
-suspended VM) and then resumes writing. Writers check their lease before every write
-(worker processes against their parent's expiry, `parallel.SharedLease`) and stop once
-it is lost; worker processes exit when their parent dies; and every
-write is either write-once or re-derivable, and supersession repairs itself, so even
-then nothing published is lost.
+suspended VM) in the instant between its lease check and the write that follows.
+Writers check their lease before every write (worker processes against their
+parent's expiry, `parallel.SharedLease`; the log append through `LeasedStore`; the
+index's Delta commits through `check_writes`) and stop once it is lost; worker
+processes exit when their parent dies; and every write is either write-once or
+re-derivable, and supersession repairs itself, so even then nothing published is lost.
+Renewal starts with the first lease held (a writer waiting for a busy shard keeps the
+ones it holds), and a renewal that fails is recorded for `check`, never lost with its
+thread.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -133,6 +137,12 @@ class LeaseBusyError(TransientError):
 
 class LeaseLostError(TransientError):
     """This writer's lease expired or was taken over: it must stop writing."""
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line: its message, else its type (never a traceback)."""
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
 
 
 def _iso(t: float) -> str:
@@ -285,14 +295,20 @@ class WriterLease:
     # -- acquire / release ---------------------------------------------------------
     def acquire(self) -> WriterLease:
         deadline = self.now() + max(0.0, self.wait)
+        # renewal runs from the first lease held: leases are taken one at a time, and
+        # those held must not expire while the writer waits (`--wait`) for a busy one
+        self._thread = threading.Thread(target=self._renew_loop, name="pith-lease", daemon=True)
+        self._thread.start()
+        with _ACTIVE_LOCK:
+            _ACTIVE.append(self)
         try:
             for name in self.names:
-                self._held.append(self._acquire_one(name, deadline))
+                held = self._acquire_one(name, deadline)
+                with self._lock:
+                    self._held.append(held)
         except BaseException:
             self.release()
             raise
-        self._thread = threading.Thread(target=self._renew_loop, name="pith-lease", daemon=True)
-        self._thread.start()
         # the next writer removes what killed ones left in the store's `.tmp/` (a local
         # store; only files of writers that are gone: `LocalStore.sweep_temporary`)
         sweep = getattr(self.store, "sweep_temporary", None)
@@ -308,10 +324,12 @@ class WriterLease:
             start = self.now()
             data = self._doc(name, token, start, start + self.ttl)
             try:
-                if self.store.put_once(key, data):
-                    got = self.store.get_tagged(key)
-                    if got is not None and got[0] == data:
-                        return _Held(name, key, token, got[1], start + self.ttl)
+                # written now, or found with our bytes (a write whose response was lost:
+                # the document holds our token, so identical bytes are ours)
+                self.store.put_once(key, data)
+                got = self.store.get_tagged(key)
+                if got is not None and got[0] == data:
+                    return _Held(name, key, token, got[1], start + self.ttl)
             except WriteConflictError:
                 pass  # someone holds it, or held it: look at the object
             current = self._read(key)
@@ -324,11 +342,24 @@ class WriterLease:
                 if doc is not None:
                     why = "the holder's process is gone" if dead else "expired"
                     log.warning("taking over lease %s of %s (%s)", key, describe_owner(doc), why)
-                if self.store.put_if_match(key, data, tag):
-                    got = self.store.get_tagged(key)
-                    if got is not None and got[0] == data:
-                        return _Held(name, key, token, got[1], start + self.ttl)
-                continue  # another writer took it over first: look again
+                try:
+                    if self.store.put_if_match(key, data, tag):
+                        got = self.store.get_tagged(key)
+                        if got is not None and got[0] == data:
+                            return _Held(name, key, token, got[1], start + self.ttl)
+                    continue  # another writer took it over first: look again
+                except StorageError as exc:
+                    if not exc.transient:
+                        raise
+                    # a transient failure (a suspended writer holds the local lock): wait
+                    # like for a busy lease, up to --wait
+                    if self.now() >= deadline:
+                        raise LeaseBusyError(
+                            f"{self.store.url}: cannot take over lease {key} ({exc}); "
+                            "wait for it with --wait SECONDS, or try again later"
+                        ) from None
+                    time.sleep(min(self.poll, max(0.01, deadline - self.now())))
+                    continue
             holder = describe_owner(doc)
             if self.now() >= deadline:
                 raise LeaseBusyError(
@@ -343,6 +374,9 @@ class WriterLease:
     def release(self) -> None:
         """Stop renewing and delete our leases (only those still ours)."""
         self._stop.set()
+        with _ACTIVE_LOCK:
+            if self in _ACTIVE:
+                _ACTIVE.remove(self)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
         with self._lock:
@@ -372,7 +406,16 @@ class WriterLease:
     def _renew_loop(self) -> None:
         interval = self.ttl / 4
         while not self._stop.wait(interval):
-            self.renew()
+            try:
+                self.renew()
+            except BaseException as exc:  # recorded, never a traceback: `check` stops the run
+                self._lose(f"lease could not be renewed ({_one_line(exc)})")
+                return
+
+    def _lose(self, why: str) -> None:
+        if self._lost is None:
+            self._lost = why
+            log.warning("%s: %s", self.store.url, why)
 
     def renew(self) -> None:
         """Extend every lease by one TTL; a lease someone else took is lost for good."""
@@ -391,8 +434,15 @@ class WriterLease:
                         self._lost = f"lease {h.key} was taken over by another writer"
                         return
                     h.tag, h.expires_at = got[1], start + self.ttl
-                except StorageError as exc:  # keep trying until it expires
+                except StorageError as exc:
+                    if not exc.transient:
+                        self._lose(f"lease {h.key} could not be renewed ({_one_line(exc)})")
+                        return
+                    # a transient failure: keep trying until it expires (`check`)
                     log.warning("could not renew lease %s: %s", h.key, exc)
+                except Exception as exc:  # anything else is a loss, recorded for `check`
+                    self._lose(f"lease {h.key} could not be renewed ({_one_line(exc)})")
+                    return
 
     def valid_until(self) -> float:
         """The wall-clock time after which this writer must not write: its soonest
@@ -420,6 +470,97 @@ class WriterLease:
     @property
     def held(self) -> list[str]:
         return [h.name for h in self._held]
+
+    def guard(self, store: Store) -> LeasedStore:
+        """`store` with every write checking this lease first (`LeasedStore`)."""
+        return LeasedStore(store, self.check)
+
+
+#: Methods of a store (required and optional) that write, delete or replace objects.
+_WRITES = frozenset({"put", "put_once", "put_if_match", "delete", "put_copy", "put_file", "put_once_file"})
+
+
+class LeasedStore:
+    """A store whose every write first checks a writer's lease (`check` raises
+    `LeaseLostError` once it is lost or expired); reads pass through.
+
+    Why a wrapper: "writers check their lease before every write" must hold for code
+    that only sees a store (the log append writes tiles, lookup objects and the
+    checkpoint through it), so a writer that was suspended past its TTL and resumes
+    stops before its next write instead of overwriting what another writer's
+    checkpoint names. `inner` is the real store (`index.delta.location` unwraps it).
+    """
+
+    def __init__(self, inner: Store, check: Callable[[], None]) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.check = check
+
+    def __repr__(self) -> str:
+        return f"LeasedStore({self.inner!r})"
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in _WRITES:
+            return attr
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            self.check()
+            return attr(*args, **kwargs)
+
+        return checked
+
+    def get(self, key: str) -> bytes | None:
+        return self.inner.get(key)
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        return self.inner.get_tagged(key)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def list(self, prefix: str) -> Iterator[str]:
+        return self.inner.list(prefix)
+
+    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
+        self.check()
+        self.inner.put(key, data, content_type=content_type)
+
+    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
+        self.check()
+        return self.inner.put_once(key, data, content_type=content_type)
+
+    def put_if_match(
+        self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
+    ) -> bool:
+        self.check()
+        return self.inner.put_if_match(key, data, tag, content_type=content_type)
+
+    def delete(self, key: str) -> None:
+        self.check()
+        self.inner.delete(key)
+
+
+#: Leases this process holds now (from `acquire` to `release`), for `check_writes`.
+_ACTIVE: list[WriterLease] = []
+_ACTIVE_LOCK = threading.Lock()
+
+
+def check_writes(store: Store) -> None:
+    """Check every lease this process holds on `store` (raises `LeaseLostError`).
+
+    For writes that bypass the store object (the index's Delta commits, vacuums and
+    version notes are made by deltalake from the store's location), so they too stop
+    before their next write once the writer's lease is lost or expired; a writer with
+    no lease on the store (a test, a read-only command) is not stopped."""
+    url = store.url
+    seen = 0
+    while seen < 8 and getattr(store, "inner", None) is not None:
+        store, seen = store.inner, seen + 1  # type: ignore[attr-defined]
+    with _ACTIVE_LOCK:
+        mine = [held for held in _ACTIVE if held.store.url in (url, store.url)]
+    for held in mine:
+        held.check()
 
 
 def held_leases(store: Store) -> list[dict[str, Any]]:

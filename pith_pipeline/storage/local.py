@@ -54,6 +54,9 @@ STALE_SECONDS = 3600.0
 MAX_PENDING = 4096
 #: Directories known to exist, per store; cleared past this size (memory stays flat).
 MAX_KNOWN_DIRS = 4096
+#: Longest wait, in seconds, for the lock of a compare-and-swap (`put_if_match`): the
+#: lock is held for a read and a rename, so a longer wait means a suspended holder.
+LOCK_WAIT = 5.0
 #: Mode of every published file, as before: readable by all, written by the owner.
 FILE_MODE = 0o644
 
@@ -613,11 +616,45 @@ class LocalStore:
     @contextlib.contextmanager
     def _locked(self, path: str) -> Iterator[None]:
         """An advisory lock on the object's directory, so check-then-replace is one step
-        for writers; it leaves no lock file behind."""
+        for writers; it leaves no lock file behind.
+
+        Never waited on for long: a holder may be suspended (SIGSTOP, a frozen
+        container) while it holds the lock, and a blocking flock(2) would then hang
+        every other writer, whatever their --wait and the lease TTL. The lock is tried
+        without blocking, again every few milliseconds for at most `LOCK_WAIT`
+        seconds, then the write fails with a transient one-line error (a lease
+        acquisition keeps trying until its --wait runs out). A holder that dies
+        releases it at once (the kernel closes its descriptor)."""
+        directory = os.path.dirname(path)
         self._parent(path)
-        fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:  # removed since we made it (another writer's delete)
+            self._parent(path, known=False)
+            try:
+                fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError as exc:
+                raise _os_error("cannot lock", directory, exc) from None
+        except OSError as exc:
+            raise _os_error("cannot lock", directory, exc) from None
+        try:
+            deadline = time.monotonic() + LOCK_WAIT
+            pause = 0.002
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StorageError(
+                            f"cannot write in {directory}: another writer holds its lock and has "
+                            f"not gone on for {LOCK_WAIT:.0f} s (suspended?); try again later",
+                            transient=True,
+                        ) from None
+                    time.sleep(pause)
+                    pause = min(0.05, pause * 2)
+                except OSError as exc:
+                    raise _os_error("cannot lock", directory, exc) from None
             yield
         finally:
             os.close(fd)  # closing releases the lock

@@ -340,11 +340,12 @@ class S3Store:
             except ClientError as exc:
                 code, status = _error_code(exc)
                 if status == 412 or code == "PreconditionFailed":
-                    found = Digest()
-                    if not self.read_into(key, found):  # deleted in between: try again
+                    found = self._stored_sha256(key)
+                    if found is None:  # deleted in between: try again
                         continue
-                    if same(found.hexdigest()):
-                        return False
+                    if same(found):
+                        # ours when botocore had sent it before (the response was lost)
+                        return _retried(exc)
                     raise WriteConflictError(
                         f"{key} already exists in {self.url} with different content; "
                         "write-once objects are never overwritten"
@@ -361,6 +362,15 @@ class S3Store:
             transient=True,
         )
 
+    def _stored_sha256(self, key: str) -> str | None:
+        """The SHA-256 (hex) of the object's bytes, read a piece at a time; None when
+        absent. The one check behind every conditional write's 412: S3 may have applied
+        a write whose response was lost, and botocore's retry then finds the object
+        already there, or no longer matching the tag; stored bytes identical to ours
+        mean the write is done."""
+        found = Digest()
+        return found.hexdigest() if self.read_into(key, found) else None
+
     def put_if_match(
         self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
     ) -> bool:
@@ -373,7 +383,10 @@ class S3Store:
         except ClientError as exc:
             code, status = _error_code(exc)
             if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
-                return False
+                # a 412 whose stored bytes are ours: our own write, applied by S3 and
+                # retried by botocore after its response was lost (lease documents
+                # carry a per-holder token, so identical bytes are never a rival's)
+                return self._stored_sha256(key) == hashlib.sha256(data).hexdigest()
             if status == 404 and tag is not None and code != "NoSuchBucket":
                 return False  # deleted since it was read
             raise self._fail("PUT", key, exc) from None
@@ -415,6 +428,15 @@ class S3Store:
             kwargs["endpoint_override"] = client.meta.endpoint_url
         root = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
         return pafs.S3FileSystem(**kwargs), root
+
+
+def _retried(exc: Exception) -> bool:
+    """Whether botocore sent the request more than once before this error: an
+    earlier attempt may have been applied by S3 and only its response lost."""
+    response = getattr(exc, "response", None) or {}
+    meta = response.get("ResponseMetadata") if isinstance(response, dict) else None
+    attempts = meta.get("RetryAttempts") if isinstance(meta, dict) else None
+    return isinstance(attempts, int) and attempts > 0
 
 
 def make_client(*, max_connections: int = 10) -> tuple[Any, Any]:

@@ -628,7 +628,8 @@ def append_from(
     `ids`: `IdFilter(source.log_ids())` when the caller made it already."""
     publish_log_key(store, log)
     wanted = ids if ids is not None else IdFilter(source.log_ids())
-    with lease.take(store):
+    with lease.take(store) as held:
+        store = held.guard(store)  # every write below checks the lease first
         cp = _current(store, log.verifier)
         kept = kept_checkpoint(store, log.verifier, cp)
         logged = _logged(store, wanted, _Hints(store, cp))
@@ -670,7 +671,8 @@ def append_events(
     problems: list[str] = []
     publish_log_key(store, log)
     wanted = SpillList(k for k in event_keys if event_key_id(k))
-    with lease.take(store):
+    with lease.take(store) as held:
+        store = held.guard(store)  # every write below checks the lease first
         cp = _current(store, log.verifier)
         kept = None if rebuild else kept_checkpoint(store, log.verifier, cp)
         if everything and cp is not None and cp.size:
@@ -1009,7 +1011,7 @@ def rebuild_log(store: Store, log: LogSigner, *, lease: LogLease = LogLease("log
     - Anything else is refused: an existing log is never rewritten (history is what
       the log exists to expose); restore log/ from a backup.
     """
-    with lease.take(store):
+    with lease.take(store) as held:
         cp = _current(store, log.verifier)
         rec = newest_recorded(store, log.verifier, manifests=True)
         if cp is not None:
@@ -1019,7 +1021,7 @@ def rebuild_log(store: Store, log: LogSigner, *, lease: LogLease = LogLease("log
                     problem or "a log exists; it is never rewritten (use `log sync` to append what it lacks)",
                     key=LOG_PREFIX + CHECKPOINT,
                 )
-            return _restore_witness(store, cp, rec)
+            return _restore_witness(held.guard(store), cp, rec)  # its write checks the lease
     stale = judge(store, "", ()).stale  # before the event store is listed
     if rec is not None:
         _refuse_rebuilt_fork(store, rec)
