@@ -41,7 +41,7 @@ from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.core.layout import EVENT_OBJECT, EVENTS, PUBLIC_KEY_FILE, RUNS, is_run_manifest
 from pith_pipeline.errors import IntegrityError, KeyFileError, TerminalError
-from pith_pipeline.storage.base import Store, iter_unsorted
+from pith_pipeline.storage.base import Store, barrier, iter_unsorted
 from pith_pipeline.tlog import merkle
 from pith_pipeline.tlog.entry import Committed, entry_event_hex, log_entry, parse_committed
 from pith_pipeline.tlog.log import (
@@ -538,6 +538,9 @@ def _append_ordered(
 
     result = append_entries(store, log, entries, before_checkpoint=write_index, extends=extends)
     if result.appended:
+        # the checkpoint is durable before the witness that claims it: a witness that
+        # outlived its checkpoint in a power loss would read as a rolled-back log
+        barrier(store)
         store.put(LOG_WITNESS, result.checkpoint, content_type="text/plain; charset=utf-8")
         store.put(LOG_PREFIX + APPENDED, dumps_pretty(_appended_doc(result)) + b"\n")
     return result
