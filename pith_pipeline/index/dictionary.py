@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,8 @@ DOC_PAGE = "docs/pages/index-tables.md"
 
 
 def comment(field: pa.Field) -> str:
-    meta = field.metadata or {}
+    """A column's description (its `comment` field metadata; empty if none)."""
+    meta: dict[bytes, bytes] = field.metadata or {}
     return meta.get(COMMENT.encode(), b"").decode()
 
 
@@ -261,14 +262,20 @@ TAXONOMY = "arxiv-taxonomy.json"
 
 CATEGORIES_SCHEMA = pa.schema(
     [
-        pa.field("category", pa.string(), nullable=False, metadata={COMMENT: "category code (cs.LG, hep-th)"}),
+        pa.field(
+            "category", pa.string(), nullable=False, metadata={COMMENT: "category code (cs.LG, hep-th)"}
+        ),
         pa.field("category_name", pa.string(), metadata={COMMENT: "the category's name as arXiv gives it"}),
         pa.field("archive", pa.string(), metadata={COMMENT: "its archive (cs, hep-th)"}),
         pa.field("archive_name", pa.string(), metadata={COMMENT: "the archive's name"}),
         pa.field("group", pa.string(), metadata={COMMENT: "its group (physics, math, cs, ...)"}),
         pa.field("group_name", pa.string(), metadata={COMMENT: "the group's name"}),
         pa.field("active", pa.bool_(), metadata={COMMENT: "false for categories arXiv no longer uses"}),
-        pa.field("alias_of", pa.string(), metadata={COMMENT: "the category this one is an alias of (math.MP: math-ph)"}),
+        pa.field(
+            "alias_of",
+            pa.string(),
+            metadata={COMMENT: "the category this one is an alias of (math.MP: math-ph)"},
+        ),
     ]
 )
 

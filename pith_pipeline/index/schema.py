@@ -102,7 +102,7 @@ RECORDS = TableSpec(
         (
             "authors_unicode",
             STR_LIST,
-            "the author names with TeX accents and markup converted to Unicode (Schrödinger for Schr\\\"odinger)",
+            'the author names with TeX converted to Unicode (Schrödinger for Schr\\"odinger)',
         ),
         ("authors_text_unicode", pa.string(), "authors_unicode joined by ', ': search names here"),
         ("primary_cat", pa.string(), "arXiv primary category (cs.LG); names in the categories table"),

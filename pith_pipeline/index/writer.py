@@ -229,7 +229,9 @@ def ensure_properties(loc: Location, spec: TableSpec, run_id: str | None = None)
     if not all(config.get(k) == v for k, v in TABLE_PROPERTIES.items()):
 
         def alter(dt: Any) -> dict[str, Any]:
-            dt.alter.set_table_properties(dict(TABLE_PROPERTIES), commit_properties=_commit_properties(run_id))
+            dt.alter.set_table_properties(
+                dict(TABLE_PROPERTIES), commit_properties=_commit_properties(run_id)
+            )
             return {}
 
         dt, committed = _commit_retry(loc, spec, alter)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
 import pyarrow as pa
 import pytest
 import yaml
@@ -21,7 +22,7 @@ from pith_pipeline.index.schema import TABLES
 from pith_pipeline.storage.base import Store, open_store
 
 ROOT = Path(__file__).parent.parent.parent
-SCHRODINGER = 'Erwin Schr\\"odinger, Anna Ja\\\'{s}kiewicz, M. {\\O}stergaard, Plain Name'
+SCHRODINGER = "Erwin Schr\\\"odinger, Anna Ja\\'{s}kiewicz, M. {\\O}stergaard, Plain Name"
 
 
 def _with_authors(line: str, authors: str) -> str:
@@ -76,7 +77,9 @@ def test_unicode_search_finds_tex_names_and_the_record_keeps_arxivs_text(
         "M. {\\O}stergaard": "M. Østergaard",
         "Plain Name": "Plain Name",
     }
-    found = run_query(store, "SELECT count(*) FROM records WHERE list_contains(authors_unicode, 'M. Østergaard')")
+    found = run_query(
+        store, "SELECT count(*) FROM records WHERE list_contains(authors_unicode, 'M. Østergaard')"
+    )
     assert found.rows == [(1,)]
     # the canonical record in the published bundle keeps arXiv's bytes
     key = run_query(store, f"SELECT bundle_key FROM records WHERE arxiv_id = '{arxiv_id}'").rows[0][0]
@@ -207,7 +210,9 @@ def test_index_schema_athena_is_delta_ddl_per_table(capsys: pytest.CaptureFixtur
         (["--database", "x; DROP"], "--database"),
     ],
 )
-def test_index_schema_refuses_in_one_line(capsys: pytest.CaptureFixture[str], args: list[str], says: str) -> None:
+def test_index_schema_refuses_in_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
     result = run_cli(capsys, "index", "schema", *args)
     assert result.code == 2
     assert says in result.err
