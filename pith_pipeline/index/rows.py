@@ -49,10 +49,13 @@ def _has_tex(text: str) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def _latex() -> Any:
+def _latex() -> tuple[Any, Any]:
+    """The converter and pylatexenc's default macro database, built once (built per
+    call, the database was a fifth of a conversion's time)."""
     from pylatexenc.latex2text import LatexNodes2Text
+    from pylatexenc.latexwalker import get_default_latex_context_db
 
-    return LatexNodes2Text()
+    return LatexNodes2Text(), get_default_latex_context_db()
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -69,7 +72,8 @@ def unicode_name(name: str) -> str:
     if not _has_tex(name):
         return name
     try:
-        text = _latex().latex_to_text(name.replace("%", "\\%"))
+        converter, macros = _latex()
+        text = converter.latex_to_text(name.replace("%", "\\%"), latex_context=macros)
     except Exception:  # the converter's own failure on odd input: keep arXiv's text
         return name
     return unicodedata.normalize("NFC", " ".join(text.split()))
