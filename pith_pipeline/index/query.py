@@ -127,18 +127,22 @@ def table_sources(store: Store, *, views: bool = False) -> dict[str, Any]:
 
 
 def connect(store: Store, *, views: bool = False) -> Any:
-    """A DuckDB connection with views `records`, `events`, `aliases` (one row per key).
+    """A DuckDB connection with views `records`, `events`, `aliases` (one row per key),
+    and `categories` (arXiv's category, archive and group names).
 
     `views=True` declares strings as views (no filter pushdown; for files that hold
     views, see the module docstring); `run_query` retries with it when needed.
     """
     import duckdb
 
+    from pith_pipeline.index.dictionary import categories
+
     sources = table_sources(store, views=views)
     con = duckdb.connect()
     for name, spec in TABLES.items():
         con.register(f"{name}_files", sources[name])
         con.execute(f"CREATE VIEW {name} AS SELECT {', '.join(spec.public_columns)} FROM {name}_files")
+    con.register("categories", categories())  # arXiv's category names (package data)
     return con
 
 

@@ -11,6 +11,12 @@ reader, so "one row per key" means the same thing everywhere:
   source must hold one row per key.
 - `update_when` is the MERGE's condition for replacing a matched row (None: never,
   the table is insert-only); `required` columns may not be null.
+- `description` and each column's `comment` (Arrow field metadata) are the data
+  dictionary: they go into the Delta tables (table name, description, column metadata,
+  so Glue, Unity or Athena show them), `pith-pipeline index schema` prints them for a
+  catalog, and the column table in docs/pages/index-tables.md is generated from them
+  (`pith_pipeline.index.dictionary`). The key and `required` columns are declared
+  `NOT NULL` in the tables' schema.
 """
 
 from __future__ import annotations
@@ -21,6 +27,14 @@ import pyarrow as pa
 
 TS = pa.timestamp("us", tz="UTC")
 STR_LIST = pa.list_(pa.string())
+
+#: Field metadata key of a column's description (what Spark, Unity and Glue read).
+COMMENT = "comment"
+
+
+def _columns(*columns: tuple[str, pa.DataType, str]) -> pa.Schema:
+    """A schema from (name, type, description) triples; the description is the field's comment."""
+    return pa.schema([pa.field(name, type_, metadata={COMMENT: text}) for name, type_, text in columns])
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +54,18 @@ class TableSpec:
     #: without a dictionary (one of 32,768 unique values outgrows its page and falls
     #: back anyway) and with delta-encoded lengths (`writer.writer_properties`)
     unique_text: tuple[str, ...] = ()
+    #: what one row is, for catalogs and the docs
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        """The key and `required` columns become `NOT NULL` in `schema`: the Delta table
+        refuses a row without them, and catalogs show them as keys."""
+        not_null = {*self.key, *self.required}
+        unknown = not_null - set(self.schema.names)
+        if unknown:
+            raise ValueError(f"{self.name}: key or required columns not in the schema: {sorted(unknown)}")
+        fields = [f.with_nullable(f.name not in not_null) for f in self.schema]
+        object.__setattr__(self, "schema", pa.schema(fields))
 
     @property
     def merge_column(self) -> str:
@@ -61,36 +87,44 @@ class TableSpec:
 
 RECORDS = TableSpec(
     name="records",
-    schema=pa.schema(
-        [
-            ("pith_number", pa.string()),
-            ("short_pith_number", pa.string()),
-            ("arxiv_id", pa.string()),
-            ("version", pa.int32()),
-            ("title", pa.string()),
-            ("authors", STR_LIST),
-            ("authors_text", pa.string()),
-            ("primary_cat", pa.string()),
-            ("primary_archive", pa.string()),
-            ("categories", STR_LIST),
-            ("license", pa.string()),
-            ("submitted_at", TS),
-            ("submitted_month", pa.string()),
-            ("doi", pa.string()),
-            ("canonical_sha256", pa.string()),
-            ("title_canon_sha256", pa.string()),
-            ("abstract_canon_sha256", pa.string()),
-            ("created_at", TS),
-            ("record_created_event_id", pa.string()),
-            ("key_id", pa.string()),
-            ("public_key_fingerprint", pa.string()),
-            ("superseded_by", pa.string()),
-            ("event_count", pa.int32()),
-            ("bundle_key", pa.string()),
-            ("bundle_sha256", pa.string()),
-            ("state_sha256", pa.string()),
-            ("built_at", TS),
-        ]
+    description=(
+        "One row per Pith record: one arXiv version of a paper, read from its signed bundle."
+        " The latest version of each paper has superseded_by null."
+    ),
+    schema=_columns(
+        ("pith_number", pa.string(), "the record's id, pith:YYYY:<26 chars> (the key)"),
+        ("short_pith_number", pa.string(), "pith:<8 chars>"),
+        ("arxiv_id", pa.string(), "arXiv id without version (1909.11150, hep-th/9901001)"),
+        ("version", pa.int32(), "the arXiv version this record describes"),
+        ("title", pa.string(), "whitespace-collapsed title, as in the graph snapshot"),
+        ("authors", STR_LIST, "author names as arXiv writes them (TeX kept), in authors_text order"),
+        ("authors_text", pa.string(), "the author names joined by ', ', as arXiv writes them"),
+        (
+            "authors_unicode",
+            STR_LIST,
+            'the author names with TeX converted to Unicode (Schrödinger for Schr\\"odinger)',
+        ),
+        ("authors_text_unicode", pa.string(), "authors_unicode joined by ', ': search names here"),
+        ("primary_cat", pa.string(), "arXiv primary category (cs.LG); names in the categories table"),
+        ("primary_archive", pa.string(), "the primary category's archive (cs, hep-th)"),
+        ("categories", STR_LIST, "the primary category first, then the cross-lists sorted"),
+        ("license", pa.string(), "licence URL exactly as arXiv gives it; empty when none"),
+        ("submitted_at", TS, "v1 submission time"),
+        ("submitted_month", pa.string(), "YYYY-MM of submitted_at (the partition)"),
+        ("doi", pa.string(), "the record's DOI alias (10.48550/arxiv.<id>)"),
+        ("canonical_sha256", pa.string(), "hex SHA-256 of the canonical record"),
+        ("title_canon_sha256", pa.string(), "hex SHA-256 of the canonicalised title"),
+        ("abstract_canon_sha256", pa.string(), "hex SHA-256 of the canonicalised abstract"),
+        ("created_at", TS, "created_at of the applied record_created event"),
+        ("record_created_event_id", pa.string(), "event id of the applied record_created event"),
+        ("key_id", pa.string(), "id of the key that signed the record's receipt"),
+        ("public_key_fingerprint", pa.string(), "fingerprint of the key that signed the record's receipt"),
+        ("superseded_by", pa.string(), "Pith number of the paper's newer version; null for the latest"),
+        ("event_count", pa.int32(), "distinct events in the bundle"),
+        ("bundle_key", pa.string(), "the bundle's object key, pith/<ID>/bundle.json"),
+        ("bundle_sha256", pa.string(), "hex SHA-256 of the published bundle file"),
+        ("state_sha256", pa.string(), "the bundle state's state_sha256"),
+        ("built_at", TS, "the bundle's built_at"),
     ),
     partition="submitted_month",
     key=("submitted_month", "pith_number"),
@@ -106,6 +140,7 @@ RECORDS = TableSpec(
         "arxiv_id",
         "title",
         "authors_text",
+        "authors_text_unicode",
         "doi",
         "canonical_sha256",
         "title_canon_sha256",
@@ -119,25 +154,24 @@ RECORDS = TableSpec(
 
 EVENTS = TableSpec(
     name="events",
-    schema=pa.schema(
-        [
-            ("event_id", pa.string()),
-            ("subject", pa.string()),
-            ("event_type", pa.string()),
-            ("target", pa.string()),
-            ("created_at", TS),
-            ("created_month", pa.string()),
-            ("signer_id", pa.string()),
-            ("signer_type", pa.string()),
-            ("key_id", pa.string()),
-            ("public_key_fingerprint", pa.string()),
-            ("signed_at", TS),
-            ("supersedes", STR_LIST),
-            ("prev_event", pa.string()),
-            ("correction_kind", pa.string()),
-            ("valid", pa.bool_()),
-            ("event_key", pa.string()),
-        ]
+    description="One row per signed event of any indexed record, as its bundle holds it.",
+    schema=_columns(
+        ("event_id", pa.string(), "the event's id, sha256:<hex> (the key)"),
+        ("subject", pa.string(), "Pith number of the record the event is about"),
+        ("event_type", pa.string(), "record_created, graph_snapshot, correction, ..."),
+        ("target", pa.string(), "what the event points at, when it has a target"),
+        ("created_at", TS, "the event's created_at"),
+        ("created_month", pa.string(), "YYYY-MM of created_at (the partition)"),
+        ("signer_id", pa.string(), "the signer block's signer_id"),
+        ("signer_type", pa.string(), "the signer block's signer_type"),
+        ("key_id", pa.string(), "id of the key that signed the event"),
+        ("public_key_fingerprint", pa.string(), "fingerprint of the key that signed the event"),
+        ("signed_at", TS, "the signature's signed_at"),
+        ("supersedes", STR_LIST, "event ids this event supersedes"),
+        ("prev_event", pa.string(), "the previous event of the subject, if any"),
+        ("correction_kind", pa.string(), "superseded for the correction a new version adds; null otherwise"),
+        ("valid", pa.bool_(), "false when the bundle's state lists the event as invalid"),
+        ("event_key", pa.string(), "the event's object key in the event store"),
     ),
     partition="created_month",
     key=("created_month", "event_id"),
@@ -153,17 +187,23 @@ EVENTS = TableSpec(
 
 ALIASES = TableSpec(
     name="aliases",
-    schema=pa.schema(
-        [
-            ("alias_kind", pa.string()),
-            ("alias_value", pa.string()),
-            ("alias", pa.string()),
-            ("pith_number", pa.string()),
-            ("arxiv_id", pa.string()),
-            ("version", pa.int32()),
-            ("record_created_at", TS),
-            ("created_at", TS),
-        ]
+    description=(
+        "One row per alias (kind:value) and the Pith number it resolves to;"
+        " arxiv:<id> resolves to the newest arXiv version."
+    ),
+    schema=_columns(
+        (
+            "alias_kind",
+            pa.string(),
+            "arxiv, arxiv_version, doi, pith_short_8, pith_short_12 or pith_short_16 (the partition)",
+        ),
+        ("alias_value", pa.string(), "the alias without its kind (with the kind, the key)"),
+        ("alias", pa.string(), "kind:value, e.g. arxiv:1909.11150"),
+        ("pith_number", pa.string(), "Pith number the alias resolves to"),
+        ("arxiv_id", pa.string(), "arXiv id of that record"),
+        ("version", pa.int32(), "arXiv version of that record"),
+        ("record_created_at", TS, "created_at of that record's record_created event"),
+        ("created_at", TS, "the alias's own created_at"),
     ),
     partition="alias_kind",
     key=("alias_kind", "alias_value"),

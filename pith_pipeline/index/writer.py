@@ -202,6 +202,8 @@ def open_table(loc: Location, spec: TableSpec, *, create: bool = False) -> Any:
                 schema=spec.schema,
                 partition_by=[spec.partition],
                 mode="ignore",
+                name=spec.name,
+                description=spec.description,
                 configuration=TABLE_PROPERTIES,
                 storage_options=opts,
                 commit_properties=CommitProperties(max_commit_retries=0),
@@ -212,23 +214,39 @@ def open_table(loc: Location, spec: TableSpec, *, create: bool = False) -> Any:
 
 
 def ensure_properties(loc: Location, spec: TableSpec, run_id: str | None = None) -> list[int]:
-    """Give a table made without them `TABLE_PROPERTIES` (one commit); versions committed.
+    """Give a table made without them `TABLE_PROPERTIES` (one commit) and the data
+    dictionary (`dictionary.pending_steps`); versions committed.
 
     Why: tables made before the properties existed have no change data feed and the
     default checkpoint interval; every writer calls this before its first write, so
     the next run sets them and the feed covers its changes.
     """
+    from pith_pipeline.index.dictionary import dictionary_current, pending_steps
+
     dt = open_table(loc, spec, create=True)
+    versions: list[int] = []
     config = dt.metadata().configuration
-    if all(config.get(k) == v for k, v in TABLE_PROPERTIES.items()):
-        return []
+    if not all(config.get(k) == v for k, v in TABLE_PROPERTIES.items()):
 
-    def alter(dt: Any) -> dict[str, Any]:
-        dt.alter.set_table_properties(dict(TABLE_PROPERTIES), commit_properties=_commit_properties(run_id))
-        return {}
+        def alter(dt: Any) -> dict[str, Any]:
+            dt.alter.set_table_properties(
+                dict(TABLE_PROPERTIES), commit_properties=_commit_properties(run_id)
+            )
+            return {}
 
-    dt, committed = _commit_retry(loc, spec, alter)
-    return [int(dt.version())] if committed else []
+        dt, committed = _commit_retry(loc, spec, alter)
+        versions += [int(dt.version())] if committed else []
+    if dictionary_current(dt, spec):
+        return versions
+    for step in pending_steps(spec):  # a table made before the data dictionary: once
+
+        def apply(dt: Any, step: Any = step) -> dict[str, Any]:
+            step(dt, _commit_properties(run_id))
+            return {}
+
+        dt, committed = _commit_retry(loc, spec, apply)
+        versions += [int(dt.version())] if committed else []
+    return versions
 
 
 def writer_properties(spec: TableSpec) -> Any:

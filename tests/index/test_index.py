@@ -667,7 +667,7 @@ def test_the_keys_a_slice_holds_are_looked_up_without_reading_the_whole_partitio
     source = source.set_column(
         source.schema.get_field_index("valid"), "valid", pa.array([True, False, True], pa.bool_())
     )
-    fresh = source.slice(2, 1).set_column(0, "event_id", pa.array(["sha256:" + "ab" * 32]))
+    fresh = source.slice(2, 1).set_column(0, spec.schema.field("event_id"), pa.array(["sha256:" + "ab" * 32]))
     source = pa.concat_tables([source.slice(0, 2), fresh])
     seen: list[int] = []
     real = writer._target_rows

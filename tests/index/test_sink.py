@@ -287,7 +287,13 @@ def test_groups_hold_every_row_once_and_never_split_a_paper(tmp_path: Path, budg
     with RowSink(tmp_path / "rows") as sink:
         for k in range(3):  # three spilled files, papers spread over all of them
             rows = [
-                {"pith_number": f"p{k}-{i}", "arxiv_id": a, "submitted_month": "2020-01", "primary_cat": "x"}
+                {
+                    "pith_number": f"p{k}-{i}",
+                    "arxiv_id": a,
+                    "submitted_month": "2020-01",
+                    "primary_cat": "x",
+                    "bundle_key": f"pith/p{k}-{i}/bundle.json",  # required: NOT NULL
+                }
                 for i, a in enumerate(ids[k * 100 : (k + 1) * 100])
             ]
             table = pa.Table.from_pylist(rows, schema=TABLES["records"].schema)
