@@ -25,6 +25,7 @@ import io
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+
 from pith_pipeline.core.canonical_json import loads_stored
 from pith_pipeline.core.layout import QUARANTINE, RUNS, is_run_manifest
 from pith_pipeline.storage.base import Store, read_into
@@ -68,8 +69,7 @@ QUERIES: tuple[tuple[str, str, str, str], ...] = (
         "papers_per_month",
         "Papers per month",
         "papers, by their latest version's submitted_month",
-        "SELECT submitted_month, count(*) FROM records WHERE superseded_by IS NULL "
-        "GROUP BY ALL ORDER BY 1",
+        "SELECT submitted_month, count(*) FROM records WHERE superseded_by IS NULL GROUP BY ALL ORDER BY 1",
     ),
     (
         "papers_per_day",
@@ -82,21 +82,21 @@ QUERIES: tuple[tuple[str, str, str, str], ...] = (
         "primary_archive",
         "Papers by primary archive",
         "papers, by primary_archive",
-        "SELECT coalesce(primary_archive, '(none)'), count(*) FROM records "
+        "SELECT coalesce(nullif(primary_archive, ''), '(none)'), count(*) FROM records "
         "WHERE superseded_by IS NULL GROUP BY ALL ORDER BY 2 DESC, 1",
     ),
     (
         "primary_cat",
         "Papers by primary category",
         "papers, by primary_cat",
-        "SELECT coalesce(primary_cat, '(none)'), count(*) FROM records "
+        "SELECT coalesce(nullif(primary_cat, ''), '(none)'), count(*) FROM records "
         "WHERE superseded_by IS NULL GROUP BY ALL ORDER BY 2 DESC, 1",
     ),
     (
         "license",
         "Papers by licence",
-        "papers, by license",
-        "SELECT coalesce(license, '(none)'), count(*) FROM records "
+        "papers, by license ((none): no licence given)",
+        "SELECT coalesce(nullif(license, ''), '(none)'), count(*) FROM records "
         "WHERE superseded_by IS NULL GROUP BY ALL ORDER BY 2 DESC, 1",
     ),
     (
@@ -209,6 +209,7 @@ def _svg(fig: Figure) -> str:
 
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure as MplFigure
+    from matplotlib.ticker import MaxNLocator
 
     labels = [k if len(k) <= REASON_WIDTH else k[: REASON_WIDTH - 1] + "…" for k, _ in fig.rows]
     values = [v for _, v in fig.rows]
@@ -221,6 +222,7 @@ def _svg(fig: Figure) -> str:
             ax.set_yticks(range(len(values)), labels)
             ax.invert_yaxis()
             ax.set_xlabel(fig.counts)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         else:
             mf = MplFigure(figsize=(8, 3))
             ax = mf.add_subplot()
@@ -228,6 +230,7 @@ def _svg(fig: Figure) -> str:
             step = max(1, len(labels) // 24)
             ax.set_xticks(range(0, len(labels), step), labels[::step], rotation=60, ha="right")
             ax.set_ylabel("papers")
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.spines[["top", "right"]].set_visible(False)
         mf.tight_layout()
         buf = io.StringIO()
@@ -237,7 +240,7 @@ def _svg(fig: Figure) -> str:
 
 
 CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; max-width: 60em; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
 svg { max-width: 100%; height: auto; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
@@ -249,12 +252,13 @@ details { margin: 0.5em 0; } .note { color: #555; }
 
 def _table(fig: Figure) -> str:
     body = "".join(
-        f'<tr data-key="{html.escape(k)}" data-count="{v}"><td>{html.escape(k)}</td><td class="n">{v}</td></tr>'
+        f'<tr data-key="{html.escape(k)}" data-count="{v}">'
+        f'<td>{html.escape(k)}</td><td class="n">{v}</td></tr>'
         for k, v in fig.rows
     )
     return (
         f'<table class="figure-data" data-figure="{fig.id}"><thead><tr><th>{html.escape(fig.title)}'
-        f'</th><th>count</th></tr></thead><tbody>{body}</tbody></table>'
+        f"</th><th>count</th></tr></thead><tbody>{body}</tbody></table>"
     )
 
 
@@ -265,7 +269,9 @@ def _runs_table(data: ReportData) -> str:
         f'<tr data-run="{html.escape(r.run_id)}"><td>{html.escape(r.run_id)}</td>'
         f"<td>{html.escape(r.finished_at)}</td>"
         + "".join(
-            f'<td class="n" data-{html.escape(k)}="{r.counts[k]}">{r.counts[k]}</td>' if k in r.counts else "<td></td>"
+            f'<td class="n" data-{html.escape(k)}="{r.counts[k]}">{r.counts[k]}</td>'
+            if k in r.counts
+            else "<td></td>"
             for k in kinds
         )
         + "</tr>"
@@ -298,7 +304,9 @@ def render(data: ReportData) -> str:
             parts.append('<p class="note">Nothing to show.</p>')
         parts.append(f"<details><summary>numbers</summary>{_table(fig)}</details>")
         if fig.id == "runs" and data.runs:
-            parts.append(f"<details open><summary>every count of every run</summary>{_runs_table(data)}</details>")
+            parts.append(
+                f"<details open><summary>every count of every run</summary>{_runs_table(data)}</details>"
+            )
         parts.append("</section>")
     parts.append("</body></html>\n")
     return "\n".join(parts)

@@ -43,19 +43,24 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("report")
     _cli(work, "ingest", "--sample")
     first = json.loads(SAMPLE.read_text(encoding="utf-8").splitlines()[0])
-    first["versions"].append({"version": f"v{len(first['versions']) + 1}", "created": "Mon, 1 Jan 2024 00:00:00 GMT"})
+    first["versions"].append(
+        {"version": f"v{len(first['versions']) + 1}", "created": "Mon, 1 Jan 2024 00:00:00 GMT"}
+    )
     (work / "v-next.jsonl").write_text(json.dumps(first) + "\n", encoding="utf-8")
     key = "pith-keys/pith-private-key.json"
     _cli(work, "build", "--input", "v-next.jsonl", "--store", "pith-store", "--key", key)
     (work / "bad.jsonl").write_text(
-        '{not json\n{"id": "2001.00001", "title": "t"}\n{"id": "2001.00002", "title": "u"}\n', encoding="utf-8"
+        '{not json\n{"id": "2001.00001", "title": "t"}\n{"id": "2001.00002", "title": "u"}\n',
+        encoding="utf-8",
     )
     _cli(work, "build", "--input", "bad.jsonl", "--store", "pith-store", "--key", key)
     return work / "pith-store"
 
 
 def _query(store: Path, sql: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = json.loads(_cli(store.parent, "query", "--store", str(store), "--format", "json", sql))
+    rows: list[dict[str, Any]] = json.loads(
+        _cli(store.parent, "query", "--store", str(store), "--format", "json", sql)
+    )
     return rows
 
 
@@ -150,8 +155,14 @@ class _Figures(HTMLParser):
             self._total = None
 
 
-def _pairs(rows: list[dict[str, Any]]) -> list[tuple[str, int]]:
-    return [(str(r["k"]), int(r["n"])) for r in rows]
+def _pairs(rows: list[dict[str, Any]], *, by_count: bool) -> list[tuple[str, int]]:
+    """(label, count) as the page shows them: a missing or empty value is "(none)";
+    in query's order, or most frequent first."""
+    out: Counter[str] = Counter()
+    for r in rows:
+        out["(none)" if r["k"] in (None, "") else str(r["k"])] += int(r["n"])
+    pairs = list(out.items())
+    return sorted(pairs, key=lambda kv: (-kv[1], kv[0])) if by_count else pairs
 
 
 def test_the_page_a_browser_shows_agrees_with_query(store: Path, tmp_path: Path) -> None:
@@ -161,20 +172,18 @@ def test_the_page_a_browser_shows_agrees_with_query(store: Path, tmp_path: Path)
     dom.feed(_browser(page, "--dump-dom"))
 
     latest = "FROM records WHERE superseded_by IS NULL"
-    expected = {
-        "papers_per_month": _query(store, f"SELECT submitted_month k, count(*) n {latest} GROUP BY 1 ORDER BY 1"),
-        "papers_per_day": _query(
-            store, f"SELECT CAST(timezone('UTC', submitted_at) AS DATE) k, count(*) n {latest} GROUP BY 1 ORDER BY 1"
-        ),
-        "primary_archive": _query(store, f"SELECT coalesce(primary_archive, '(none)') k, count(*) n {latest} GROUP BY 1 ORDER BY 2 DESC, 1"),
-        "primary_cat": _query(store, f"SELECT coalesce(primary_cat, '(none)') k, count(*) n {latest} GROUP BY 1 ORDER BY 2 DESC, 1"),
-        "license": _query(
-            store, f"SELECT coalesce(license, '(none)') k, count(*) n {latest} GROUP BY 1 ORDER BY 2 DESC, 1"
-        ),
-        "versions_per_paper": _query(store, f"SELECT version k, count(*) n {latest} GROUP BY 1 ORDER BY 1"),
+    by_key = {  # figure: the column it counts papers by, in the order of that column
+        "papers_per_month": "submitted_month",
+        "papers_per_day": "CAST(timezone('UTC', submitted_at) AS DATE)",
+        "versions_per_paper": "version",
     }
-    for fid, rows in expected.items():
-        assert dom.figures[fid] == _pairs(rows), fid
+    by_count = {"primary_archive": "primary_archive", "primary_cat": "primary_cat", "license": "license"}
+    for fid, column in by_key.items():
+        rows = _query(store, f"SELECT {column} k, count(*) n {latest} GROUP BY 1 ORDER BY 1")
+        assert dom.figures[fid] == _pairs(rows, by_count=False), fid
+    for fid, column in by_count.items():
+        rows = _query(store, f"SELECT {column} k, count(*) n {latest} GROUP BY 1")
+        assert dom.figures[fid] == _pairs(rows, by_count=True), fid
     papers = _query(store, f"SELECT count(*) n {latest}")[0]["n"]
     versions = _query(store, "SELECT count(*) n FROM records")[0]["n"]
     assert dom.totals == {"papers": papers, "versions": versions, "runs": 3}
@@ -209,14 +218,18 @@ def test_the_page_renders_in_a_browser_with_its_figures_in_view(store: Path, tmp
 
 
 def test_errors_are_one_line(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    missing = run_cli(capsys, "report", "--store", str(tmp_path / "nothing"), "--out", str(tmp_path / "r.html"))
+    missing = run_cli(
+        capsys, "report", "--store", str(tmp_path / "nothing"), "--out", str(tmp_path / "r.html")
+    )
     assert missing.code != 0 and "no store here" in missing.err and "Traceback" not in missing.err
     assert not (tmp_path / "r.html").exists()
     bad_out = run_cli(capsys, "report", "--store", str(store), "--out", str(tmp_path / "no-dir" / "r.html"))
     assert bad_out.code == 2 and "does not exist" in bad_out.err and "Traceback" not in bad_out.err
 
 
-def test_an_existing_page_is_replaced_whole(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_existing_page_is_replaced_whole(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "r.html"
     out.write_text("old", encoding="utf-8")
     done = run_cli(capsys, "report", "--store", str(store), "--out", str(out))

@@ -57,9 +57,9 @@ from click.core import ParameterSource  # noqa: E402
 from pith_pipeline import __version__  # noqa: E402
 from pith_pipeline._internal.error_text import describe_os_error, one_line, redact  # noqa: E402
 from pith_pipeline.cli import backfill, core, ingest, signing, storage  # noqa: E402
-from pith_pipeline.cli import report as report_cli  # noqa: E402
 from pith_pipeline.cli import config as config_cli  # noqa: E402
 from pith_pipeline.cli import log as log_cli  # noqa: E402
+from pith_pipeline.cli import report as report_cli  # noqa: E402
 from pith_pipeline.config import env_name, flag  # noqa: E402
 from pith_pipeline.errors import PithError  # noqa: E402
 
