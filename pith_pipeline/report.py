@@ -23,6 +23,7 @@ from __future__ import annotations
 import html
 import io
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -115,18 +116,58 @@ def _rows(store: Store, sql: str) -> list[tuple[str, int]]:
     return [("" if r[0] is None else str(r[0]), int(r[1])) for r in run_query(store, sql).rows]
 
 
+#: bytes read from the start of a run manifest for its `run_id` and `counts` (its first
+#: fields; the objects it lists, millions for a backfill, come after them)
+MANIFEST_HEAD = 64 * 1024
+_RUN_ID = re.compile(rb'\n  "run_id": ("(?:[^"\\\n]|\\.)*")')
+_COUNTS = re.compile(rb'\n  "counts": (\{[^{}]*\})')
+
+
+def _head(store: Store, key: str, size: int) -> bytes | None:
+    """The first `size` bytes of an object, by a ranged read where the store can."""
+    from pith_pipeline.errors import StorageError
+    from pith_pipeline.index.query import arrow_source
+
+    try:
+        fs, root = arrow_source(store)
+        with fs.open_input_file(f"{root}/{key}") as fh:
+            return bytes(fh.read_at(min(size, fh.size()), 0))
+    except (StorageError, OSError, ValueError):
+        return None  # read whole by the caller, whose errors name the object
+
+
+def _counts(value: object) -> dict[str, int]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
 def _manifest(store: Store, key: str) -> RunRow | None:
+    """A run's id, finish time and counts, from the manifest's first and last bytes
+    (`index.status.finished_at`); a manifest whose head does not hold them is read whole."""
+    from pith_pipeline.index.status import finished_at
+
+    fallback = key[len(RUNS) : -len("/manifest.json")]
+    head = _head(store, key, MANIFEST_HEAD)
+    found_id = _RUN_ID.search(head) if head else None
+    found_counts = _COUNTS.search(head) if head else None
+    if found_id and found_counts:
+        when = finished_at(store, key)
+        return RunRow(
+            run_id=str(json.loads(found_id[1]) or fallback),
+            finished_at="" if when.year == 1 else when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            counts=_counts(json.loads(found_counts[1])),
+        )
     data = store.get(key)
     if data is None:
         return None  # deleted while listed
     doc = loads_stored(data, key)
     if not isinstance(doc, dict):
         return None
-    counts = doc.get("counts") if isinstance(doc.get("counts"), dict) else {}
     return RunRow(
-        run_id=str(doc.get("run_id") or key[len(RUNS) : -len("/manifest.json")]),
+        run_id=str(doc.get("run_id") or fallback),
         finished_at=str(doc.get("finished_at") or ""),
-        counts={str(k): int(v) for k, v in (counts or {}).items() if isinstance(v, int)},
+        counts=_counts(doc.get("counts")),
     )
 
 

@@ -237,3 +237,30 @@ def test_an_existing_page_is_replaced_whole(
     text = out.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]  # no temporary file left
+
+
+def test_runs_are_read_from_a_manifest_head_or_whole(tmp_path: Path) -> None:
+    """A pretty manifest gives its counts from its first bytes (the objects after them
+    can be millions); one laid out otherwise is read whole, with the same result."""
+    from pith_pipeline.report import MANIFEST_HEAD, runs
+    from pith_pipeline.storage.base import open_existing_store
+
+    objects = [{"key": f"pith/{i:026d}/bundle.json", "sha256": "0" * 64} for i in range(MANIFEST_HEAD // 50)]
+    doc: dict[str, Any] = {
+        "format": "pith-run-manifest-v1",
+        "run_id": "run-a",
+        "window": None,
+        "counts": {"fetched": 5, "built": 4, "quarantined": 1},
+        "objects": objects,
+        "finished_at": "2026-01-02T03:04:05Z",
+    }
+    (tmp_path / "runs" / "run-a").mkdir(parents=True)
+    (tmp_path / "runs" / "run-a" / "manifest.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    one_line = {**doc, "run_id": "run-b", "counts": {"built": 7}, "finished_at": "2026-01-03T00:00:00Z"}
+    (tmp_path / "runs" / "run-b").mkdir()
+    (tmp_path / "runs" / "run-b" / "manifest.json").write_text(json.dumps(one_line), encoding="utf-8")
+    got = runs(open_existing_store(str(tmp_path)))
+    assert [(r.run_id, r.finished_at, r.counts) for r in got] == [
+        ("run-a", "2026-01-02T03:04:05Z", {"fetched": 5, "built": 4, "quarantined": 1}),
+        ("run-b", "2026-01-03T00:00:00Z", {"built": 7}),
+    ]
