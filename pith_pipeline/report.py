@@ -26,10 +26,15 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.core.canonical_json import loads_stored
 from pith_pipeline.core.layout import QUARANTINE, RUNS, is_run_manifest
+from pith_pipeline.errors import TerminalError
 from pith_pipeline.storage.base import Store, read_into
+
+if TYPE_CHECKING:
+    from pith_pipeline.config import Settings
 
 #: where `write_report` (the weekly maintenance task) puts the page in the store
 STORE_KEY = "report/index.html"
@@ -358,8 +363,24 @@ def report_html(store: Store) -> str:
     return render(gather(store))
 
 
-def write_report(store: Store) -> str:
-    """Write the page into the store at `STORE_KEY` (the weekly maintenance task);
-    returns the key. The page is derived, so each run replaces the last one."""
+def publish_report(store: Store) -> str:
+    """Write the page into the store at `STORE_KEY`; returns the key. The page is
+    derived (drawn again from the store at any time), so each one replaces the last."""
     store.put(STORE_KEY, report_html(store).encode("utf-8"), content_type="text/html; charset=utf-8")
     return STORE_KEY
+
+
+def write_report(settings: Settings) -> dict[str, Any]:
+    """The maintenance DAG's weekly `report` task: the page of `settings.store`, written
+    into it (`publish_report`). matplotlib missing is a `TerminalError` naming the extra
+    (retrying cannot install it)."""
+    from pith_pipeline.runs.steps import _store
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise TerminalError(
+            "report: matplotlib is not installed; install it with: pip install 'pith-pipeline[report]'"
+        ) from None
+    store = _store(settings)
+    return {"key": publish_report(store), "store": store.url}
