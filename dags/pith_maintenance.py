@@ -7,6 +7,7 @@ Weekly (Sunday 03:00 UTC), or triggered with parameters:
     airflow dags trigger pith_maintenance --conf '{"repair": true}'
 
     rebuild (only when asked) -> compact -> verify
+                                         -> report
 
 `rebuild_bundles` re-derives every bundle and state from the write-once event store
 (then re-indexes); `rebuild_indexes` rebuilds the Parquet indexes from the bundles.
@@ -15,7 +16,8 @@ finished since its last clean check touched (their run manifests name them; the
 checked runs are recorded in `maintenance/verify-watermark.json`) and `sample_size`
 papers drawn from the whole store; it fails the run naming every problem and the
 `pith-pipeline rebuild` command that fixes derived objects (`repair` runs it and
-checks again).
+checks again). `report` writes the page of `pith-pipeline report` into the store as
+`report/index.html` (docs/pages/report.md).
 """
 
 from __future__ import annotations
@@ -101,7 +103,17 @@ def pith_maintenance() -> None:
             repair=bool(params["repair"]),
         )
 
-    verify(compact(rebuild()))
+    @task(multiple_outputs=False)
+    def report(compacted: dict[str, Any]) -> dict[str, Any]:
+        """Write the report page into the store, report/index.html (`pith-pipeline report`)."""
+        from pith_pipeline import airflow_tasks as t
+        from pith_pipeline.report import write_report
+
+        return write_report(t.load_settings(airflow_variables=True))
+
+    compacted = compact(rebuild())
+    verify(compacted)
+    report(compacted)
 
 
 pith_maintenance()

@@ -60,6 +60,7 @@ from pith_pipeline.cli import backfill, core, ingest, signing, storage  # noqa: 
 from pith_pipeline.cli import config as config_cli  # noqa: E402
 from pith_pipeline.cli import index as index_cli  # noqa: E402
 from pith_pipeline.cli import log as log_cli  # noqa: E402
+from pith_pipeline.cli import report as report_cli  # noqa: E402
 from pith_pipeline.config import env_name, flag  # noqa: E402
 from pith_pipeline.errors import PithError  # noqa: E402
 
@@ -89,7 +90,7 @@ def cli() -> None:
     """
 
 
-for module in (core, ingest, storage, signing, backfill, log_cli, config_cli, index_cli):
+for module in (core, ingest, storage, signing, backfill, log_cli, config_cli, index_cli, report_cli):
     module.register(cli)
 
 
