@@ -39,6 +39,7 @@ COMMANDS = [
     ("log", "sync", "--store", "STORE", "--log-signer", "KEY"),
     ("log", "rebuild", "--store", "STORE", "--log-signer", "KEY"),
     ("verify", "PATH", "--log", "STORE"),
+    ("report", "--store", "STORE"),
 ]
 
 
