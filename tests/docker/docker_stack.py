@@ -15,44 +15,116 @@ What this handles, so the test reads as the operator's steps:
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER_DIR = REPO / "docker"
 HERE = Path(__file__).resolve().parent
 IMAGES = HERE / "images"
 
-DEBIAN_IMAGE = "pith-ci/debian:bookworm"
+#: The Debian recipe every CI image starts from; its tag is keyed by exactly these.
+DEBIAN_SUITE = "bookworm"
+DEBIAN_VARIANT = "minbase"
+DEBIAN_MIRROR = os.environ.get("PITH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+#: Set to a directory to keep the started daemon's data root (images, build cache)
+#: between runs; unset, the daemon starts on an empty data root that is removed after.
+CACHE_ENV = "PITH_CI_DOCKER_CACHE"
+#: The compose variables tests/docker/compose.ci.yaml requires (set only by this module).
+CI_S3_IMAGE_VAR = "PITH_CI_S3_IMAGE"
+CI_POSTGRES_IMAGE_VAR = "PITH_CI_POSTGRES_IMAGE"
+CI_REDIS_IMAGE_VAR = "PITH_CI_REDIS_IMAGE"
 
 
-def _deps_tag() -> str:
-    """A tag that changes with the project's dependencies, so a cached base image (its
-    wheels are what the stack image installs offline) is rebuilt when they change."""
-    import hashlib
-    import tomllib
+def _digest(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        h.update(len(data).to_bytes(8, "big") + data)
+    return h.hexdigest()[:16]
 
+
+def debian_image() -> str:
+    """The debootstrapped base, tagged by its recipe (suite, variant, mirror)."""
+    return f"pith-ci/debian:{DEBIAN_SUITE}-{_digest(DEBIAN_SUITE, DEBIAN_VARIANT, DEBIAN_MIRROR)}"
+
+
+def image_requirements() -> list[str]:
+    """What the airflow-base image installs: Airflow, moto's server, the project's
+    runtime and build requirements (so the stack image installs offline)."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     deps = sorted(project["project"]["dependencies"]) + sorted(project["build-system"]["requires"])
-    return hashlib.sha256("\n".join(deps).encode()).hexdigest()[:12]
+    return ["apache-airflow[postgres]==3.3.2", "moto[server]", *deps]
 
 
-AIRFLOW_BASE_IMAGE = f"pith-ci/airflow-base:deps-{_deps_tag()}"
-POSTGRES_IMAGE = "pith-ci/postgres:local"
-DEBIAN_MIRROR = os.environ.get("PITH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-#: The daemon this module starts (only when none is reachable).
-OWN_SOCKET = "/run/pith-ci-docker.sock"
-OWN_DATA_ROOT = "/var/lib/pith-ci-docker"
-OWN_EXEC_ROOT = "/run/pith-ci-docker"
+@functools.cache
+def host_pins() -> str:
+    """This environment's versions (pip freeze): the wheels are downloaded pinned to them."""
+    frozen = run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"]).stdout.decode()
+    return "".join(ln + "\n" for ln in frozen.splitlines() if ln and not ln.startswith("-e"))
+
+
+def _files(*names: str) -> list[bytes]:
+    return [name.encode() + b"\0" + (IMAGES / name).read_bytes() for name in names]
+
+
+def airflow_base_image() -> str:
+    """Tagged by its Dockerfile, entrypoint, the wheel set (requirements and pins) and
+    the Debian base's tag: any change is a new tag, so a cache can never serve a stale one."""
+    key = _digest(
+        debian_image(),
+        *_files("airflow-base.Dockerfile", "entrypoint.sh"),
+        "\n".join(image_requirements()),
+        host_pins(),
+    )
+    return f"pith-ci/airflow-base:{key}"
+
+
+def postgres_image() -> str:
+    """Tagged by its Dockerfile, entrypoint and the Debian base's tag."""
+    key = _digest(debian_image(), *_files("postgres.Dockerfile", "postgres-entrypoint.sh"))
+    return f"pith-ci/postgres:{key}"
+
+
+def redis_image() -> str:
+    """Tagged by its Dockerfile and the Debian base's tag."""
+    return f"pith-ci/redis:{_digest(debian_image(), *_files('redis.Dockerfile'))}"
+
+
+def ci_images() -> dict[str, str]:
+    """Every image this module builds, by tag -> what it is (build_ci_images builds all)."""
+    return {
+        debian_image(): "debian",
+        airflow_base_image(): "airflow-base",
+        postgres_image(): "postgres",
+        redis_image(): "redis",
+    }
+
+
+def ci_overrides() -> dict[str, str]:
+    """The .env settings that point docker/compose.yaml + compose.ci.yaml at ci_images()."""
+    return {
+        "AIRFLOW_BASE_IMAGE": airflow_base_image(),
+        "AIRFLOW_CONSTRAINTS": "/opt/ci/constraints.txt",
+        "POSTGRES_IMAGE": postgres_image(),
+        CI_S3_IMAGE_VAR: airflow_base_image(),
+        CI_POSTGRES_IMAGE_VAR: postgres_image(),
+        CI_REDIS_IMAGE_VAR: redis_image(),
+    }
 
 
 class StackError(AssertionError):
@@ -110,9 +182,34 @@ class Daemon:
         return [docker_binary()]
 
 
+def data_root_for(workdir: Path) -> tuple[Path, bool]:
+    """(data root, keep it?): $PITH_CI_DOCKER_CACHE when set (kept), else an empty
+    directory in the work dir (removed once the daemon has stopped)."""
+    cache = os.environ.get(CACHE_ENV, "").strip()
+    if cache:
+        return Path(cache), True
+    return workdir / "docker-data", False
+
+
+def _unmount_under(root: Path) -> None:
+    """Lazily unmount anything a stopped daemon left mounted below root (deepest first),
+    so removing the data root never reaches into a live mount."""
+    prefix = str(root.resolve()) + "/"
+    mounts = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines() if len(ln.split()) > 1]
+    for mnt in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mnt], check=False, capture_output=True)
+
+
 @contextlib.contextmanager
 def docker_daemon(workdir: Path) -> Iterator[Daemon]:
-    """A reachable daemon; one started here is stopped (and waited for) on exit."""
+    """A reachable daemon; one started here is stopped (and waited for) on exit.
+
+    A daemon started here runs on its own socket, exec root and data root. The data
+    root starts empty (a fresh directory, removed after the daemon stops) unless
+    $PITH_CI_DOCKER_CACHE names a directory to keep as a cache. Either way the CI
+    images are tagged by content (ci_images), so a kept or shared daemon can only
+    serve an image built from exactly today's recipe.
+    """
     env = dict(os.environ, DOCKER_BUILDKIT="1")
     if run([docker_binary(), "info"], env=env, check=False, timeout=30).returncode == 0:
         yield Daemon(env)
@@ -120,20 +217,23 @@ def docker_daemon(workdir: Path) -> Iterator[Daemon]:
     dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
     if os.geteuid() != 0 or not Path(dockerd).exists():
         raise StackError("no Docker daemon reachable, and cannot start one (needs root and docker.io)")
-    env["DOCKER_HOST"] = f"unix://{OWN_SOCKET}"
+    data_root, keep = data_root_for(workdir)
+    data_root.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(f"/run/pith-ci-docker-{os.getpid()}")
+    env["DOCKER_HOST"] = f"unix://{run_dir}.sock"
     log = workdir / "dockerd.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [
                 dockerd,
                 "--host",
-                f"unix://{OWN_SOCKET}",
+                f"unix://{run_dir}.sock",
                 "--data-root",
-                OWN_DATA_ROOT,
+                str(data_root),
                 "--exec-root",
-                OWN_EXEC_ROOT,
+                str(run_dir),
                 "--pidfile",
-                f"{OWN_EXEC_ROOT}.pid",
+                f"{run_dir}.pid",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -153,6 +253,11 @@ def docker_daemon(workdir: Path) -> Iterator[Daemon]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(30)
+        _unmount_under(run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if not keep:
+            _unmount_under(data_root)
+            shutil.rmtree(data_root, ignore_errors=True)
 
 
 def compose_command(env: dict[str, str]) -> list[str]:
@@ -185,18 +290,27 @@ def image_exists(daemon: Daemon, ref: str) -> bool:
     return run([*daemon.docker, "image", "inspect", ref], env=daemon.env, check=False).returncode == 0
 
 
-def debian_base(daemon: Daemon, workdir: Path) -> None:
-    """bookworm minbase from the Debian mirror, imported as an image (no registry)."""
-    if image_exists(daemon, DEBIAN_IMAGE):
-        return
+def debian_rootfs(rootfs: Path) -> None:
+    """The recipe debian_image() is keyed by: debootstrap SUITE (VARIANT) from MIRROR."""
     debootstrap = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
+    run(
+        [debootstrap, f"--variant={DEBIAN_VARIANT}", DEBIAN_SUITE, str(rootfs), DEBIAN_MIRROR],
+        timeout=900,
+    )
+
+
+def debian_base(daemon: Daemon, workdir: Path) -> None:
+    """The Debian base from the mirror, imported as an image (no registry)."""
+    tag = debian_image()
+    if image_exists(daemon, tag):
+        return
     rootfs = workdir / "rootfs"
     try:
-        run([debootstrap, "--variant=minbase", "bookworm", str(rootfs), DEBIAN_MIRROR], timeout=900)
+        debian_rootfs(rootfs)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         assert tar.stdout is not None
         imported = subprocess.run(
-            [*daemon.docker, "import", "-", DEBIAN_IMAGE],
+            [*daemon.docker, "import", "-", tag],
             stdin=tar.stdout,
             env=daemon.env,
             capture_output=True,
@@ -219,13 +333,8 @@ def wheel_context(workdir: Path) -> Path:
     """
     ctx = workdir / "images"
     shutil.copytree(IMAGES, ctx)
-    frozen = run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"]).stdout.decode()
     pins = ctx / "host-pins.txt"
-    pins.write_text("".join(ln + "\n" for ln in frozen.splitlines() if ln and not ln.startswith("-e")))
-    import tomllib
-
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    build_req = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    pins.write_text(host_pins())
     run(
         [
             sys.executable,
@@ -238,10 +347,7 @@ def wheel_context(workdir: Path) -> Path:
             str(ctx / "wheels"),
             "-c",
             str(pins),
-            "apache-airflow[postgres]==3.3.2",
-            "moto[server]",
-            *deps,
-            *build_req,
+            *image_requirements(),
         ],
         timeout=1200,
     )
@@ -249,20 +355,28 @@ def wheel_context(workdir: Path) -> Path:
 
 
 def build_ci_images(daemon: Daemon, workdir: Path) -> None:
+    """Build (or find, under its content tag) every image in ci_images()."""
     debian_base(daemon, workdir)
-    if image_exists(daemon, AIRFLOW_BASE_IMAGE) and image_exists(daemon, POSTGRES_IMAGE):
-        return
-    ctx = wheel_context(workdir)
-    for dockerfile, tag in (
-        ("postgres.Dockerfile", POSTGRES_IMAGE),
-        ("airflow-base.Dockerfile", AIRFLOW_BASE_IMAGE),
-    ):
-        run(
-            [*daemon.docker, "build", "-q", "-f", str(ctx / dockerfile), "-t", tag, str(ctx)],
-            env=daemon.env,
-            timeout=1800,
-        )
-    shutil.rmtree(ctx, ignore_errors=True)
+    wanted = [
+        ("postgres.Dockerfile", postgres_image()),
+        ("redis.Dockerfile", redis_image()),
+        ("airflow-base.Dockerfile", airflow_base_image()),
+    ]
+    missing = [(f, tag) for f, tag in wanted if not image_exists(daemon, tag)]
+    if missing:
+        ctx = wheel_context(workdir)
+        for dockerfile, tag in missing:
+            base = f"DEBIAN_BASE={debian_image()}"
+            build = ["build", "-q", "--build-arg", base, "-f", str(ctx / dockerfile), "-t", tag, str(ctx)]
+            run(
+                [*daemon.docker, *build],
+                env=daemon.env,
+                timeout=1800,
+            )
+        shutil.rmtree(ctx, ignore_errors=True)
+    absent = [tag for tag in ci_images() if not image_exists(daemon, tag)]
+    if absent:
+        raise StackError(f"built, yet not in the daemon: {', '.join(absent)}")
 
 
 # -------------------------------------------------------------------- compose
@@ -327,3 +441,92 @@ def write_env(path: Path, overrides: dict[str, str]) -> dict[str, str]:
 
 def tmp_workdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="pith-stack-"))
+
+
+# ------------------------------------------------------- what the compose files name
+class InterpolationError(ValueError):
+    """A `${VAR:?message}` (or `${VAR?message}`) compose refuses on: VAR unset (or empty)."""
+
+
+_VAR = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's variable substitution: $$, $VAR, ${VAR}, ${VAR:-d}, ${VAR-d}, ${VAR:?e}, ${VAR?e}."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1):
+            return "$"
+        name = m.group(2) or m.group(5)
+        op, arg = m.group(3), m.group(4) or ""
+        val = env.get(name)
+        missing = val is None or (op is not None and op.startswith(":") and val == "")
+        if op in (":-", "-"):
+            return arg if missing else str(val)
+        if op in (":?", "?"):
+            if missing:
+                raise InterpolationError(f"{name}: {arg}")
+            return str(val)
+        return val or ""
+
+    return _VAR.sub(one, value)
+
+
+@dataclass(frozen=True)
+class ComposeImage:
+    service: str
+    image: str
+    built_here: bool  # the service has a `build:` section (compose builds it under `image`)
+    pull_policy: str
+    build_base: str | None  # the AIRFLOW_BASE build argument (the FROM of docker/Dockerfile)
+
+
+def compose_images(files: Sequence[Path], env: dict[str, str]) -> list[ComposeImage]:
+    """Every service's image across all profiles, the files merged as compose merges them
+    (a later file's keys replace an earlier file's), the names interpolated with env."""
+    import yaml
+
+    services: dict[str, dict[str, Any]] = {}
+    for f in files:
+        doc = yaml.safe_load(f.read_text()) or {}
+        for name, spec in (doc.get("services") or {}).items():
+            services.setdefault(name, {}).update(spec or {})
+    out = []
+    for name, spec in sorted(services.items()):
+        build = spec.get("build")
+        args = build.get("args", {}) if isinstance(build, dict) else {}
+        base = args.get("AIRFLOW_BASE") if isinstance(args, dict) else None
+        out.append(
+            ComposeImage(
+                service=name,
+                image=interpolate(str(spec.get("image", "")), env),
+                built_here=build is not None,
+                pull_policy=interpolate(str(spec.get("pull_policy", "missing")), env),
+                build_base=interpolate(str(base), env) if base is not None else None,
+            )
+        )
+    return out
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines of a compose .env file (comments and blank lines skipped)."""
+    values = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
+            key, val = line.split("=", 1)
+            values[key.strip()] = val
+    return values
+
+
+def unbuilt_images(files: Sequence[Path], env: dict[str, str], built: set[str]) -> list[str]:
+    """Each image the files name that neither a `build:` section nor `built` provides,
+    and each build base (FROM) not in `built`: what a daemon would have to already hold."""
+    problems = []
+    for img in compose_images(files, env):
+        if not img.image:
+            problems.append(f"{img.service}: no image")
+        elif not img.built_here and img.image not in built:
+            problems.append(f"{img.service}: {img.image} (pull_policy {img.pull_policy}) is built by nothing")
+        if img.build_base is not None and img.build_base not in built:
+            problems.append(f"{img.service}: build base {img.build_base} is built by nothing")
+    return problems

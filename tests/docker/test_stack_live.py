@@ -236,12 +236,10 @@ def test_stack_signs_publishes_restarts_and_keeps_its_key() -> None:
             if not official:
                 st.build_ci_images(daemon, work)
                 files.append(st.HERE / "compose.ci.yaml")
-                overrides |= {
-                    "AIRFLOW_BASE_IMAGE": st.AIRFLOW_BASE_IMAGE,
-                    "AIRFLOW_CONSTRAINTS": "/opt/ci/constraints.txt",
-                    "POSTGRES_IMAGE": st.POSTGRES_IMAGE,
-                }
+                overrides |= st.ci_overrides()
             values = st.write_env(work / ".env", overrides)
+            if not official:  # the files name nothing the daemon must already hold
+                assert st.unbuilt_images(files, values, set(st.ci_images())) == []
             stack = st.Stack(
                 daemon,
                 work / ".env",

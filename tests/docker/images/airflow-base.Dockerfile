@@ -3,7 +3,8 @@
 # (uid 50000, gid 0), Python 3.11, /entrypoint, AIRFLOW_HOME=/opt/airflow, pip usable
 # by that user, and a constraints file (/opt/ci/constraints.txt) like Airflow's.
 # Build context: a directory with wheels/ (pip download on the host) and this folder's files.
-ARG DEBIAN_BASE=pith-ci/debian:bookworm
+# The Debian base image: docker_stack.build_ci_images passes its content-keyed tag.
+ARG DEBIAN_BASE
 FROM ${DEBIAN_BASE}
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv \

@@ -1,0 +1,73 @@
+"""Every image the compose files name is one something builds or loads, under that exact
+tag: a green stack test must never depend on an image an earlier run left in the daemon.
+
+Plain (not live): runs in the everyday suite, reading the files as compose would.
+"""
+
+from __future__ import annotations
+
+import docker_stack as st
+import pytest
+
+COMPOSE = st.DOCKER_DIR / "compose.yaml"
+CI = st.HERE / "compose.ci.yaml"
+
+
+def example_env() -> dict[str, str]:
+    """The defaults an operator's docker/.env starts from (make-env.sh copies this file)."""
+    return st.read_env_file(st.DOCKER_DIR / ".env.example")
+
+
+def test_ci_stack_names_only_images_the_stack_test_builds() -> None:
+    env = example_env() | st.ci_overrides()
+    problems = st.unbuilt_images([COMPOSE, CI], env, set(st.ci_images()))
+    assert problems == []
+
+
+def test_ci_stack_covers_every_service_with_never_pulled_images() -> None:
+    """The CI variant pulls nothing: each service is built by compose or by docker_stack."""
+    env = example_env() | st.ci_overrides()
+    images = st.compose_images([COMPOSE, CI], env)
+    built = set(st.ci_images())
+    pulled = [i.service for i in images if not i.built_here and i.image not in built]
+    assert pulled == []
+    assert {"s3", "postgres", "redis"} <= {i.service for i in images}
+    assert all(i.pull_policy in ("never", "build") for i in images), images
+
+
+@pytest.mark.parametrize("var", [st.CI_S3_IMAGE_VAR, st.CI_POSTGRES_IMAGE_VAR, st.CI_REDIS_IMAGE_VAR])
+def test_ci_file_without_the_stack_tests_variables_is_refused(var: str) -> None:
+    """With only the defaults (no ci_overrides), compose must refuse, not fall back on a
+    fixed tag that only a leftover image could satisfy."""
+    env = example_env() | {k: v for k, v in st.ci_overrides().items() if k != var}
+    with pytest.raises(st.InterpolationError, match=var):
+        st.compose_images([COMPOSE, CI], env)
+
+
+def test_default_stack_builds_its_own_image_and_pins_the_rest() -> None:
+    """docker/compose.yaml alone, with .env.example: pith's image is built by compose;
+    every other image is a pinned registry image compose may pull."""
+    images = st.compose_images([COMPOSE], example_env())
+    for img in images:
+        if img.built_here:
+            assert img.pull_policy == "build", img
+        else:
+            assert img.pull_policy != "never", img
+            name, _, tag = img.image.rpartition(":")
+            assert name and tag and tag != "latest", img
+
+
+def test_tags_are_keyed_by_content(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change to the Debian recipe changes every CI tag (so a kept cache rebuilds)."""
+    before = st.ci_images()
+    monkeypatch.setattr(st, "DEBIAN_MIRROR", "http://mirror.invalid/debian")
+    after = st.ci_images()
+    assert set(before).isdisjoint(after)
+
+
+def test_interpolation_matches_compose() -> None:
+    env = {"A": "a", "E": ""}
+    assert st.interpolate("${A}-${E:-d}-${E-d}-${U-u}-$$A-$A", env) == "a-d--u-$A-a"
+    with pytest.raises(st.InterpolationError, match="E: need it"):
+        st.interpolate("${E:?need it}", env)
+    assert st.interpolate("${E?x}", env) == ""
