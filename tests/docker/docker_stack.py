@@ -78,6 +78,15 @@ def host_pins() -> str:
     return "".join(ln + "\n" for ln in frozen.splitlines() if ln and not ln.startswith("-e"))
 
 
+#: The files of tests/docker/images/ each CI image is built from (its tag hashes them;
+#: test_compose_images checks every COPY source is listed).
+IMAGE_FILES = {
+    "airflow-base": ("airflow-base.Dockerfile", "entrypoint.sh", "moto-persistent.py"),
+    "postgres": ("postgres.Dockerfile", "postgres-entrypoint.sh"),
+    "redis": ("redis.Dockerfile",),
+}
+
+
 def _files(*names: str) -> list[bytes]:
     return [name.encode() + b"\0" + (IMAGES / name).read_bytes() for name in names]
 
@@ -87,7 +96,7 @@ def airflow_base_image() -> str:
     the Debian base's tag: any change is a new tag, so a cache can never serve a stale one."""
     key = _digest(
         debian_image(),
-        *_files("airflow-base.Dockerfile", "entrypoint.sh"),
+        *_files(*IMAGE_FILES["airflow-base"]),
         "\n".join(image_requirements()),
         host_pins(),
     )
@@ -96,13 +105,13 @@ def airflow_base_image() -> str:
 
 def postgres_image() -> str:
     """Tagged by its Dockerfile, entrypoint and the Debian base's tag."""
-    key = _digest(debian_image(), *_files("postgres.Dockerfile", "postgres-entrypoint.sh"))
+    key = _digest(debian_image(), *_files(*IMAGE_FILES["postgres"]))
     return f"pith-ci/postgres:{key}"
 
 
 def redis_image() -> str:
     """Tagged by its Dockerfile and the Debian base's tag."""
-    return f"pith-ci/redis:{_digest(debian_image(), *_files('redis.Dockerfile'))}"
+    return f"pith-ci/redis:{_digest(debian_image(), *_files(*IMAGE_FILES['redis']))}"
 
 
 def ci_images() -> dict[str, str]:

@@ -8,9 +8,11 @@ Steps (each an operator's step, against the unmodified docker/compose.yaml):
 4. `pith_ingest` for one day (a backfill run) against a loopback OAI-PMH server
    inside the scheduler container, signing with the stack's key file;
 5. every published bundle verifies, pinned to the key in the keys volume;
-6. `down` + `up` (volumes kept): the next day is signed by the same key, the key
+6. `docker compose restart`: every service healthy again, airflow-init exits 0, the
+   bucket (every key and its bytes) and the key file unchanged;
+7. `down` + `up` (volumes kept): the next day is signed by the same key, the key
    file is unchanged, still 0600 and owned by AIRFLOW_UID;
-7. `down --volumes`, and the daemon this test started is stopped.
+8. `down --volumes`, and the daemon this test started is stopped.
 
 Opt-in (PITH_DOCKER_STACK=1, as .ci/run sets); see tests/docker/conftest.py.
 """
@@ -213,6 +215,46 @@ def key_file_facts(stack: st.Stack) -> tuple[str, str]:
     return facts, digest
 
 
+def bucket_state(values: dict[str, str]) -> dict[str, str]:
+    """Every object in the bucket: key -> sha256 of its bytes."""
+    import hashlib
+
+    s3 = s3_client(values)
+    state = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket="pith"):
+        for obj in page.get("Contents", []):
+            body = s3.get_object(Bucket="pith", Key=obj["Key"])["Body"].read()
+            state[obj["Key"]] = hashlib.sha256(body).hexdigest()
+    return state
+
+
+def compose_ps(stack: st.Stack) -> list[dict[str, Any]]:
+    out = stack("ps", "-a", "--format", "json", timeout=120).stdout.decode().strip()
+    if out.startswith("["):  # older compose: one JSON array
+        return list(json.loads(out))
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def restart_until_healthy(stack: st.Stack) -> None:
+    """`docker compose restart`, as an operator types it; then every long-running
+    service must come back healthy and airflow-init must run again and exit 0."""
+    stack("restart", timeout=900)
+    deadline = time.monotonic() + 900
+    while True:
+        rows = compose_ps(stack)
+        init = [r for r in rows if r["Service"] == "airflow-init"]
+        others = [r for r in rows if r["Service"] != "airflow-init"]
+        if init and init[0]["State"] == "exited" and int(init[0].get("ExitCode", 0)) != 0:
+            logs = stack("logs", "--no-color", "airflow-init", timeout=120, check=False).stdout.decode()
+            raise AssertionError(f"airflow-init exited {init[0]['ExitCode']} after restart:\n{logs[-4000:]}")
+        if init and init[0]["State"] == "exited" and all(r.get("Health") == "healthy" for r in others):
+            return
+        if time.monotonic() > deadline:
+            states = [(r["Service"], r["State"], r.get("Health")) for r in rows]
+            raise AssertionError(f"not healthy after restart: {states}")
+        time.sleep(5)
+
+
 def test_stack_signs_publishes_restarts_and_keeps_its_key() -> None:
     work = st.tmp_workdir()
     official = os.environ.get("PITH_STACK_IMAGES") == "official"
@@ -264,6 +306,12 @@ def test_stack_signs_publishes_restarts_and_keeps_its_key() -> None:
                 first_key = head_key(doc)
                 verify_all(bundles, first_key["fingerprint_sha256_hex"])
                 first_count = len(bundles)
+
+                # `docker compose restart`: healthy again, bucket and key as they were
+                before = bucket_state(values)
+                restart_until_healthy(stack)
+                assert bucket_state(values) == before, "the bucket changed across a restart"
+                assert key_file_facts(stack) == (facts, key_digest), "the signing key changed on restart"
 
                 stack.down(volumes=False)
                 stack.up()

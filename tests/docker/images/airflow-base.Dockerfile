@@ -23,6 +23,7 @@ RUN python3 -m venv /opt/venv \
  && pip freeze > /opt/ci/constraints.txt \
  && chown -R airflow:0 /opt/venv && chmod -R g+rwX /opt/venv
 COPY entrypoint.sh /entrypoint
+COPY moto-persistent.py /opt/ci/moto-persistent.py
 USER airflow
 WORKDIR /opt/airflow
 ENTRYPOINT ["/entrypoint"]
