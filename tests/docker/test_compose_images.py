@@ -71,3 +71,17 @@ def test_interpolation_matches_compose() -> None:
     with pytest.raises(st.InterpolationError, match="E: need it"):
         st.interpolate("${E:?need it}", env)
     assert st.interpolate("${E?x}", env) == ""
+
+
+@pytest.mark.parametrize("image", sorted(st.IMAGE_FILES))
+def test_every_file_an_image_copies_is_in_its_tag(image: str) -> None:
+    """A COPY source left out of the key would let a changed file hide behind an old tag."""
+    dockerfile = st.IMAGES / f"{image}.Dockerfile"
+    copied = []
+    for line in dockerfile.read_text().splitlines():
+        words = line.split()
+        if words and words[0] == "COPY":
+            copied += [w for w in words[1:-1] if not w.startswith("--")]
+    keyed = set(st.IMAGE_FILES[image])
+    assert dockerfile.name in keyed
+    assert [c for c in copied if c != "wheels" and c not in keyed] == []
