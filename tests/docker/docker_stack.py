@@ -9,14 +9,14 @@ What this handles, so the test reads as the operator's steps:
   registry); otherwise (CI, no registry) base images built from Debian
   (debootstrap | docker import) and PyPI wheels, substituted through the build
   arguments and image variables the stack already has, plus
-  tests/docker/compose.ci.yaml, which runs moto's server as the S3 stand-in.
+  docker/compose.no-registry.yaml (moto's server as the S3 stand-in), exactly as an
+  operator without a registry runs it (docker/local_images.py builds the images).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import importlib.util
 import os
 import re
@@ -26,114 +26,53 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER_DIR = REPO / "docker"
 HERE = Path(__file__).resolve().parent
-IMAGES = HERE / "images"
 
-#: The Debian recipe every CI image starts from; its tag is keyed by exactly these.
-DEBIAN_SUITE = "bookworm"
-DEBIAN_VARIANT = "minbase"
-DEBIAN_MIRROR = os.environ.get("PITH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 #: Set to a directory to keep the started daemon's data root (images, build cache)
 #: between runs; unset, the daemon starts on an empty data root that is removed after.
 CACHE_ENV = "PITH_CI_DOCKER_CACHE"
-#: The compose variables tests/docker/compose.ci.yaml requires (set only by this module).
-CI_S3_IMAGE_VAR = "PITH_CI_S3_IMAGE"
-CI_POSTGRES_IMAGE_VAR = "PITH_CI_POSTGRES_IMAGE"
-CI_REDIS_IMAGE_VAR = "PITH_CI_REDIS_IMAGE"
+#: The no-registry override, the same file an operator uses (docs/pages/docker.md).
+NO_REGISTRY = DOCKER_DIR / "compose.no-registry.yaml"
+CI_PREFIX = "pith-ci"
 
 
-def _digest(*parts: str | bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        data = part.encode() if isinstance(part, str) else part
-        h.update(len(data).to_bytes(8, "big") + data)
-    return h.hexdigest()[:16]
+def _local_images() -> ModuleType:
+    """docker/local_images.py: the image recipe shared with operators (a script, not a package)."""
+    name = "pith_local_images"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, DOCKER_DIR / "local_images.py")
+        assert spec and spec.loader
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
 
 
-def debian_image() -> str:
-    """The debootstrapped base, tagged by its recipe (suite, variant, mirror)."""
-    return f"pith-ci/debian:{DEBIAN_SUITE}-{_digest(DEBIAN_SUITE, DEBIAN_VARIANT, DEBIAN_MIRROR)}"
-
-
-def image_requirements() -> list[str]:
-    """What the airflow-base image installs: Airflow, moto's server, the project's
-    runtime and build requirements (so the stack image installs offline)."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    deps = sorted(project["project"]["dependencies"]) + sorted(project["build-system"]["requires"])
-    return ["apache-airflow[postgres]==3.3.2", "moto[server]", *deps]
+li = _local_images()
 
 
 @functools.cache
-def host_pins() -> str:
-    """This environment's versions (pip freeze): the wheels are downloaded pinned to them."""
-    frozen = run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"]).stdout.decode()
-    return "".join(ln + "\n" for ln in frozen.splitlines() if ln and not ln.startswith("-e"))
-
-
-#: The files of tests/docker/images/ each CI image is built from (its tag hashes them;
-#: test_compose_images checks every COPY source is listed).
-IMAGE_FILES = {
-    "airflow-base": ("airflow-base.Dockerfile", "entrypoint.sh", "moto-persistent.py"),
-    "postgres": ("postgres.Dockerfile", "postgres-entrypoint.sh"),
-    "redis": ("redis.Dockerfile",),
-}
-
-
-def _files(*names: str) -> list[bytes]:
-    return [name.encode() + b"\0" + (IMAGES / name).read_bytes() for name in names]
-
-
-def airflow_base_image() -> str:
-    """Tagged by its Dockerfile, entrypoint, the wheel set (requirements and pins) and
-    the Debian base's tag: any change is a new tag, so a cache can never serve a stale one."""
-    key = _digest(
-        debian_image(),
-        *_files(*IMAGE_FILES["airflow-base"]),
-        "\n".join(image_requirements()),
-        host_pins(),
-    )
-    return f"pith-ci/airflow-base:{key}"
-
-
-def postgres_image() -> str:
-    """Tagged by its Dockerfile, entrypoint and the Debian base's tag."""
-    key = _digest(debian_image(), *_files(*IMAGE_FILES["postgres"]))
-    return f"pith-ci/postgres:{key}"
-
-
-def redis_image() -> str:
-    """Tagged by its Dockerfile and the Debian base's tag."""
-    return f"pith-ci/redis:{_digest(debian_image(), *_files(*IMAGE_FILES['redis']))}"
+def recipe() -> Any:
+    """The CI images: the operator's recipe, pinned to this environment's versions."""
+    return li.Recipe(li.environment_pins(), prefix=CI_PREFIX)
 
 
 def ci_images() -> dict[str, str]:
-    """Every image this module builds, by tag -> what it is (build_ci_images builds all)."""
-    return {
-        debian_image(): "debian",
-        airflow_base_image(): "airflow-base",
-        postgres_image(): "postgres",
-        redis_image(): "redis",
-    }
+    """Every image build_ci_images builds, tag -> which."""
+    return dict(recipe().images())
 
 
 def ci_overrides() -> dict[str, str]:
-    """The .env settings that point docker/compose.yaml + compose.ci.yaml at ci_images()."""
-    return {
-        "AIRFLOW_BASE_IMAGE": airflow_base_image(),
-        "AIRFLOW_CONSTRAINTS": "/opt/ci/constraints.txt",
-        "POSTGRES_IMAGE": postgres_image(),
-        CI_S3_IMAGE_VAR: airflow_base_image(),
-        CI_POSTGRES_IMAGE_VAR: postgres_image(),
-        CI_REDIS_IMAGE_VAR: redis_image(),
-    }
+    """The .env settings that point compose.yaml + compose.no-registry.yaml at ci_images()."""
+    return dict(recipe().env())
 
 
 class StackError(AssertionError):
@@ -295,97 +234,12 @@ def compose_command(env: dict[str, str]) -> list[str]:
 
 
 # ------------------------------------------------------------------ CI images
-def image_exists(daemon: Daemon, ref: str) -> bool:
-    return run([*daemon.docker, "image", "inspect", ref], env=daemon.env, check=False).returncode == 0
-
-
-def debian_rootfs(rootfs: Path) -> None:
-    """The recipe debian_image() is keyed by: debootstrap SUITE (VARIANT) from MIRROR."""
-    debootstrap = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
-    run(
-        [debootstrap, f"--variant={DEBIAN_VARIANT}", DEBIAN_SUITE, str(rootfs), DEBIAN_MIRROR],
-        timeout=900,
-    )
-
-
-def debian_base(daemon: Daemon, workdir: Path) -> None:
-    """The Debian base from the mirror, imported as an image (no registry)."""
-    tag = debian_image()
-    if image_exists(daemon, tag):
-        return
-    rootfs = workdir / "rootfs"
-    try:
-        debian_rootfs(rootfs)
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        assert tar.stdout is not None
-        imported = subprocess.run(
-            [*daemon.docker, "import", "-", tag],
-            stdin=tar.stdout,
-            env=daemon.env,
-            capture_output=True,
-            timeout=600,
-            check=False,
-        )
-        tar.stdout.close()
-        tar.wait(60)
-        if imported.returncode != 0:
-            raise StackError(f"docker import failed: {imported.stderr.decode(errors='replace')[-2000:]}")
-    finally:
-        shutil.rmtree(rootfs, ignore_errors=True)
-
-
-def wheel_context(workdir: Path) -> Path:
-    """A build context: the CI image files and every wheel the images install.
-
-    Downloaded on the host, pinned to this environment's versions (the same Airflow
-    3.3.2 set CI just installed), so the image builds need no index and no CA bundle.
-    """
-    ctx = workdir / "images"
-    shutil.copytree(IMAGES, ctx)
-    pins = ctx / "host-pins.txt"
-    pins.write_text(host_pins())
-    run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--only-binary=:all:",
-            "-d",
-            str(ctx / "wheels"),
-            "-c",
-            str(pins),
-            *image_requirements(),
-        ],
-        timeout=1200,
-    )
-    return ctx
-
-
 def build_ci_images(daemon: Daemon, workdir: Path) -> None:
     """Build (or find, under its content tag) every image in ci_images()."""
-    debian_base(daemon, workdir)
-    wanted = [
-        ("postgres.Dockerfile", postgres_image()),
-        ("redis.Dockerfile", redis_image()),
-        ("airflow-base.Dockerfile", airflow_base_image()),
-    ]
-    missing = [(f, tag) for f, tag in wanted if not image_exists(daemon, tag)]
-    if missing:
-        ctx = wheel_context(workdir)
-        for dockerfile, tag in missing:
-            base = f"DEBIAN_BASE={debian_image()}"
-            build = ["build", "-q", "--build-arg", base, "-f", str(ctx / dockerfile), "-t", tag, str(ctx)]
-            run(
-                [*daemon.docker, *build],
-                env=daemon.env,
-                timeout=1800,
-            )
-        shutil.rmtree(ctx, ignore_errors=True)
-    absent = [tag for tag in ci_images() if not image_exists(daemon, tag)]
-    if absent:
-        raise StackError(f"built, yet not in the daemon: {', '.join(absent)}")
+    try:
+        li.build(recipe(), daemon.docker, daemon.env, workdir)
+    except li.BuildError as exc:
+        raise StackError(str(exc)) from None
 
 
 # -------------------------------------------------------------------- compose
@@ -433,9 +287,17 @@ class Stack:
         )
 
 
-def write_env(path: Path, overrides: dict[str, str]) -> dict[str, str]:
-    """docker/make-env.sh's file with the given settings replaced; returns all values."""
-    run(["bash", str(DOCKER_DIR / "make-env.sh"), str(path)])
+def write_env(path: Path, overrides: dict[str, str], *, local_images: bool = False) -> dict[str, str]:
+    """docker/make-env.sh's file (with --local-images: pointing at recipe()'s images, as an
+    operator's would after docker/local_images.py) with the given settings replaced."""
+    env = None
+    args = ["bash", str(DOCKER_DIR / "make-env.sh")]
+    if local_images:
+        tags = path.parent / "local-images.env"
+        li.write_env_file(recipe(), tags)
+        env = dict(os.environ, PITH_LOCAL_IMAGES_ENV=str(tags))
+        args.append("--local-images")
+    run([*args, str(path)], env=env)
     lines, seen = [], set()
     for line in path.read_text().splitlines():
         name = line.split("=", 1)[0]

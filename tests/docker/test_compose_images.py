@@ -6,11 +6,15 @@ Plain (not live): runs in the everyday suite, reading the files as compose would
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import docker_stack as st
 import pytest
 
 COMPOSE = st.DOCKER_DIR / "compose.yaml"
-CI = st.HERE / "compose.ci.yaml"
+CI = st.NO_REGISTRY
 
 
 def example_env() -> dict[str, str]:
@@ -35,7 +39,7 @@ def test_ci_stack_covers_every_service_with_never_pulled_images() -> None:
     assert all(i.pull_policy in ("never", "build") for i in images), images
 
 
-@pytest.mark.parametrize("var", [st.CI_S3_IMAGE_VAR, st.CI_POSTGRES_IMAGE_VAR, st.CI_REDIS_IMAGE_VAR])
+@pytest.mark.parametrize("var", [st.li.S3_IMAGE_VAR, st.li.POSTGRES_IMAGE_VAR, st.li.REDIS_IMAGE_VAR])
 def test_ci_file_without_the_stack_tests_variables_is_refused(var: str) -> None:
     """With only the defaults (no ci_overrides), compose must refuse, not fall back on a
     fixed tag that only a leftover image could satisfy."""
@@ -60,8 +64,8 @@ def test_default_stack_builds_its_own_image_and_pins_the_rest() -> None:
 def test_tags_are_keyed_by_content(monkeypatch: pytest.MonkeyPatch) -> None:
     """A change to the Debian recipe changes every CI tag (so a kept cache rebuilds)."""
     before = st.ci_images()
-    monkeypatch.setattr(st, "DEBIAN_MIRROR", "http://mirror.invalid/debian")
-    after = st.ci_images()
+    monkeypatch.setattr(st.li, "DEBIAN_MIRROR", "http://mirror.invalid/debian")
+    after = st.li.Recipe(st.recipe().pins, prefix=st.CI_PREFIX).images()
     assert set(before).isdisjoint(after)
 
 
@@ -73,15 +77,35 @@ def test_interpolation_matches_compose() -> None:
     assert st.interpolate("${E?x}", env) == ""
 
 
-@pytest.mark.parametrize("image", sorted(st.IMAGE_FILES))
+@pytest.mark.parametrize("image", sorted(st.li.IMAGE_FILES))
 def test_every_file_an_image_copies_is_in_its_tag(image: str) -> None:
     """A COPY source left out of the key would let a changed file hide behind an old tag."""
-    dockerfile = st.IMAGES / f"{image}.Dockerfile"
+    dockerfile = st.li.IMAGES / f"{image}.Dockerfile"
     copied = []
     for line in dockerfile.read_text().splitlines():
         words = line.split()
         if words and words[0] == "COPY":
             copied += [w for w in words[1:-1] if not w.startswith("--")]
-    keyed = set(st.IMAGE_FILES[image])
+    keyed = set(st.li.IMAGE_FILES[image])
     assert dockerfile.name in keyed
     assert [c for c in copied if c != "wheels" and c not in keyed] == []
+
+
+def test_make_env_local_images_points_the_stack_at_exactly_the_built_images(tmp_path: Path) -> None:
+    """The operator's no-registry path: local_images.py's tags, make-env.sh --local-images,
+    compose.yaml + compose.no-registry.yaml name nothing else."""
+    values = st.write_env(tmp_path / ".env", {}, local_images=True)
+    assert (tmp_path / ".env").stat().st_mode & 0o777 == 0o600
+    assert st.unbuilt_images([COMPOSE, CI], values, set(st.ci_images())) == []
+    assert {values[k] for k in ("AIRFLOW_BASE_IMAGE", "POSTGRES_IMAGE", "REDIS_IMAGE")} <= set(st.ci_images())
+
+
+def test_make_env_local_images_without_built_images_says_what_to_run(tmp_path: Path) -> None:
+    env = dict(os.environ, PITH_LOCAL_IMAGES_ENV=str(tmp_path / "absent.env"))
+    proc = subprocess.run(
+        ["bash", str(st.DOCKER_DIR / "make-env.sh"), "--local-images", str(tmp_path / ".env")],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "docker/local_images.py" in proc.stderr
+    assert not (tmp_path / ".env").exists()

@@ -277,9 +277,8 @@ def test_stack_signs_publishes_restarts_and_keeps_its_key() -> None:
             }
             if not official:
                 st.build_ci_images(daemon, work)
-                files.append(st.HERE / "compose.ci.yaml")
-                overrides |= st.ci_overrides()
-            values = st.write_env(work / ".env", overrides)
+                files.append(st.NO_REGISTRY)
+            values = st.write_env(work / ".env", overrides, local_images=not official)
             if not official:  # the files name nothing the daemon must already hold
                 assert st.unbuilt_images(files, values, set(st.ci_images())) == []
             stack = st.Stack(

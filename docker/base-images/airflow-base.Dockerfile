@@ -1,9 +1,10 @@
-# CI stand-in for apache/airflow:3.3.2-python3.11, built from Debian and PyPI wheels
-# (CI has no registry). It keeps the layout docker/Dockerfile relies on: user airflow
+# No-registry stand-in for apache/airflow:3.3.2-python3.11, built from Debian and PyPI wheels
+# (docker/local_images.py). It keeps the layout docker/Dockerfile relies on: user airflow
 # (uid 50000, gid 0), Python 3.11, /entrypoint, AIRFLOW_HOME=/opt/airflow, pip usable
 # by that user, and a constraints file (/opt/ci/constraints.txt) like Airflow's.
-# Build context: a directory with wheels/ (pip download on the host) and this folder's files.
-# The Debian base image: docker_stack.build_ci_images passes its content-keyed tag.
+# Build context: a directory with wheels/ (pip download on the host) and this folder's files
+# (docker/local_images.py makes it).
+# The Debian base image: docker/local_images.py passes its content-keyed tag.
 ARG DEBIAN_BASE
 FROM ${DEBIAN_BASE}
 RUN apt-get update \

@@ -1,6 +1,6 @@
-# CI stand-in for the official redis image (the compose `celery` profile's broker), from
+# No-registry stand-in for the official redis image (the compose `celery` profile's broker), from
 # Debian's redis-server package. Same contract: serves on 6379, redis-cli on PATH.
-# The Debian base image: docker_stack.build_ci_images passes its content-keyed tag.
+# The Debian base image: docker/local_images.py passes its content-keyed tag.
 ARG DEBIAN_BASE
 FROM ${DEBIAN_BASE}
 RUN apt-get update \
