@@ -5,14 +5,16 @@ Steps (each an operator's step, against the unmodified docker/compose.yaml):
 1. a Docker daemon (started here as root when none runs; stopped at the end);
 2. images (CI: Debian/PyPI-built bases through the stack's build arguments);
 3. `docker compose up --build --wait` with a docker/.env written by docker/make-env.sh;
-4. `pith_ingest` for one day (a backfill run) against a loopback OAI-PMH server
+4. the documented first run: `pith_backfill` on the bundled sample (a snapshot file in
+   the image), offline: 30 signed bundles that verify;
+5. `pith_ingest` for one day (a backfill run) against a loopback OAI-PMH server
    inside the scheduler container, signing with the stack's key file;
-5. every published bundle verifies, pinned to the key in the keys volume;
-6. `docker compose restart`: every service healthy again, airflow-init exits 0, the
+6. every published bundle verifies, pinned to the key in the keys volume;
+7. `docker compose restart`: every service healthy again, airflow-init exits 0, the
    bucket (every key and its bytes) and the key file unchanged;
-7. `down` + `up` (volumes kept): the next day is signed by the same key, the key
+8. `down` + `up` (volumes kept): the next day is signed by the same key, the key
    file is unchanged, still 0600 and owned by AIRFLOW_UID;
-8. `down --volumes`, and the daemon this test started is stopped.
+9. `down --volumes`, and the daemon this test started is stopped.
 
 Opt-in (PITH_DOCKER_STACK=1, as .ci/run sets); see tests/docker/conftest.py.
 """
@@ -24,6 +26,7 @@ import os
 import shutil
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -150,6 +153,48 @@ def run_window(stack: st.Stack, values: dict[str, str], day: str, keep_up: Any) 
             raise AssertionError(f"pith_ingest {day} did not finish in time: {mine}")
         keep_up()
         time.sleep(5)
+
+
+#: The documented first run (docs/pages/docker.md, "First run, offline").
+SAMPLE_CONF = {
+    "source": "snapshot",
+    "snapshot_path": "/opt/pith/sample/arxiv-sample.jsonl",
+    "from": "1990-01-01",
+    "until": "2027-01-01",
+}
+
+
+def trigger_and_wait(stack: st.Stack, values: dict[str, str], dag_id: str, conf: dict[str, Any]) -> float:
+    """`airflow dags trigger DAG --conf ...`, through the REST API; waits for success and
+    returns the seconds from trigger to success (reported, not asserted)."""
+    api = Api(values)
+    deadline = time.monotonic() + 600
+    while True:  # the dag-processor parses the DAG shortly after start
+        try:
+            started = time.monotonic()
+            run = api.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
+            break
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(3)
+    run_id = urllib.parse.quote(str(run["dag_run_id"]), safe="")
+    while True:
+        try:
+            state = api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+        except (TimeoutError, urllib.error.URLError):  # a busy api-server: ask again
+            state = "running"
+        if state == "success":
+            return time.monotonic() - started
+        if state == "failed" or time.monotonic() > deadline:
+            logs = stack.exec(
+                SCHEDULER, "bash", "-c",
+                "for f in $(find /opt/airflow/logs -path '*" + dag_id + "*' -name '*.log'); "
+                "do echo \"== $f\"; tail -n 30 \"$f\"; done",
+                check=False,
+            )  # fmt: skip
+            raise AssertionError(f"{dag_id} {conf} ended {state}:\n{logs[-12000:]}")
+        time.sleep(3)
 
 
 def wait_complete(api: Api, backfill_id: int, deadline: float) -> None:
@@ -290,6 +335,14 @@ def test_stack_signs_publishes_restarts_and_keeps_its_key() -> None:
             )
             try:
                 stack.up()
+
+                # the first run an operator makes: the bundled sample, offline
+                took = trigger_and_wait(stack, values, "pith_backfill", SAMPLE_CONF)
+                print(f"\nfirst run (bundled sample): signed bundles {took:.0f}s after up")
+                doc, sample_bundles = published(values)
+                # the sample's 30 papers, one bundle each, signed with the stack's key
+                assert len({b["pith_number"] for b in sample_bundles}) == 30
+                verify_all(sample_bundles, head_key(doc)["fingerprint_sha256_hex"])
 
                 def oai() -> None:
                     start_oai(stack, records, oai_port)
