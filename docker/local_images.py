@@ -84,11 +84,12 @@ def _files(image: str) -> list[bytes]:
 
 
 def requirements() -> list[str]:
-    """What the airflow-base image installs: Airflow, moto's server, the project's
-    runtime and build requirements (so the stack image installs offline)."""
+    """What the airflow-base image installs: Airflow (with the providers the stack uses:
+    postgres, and celery for the `celery` profile), moto's server, the project's runtime
+    and build requirements (so the stack image installs offline)."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     deps = sorted(project["project"]["dependencies"]) + sorted(project["build-system"]["requires"])
-    return [f"apache-airflow[postgres]=={AIRFLOW_VERSION}", "moto[server]", *deps]
+    return [f"apache-airflow[postgres,celery]=={AIRFLOW_VERSION}", "moto[server]", *deps]
 
 
 def environment_pins(python: str = sys.executable) -> str:

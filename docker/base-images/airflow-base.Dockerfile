@@ -20,7 +20,7 @@ ENV AIRFLOW_HOME=/opt/airflow \
     PIP_FIND_LINKS=/opt/ci/wheels \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/venv \
- && pip install -q "apache-airflow[postgres]==3.3.2" "moto[server]" \
+ && pip install -q "apache-airflow[postgres,celery]==3.3.2" "moto[server]" \
  && pip freeze > /opt/ci/constraints.txt \
  && chown -R airflow:0 /opt/venv && chmod -R g+rwX /opt/venv
 COPY entrypoint.sh /entrypoint

@@ -265,9 +265,11 @@ class Stack:
     def exec(self, service: str, *argv: str, timeout: float = 300, check: bool = True) -> str:
         return self("exec", "-T", service, *argv, timeout=timeout, check=check).stdout.decode()
 
-    def up(self) -> None:
+    def up(self, *extra: str) -> None:
         """Build, start and wait until every service is healthy (or init completed)."""
-        proc = self("up", "-d", "--build", "--wait", "--wait-timeout", "900", timeout=2400, check=False)
+        proc = self(
+            "up", "-d", "--build", "--wait", "--wait-timeout", "900", *extra, timeout=2400, check=False
+        )
         if proc.returncode != 0:
             logs = self("logs", "--no-color", "--tail", "60", timeout=120, check=False).stdout.decode()
             raise StackError(

@@ -29,6 +29,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -164,9 +166,11 @@ SAMPLE_CONF = {
 }
 
 
-def trigger_and_wait(stack: st.Stack, values: dict[str, str], dag_id: str, conf: dict[str, Any]) -> float:
+def trigger_and_wait(
+    stack: st.Stack, values: dict[str, str], dag_id: str, conf: dict[str, Any]
+) -> tuple[str, float]:
     """`airflow dags trigger DAG --conf ...`, through the REST API; waits for success and
-    returns the seconds from trigger to success (reported, not asserted)."""
+    returns the run id and the seconds from trigger to success (reported, not asserted)."""
     api = Api(values)
     deadline = time.monotonic() + 600
     while True:  # the dag-processor parses the DAG shortly after start
@@ -185,7 +189,7 @@ def trigger_and_wait(stack: st.Stack, values: dict[str, str], dag_id: str, conf:
         except (TimeoutError, urllib.error.URLError):  # a busy api-server: ask again
             state = "running"
         if state == "success":
-            return time.monotonic() - started
+            return str(run["dag_run_id"]), time.monotonic() - started
         if state == "failed" or time.monotonic() > deadline:
             logs = stack.exec(
                 SCHEDULER, "bash", "-c",
@@ -273,6 +277,27 @@ def bucket_state(values: dict[str, str]) -> dict[str, str]:
     return state
 
 
+def assert_one_record_created_per_version(values: dict[str, str]) -> None:
+    """Every bundle's events (store/events/<body>/) hold exactly one record_created."""
+    s3 = s3_client(values)
+    bodies = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket="pith", Prefix="store/pith/"):
+        for obj in page.get("Contents", []):
+            parts = obj["Key"].split("/")
+            if len(parts) == 4 and parts[3] == "bundle.json":
+                bodies.append(parts[2])
+    assert bodies, "no bundles"
+    for body in bodies:
+        created = 0
+        for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket="pith", Prefix=f"store/events/{body}/"
+        ):
+            for obj in page.get("Contents", []):
+                event = json.loads(s3.get_object(Bucket="pith", Key=obj["Key"])["Body"].read())
+                created += event.get("event_type") == "record_created"
+        assert created == 1, (body, created)
+
+
 def compose_ps(stack: st.Stack) -> list[dict[str, Any]]:
     out = stack("ps", "-a", "--format", "json", timeout=120).stdout.decode().strip()
     if out.startswith("["):  # older compose: one JSON array
@@ -300,83 +325,148 @@ def restart_until_healthy(stack: st.Stack) -> None:
         time.sleep(5)
 
 
-def test_stack_signs_publishes_restarts_and_keeps_its_key() -> None:
+@dataclass
+class Host:
+    """The daemon and the images, shared by every live test of this module."""
+
+    daemon: st.Daemon
+    work: Path
+    official: bool
+
+    def stack(self, name: str, overrides: dict[str, str]) -> tuple[st.Stack, dict[str, str]]:
+        """A fresh compose project: make-env.sh (--local-images unless official) + overrides."""
+        files = [st.DOCKER_DIR / "compose.yaml"]
+        if not self.official:
+            files.append(st.NO_REGISTRY)
+        env_file = self.work / name / ".env"
+        env_file.parent.mkdir()
+        base = {
+            "AIRFLOW_PORT": str(st.free_port()),
+            "S3_PORT": str(st.free_port()),
+            "PITH_SNAPSHOT_DIR": str(self.work / name / "snapshots"),
+        }
+        values = st.write_env(env_file, base | overrides, local_images=not self.official)
+        if not self.official:  # the files name nothing the daemon must already hold
+            assert st.unbuilt_images(files, values, set(st.ci_images())) == []
+        project = f"pith-ci-{name}-{uuid.uuid4().hex[:8]}"
+        return st.Stack(self.daemon, env_file, project, files, st.compose_command(self.daemon.env)), values
+
+
+@pytest.fixture(scope="module")
+def host() -> Iterator[Host]:
+    """A daemon (its data root empty unless PITH_CI_DOCKER_CACHE keeps one) with the CI
+    images built once for both stacks; everything removed at the end."""
     work = st.tmp_workdir()
     official = os.environ.get("PITH_STACK_IMAGES") == "official"
-    records = work / "oai_records.json"
-    records.write_text(json.dumps(recorded_days()))
-    oai_port = 18080
     try:
         with st.docker_daemon(work) as daemon:
-            files = [st.DOCKER_DIR / "compose.yaml"]
-            overrides = {
-                "COMPOSE_PROFILES": "local-s3",
-                "AIRFLOW_PORT": str(st.free_port()),
-                "S3_PORT": str(st.free_port()),
-                "PITH_OAI_URL": f"http://127.0.0.1:{oai_port}/oai",
-                "PITH_OAI_MIN_INTERVAL": "0.2",
-                "PITH_INGEST_START": "2024-01-01",
-                "PITH_RETRIES": "1",
-                "PITH_RETRY_DELAY_SECONDS": "5",
-                "PITH_SNAPSHOT_DIR": str(work / "snapshots"),
-            }
             if not official:
+                started = time.monotonic()
                 st.build_ci_images(daemon, work)
-                files.append(st.NO_REGISTRY)
-            values = st.write_env(work / ".env", overrides, local_images=not official)
-            if not official:  # the files name nothing the daemon must already hold
-                assert st.unbuilt_images(files, values, set(st.ci_images())) == []
-            stack = st.Stack(
-                daemon,
-                work / ".env",
-                f"pith-ci-{uuid.uuid4().hex[:8]}",
-                files,
-                st.compose_command(daemon.env),
-            )
-            try:
-                stack.up()
-
-                # the first run an operator makes: the bundled sample, offline
-                took = trigger_and_wait(stack, values, "pith_backfill", SAMPLE_CONF)
-                print(f"\nfirst run (bundled sample): signed bundles {took:.0f}s after up")
-                doc, sample_bundles = published(values)
-                # the sample's 30 papers, one bundle each, signed with the stack's key
-                assert len({b["pith_number"] for b in sample_bundles}) == 30
-                verify_all(sample_bundles, head_key(doc)["fingerprint_sha256_hex"])
-
-                def oai() -> None:
-                    start_oai(stack, records, oai_port)
-
-                oai()
-                run_window(stack, values, "2024-01-02", oai)
-
-                facts, key_digest = key_file_facts(stack)
-                assert facts == f"600 {values['AIRFLOW_UID']}"
-                local_public = json.loads(stack.exec(SCHEDULER, "cat", PUBLIC_KEY_FILE))
-                doc, bundles = published(values)
-                assert head_key(doc)["public_key_hex"] == local_public["public_key_hex"]
-                first_key = head_key(doc)
-                verify_all(bundles, first_key["fingerprint_sha256_hex"])
-                first_count = len(bundles)
-
-                # `docker compose restart`: healthy again, bucket and key as they were
-                before = bucket_state(values)
-                restart_until_healthy(stack)
-                assert bucket_state(values) == before, "the bucket changed across a restart"
-                assert key_file_facts(stack) == (facts, key_digest), "the signing key changed on restart"
-
-                stack.down(volumes=False)
-                stack.up()
-                oai()
-                run_window(stack, values, "2024-01-03", oai)
-
-                assert key_file_facts(stack) == (facts, key_digest), "the signing key changed on restart"
-                doc, bundles = published(values)
-                assert [k["key_id"] for k in doc.get("keys", [doc])] == [first_key["key_id"]]
-                assert head_key(doc)["public_key_hex"] == first_key["public_key_hex"]
-                verify_all(bundles, first_key["fingerprint_sha256_hex"])
-                assert bundles and first_count
-            finally:
-                stack.down(volumes=True)
+                print(f"\nimages: {time.monotonic() - started:.0f}s")
+            yield Host(daemon, work, official)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_stack_signs_publishes_restarts_and_keeps_its_key(host: Host) -> None:
+    oai_port = 18080
+    records = host.work / "oai_records.json"
+    records.write_text(json.dumps(recorded_days()))
+    stack, values = host.stack(
+        "local",
+        {
+            "COMPOSE_PROFILES": "local-s3",
+            "PITH_OAI_URL": f"http://127.0.0.1:{oai_port}/oai",
+            "PITH_OAI_MIN_INTERVAL": "0.2",
+            "PITH_INGEST_START": "2024-01-01",
+            "PITH_RETRIES": "1",
+            "PITH_RETRY_DELAY_SECONDS": "5",
+        },
+    )
+    try:
+        stack.up()
+
+        # the first run an operator makes: the bundled sample, offline
+        _, took = trigger_and_wait(stack, values, "pith_backfill", SAMPLE_CONF)
+        print(f"\nfirst run (bundled sample): signed bundles {took:.0f}s after the trigger")
+        doc, sample_bundles = published(values)
+        # the sample's 30 papers, one bundle each, signed with the stack's key
+        assert len({b["pith_number"] for b in sample_bundles}) == 30
+        verify_all(sample_bundles, head_key(doc)["fingerprint_sha256_hex"])
+
+        def oai() -> None:
+            start_oai(stack, records, oai_port)
+
+        oai()
+        run_window(stack, values, "2024-01-02", oai)
+
+        facts, key_digest = key_file_facts(stack)
+        assert facts == f"600 {values['AIRFLOW_UID']}"
+        local_public = json.loads(stack.exec(SCHEDULER, "cat", PUBLIC_KEY_FILE))
+        doc, bundles = published(values)
+        assert head_key(doc)["public_key_hex"] == local_public["public_key_hex"]
+        first_key = head_key(doc)
+        verify_all(bundles, first_key["fingerprint_sha256_hex"])
+        first_count = len(bundles)
+
+        # `docker compose restart`: healthy again, bucket and key as they were
+        before = bucket_state(values)
+        restart_until_healthy(stack)
+        assert bucket_state(values) == before, "the bucket changed across a restart"
+        assert key_file_facts(stack) == (facts, key_digest), "the signing key changed on restart"
+
+        stack.down(volumes=False)
+        stack.up()
+        oai()
+        run_window(stack, values, "2024-01-03", oai)
+
+        assert key_file_facts(stack) == (facts, key_digest), "the signing key changed on restart"
+        doc, bundles = published(values)
+        assert [k["key_id"] for k in doc.get("keys", [doc])] == [first_key["key_id"]]
+        assert head_key(doc)["public_key_hex"] == first_key["public_key_hex"]
+        verify_all(bundles, first_key["fingerprint_sha256_hex"])
+        assert bundles and first_count
+    finally:
+        stack.down(volumes=True)
+
+
+def test_celery_two_workers_share_a_snapshot_backfill(host: Host) -> None:
+    """The celery profile as a user scales it: Redis, CeleryExecutor, two workers (one
+    task at a time each, so a second build task cannot wait behind the first on one
+    worker). The sample's snapshot backfill: build tasks ran on both workers, and the
+    store verifies with one record_created per paper version."""
+    stack, values = host.stack(
+        "celery",
+        {
+            "COMPOSE_PROFILES": "local-s3,celery",
+            "AIRFLOW_EXECUTOR": "CeleryExecutor",
+            "AIRFLOW_WORKER_CONCURRENCY": "1",
+        },
+    )
+    try:
+        stack.up("--scale", "airflow-worker=2")
+        # the name each worker records on the task instances it runs (Airflow's hostname)
+        name = "from airflow.utils.net import get_hostname; print(get_hostname())"
+        workers = {
+            stack("exec", "-T", "--index", str(i), "airflow-worker", "python3", "-c", name, timeout=300)
+            .stdout.decode()
+            .strip()
+            for i in (1, 2)
+        }
+        assert len(workers) == 2, workers
+        run_id, _ = trigger_and_wait(stack, values, "pith_backfill", SAMPLE_CONF)
+        api = Api(values)
+        quoted = urllib.parse.quote(run_id, safe="")
+        tis = api.call("GET", f"/api/v2/dags/pith_backfill/dagRuns/{quoted}/taskInstances?limit=100")
+        builds = [ti for ti in tis["task_instances"] if ti["task_id"] == "build"]
+        assert len(builds) >= 2 and all(ti["state"] == "success" for ti in builds), builds
+        assert {ti["hostname"] for ti in builds} == workers, (builds, workers)
+
+        # the whole store verifies (`pith-pipeline verify` on PITH_STORE), and each paper
+        # version has exactly one record_created although two workers published
+        verify = stack("exec", "-T", SCHEDULER, "python3", "-m", "pith_pipeline", "verify", "-q", check=False)
+        assert verify.returncode == 0, (verify.stdout + verify.stderr).decode()[-4000:]
+        assert_one_record_created_per_version(values)
+    finally:
+        stack.down(volumes=True)
