@@ -5,6 +5,9 @@ MOTO_RECORDER_FILEPATH (on the s3 service's volume); on start this wrapper repla
 recording into the fresh server before it reports ready, so a restarted stack finds its
 bucket and every object as they were. Ready = the file READY_FILE exists (the compose
 healthcheck tests it); it is removed first, so a restarted container is not ready early.
+Replaying requests in order gives the same objects, bytes and ETags (conditional writes
+replay with the same outcome); version ids are new, and a multipart upload (the store
+makes none) would not replay, since its upload id changes.
 
 usage: moto-persistent.py PORT
 """

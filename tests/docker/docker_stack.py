@@ -140,11 +140,12 @@ def data_root_for(workdir: Path) -> tuple[Path, bool]:
 
 
 def _unmount_under(root: Path) -> None:
-    """Lazily unmount anything a stopped daemon left mounted below root (deepest first),
-    so removing the data root never reaches into a live mount."""
-    prefix = str(root.resolve()) + "/"
+    """Lazily unmount anything a stopped daemon left mounted at or below root (deepest
+    first; dockerd also mounts its data root on itself), so removing the data root never
+    reaches into a live mount."""
+    top = str(root.resolve())
     mounts = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines() if len(ln.split()) > 1]
-    for mnt in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+    for mnt in sorted((m for m in mounts if m == top or m.startswith(top + "/")), key=len, reverse=True):
         subprocess.run(["umount", "-l", mnt], check=False, capture_output=True)
 
 
