@@ -298,6 +298,29 @@ def assert_one_record_created_per_version(values: dict[str, str]) -> None:
         assert created == 1, (body, created)
 
 
+def quiesce(values: dict[str, str]) -> None:
+    """Pause pith_ingest (unpaused, it schedules the latest day on its own) and wait until
+    no run of any DAG is queued or running: nothing writes to the bucket until unpaused."""
+    api = Api(values)
+    api.call("PATCH", "/api/v2/dags/pith_ingest", {"is_paused": True})
+    deadline = time.monotonic() + 900
+    while True:
+        busy = []
+        for dag_id in ("pith_ingest", "pith_backfill", "pith_maintenance"):
+            try:
+                runs = api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    continue
+                raise
+            busy += [(dag_id, r["dag_run_id"]) for r in runs if r["state"] in ("queued", "running")]
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"runs still active: {busy}")
+        time.sleep(5)
+
+
 def compose_ps(stack: st.Stack) -> list[dict[str, Any]]:
     out = stack("ps", "-a", "--format", "json", timeout=120).stdout.decode().strip()
     if out.startswith("["):  # older compose: one JSON array
@@ -411,6 +434,7 @@ def test_stack_signs_publishes_restarts_and_keeps_its_key(host: Host) -> None:
         first_count = len(bundles)
 
         # `docker compose restart`: healthy again, bucket and key as they were
+        quiesce(values)
         before = bucket_state(values)
         restart_until_healthy(stack)
         assert bucket_state(values) == before, "the bucket changed across a restart"
