@@ -260,9 +260,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--env-file", default=str(ENV_FILE), help=f"where to write the tags (default {ENV_FILE})"
     )
     args = parser.parse_args(argv)
+    env = dict(os.environ, DOCKER_BUILDKIT="1")
+    probe = subprocess.run([args.docker, "info"], env=env, capture_output=True, check=False)
+    if probe.returncode != 0:
+        print(f"local_images: error: no Docker daemon answers `{args.docker} info`", file=sys.stderr)
+        return 1
+    if os.geteuid() != 0 and not image_exists([args.docker], env, Recipe("").debian()):
+        print("local_images: error: debootstrap needs root: run it with sudo", file=sys.stderr)
+        return 1
     try:
         recipe = Recipe(default_pins(args.constraints))
-        env = dict(os.environ, DOCKER_BUILDKIT="1")
         with tempfile.TemporaryDirectory(prefix="pith-local-images-") as tmp:
             built = build(recipe, [args.docker], env, Path(tmp))
     except (BuildError, OSError, subprocess.TimeoutExpired) as exc:

@@ -109,3 +109,14 @@ def test_make_env_local_images_without_built_images_says_what_to_run(tmp_path: P
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and "docker/local_images.py" in proc.stderr
     assert not (tmp_path / ".env").exists()
+
+
+def test_local_images_without_a_daemon_fails_in_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["python3", str(st.DOCKER_DIR / "local_images.py"), "--docker", "/bin/false",
+         "--env-file", str(tmp_path / "tags.env")],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "no Docker daemon" in proc.stderr, proc.stderr
+    assert not (tmp_path / "tags.env").exists()
