@@ -59,6 +59,12 @@ POSTGRES_IMAGE_VAR = "PITH_LOCAL_POSTGRES_IMAGE"
 REDIS_IMAGE_VAR = "PITH_LOCAL_REDIS_IMAGE"
 
 
+#: Wheels the image's Python (Debian's 3.11.2) needs that pip, evaluating markers for
+#: the host's Python, may leave out: redis requires async-timeout when
+#: python_full_version < "3.11.3".
+TARGET_ONLY_WHEELS = ["async-timeout>=4.0.3"]
+
+
 class BuildError(RuntimeError):
     """A build step failed; the message carries the command's output tail."""
 
@@ -110,7 +116,8 @@ class Recipe:
         return f"{self.prefix}/debian:{DEBIAN_SUITE}-{key}"
 
     def airflow_base(self) -> str:
-        key = _digest(self.debian(), *_files("airflow-base"), "\n".join(requirements()), self.pins)
+        wheels = "\n".join([*requirements(), *TARGET_ONLY_WHEELS])
+        key = _digest(self.debian(), *_files("airflow-base"), wheels, self.pins)
         return f"{self.prefix}/airflow-base:{key}"
 
     def postgres(self) -> str:
@@ -185,7 +192,7 @@ def wheel_context(recipe: Recipe, workdir: Path) -> Path:
     pins.write_text(recipe.pins)
     wheels = ctx / "wheels"
     pip = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(wheels)]
-    run([*pip, "-c", str(pins), *requirements()], timeout=1200)
+    run([*pip, "-c", str(pins), *requirements(), *TARGET_ONLY_WHEELS], timeout=1200)
     return ctx
 
 
