@@ -31,7 +31,8 @@ def main(port: int) -> int:
     recording.parent.mkdir(parents=True, exist_ok=True)
     recording.touch()
     env = dict(os.environ, MOTO_ENABLE_RECORDING="True", MOTO_RECORDER_FILEPATH=str(recording))
-    server = subprocess.Popen(["moto_server", "-H", "0.0.0.0", "-p", str(port)], env=env)
+    serve = [sys.executable, __file__, "--serve", str(port)]
+    server = subprocess.Popen(serve, env=env)
     # stop (SIGTERM, SIGINT) reaches the server, which then exits and so does this wrapper
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: server.send_signal(signum))
@@ -55,5 +56,28 @@ def main(port: int) -> int:
     return server.wait()
 
 
+def serve(port: int) -> None:
+    """moto_server, with each request recorded whole under a lock: moto's recorder
+    appends an entry and its newline in two writes, which concurrent requests (the
+    server is threaded) interleave into lines that cannot be replayed."""
+    import threading
+
+    from moto.moto_api._internal.recorder import models
+    from moto.server import main as moto_main
+
+    lock = threading.Lock()
+    record = models.Recorder._record_request
+
+    def locked(self: object, request: object, body: bytes | None = None) -> None:
+        with lock:
+            record(self, request, body)  # type: ignore[arg-type]
+
+    models.Recorder._record_request = locked  # type: ignore[method-assign,assignment]
+    moto_main(["-H", "0.0.0.0", "-p", str(port)])
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--serve":
+        serve(int(sys.argv[2]))
+        sys.exit(0)
     sys.exit(main(int(sys.argv[1])))
