@@ -22,7 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-READY_FILE = Path("/tmp/moto-ready")
+READY_FILE = Path(os.environ.get("MOTO_READY_FILE", "/tmp/moto-ready"))
 
 
 def main(port: int) -> int:
