@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,23 @@ def write_passwords_file(path: Path, user: str, password: str) -> None:
 
 
 # ------------------------------------------------------------------- bucket
+def _pause(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InitError(f"{name} must be a number of seconds, not {raw!r}") from None
+    if value < 0:
+        raise InitError(f"{name} must be a number of seconds >= 0, not {raw!r}")
+    return value
+
+
 def ensure_bucket(store: str, env: Mapping[str, str]) -> str:
     """Create the store's bucket on the local S3 stand-in; on AWS only report.
 
@@ -109,16 +127,31 @@ def ensure_bucket(store: str, env: Mapping[str, str]) -> str:
     if not env.get("AWS_ENDPOINT_URL_S3") and not env.get("AWS_ENDPOINT_URL"):
         return f"store {store} (AWS: bucket {bucket} must already exist)"
     import boto3
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
 
     s3 = boto3.client("s3")
-    try:
-        s3.head_bucket(Bucket=bucket)
-        return f"store {store} (bucket {bucket} exists)"
-    except ClientError as exc:
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        if code not in ("404", "NoSuchBucket", "NotFound"):
-            raise InitError(f"cannot use bucket {bucket} on the local S3 endpoint ({code})") from None
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    # `docker compose restart` restarts every container at once, ignoring depends_on:
+    # the S3 service may still be starting. Wait for it rather than fail the stack.
+    wait = _seconds(env, "PITH_INIT_S3_WAIT", 120)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            s3.head_bucket(Bucket=bucket)
+            return f"store {store} (bucket {bucket} exists)"
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code not in ("404", "NoSuchBucket", "NotFound"):
+                raise InitError(f"cannot use bucket {bucket} on the local S3 endpoint ({code})") from None
+            break
+        except (BotoConnectionError, HTTPClientError):
+            if time.monotonic() >= deadline:
+                raise InitError(
+                    f"the local S3 endpoint {endpoint} did not answer within {wait:g}s "
+                    "(is the s3 service up? PITH_INIT_S3_WAIT sets the wait)"
+                ) from None
+            _pause(2.0)
     s3.create_bucket(Bucket=bucket)
     # keep every overwritten or deleted object recoverable where the stand-in can
     with contextlib.suppress(ClientError):

@@ -5,12 +5,16 @@ Steps (each an operator's step, against the unmodified docker/compose.yaml):
 1. a Docker daemon (started here as root when none runs; stopped at the end);
 2. images (CI: Debian/PyPI-built bases through the stack's build arguments);
 3. `docker compose up --build --wait` with a docker/.env written by docker/make-env.sh;
-4. `pith_ingest` for one day (a backfill run) against a loopback OAI-PMH server
+4. the documented first run: `pith_backfill` on the bundled sample (a snapshot file in
+   the image), offline: 30 signed bundles that verify;
+5. `pith_ingest` for one day (a backfill run) against a loopback OAI-PMH server
    inside the scheduler container, signing with the stack's key file;
-5. every published bundle verifies, pinned to the key in the keys volume;
-6. `down` + `up` (volumes kept): the next day is signed by the same key, the key
+6. every published bundle verifies, pinned to the key in the keys volume;
+7. `docker compose restart`: every service healthy again, airflow-init exits 0, the
+   bucket (every key and its bytes) and the key file unchanged;
+8. `down` + `up` (volumes kept): the next day is signed by the same key, the key
    file is unchanged, still 0600 and owned by AIRFLOW_UID;
-7. `down --volumes`, and the daemon this test started is stopped.
+9. `down --volumes`, and the daemon this test started is stopped.
 
 Opt-in (PITH_DOCKER_STACK=1, as .ci/run sets); see tests/docker/conftest.py.
 """
@@ -22,8 +26,11 @@ import os
 import shutil
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +157,50 @@ def run_window(stack: st.Stack, values: dict[str, str], day: str, keep_up: Any) 
         time.sleep(5)
 
 
+#: The documented first run (docs/pages/docker.md, "First run, offline").
+SAMPLE_CONF = {
+    "source": "snapshot",
+    "snapshot_path": "/opt/pith/sample/arxiv-sample.jsonl",
+    "from": "1990-01-01",
+    "until": "2027-01-01",
+}
+
+
+def trigger_and_wait(
+    stack: st.Stack, values: dict[str, str], dag_id: str, conf: dict[str, Any]
+) -> tuple[str, float]:
+    """`airflow dags trigger DAG --conf ...`, through the REST API; waits for success and
+    returns the run id and the seconds from trigger to success (reported, not asserted)."""
+    api = Api(values)
+    deadline = time.monotonic() + 600
+    while True:  # the dag-processor parses the DAG shortly after start
+        try:
+            started = time.monotonic()
+            run = api.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
+            break
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(3)
+    run_id = urllib.parse.quote(str(run["dag_run_id"]), safe="")
+    while True:
+        try:
+            state = api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+        except (TimeoutError, urllib.error.URLError):  # a busy api-server: ask again
+            state = "running"
+        if state == "success":
+            return str(run["dag_run_id"]), time.monotonic() - started
+        if state == "failed" or time.monotonic() > deadline:
+            logs = stack.exec(
+                SCHEDULER, "bash", "-c",
+                "for f in $(find /opt/airflow/logs -path '*" + dag_id + "*' -name '*.log'); "
+                "do echo \"== $f\"; tail -n 30 \"$f\"; done",
+                check=False,
+            )  # fmt: skip
+            raise AssertionError(f"{dag_id} {conf} ended {state}:\n{logs[-12000:]}")
+        time.sleep(3)
+
+
 def wait_complete(api: Api, backfill_id: int, deadline: float) -> None:
     """Wait until the scheduler marks the backfill complete.
 
@@ -213,72 +264,192 @@ def key_file_facts(stack: st.Stack) -> tuple[str, str]:
     return facts, digest
 
 
-def test_stack_signs_publishes_restarts_and_keeps_its_key() -> None:
+def bucket_state(values: dict[str, str]) -> dict[str, str]:
+    """Every object in the bucket: key -> sha256 of its bytes."""
+    import hashlib
+
+    s3 = s3_client(values)
+    state = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket="pith"):
+        for obj in page.get("Contents", []):
+            body = s3.get_object(Bucket="pith", Key=obj["Key"])["Body"].read()
+            state[obj["Key"]] = hashlib.sha256(body).hexdigest()
+    return state
+
+
+def assert_one_record_created_per_version(values: dict[str, str]) -> None:
+    """Every bundle's events (store/events/<body>/) hold exactly one record_created."""
+    s3 = s3_client(values)
+    bodies = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket="pith", Prefix="store/pith/"):
+        for obj in page.get("Contents", []):
+            parts = obj["Key"].split("/")
+            if len(parts) == 4 and parts[3] == "bundle.json":
+                bodies.append(parts[2])
+    assert bodies, "no bundles"
+    for body in bodies:
+        created = 0
+        for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket="pith", Prefix=f"store/events/{body}/"
+        ):
+            for obj in page.get("Contents", []):
+                event = json.loads(s3.get_object(Bucket="pith", Key=obj["Key"])["Body"].read())
+                created += event.get("event_type") == "record_created"
+        assert created == 1, (body, created)
+
+
+def quiesce(values: dict[str, str]) -> None:
+    """Pause pith_ingest (unpaused, it schedules the latest day on its own) and wait until
+    no run of any DAG is queued or running: nothing writes to the bucket until unpaused."""
+    api = Api(values)
+    api.call("PATCH", "/api/v2/dags/pith_ingest", {"is_paused": True})
+    deadline = time.monotonic() + 900
+    while True:
+        busy = []
+        for dag_id in ("pith_ingest", "pith_backfill", "pith_maintenance"):
+            try:
+                runs = api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    continue
+                raise
+            busy += [(dag_id, r["dag_run_id"]) for r in runs if r["state"] in ("queued", "running")]
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"runs still active: {busy}")
+        time.sleep(5)
+
+
+def compose_ps(stack: st.Stack) -> list[dict[str, Any]]:
+    out = stack("ps", "-a", "--format", "json", timeout=120).stdout.decode().strip()
+    if out.startswith("["):  # older compose: one JSON array
+        return list(json.loads(out))
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def restart_until_healthy(stack: st.Stack) -> None:
+    """`docker compose restart`, as an operator types it; then every long-running
+    service must come back healthy and airflow-init must run again and exit 0."""
+    stack("restart", timeout=900)
+    deadline = time.monotonic() + 900
+    while True:
+        rows = compose_ps(stack)
+        init = [r for r in rows if r["Service"] == "airflow-init"]
+        others = [r for r in rows if r["Service"] != "airflow-init"]
+        if init and init[0]["State"] == "exited" and int(init[0].get("ExitCode", 0)) != 0:
+            logs = stack("logs", "--no-color", "airflow-init", timeout=120, check=False).stdout.decode()
+            raise AssertionError(f"airflow-init exited {init[0]['ExitCode']} after restart:\n{logs[-4000:]}")
+        if init and init[0]["State"] == "exited" and all(r.get("Health") == "healthy" for r in others):
+            return
+        if time.monotonic() > deadline:
+            states = [(r["Service"], r["State"], r.get("Health")) for r in rows]
+            raise AssertionError(f"not healthy after restart: {states}")
+        time.sleep(5)
+
+
+@dataclass
+class Host:
+    """The daemon and the images, shared by every live test of this module."""
+
+    daemon: st.Daemon
+    work: Path
+    official: bool
+
+    def stack(self, name: str, overrides: dict[str, str]) -> tuple[st.Stack, dict[str, str]]:
+        """A fresh compose project: make-env.sh (--local-images unless official) + overrides."""
+        files = [st.DOCKER_DIR / "compose.yaml"]
+        if not self.official:
+            files.append(st.NO_REGISTRY)
+        env_file = self.work / name / ".env"
+        env_file.parent.mkdir()
+        base = {
+            "AIRFLOW_PORT": str(st.free_port()),
+            "S3_PORT": str(st.free_port()),
+            "PITH_SNAPSHOT_DIR": str(self.work / name / "snapshots"),
+        }
+        values = st.write_env(env_file, base | overrides, local_images=not self.official)
+        if not self.official:  # the files name nothing the daemon must already hold
+            assert st.unbuilt_images(files, values, set(st.ci_images())) == []
+        project = f"pith-ci-{name}-{uuid.uuid4().hex[:8]}"
+        return st.Stack(self.daemon, env_file, project, files, st.compose_command(self.daemon.env)), values
+
+
+@pytest.fixture(scope="module")
+def host() -> Iterator[Host]:
+    """A daemon (its data root empty unless PITH_CI_DOCKER_CACHE keeps one) with the CI
+    images built once for every stack of this module; everything removed at the end."""
     work = st.tmp_workdir()
     official = os.environ.get("PITH_STACK_IMAGES") == "official"
-    records = work / "oai_records.json"
-    records.write_text(json.dumps(recorded_days()))
-    oai_port = 18080
     try:
         with st.docker_daemon(work) as daemon:
-            files = [st.DOCKER_DIR / "compose.yaml"]
-            overrides = {
-                "COMPOSE_PROFILES": "local-s3",
-                "AIRFLOW_PORT": str(st.free_port()),
-                "S3_PORT": str(st.free_port()),
-                "PITH_OAI_URL": f"http://127.0.0.1:{oai_port}/oai",
-                "PITH_OAI_MIN_INTERVAL": "0.2",
-                "PITH_INGEST_START": "2024-01-01",
-                "PITH_RETRIES": "1",
-                "PITH_RETRY_DELAY_SECONDS": "5",
-                "PITH_SNAPSHOT_DIR": str(work / "snapshots"),
-            }
             if not official:
+                started = time.monotonic()
                 st.build_ci_images(daemon, work)
-                files.append(st.HERE / "compose.ci.yaml")
-                overrides |= {
-                    "AIRFLOW_BASE_IMAGE": st.AIRFLOW_BASE_IMAGE,
-                    "AIRFLOW_CONSTRAINTS": "/opt/ci/constraints.txt",
-                    "POSTGRES_IMAGE": st.POSTGRES_IMAGE,
-                }
-            values = st.write_env(work / ".env", overrides)
-            stack = st.Stack(
-                daemon,
-                work / ".env",
-                f"pith-ci-{uuid.uuid4().hex[:8]}",
-                files,
-                st.compose_command(daemon.env),
-            )
-            try:
-                stack.up()
-
-                def oai() -> None:
-                    start_oai(stack, records, oai_port)
-
-                oai()
-                run_window(stack, values, "2024-01-02", oai)
-
-                facts, key_digest = key_file_facts(stack)
-                assert facts == f"600 {values['AIRFLOW_UID']}"
-                local_public = json.loads(stack.exec(SCHEDULER, "cat", PUBLIC_KEY_FILE))
-                doc, bundles = published(values)
-                assert head_key(doc)["public_key_hex"] == local_public["public_key_hex"]
-                first_key = head_key(doc)
-                verify_all(bundles, first_key["fingerprint_sha256_hex"])
-                first_count = len(bundles)
-
-                stack.down(volumes=False)
-                stack.up()
-                oai()
-                run_window(stack, values, "2024-01-03", oai)
-
-                assert key_file_facts(stack) == (facts, key_digest), "the signing key changed on restart"
-                doc, bundles = published(values)
-                assert [k["key_id"] for k in doc.get("keys", [doc])] == [first_key["key_id"]]
-                assert head_key(doc)["public_key_hex"] == first_key["public_key_hex"]
-                verify_all(bundles, first_key["fingerprint_sha256_hex"])
-                assert bundles and first_count
-            finally:
-                stack.down(volumes=True)
+                print(f"\nimages: {time.monotonic() - started:.0f}s")
+            yield Host(daemon, work, official)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_stack_signs_publishes_restarts_and_keeps_its_key(host: Host) -> None:
+    oai_port = 18080
+    records = host.work / "oai_records.json"
+    records.write_text(json.dumps(recorded_days()))
+    stack, values = host.stack(
+        "local",
+        {
+            "COMPOSE_PROFILES": "local-s3",
+            "PITH_OAI_URL": f"http://127.0.0.1:{oai_port}/oai",
+            "PITH_OAI_MIN_INTERVAL": "0.2",
+            "PITH_INGEST_START": "2024-01-01",
+            "PITH_RETRIES": "1",
+            "PITH_RETRY_DELAY_SECONDS": "5",
+        },
+    )
+    try:
+        stack.up()
+
+        # the first run an operator makes: the bundled sample, offline
+        _, took = trigger_and_wait(stack, values, "pith_backfill", SAMPLE_CONF)
+        print(f"\nfirst run (bundled sample): signed bundles {took:.0f}s after the trigger")
+        doc, sample_bundles = published(values)
+        # the sample's 30 papers, one bundle each, signed with the stack's key
+        assert len({b["pith_number"] for b in sample_bundles}) == 30
+        verify_all(sample_bundles, head_key(doc)["fingerprint_sha256_hex"])
+
+        def oai() -> None:
+            start_oai(stack, records, oai_port)
+
+        oai()
+        run_window(stack, values, "2024-01-02", oai)
+
+        facts, key_digest = key_file_facts(stack)
+        assert facts == f"600 {values['AIRFLOW_UID']}"
+        local_public = json.loads(stack.exec(SCHEDULER, "cat", PUBLIC_KEY_FILE))
+        doc, bundles = published(values)
+        assert head_key(doc)["public_key_hex"] == local_public["public_key_hex"]
+        first_key = head_key(doc)
+        verify_all(bundles, first_key["fingerprint_sha256_hex"])
+        first_count = len(bundles)
+
+        # `docker compose restart`: healthy again, bucket and key as they were
+        quiesce(values)
+        before = bucket_state(values)
+        restart_until_healthy(stack)
+        assert bucket_state(values) == before, "the bucket changed across a restart"
+        assert key_file_facts(stack) == (facts, key_digest), "the signing key changed on restart"
+
+        stack.down(volumes=False)
+        stack.up()
+        oai()
+        run_window(stack, values, "2024-01-03", oai)
+
+        assert key_file_facts(stack) == (facts, key_digest), "the signing key changed on restart"
+        doc, bundles = published(values)
+        assert [k["key_id"] for k in doc.get("keys", [doc])] == [first_key["key_id"]]
+        assert head_key(doc)["public_key_hex"] == first_key["public_key_hex"]
+        verify_all(bundles, first_key["fingerprint_sha256_hex"])
+        assert bundles and first_count
+    finally:
+        stack.down(volumes=True)

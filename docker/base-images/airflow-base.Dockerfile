@@ -1,9 +1,11 @@
-# CI stand-in for apache/airflow:3.3.2-python3.11, built from Debian and PyPI wheels
-# (CI has no registry). It keeps the layout docker/Dockerfile relies on: user airflow
+# No-registry stand-in for apache/airflow:3.3.2-python3.11, built from Debian and PyPI wheels
+# (docker/local_images.py). It keeps the layout docker/Dockerfile relies on: user airflow
 # (uid 50000, gid 0), Python 3.11, /entrypoint, AIRFLOW_HOME=/opt/airflow, pip usable
 # by that user, and a constraints file (/opt/ci/constraints.txt) like Airflow's.
-# Build context: a directory with wheels/ (pip download on the host) and this folder's files.
-ARG DEBIAN_BASE=pith-ci/debian:bookworm
+# Build context: a directory with wheels/ (pip download on the host) and this folder's files
+# (docker/local_images.py makes it).
+# The Debian base image: docker/local_images.py passes its content-keyed tag.
+ARG DEBIAN_BASE
 FROM ${DEBIAN_BASE}
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv \
@@ -18,10 +20,11 @@ ENV AIRFLOW_HOME=/opt/airflow \
     PIP_FIND_LINKS=/opt/ci/wheels \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/venv \
- && pip install -q "apache-airflow[postgres]==3.3.2" "moto[server]" \
+ && pip install -q "apache-airflow[postgres,celery]==3.3.2" "moto[server]" \
  && pip freeze > /opt/ci/constraints.txt \
  && chown -R airflow:0 /opt/venv && chmod -R g+rwX /opt/venv
 COPY entrypoint.sh /entrypoint
+COPY moto-persistent.py /opt/ci/moto-persistent.py
 USER airflow
 WORKDIR /opt/airflow
 ENTRYPOINT ["/entrypoint"]

@@ -1,7 +1,8 @@
-# CI stand-in for the official postgres image, from Debian's PostgreSQL 15 packages.
+# No-registry stand-in for the official postgres image, from Debian's PostgreSQL 15 packages.
 # Same contract: POSTGRES_USER/PASSWORD/DB create the database on first start,
 # data in /var/lib/postgresql/data, pg_isready on PATH.
-ARG DEBIAN_BASE=pith-ci/debian:bookworm
+# The Debian base image: docker/local_images.py passes its content-keyed tag.
+ARG DEBIAN_BASE
 FROM ${DEBIAN_BASE}
 RUN apt-get update \
  && apt-get install -y --no-install-recommends postgresql-15 \
