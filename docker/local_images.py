@@ -92,9 +92,14 @@ def _files(image: str) -> list[bytes]:
 def requirements() -> list[str]:
     """What the airflow-base image installs: Airflow (with the providers the stack uses:
     postgres, and celery for the `celery` profile), moto's server, the project's runtime
-    and build requirements (so the stack image installs offline)."""
+    and build requirements, and the `report` extra the maintenance DAG's weekly report
+    task needs (so the stack image installs offline)."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    deps = sorted(project["project"]["dependencies"]) + sorted(project["build-system"]["requires"])
+    deps = (
+        sorted(project["project"]["dependencies"])
+        + sorted(project["project"]["optional-dependencies"]["report"])
+        + sorted(project["build-system"]["requires"])
+    )
     return [f"apache-airflow[postgres,celery]=={AIRFLOW_VERSION}", "moto[server]", *deps]
 
 
