@@ -378,7 +378,7 @@ class Host:
 @pytest.fixture(scope="module")
 def host() -> Iterator[Host]:
     """A daemon (its data root empty unless PITH_CI_DOCKER_CACHE keeps one) with the CI
-    images built once for every stack of this module; everything removed at the end."""
+    images built once for both stacks; everything removed at the end."""
     work = st.tmp_workdir()
     official = os.environ.get("PITH_STACK_IMAGES") == "official"
     try:
@@ -451,5 +451,46 @@ def test_stack_signs_publishes_restarts_and_keeps_its_key(host: Host) -> None:
         assert head_key(doc)["public_key_hex"] == first_key["public_key_hex"]
         verify_all(bundles, first_key["fingerprint_sha256_hex"])
         assert bundles and first_count
+    finally:
+        stack.down(volumes=True)
+
+
+def test_celery_two_workers_share_a_snapshot_backfill(host: Host) -> None:
+    """The celery profile as a user scales it: Redis, CeleryExecutor, two workers (one
+    task at a time each, so a second build task cannot wait behind the first on one
+    worker). The sample's snapshot backfill: build tasks ran on both workers, and the
+    store verifies with one record_created per paper version."""
+    stack, values = host.stack(
+        "celery",
+        {
+            "COMPOSE_PROFILES": "local-s3,celery",
+            "AIRFLOW_EXECUTOR": "CeleryExecutor",
+            "AIRFLOW_WORKER_CONCURRENCY": "1",
+        },
+    )
+    try:
+        stack.up("--scale", "airflow-worker=2")
+        # the name each worker records on the task instances it runs (Airflow's hostname)
+        name = "from airflow.utils.net import get_hostname; print(get_hostname())"
+        workers = {
+            stack("exec", "-T", "--index", str(i), "airflow-worker", "python3", "-c", name, timeout=300)
+            .stdout.decode()
+            .strip()
+            for i in (1, 2)
+        }
+        assert len(workers) == 2, workers
+        run_id, _ = trigger_and_wait(stack, values, "pith_backfill", SAMPLE_CONF)
+        api = Api(values)
+        quoted = urllib.parse.quote(run_id, safe="")
+        tis = api.call("GET", f"/api/v2/dags/pith_backfill/dagRuns/{quoted}/taskInstances?limit=100")
+        builds = [ti for ti in tis["task_instances"] if ti["task_id"] == "build"]
+        assert len(builds) >= 2 and all(ti["state"] == "success" for ti in builds), builds
+        assert {ti["hostname"] for ti in builds} == workers, (builds, workers)
+
+        # the whole store verifies (`pith-pipeline verify` on PITH_STORE), and each paper
+        # version has exactly one record_created although two workers published
+        verify = stack("exec", "-T", SCHEDULER, "python3", "-m", "pith_pipeline", "verify", "-q", check=False)
+        assert verify.returncode == 0, (verify.stdout + verify.stderr).decode()[-4000:]
+        assert_one_record_created_per_version(values)
     finally:
         stack.down(volumes=True)
