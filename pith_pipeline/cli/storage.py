@@ -43,8 +43,16 @@ def register(group: click.Group) -> None:
     show_default=True,
     help="Output format.",
 )
-def query(sql: str, store: str, fmt: str) -> None:
-    """Run SQL (DuckDB) over the index's Delta tables: records, events, aliases.
+@click.option(
+    "--as-of",
+    "as_of",
+    metavar="RUN_ID",
+    default=None,
+    help="Read the table versions that run's manifest names (a consistent snapshot).",
+)
+def query(sql: str, store: str, fmt: str, as_of: str | None) -> None:
+    """Run SQL (DuckDB) over the index's Delta tables: records, events, aliases,
+    and papers (the latest version of each paper).
 
     \b
     Examples:
@@ -64,7 +72,7 @@ def query(sql: str, store: str, fmt: str) -> None:
 
     from pith_pipeline.index import format_table, run_query
 
-    result = run_query(open_existing_store(store), sql)
+    result = run_query(open_existing_store(store), sql, as_of=as_of)
     if fmt == "table":
         click.echo(format_table(result))
     elif fmt == "csv":

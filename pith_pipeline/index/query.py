@@ -97,8 +97,28 @@ def _has_bundles(store: Store) -> bool:
     return any(k.endswith("/bundle.json") for k in _unwrap(store).list("pith/"))
 
 
-def table_sources(store: Store, *, views: bool = False) -> dict[str, Any]:
-    """Per table, a dataset of its current version's live files.
+def as_of_versions(store: Store, run_id: str) -> dict[str, int]:
+    """The table versions run `run_id`'s manifest names (`index.versions`): one
+    consistent snapshot. `InputError` for an unknown run or one with no index versions."""
+    import json
+
+    key = f"runs/{run_id}/manifest.json"
+    if "/" in run_id or not run_id or (raw := store.get(key)) is None:
+        raise InputError(f"no run {run_id!r} in {store.url} (no {key})", where="--as-of")
+    try:
+        versions = (json.loads(raw).get("index") or {}).get("versions") or {}
+    except (ValueError, AttributeError):
+        raise InputError(f"{store.url}/{key}: not a run manifest", where="--as-of") from None
+    if not versions:
+        raise InputError(f"run {run_id!r} names no index versions ({store.url}/{key})", where="--as-of")
+    return {str(k): int(v) for k, v in versions.items()}
+
+
+def table_sources(
+    store: Store, *, views: bool = False, versions: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """Per table, a dataset of its current version's live files, or of the version
+    `versions` names (a table it does not name reads at its current version).
 
     A table that does not exist reads as empty only while the store has no bundles;
     otherwise the index was lost or never built, and `StorageError` says to reindex.
@@ -116,7 +136,10 @@ def table_sources(store: Store, *, views: bool = False) -> dict[str, Any]:
             missing.append(name)
             out[name] = ds.dataset(read_schema(spec, views=views).empty_table())
             continue
-        out[name] = dataset_of(store, loc, spec, live_files(open_table(loc, spec), spec), views=views)
+        dt = open_table(loc, spec)
+        if versions and name in versions:
+            dt.load_as_version(versions[name])
+        out[name] = dataset_of(store, loc, spec, live_files(dt, spec), views=views)
     if missing and _has_bundles(store):
         raise StorageError(
             f"{loc.base}: the index table{'s' if len(missing) > 1 else ''} "
@@ -126,9 +149,18 @@ def table_sources(store: Store, *, views: bool = False) -> dict[str, Any]:
     return out
 
 
-def connect(store: Store, *, views: bool = False) -> Any:
+#: Views defined over the tables (no scan of their own): name -> SELECT.
+DERIVED_VIEWS: dict[str, str] = {
+    # the latest version of each paper: one row per paper
+    "papers": "SELECT * FROM records WHERE superseded_by IS NULL",
+}
+
+
+def connect(store: Store, *, views: bool = False, versions: dict[str, int] | None = None) -> Any:
     """A DuckDB connection with views `records`, `events`, `aliases` (one row per key),
-    and `categories` (arXiv's category, archive and group names).
+    `papers` (the latest version of each paper: records not superseded), and
+    `categories` (arXiv's category, archive and group names). `versions`: table
+    versions to read instead of the current ones (`as_of_versions`).
 
     `views=True` declares strings as views (no filter pushdown; for files that hold
     views, see the module docstring); `run_query` retries with it when needed.
@@ -137,11 +169,13 @@ def connect(store: Store, *, views: bool = False) -> Any:
 
     from pith_pipeline.index.dictionary import categories
 
-    sources = table_sources(store, views=views)
+    sources = table_sources(store, views=views, versions=versions)
     con = duckdb.connect()
     for name, spec in TABLES.items():
         con.register(f"{name}_files", sources[name])
         con.execute(f"CREATE VIEW {name} AS SELECT {', '.join(spec.public_columns)} FROM {name}_files")
+    for name, select in DERIVED_VIEWS.items():
+        con.execute(f"CREATE VIEW {name} AS {select}")
     con.register("categories", categories())  # arXiv's category names (package data)
     return con
 
@@ -196,20 +230,22 @@ def needs_views(exc: BaseException) -> bool:
     return "string_view" in str(exc)
 
 
-def run_query(store: Store, sql: str) -> Result:
-    """Run one SQL statement over the indexes; errors name the problem, not a trace."""
+def run_query(store: Store, sql: str, *, as_of: str | None = None) -> Result:
+    """Run one SQL statement over the indexes; errors name the problem, not a trace.
+    `as_of`: a run id; read the table versions its manifest names (`as_of_versions`)."""
+    versions = None if as_of is None else as_of_versions(store, as_of)
     try:
-        return _run_query(store, sql, views=False)
+        return _run_query(store, sql, views=False, versions=versions)
     except InputError as exc:
         if not needs_views(exc):
             raise
-    return _run_query(store, sql, views=True)
+    return _run_query(store, sql, views=True, versions=versions)
 
 
-def _run_query(store: Store, sql: str, *, views: bool) -> Result:
+def _run_query(store: Store, sql: str, *, views: bool, versions: dict[str, int] | None = None) -> Result:
     import duckdb
 
-    con = connect(store, views=views)
+    con = connect(store, views=views, versions=versions)
     try:
         try:
             rel = con.sql(sql)
@@ -246,4 +282,4 @@ def format_table(result: Result, *, max_width: int = 60) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Result", "connect", "damaged_files", "format_table", "run_query"]
+__all__ = ["Result", "as_of_versions", "connect", "damaged_files", "format_table", "run_query"]
