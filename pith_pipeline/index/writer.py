@@ -974,6 +974,12 @@ def update_indexes(
         views: dict[str, set[str]] = {}
         _index_sink(loc, sink, update, run_id, touched, views, group_rows, progress)
         tidy_partitions(loc, dict(touched), update, max_files=max_parts, run_id=run_id, views=views)
+        # every table's version after the update, committed to or not: the run manifest's
+        # `index.versions` is then a whole snapshot (`query --as-of`); the index lease
+        # keeps other writers out, so these are the versions this update left
+        for name, spec in TABLES.items():
+            if name not in update.versions:
+                update.versions[name] = _version_now(open_table(loc, spec, create=True))
         return update
     finally:
         if own:

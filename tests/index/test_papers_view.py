@@ -50,14 +50,33 @@ def test_as_of_an_unknown_run_is_one_line(
     assert res.code != 0 and "nope" in err and "\n" not in err and "Traceback" not in err
 
 
+def test_every_run_names_every_tables_version_even_one_it_did_not_commit_to(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    """A run's manifest is a whole snapshot: a table the run left alone is named at the
+    version the run saw, so `--as-of` never reads it at a later version."""
+    store = open_store(str(tmp_path / "store"))
+    first, _ = run(store, sample[:2])
+    again, _ = run(store, sample[:2])  # nothing changed: no commits
+    named = json.loads(store.get(f"runs/{again.run_id}/manifest.json") or b"{}")["index"]["versions"]
+    assert set(named) == {"records", "events", "aliases"}
+    run(store, sample[2:4])
+    sql = "SELECT count(*) FROM papers"
+    assert run_query(store, sql, as_of=again.run_id).rows == run_query(store, sql, as_of=first.run_id).rows
+    assert run_query(store, sql, as_of=again.run_id).rows == [(2,)]
+
+
 def test_as_of_a_run_without_index_versions_is_one_line(
     tmp_path: Path, sample: list[str], run: Runner
 ) -> None:
     store = open_store(str(tmp_path / "store"))
-    run(store, sample[:2])
-    again, _ = run(store, sample[:2])  # nothing changed: no commits
+    done, _ = run(store, sample[:2])
+    key = f"runs/{done.run_id}/manifest.json"
+    manifest = json.loads(store.get(key) or b"{}")
+    manifest.pop("index", None)  # a run that never reached its index update
+    (tmp_path / "store" / key).write_text(json.dumps(manifest))
     with pytest.raises(InputError, match="names no index versions"):
-        run_query(store, "SELECT 1", as_of=again.run_id)
+        run_query(store, "SELECT 1", as_of=done.run_id)
 
 
 def _change_feed_recipe() -> str:
