@@ -12,8 +12,8 @@ process through the real entry point). Its steps are drawn at random:
 - such a build killed (SIGKILL, in process: `DyingStore`) at a random write, of the
   whole store or of the log only; the dead run's leases then expire (they are deleted);
 - the loss of one derived object: a lookup object (`log/index/*`), a tile or entry
-  bundle past the checkpoint, a pending marker (`log/pending/*`), a bundle, a state
-  or a `.well-known` copy;
+  bundle past every checkpoint seen (what a killed append left), a pending marker
+  (`log/pending/*`), a bundle, a state or a `.well-known` copy;
 - `log sync`.
 
 Then the documented reruns: `rebuild` (when a bundle, state or copy was lost), each
@@ -21,7 +21,8 @@ killed run again (its rerun completes the store), the last run again, and `log s
 And then: `verify STORE` passes; every event in the event store is in the log exactly
 once and nothing else is; every checkpoint seen during the sequence (even one a killed
 run wrote) is consistent with the final one (an RFC 6962 consistency proof,
-`tlog.merkle`), so the pipeline signed no fork. Go's `golang.org/x/mod/sumdb/tlog`
+`tlog.merkle`), so the pipeline signed no fork; every tile and entry bundle such a
+checkpoint named still holds the bytes it held then. Go's `golang.org/x/mod/sumdb/tlog`
 checks the last example's final log once.
 
 Pauses (a writer stopped past its lease while another proceeds) are not drawn here:
@@ -128,6 +129,7 @@ class World:
     cli: Any
     monkeypatch: pytest.MonkeyPatch
     checkpoints: list[bytes] = field(default_factory=list)
+    named: dict[str, bytes] = field(default_factory=dict)  # what the checkpoints seen name
     last_run: Run | None = None
     killed: list[Run] = field(default_factory=list)
     lost_published: bool = False
@@ -144,6 +146,8 @@ class World:
             data = cp.read_bytes()
             if not self.checkpoints or self.checkpoints[-1] != data:
                 self.checkpoints.append(data)
+                for key in named_tiles(int(data.split(b"\n")[1])):
+                    self.named.setdefault(key, (self.store / key).read_bytes())
 
     def input_for(self, run: Run) -> Path:
         out = []
@@ -217,10 +221,8 @@ class World:
         elif kind == "pending marker":
             yield from store.list("log/pending/")
         elif kind == "tile past checkpoint":
-            size = _size(self.store)
-            named = {"log/" + tile_path(lv, i, w) for lv, i, w in tiles_for_size(size)}
-            named |= {"log/" + entries_path(i, w) for lv, i, w in tiles_for_size(size) if lv == 0}
-            yield from (k for k in store.list("log/tile/") if k not in named)
+            self.seen()  # past every checkpoint signed so far: left by a killed append
+            yield from (k for k in store.list("log/tile/") if k not in self.named)
         elif kind == "bundle":
             yield from (k for k in store.list("pith/") if k.endswith("/bundle.json"))
         elif kind == "state":
@@ -258,9 +260,12 @@ class World:
         self.seen()
 
 
-def _size(store_dir: Path) -> int:
-    cp = store_dir / "log" / "checkpoint"
-    return int(cp.read_bytes().split(b"\n")[1]) if cp.is_file() else 0
+def named_tiles(size: int) -> Iterator[str]:
+    """The keys of the hash tiles and entry bundles a checkpoint of `size` names."""
+    for level, index, width in tiles_for_size(size):
+        yield "log/" + tile_path(level, index, width)
+        if level == 0:
+            yield "log/" + entries_path(index, width)
 
 
 @contextmanager
@@ -288,6 +293,8 @@ def assert_whole(world: World) -> None:
     events = Counter(k.rsplit("/", 1)[1].split(".")[0] for k in event_store_keys(store))
     assert logged == events  # each published event exactly once, and nothing else
     assert list(store.list("log/pending/")) == []
+    for key, data in world.named.items():  # nothing a signed checkpoint names changed
+        assert (world.store / key).is_file() and (world.store / key).read_bytes() == data, key
     root = reader.root()
     for old in world.checkpoints:  # no fork: the final tree extends every head seen
         _origin, size, old_root = old.decode().split("\n")[:3]
