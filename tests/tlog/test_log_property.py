@@ -378,3 +378,20 @@ def test_any_sequence_of_runs_kills_and_lost_objects_ends_in_a_store_and_log_tha
     finally:
         for p in (*last, keys):
             shutil.rmtree(p, ignore_errors=True)
+
+
+def test_a_run_after_a_lost_lookup_object_does_not_log_its_stored_events_twice(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Found by the property above: a run that writes events the store (and the log)
+    already hold, after their lookup object was lost, appended them again."""
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    for d in ("keys", "logkey"):
+        assert run_cli(capsys, "keys", "generate", "--out", str(tmp_path / d)).code == 0
+    world = World(tmp_path, tmp_path, lines, lambda *a: run_cli(capsys, *a), pytest.MonkeyPatch())
+    world.build(Run(((0, False), (1, True))))
+    for key in (world.store / "log" / "index").iterdir():
+        key.unlink()
+    world.build(Run(((0, True),)))  # its first versions' events are stored and logged
+    world.sync()
+    assert_whole(world)
