@@ -745,12 +745,30 @@ class _Hints:
         where = f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}"
         self._reader = TileReader(store_fetch(store), self.size, where)
         self._bundles: dict[int, list[bytes]] = {}
+        self._entries: dict[str, int] | None = None
 
     def read(self, shard: str) -> dict[str, int]:
-        """The lines of one lookup object inside the tree (still to be confirmed)."""
+        """The lines of one lookup object inside the tree (still to be confirmed).
+
+        A missing object is not taken for "none of these ids is logged": a lost one
+        would make the run append its stored events again. The ids are then read from
+        the tree's entries themselves (once per append; on a small log a shard no
+        event falls in yet is missing too, and a small log is cheap to read)."""
         if self.size == 0:
             return {}
-        return parse_index(self.store.get(LOG_PREFIX + INDEX_DIR + shard), self.size)
+        data = self.store.get(LOG_PREFIX + INDEX_DIR + shard)
+        if data is None:
+            return {h: i for h, i in self._from_entries().items() if h[:INDEX_HEX] == shard}
+        return parse_index(data, self.size)
+
+    def _from_entries(self) -> dict[str, int]:
+        if self._entries is None:
+            self._entries = {}
+            for idx, entry in iter_entries(self._reader):
+                hex_id = entry_event_hex(entry)
+                if hex_id is not None:
+                    self._entries.setdefault(hex_id, idx)
+        return self._entries
 
     def holds(self, hex_id: str, idx: int) -> bool:
         if self.cp is None or not 0 <= idx < self.size:
