@@ -72,7 +72,11 @@ class FaultProxy:
 
             def _forward(self) -> None:
                 body = self._body()
+                if body is None:  # the client went away mid-body: S3 would apply nothing
+                    self.close_connection = True
+                    return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+                headers["Content-Length"] = str(len(body))
                 up = http.client.HTTPConnection(proxy.host, proxy.port, timeout=30)
                 try:
                     up.request(self.command, self.path, body=body, headers=headers)
@@ -89,26 +93,37 @@ class FaultProxy:
                 for k, v in resp.getheaders():
                     if k.lower() not in _HOP and k.lower() != "content-length":
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # a HEAD's length is the object's, which the response does not carry
+                length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
 
-            def _body(self) -> bytes:
+            def _body(self) -> bytes | None:
                 """The request's body, whole: by its Content-Length, or de-chunked (a
                 client streaming a PUT sends `Transfer-Encoding: chunked`; forwarding
-                that as an empty body would store an empty object)."""
+                that as an empty body would store an empty object). None when the
+                client went away before sending it all (killed mid-upload): forwarding
+                the part received would make moto store a truncated object, which S3,
+                checking the length, never does."""
                 if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
                     length = int(self.headers.get("Content-Length") or 0)
-                    return self.rfile.read(length) if length else b""
+                    body = self.rfile.read(length) if length else b""
+                    return body if len(body) == length else None
                 parts = []
                 while True:
-                    size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                    line = self.rfile.readline()
+                    if not line.endswith(b"\n"):
+                        return None
+                    size = int(line.split(b";", 1)[0].strip() or b"0", 16)
                     if size == 0:
                         while self.rfile.readline() not in (b"\r\n", b"\n", b""):  # trailers
                             pass
                         return b"".join(parts)
                     parts.append(self.rfile.read(size))
+                    if len(parts[-1]) != size:
+                        return None
                     self.rfile.readline()  # the CRLF after the chunk
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
