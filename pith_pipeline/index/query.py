@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pith_pipeline.core.layout import run_manifest_key
 from pith_pipeline.errors import InputError, StorageError
 from pith_pipeline.index.delta import Location, _unwrap, location
 from pith_pipeline.index.schema import TABLES, TableSpec
@@ -102,7 +103,7 @@ def as_of_versions(store: Store, run_id: str) -> dict[str, int]:
     consistent snapshot. `InputError` for an unknown run or one with no index versions."""
     import json
 
-    key = f"runs/{run_id}/manifest.json"
+    key = run_manifest_key(run_id)
     if "/" in run_id or not run_id or (raw := store.get(key)) is None:
         raise InputError(f"no run {run_id!r} in {store.url} (no {key})", where="--as-of")
     try:
