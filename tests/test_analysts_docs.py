@@ -20,32 +20,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from doc_blocks import fenced_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "pages" / "analysts.md"
 #: what a block may need beyond the README's store; those blocks are not run here
 NEEDS = {"needs-s3", "needs-spark", "needs-time"}
-FENCE = re.compile(r"^```(\S*)[ \t]*(.*)$")
 #: what an example prints when it found nothing: pith-pipeline's table, Polars, pandas, DuckDB
 EMPTY = re.compile(r"\(0 rows\)|shape: \(0,|Empty DataFrame|^\s*0 rows\s*$", re.M)
 
 
 def blocks(text: str, language: str) -> list[tuple[str, str]]:
     """Every fenced block of `text` in `language`: (its tag, its body)."""
-    found: list[tuple[str, str]] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        m = FENCE.match(lines[i])
-        if m is None:
-            i += 1
-            continue
-        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-        if m.group(1) == language:
-            tag = m.group(2).strip().removeprefix("{.").removesuffix("}")  # `{.needs-s3}`
-            found.append((tag, "\n".join(lines[i + 1 : end])))
-        i = end + 1
-    return found
+    return [(tag.removeprefix("{.").removesuffix("}"), body) for tag, body in fenced_blocks(text, language)]
 
 
 def commands(body: str) -> list[str]:

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from doc_blocks import fenced_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -31,24 +32,11 @@ SETUP = (
     re.compile(r"^\. \S+/bin/activate$"),
     re.compile(r"^pip install "),
 )
-FENCE = re.compile(r"^```(\S*)[ \t]*(.*)$")
 
 
 def shell_blocks(text: str) -> list[tuple[str, str]]:
     """Every fenced block of `text` whose language is sh: (its tag, its body)."""
-    blocks: list[tuple[str, str]] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        m = FENCE.match(lines[i])
-        if m is None:
-            i += 1
-            continue
-        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-        if m.group(1) == "sh":
-            blocks.append((m.group(2).strip(), "\n".join(lines[i + 1 : end])))
-        i = end + 1
-    return blocks
+    return fenced_blocks(text, "sh")
 
 
 def commands(body: str) -> list[str]:
