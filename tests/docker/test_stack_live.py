@@ -167,29 +167,50 @@ SAMPLE_CONF = {
 
 
 def trigger_and_wait(
-    stack: st.Stack, values: dict[str, str], dag_id: str, conf: dict[str, Any]
+    stack: st.Stack,
+    values: dict[str, str],
+    dag_id: str,
+    conf: dict[str, Any],
 ) -> tuple[str, float]:
     """`airflow dags trigger DAG --conf ...`, through the REST API; waits for success and
     returns the run id and the seconds from trigger to success (reported, not asserted)."""
     api = Api(values)
     deadline = time.monotonic() + 600
+    run_id, started = trigger(api, dag_id, conf, deadline)
+    wait_run(stack, api, dag_id, run_id, conf, deadline)
+    return run_id, time.monotonic() - started
+
+
+def trigger(api: Api, dag_id: str, conf: dict[str, Any], deadline: float) -> tuple[str, float]:
+    """POST a run of DAG_ID with CONF (retried until the dag-processor has parsed it)."""
     while True:  # the dag-processor parses the DAG shortly after start
         try:
             started = time.monotonic()
             run = api.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
-            break
+            return str(run["dag_run_id"]), started
         except urllib.error.HTTPError as exc:
             if exc.code != 404 or time.monotonic() > deadline:
                 raise
             time.sleep(3)
-    run_id = urllib.parse.quote(str(run["dag_run_id"]), safe="")
+
+
+def wait_run(
+    stack: st.Stack,
+    api: Api,
+    dag_id: str,
+    dag_run_id: str,
+    conf: dict[str, Any],
+    deadline: float,
+) -> None:
+    """Wait for the run's success; on failure or timeout, fail with its task logs."""
+    run_id = urllib.parse.quote(dag_run_id, safe="")
     while True:
         try:
             state = api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
         except (TimeoutError, urllib.error.URLError):  # a busy api-server: ask again
             state = "running"
         if state == "success":
-            return str(run["dag_run_id"]), time.monotonic() - started
+            return
         if state == "failed" or time.monotonic() > deadline:
             logs = stack.exec(
                 SCHEDULER, "bash", "-c",
@@ -199,6 +220,49 @@ def trigger_and_wait(
             )  # fmt: skip
             raise AssertionError(f"{dag_id} {conf} ended {state}:\n{logs[-12000:]}")
         time.sleep(3)
+
+
+def build_instances(api: Api, dag_run_id: str) -> list[dict[str, Any]]:
+    """The pith_backfill run's task instances (mapped ones each on their own)."""
+    quoted = urllib.parse.quote(dag_run_id, safe="")
+    path = f"/api/v2/dags/pith_backfill/dagRuns/{quoted}/taskInstances?limit=100"
+    try:
+        return list(api.call("GET", path)["task_instances"])
+    except (TimeoutError, urllib.error.URLError):  # a busy api-server: ask again
+        return []
+
+
+def steer_builds_to_both(
+    daemon: st.Daemon, workers: dict[str, str], api: Api, dag_run_id: str, deadline: float
+) -> None:
+    """Make the run's build tasks land on both workers, whatever Celery's timing.
+
+    Left alone, one worker can take every build: with four short builds, a worker that
+    finishes one before the scheduler's next loop takes the next (a CI run showed it).
+    So, as soon as one worker runs a build, it is frozen (`docker pause`: it holds one
+    task at a time, acked late, so it cannot hold a second), the next build must go to
+    the other worker, and once that one has started the first is thawed. The freeze is
+    seconds long, well under the lease TTL (120 s) and Airflow's heartbeat timeout.
+    """
+
+    def started_on() -> set[str]:
+        return {
+            str(ti["hostname"])
+            for ti in build_instances(api, dag_run_id)
+            if ti["task_id"] == "build" and ti.get("hostname") and ti["state"] in ("running", "success")
+        }
+
+    while not (first := started_on()):
+        assert time.monotonic() < deadline, "no build task started"
+        time.sleep(0.3)
+    frozen = workers[sorted(first)[0]]  # WORKERS: Airflow hostname -> container id
+    st.run([*daemon.docker, "pause", frozen], env=daemon.env)
+    try:
+        while len(started_on()) < 2:
+            assert time.monotonic() < deadline, f"no build started on the other worker ({first})"
+            time.sleep(0.3)
+    finally:
+        st.run([*daemon.docker, "unpause", frozen], env=daemon.env)
 
 
 def wait_complete(api: Api, backfill_id: int, deadline: float) -> None:
@@ -457,9 +521,9 @@ def test_stack_signs_publishes_restarts_and_keeps_its_key(host: Host) -> None:
 
 def test_celery_two_workers_share_a_snapshot_backfill(host: Host) -> None:
     """The celery profile as a user scales it: Redis, CeleryExecutor, two workers (one
-    task at a time each, so a second build task cannot wait behind the first on one
-    worker). The sample's snapshot backfill: build tasks ran on both workers, and the
-    store verifies with one record_created per paper version."""
+    task at a time each). The sample's snapshot backfill, its builds steered onto both
+    workers (steer_builds_to_both): both publish into one store, which verifies with
+    one record_created per paper version."""
     stack, values = host.stack(
         "celery",
         {
@@ -472,20 +536,21 @@ def test_celery_two_workers_share_a_snapshot_backfill(host: Host) -> None:
         stack.up("--scale", "airflow-worker=2")
         # the name each worker records on the task instances it runs (Airflow's hostname)
         name = "from airflow.utils.net import get_hostname; print(get_hostname())"
-        workers = {
-            stack("exec", "-T", "--index", str(i), "airflow-worker", "python3", "-c", name, timeout=300)
-            .stdout.decode()
-            .strip()
-            for i in (1, 2)
-        }
+        docker, env = host.daemon.docker, host.daemon.env
+        workers = {}  # Airflow hostname -> container id
+        for cid in stack("ps", "-q", "airflow-worker").stdout.decode().split():
+            proc = st.run([*docker, "exec", cid, "python3", "-c", name], env=env, timeout=300)
+            workers[proc.stdout.decode().strip()] = cid
         assert len(workers) == 2, workers
-        run_id, _ = trigger_and_wait(stack, values, "pith_backfill", SAMPLE_CONF)
         api = Api(values)
-        quoted = urllib.parse.quote(run_id, safe="")
-        tis = api.call("GET", f"/api/v2/dags/pith_backfill/dagRuns/{quoted}/taskInstances?limit=100")
-        builds = [ti for ti in tis["task_instances"] if ti["task_id"] == "build"]
+        deadline = time.monotonic() + 600
+        run_id, _ = trigger(api, "pith_backfill", SAMPLE_CONF, deadline)
+        steer_builds_to_both(host.daemon, workers, api, run_id, deadline)
+        wait_run(stack, api, "pith_backfill", run_id, SAMPLE_CONF, deadline)
+        tis = build_instances(api, run_id)
+        builds = [ti for ti in tis if ti["task_id"] == "build"]
         assert len(builds) >= 2 and all(ti["state"] == "success" for ti in builds), builds
-        assert {ti["hostname"] for ti in builds} == workers, (builds, workers)
+        assert {ti["hostname"] for ti in builds} == set(workers), (builds, workers)
 
         # the whole store verifies (`pith-pipeline verify` on PITH_STORE), and each paper
         # version has exactly one record_created although two workers published
