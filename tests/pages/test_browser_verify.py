@@ -1,0 +1,438 @@
+"""Record pages verify their bundles in a real browser (headless Chromium) with the checks
+of `pith-pipeline verify`, by the same names (pith_pipeline/pages/assets/pith-verify.js).
+
+Every case of the Python verifier's tamper tests (tests/core/test_verify.py and
+test_verify_hostile.py: each single-character change of the registry's bundle, the
+named failures, hostile values, signature blocks, rotations) is written as a store with
+a record page; the browser's status of every check must equal the Python verifier's
+on the same bytes, and its verdict name the first failing check. The seed bundle
+verifies against the public registry's key, pinned in the fragment; a store with a
+transparency log proves inclusion, and a damaged tile or checkpoint fails `log`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import tests.core.test_verify as tv
+import tests.core.test_verify_hostile as th
+from pith_pipeline.core.canonical_json import dumps_pretty, loads
+from pith_pipeline.core.events import SignerInfo, finalize_event, make_event, sign_event
+from pith_pipeline.core.keys import Ed25519Signer, PublicKey, read_key_document
+from pith_pipeline.core.verify import CHECKS, FAIL, PAGE_CHECKS, PAGE_SCRIPT_FAILURE, verify_bundle
+from tests.pages.browser import PageResult, dump_dom, install_script, served, verdicts
+
+DATA = Path(__file__).parents[1] / "data"
+SEED = DATA / "pith-bundle-1909.11150.json"
+PIN = "8d4b5ee74e4693bcd1df2446408b0d54"  # the public registry's key (tests/core/test_verify.py)
+_BODY = re.compile(r"pith:[0-9]{4}:([A-Z2-7]{26})")
+
+
+# -- the contract's record page, until the renderer (pith_pipeline/pages) writes them ----------
+
+
+def write_record_page(store: Path, body: str, *, keys: bool = True, log: str | None = None) -> str:
+    """`pith/<ID>/index.html` as the page contract has it: the bundle, the key document
+    and the log named on <html>, the script at `assets/pith-verify.js`; its path."""
+    attrs = ['lang="en"', 'data-pith-bundle="bundle.json"']
+    if keys:
+        attrs.append('data-pith-keys="../../pith-signing-key.json"')
+    if log is not None:
+        attrs.append(f'data-pith-log="../../{log}"')
+    page = store / "pith" / body / "index.html"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(
+        "<!DOCTYPE html>\n"
+        f"<html {' '.join(attrs)}>\n<head><meta charset=\"utf-8\"><title>{body}</title>\n"
+        '<script type="module" src="../../assets/pith-verify.js"></script>\n</head>\n<body>\n'
+        '<p id="pith-verdict" role="status">Checking in your browser…</p>\n<ol id="pith-checks"></ol>\n'
+        "</body>\n</html>\n",
+        encoding="utf-8",
+    )
+    install_script(store)
+    return f"pith/{body}/index.html"
+
+
+# -- the shared list of cases -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """A bundle as the reader's browser gets it, with what the reader trusts."""
+
+    bundle: Any
+    pin: str | None = None
+    trusted: tuple[PublicKey, ...] | None = None
+
+
+class _Lit(str):
+    """Literal JSON text in `_json_bytes`'s work list."""
+
+
+def _json_bytes(value: Any) -> bytes:
+    """The bytes a publisher would write: orjson's compact form, else (floats, integers
+    beyond 64 bits, deep nesting) the standard form, built without recursion."""
+    try:
+        return orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        pass
+    parts: list[str] = []
+    todo: list[Any] = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, _Lit):
+            parts.append(item)
+        elif isinstance(item, dict):
+            seq: list[Any] = [_Lit("{")]
+            for i, (k, v) in enumerate(item.items()):
+                seq += [_Lit("," if i else ""), _Lit(json.dumps(k, ensure_ascii=False) + ":"), v]
+            todo.extend(reversed([*seq, _Lit("}")]))
+        elif isinstance(item, list):
+            seq = [_Lit("[")]
+            for i, v in enumerate(item):
+                seq += [_Lit("," if i else ""), v]
+            todo.extend(reversed([*seq, _Lit("]")]))
+        else:
+            parts.append(json.dumps(item, ensure_ascii=False))
+    return "".join(parts).encode("utf-8")
+
+
+def _at(obj: Any, path: tuple[Any, ...]) -> Any:
+    for p in path:
+        obj = obj[p]
+    return obj
+
+
+def _third_party(ours: dict[str, Any], signer: Ed25519Signer) -> dict[str, Any]:
+    """test_verify.py's bundle with a stranger's event the state accounts for."""
+    stranger = Ed25519Signer.generate("stranger")
+    ev = make_event(
+        event_type="author_attestation",
+        subject=ours["pith_number"],
+        payload={"claim": "mine"},
+        signer_info=SignerInfo.for_signer(stranger, "someone", "author"),
+        created_at="2026-05-02T00:00:00Z",
+    )
+    sign_event(ev, stranger, "2026-05-02T00:00:00.000000Z")
+    return tv._rebundle(ours, signer, [*ours["events"], ev])[0]
+
+
+@cache
+def cases() -> dict[str, Case]:
+    """Every case of the Python verifier's tamper tests, by a readable id."""
+    ref = json.loads(SEED.read_bytes())
+    out: dict[str, Case] = {"seed pinned": Case(ref, PIN), "wrong pin": Case(ref, "00" * 16)}
+    # test_verify.py: every single-character change, and the one unprotected field
+    for path, value in tv.leaves(ref):
+        if path in tv.UNPROTECTED:
+            continue
+        b = copy.deepcopy(ref)
+        tv.set_at(b, path, tv.one_char_change(value))
+        out["char " + "/".join(map(str, path))] = Case(b, PIN)
+    b = copy.deepcopy(ref)
+    tv.set_at(b, ("bundle_signature", "signed_at"), "2026-08-17T16:31:39.452329Z")
+    out["unprotected signed_at"] = Case(b, PIN)
+    for path, check in tv.NAMED_FAILURES:
+        b = copy.deepcopy(ref)
+        tv.set_at(b, path, tv.one_char_change(_at(b, path)))
+        out[f"named {check} " + "/".join(map(str, path))] = Case(b, PIN)
+    for i, garbage in enumerate(tv.GARBAGE):
+        out[f"garbage {i}"] = Case(garbage)
+    ours, signer = tv._our_bundle()
+    out["ours pinned"] = Case(ours, signer.fingerprint)
+    third = _third_party(ours, signer)
+    out["third party accounted"] = Case(third)
+    unaccounted = copy.deepcopy(third)
+    unaccounted["state"]["invalid_events"] = []
+    out["third party unaccounted"] = Case(unaccounted)
+    intruder = Ed25519Signer.generate(signer.key_id)  # same id, different key
+    forged, _ = tv._rebundle(ours, intruder, ours["events"])
+    forged["public_keys"] = ours["public_keys"]
+    out["unlisted signing key"] = Case(forged)
+    # test_verify_hostile.py
+    for i, (path, value) in enumerate(th.HOSTILE_VALUES):
+        out[f"hostile {i} " + "/".join(map(str, path))] = Case(th._hostile(ref, path, value), PIN)
+    deep: Any = "x"
+    for _ in range(5000):
+        deep = [deep]
+    out["deep nesting"] = Case(th._hostile(ref, ("canonical_record", "extra"), deep))
+    for path, _check in th.SIGNATURE_BLOCKS:
+        b = copy.deepcopy(ref)
+        _at(b, path)["trust_me"] = "yes"
+        out["unknown field in " + "/".join(map(str, path))] = Case(b, PIN)
+    b = copy.deepcopy(ref)
+    created = b["events"][0]
+    created["payload"]["receipt"]["trust_me"] = "yes"
+    finalize_event(created)
+    sign_event(created, th.OLD, "2026-05-01T00:00:00.000000Z")
+    may = datetime(2026, 5, 1, tzinfo=UTC)
+    out["unknown field in the receipt"] = Case(th._signed_by_old(b, may, may))
+    for missing in th.MISSING_FIELDS:
+        b = copy.deepcopy(ref)
+        del b["bundle_signature"][missing]
+        out[f"bundle_signature without {missing}"] = Case(b, PIN)
+    trusted = tuple(th._trusted(ref))
+    july = datetime(2026, 7, 1, tzinfo=UTC)
+    out["built after rotation"] = Case(th._signed_by_old(ref, july, may), None, trusted)
+    early = th._signed_by_old(ref, may, july)
+    out["built before rotation"] = Case(early, None, trusted)
+    late_claim = copy.deepcopy(early)
+    late_claim["bundle_signature"]["signed_at"] = "2099-01-01T00:00:00.000000Z"
+    out["built before rotation, signed_at edited"] = Case(late_claim, None, trusted)
+    out["seed pinned and trusted"] = Case(ref, PIN, trusted)
+    return out
+
+
+def python_statuses(data: bytes, case: Case, trusted: list[PublicKey] | None) -> dict[str, str]:
+    """Each check's status from the Python verifier on the bytes the browser reads."""
+    try:
+        bundle = loads(data)
+    except (ValueError, RecursionError):
+        return {"bundle": FAIL}  # `verify` calls it unreadable
+    report = verify_bundle(bundle, pinned_fingerprint=case.pin, trusted_keys=trusted)
+    return {c.name: c.status for c in report.checks}
+
+
+@dataclass(frozen=True)
+class Checked:
+    expected: dict[str, str]
+    page: PageResult | None
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checked]:
+    """Every case as a store of its own, all read by one Chromium process."""
+    root = tmp_path_factory.mktemp("cases")
+    urls: dict[str, str] = {}
+    expected: dict[str, dict[str, str]] = {}
+    for n, (name, case) in enumerate(cases().items()):
+        store = root / f"c{n}"
+        number = case.bundle.get("pith_number") if isinstance(case.bundle, dict) else None
+        m = _BODY.fullmatch(number) if isinstance(number, str) else None
+        body = m.group(1) if m else "NOTAPITHNUMBER"
+        page = write_record_page(store, body, keys=case.trusted is not None)
+        data = _json_bytes(case.bundle)
+        (store / "pith" / body / "bundle.json").write_bytes(data)
+        trusted = None
+        if case.trusted is not None:
+            doc = dumps_pretty({"keys": [k.to_json() for k in case.trusted]})
+            (store / "pith-signing-key.json").write_bytes(doc)
+            trusted = read_key_document(doc, "pith-signing-key.json")
+        expected[name] = python_statuses(data, case, trusted)
+        urls[name] = f"c{n}/{page}" + (f"#pin={case.pin}" if case.pin else "")
+    got = verdicts(root, list(urls.values()))
+    return {name: Checked(expected[name], got.get(urls[name])) for name in urls}
+
+
+def _verdict(statuses: dict[str, str]) -> str:
+    failed = [name for name in PAGE_CHECKS if statuses.get(name) == FAIL]
+    return f"failed: {failed[0]}" if failed else "verified"
+
+
+@pytest.mark.parametrize("name", list(cases()))
+def test_the_browser_agrees_with_the_python_verifier(checked: dict[str, Checked], name: str) -> None:
+    c = checked[name]
+    assert c.page is not None, f"{name}: the page gave no verdict"
+    got = c.page.status()
+    assert [ch["name"] for ch in c.page.checks] == list(PAGE_CHECKS)
+    mismatched = {k: (v, got.get(k)) for k, v in c.expected.items() if got.get(k) != v}
+    assert not mismatched, (name, mismatched, [ch for ch in c.page.checks if ch["status"] != "ok"])
+    assert c.page.verdict == _verdict(c.expected)
+
+
+def test_every_tamper_case_is_rejected_by_both() -> None:
+    """The list holds the tamper tests' cases (rejected) and their controls (accepted)."""
+    controls = {
+        "seed pinned",
+        "unprotected signed_at",
+        "ours pinned",
+        "third party accounted",
+        "built before rotation",
+        "built before rotation, signed_at edited",
+        "seed pinned and trusted",
+    }
+    ref = json.loads(SEED.read_bytes())
+    assert sum(name.startswith("char ") for name in cases()) == sum(
+        p not in tv.UNPROTECTED for p, _ in tv.leaves(ref)
+    )
+    for name, case in cases().items():
+        trusted = list(case.trusted) if case.trusted is not None else None
+        statuses = python_statuses(_json_bytes(case.bundle), case, trusted)
+        assert (FAIL not in statuses.values()) == (name in controls), name
+
+
+def test_the_seed_bundle_verifies_against_the_registrys_pinned_key(checked: dict[str, Checked]) -> None:
+    page = checked["seed pinned and trusted"].page
+    assert page is not None and page.verdict == "verified"
+    statuses = page.status()
+    assert all(statuses[name] == "ok" for name in CHECKS), page.checks
+    assert statuses["key_document"] == "ok" and statuses["text_hashes"] == "ok", page.checks
+    assert checked["wrong pin"].page is not None and checked["wrong pin"].page.verdict == "failed: pinned_key"
+
+
+# -- a store built by the pipeline, with and without a transparency log ------------------------
+
+
+def _store_pages(store: Path, log: str | None) -> list[str]:
+    bodies = sorted(p.parent.name for p in store.glob("pith/*/bundle.json"))
+    assert bodies
+    return [write_record_page(store, body, log=log) for body in bodies]
+
+
+@pytest.fixture(scope="module")
+def logged_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample built with a registry key and a log key (`build ... --log-signer`)."""
+    from click.testing import CliRunner
+
+    from pith_pipeline.cli import main
+
+    work = tmp_path_factory.mktemp("logged")
+    runner = CliRunner()
+    for d in ("keys", "logkey"):
+        r = runner.invoke(main, ["keys", "generate", "--out", str(work / d)], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+    args = ["build", "--input", str(DATA / "arxiv-sample.jsonl"), "--store", str(work / "store")]
+    args += ["--key", str(work / "keys" / "pith-private-key.json")]
+    args += ["--log-signer", str(work / "logkey" / "pith-private-key.json"), "--workers", "1"]
+    r = runner.invoke(main, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return work / "store"
+
+
+def test_pages_of_a_logged_store_prove_every_event_under_the_checkpoint(logged_store: Path) -> None:
+    pages = _store_pages(logged_store, "log/")
+    fingerprint = json.loads((logged_store / "pith-signing-key.json").read_bytes())["fingerprint_sha256_hex"]
+    got = verdicts(logged_store, [f"{p}#pin={fingerprint}" for p in pages])
+    size = int((logged_store / "log" / "checkpoint").read_text(encoding="utf-8").split("\n")[1])
+    bound = math.ceil(math.log(size, 256)) + 2
+    for p in pages:
+        page = got[f"{p}#pin={fingerprint}"]
+        assert page.verdict == "verified", (p, page.checks)
+        statuses = page.status()
+        assert statuses["log"] == "ok" and statuses["pinned_key"] == "ok", page.checks
+        assert page.log_reads is not None and 1 <= int(page.log_reads) <= bound
+
+
+def _damaged_copy(store: Path, where: Path, damage: str) -> Path:
+    out = where / damage
+    shutil.copytree(store, out)
+    log = out / "log"
+    if damage == "tile":
+        tile = next(p for p in sorted((log / "tile" / "0").rglob("*")) if p.is_file())
+        data = bytearray(tile.read_bytes())
+        data[5] ^= 0x01
+        tile.write_bytes(bytes(data))
+    elif damage == "checkpoint size":
+        lines = (log / "checkpoint").read_bytes().split(b"\n")
+        lines[1] = str(int(lines[1]) - 1).encode()
+        (log / "checkpoint").write_bytes(b"\n".join(lines))
+    elif damage == "checkpoint signature":
+        text = (log / "checkpoint").read_bytes()
+        cut = text.rindex(b" ") + 10
+        (log / "checkpoint").write_bytes(text[:cut] + bytes([text[cut] ^ 0x02]) + text[cut + 1 :])
+    elif damage == "entry":
+        bundle = next(p for p in sorted((log / "tile" / "entries").rglob("*")) if p.is_file())
+        data = bytearray(bundle.read_bytes())
+        at = data.index(b'"event_id":"sha256:') + 30
+        data[at] = ord("0") if data[at] != ord("0") else ord("1")
+        bundle.write_bytes(bytes(data))
+    elif damage == "checkpoint gone":
+        (log / "checkpoint").unlink()
+    return out
+
+
+@pytest.mark.parametrize("damage", ["tile", "checkpoint size", "checkpoint signature", "entry", "checkpoint gone"])
+def test_a_damaged_log_fails_by_name(logged_store: Path, tmp_path: Path, damage: str) -> None:
+    store = _damaged_copy(logged_store, tmp_path, damage)
+    pages = _store_pages(store, "log/")
+    got = verdicts(store, pages)
+    failed = [p for p in pages if got[p].verdict == "failed: log"]
+    others = {got[p].verdict for p in pages} - {"failed: log", "verified"}
+    assert not others
+    # a damaged tile or entry bundle touches the papers whose proofs read it; the
+    # checkpoint, every paper
+    assert failed if damage in ("tile", "entry") else len(failed) == len(pages)
+
+
+def test_the_sample_stores_pages_verify_pinned(tmp_path: Path) -> None:
+    """`ingest --sample` (the README's first command), every paper's page, pinned."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pith_pipeline", "ingest", "--sample"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert done.returncode == 0, done.stderr
+    store = tmp_path / "pith-store"
+    log = "log/" if (store / "log" / "checkpoint").is_file() else None
+    pages = _store_pages(store, log)
+    fingerprint = json.loads((store / "pith-signing-key.json").read_bytes())["fingerprint_sha256_hex"]
+    got = verdicts(store, [f"{p}#pin={fingerprint}" for p in pages])
+    assert len(got) == len(pages) >= 30
+    for url, page in got.items():
+        assert page.verdict == "verified", (url, page.checks)
+
+
+# -- a page whose script fails never says `verified` ------------------------------------------
+
+
+def _page_with(store: Path, body: str, head: str) -> str:
+    page = store / "pith" / body / "index.html"
+    text = page.read_text(encoding="utf-8")
+    page.write_text(text.replace('<script type="module"', head + '\n<script type="module"', 1), encoding="utf-8")
+    return f"pith/{body}/index.html"
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        # another script on the page throws once the checks are under way
+        "<script>setTimeout(() => { throw new Error('boom'); }, 0);</script>",
+        # the browser's crypto is broken: every hash throws
+        "<script>crypto.subtle.digest = () => { throw new Error('no digest'); };</script>",
+        # signatures cannot be checked at all
+        "<script>crypto.subtle.verify = () => Promise.reject(new Error('no verify'));</script>",
+    ],
+)
+def test_a_page_with_script_errors_never_says_verified(tmp_path: Path, head: str) -> None:
+    store = tmp_path / "store"
+    ref = json.loads(SEED.read_bytes())
+    body = ref["pith_number"].rsplit(":", 1)[1]
+    write_record_page(store, body)
+    (store / "pith" / body / "bundle.json").write_bytes(SEED.read_bytes())
+    (store / "pith-signing-key.json").write_bytes(dumps_pretty({"keys": ref["public_keys"]}))
+    page = _page_with(store, body, head)
+    got = verdicts(store, [f"{page}#pin={PIN}"])[f"{page}#pin={PIN}"]
+    assert got.verdict is not None and got.verdict.startswith("failed: ")
+    assert got.verdict.removeprefix("failed: ") in (*PAGE_CHECKS, PAGE_SCRIPT_FAILURE)
+
+
+def test_a_page_whose_script_does_not_load_never_says_verified(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    ref = json.loads(SEED.read_bytes())
+    body = ref["pith_number"].rsplit(":", 1)[1]
+    page = write_record_page(store, body)
+    (store / "pith" / body / "bundle.json").write_bytes(SEED.read_bytes())
+    script = store / "assets" / "pith-verify.js"
+    script.write_text(script.read_text(encoding="utf-8")[:5000], encoding="utf-8")  # cut mid-way
+    with served(store) as base:
+        dom = dump_dom(f"{base}/{page}#pin={PIN}", tmp_path / "profile", budget_ms=10_000)
+    assert 'data-pith-verdict="verified"' not in dom and "data-pith-verdict" not in dom
