@@ -44,7 +44,7 @@ def chromium() -> str:
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the base's name)
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -142,13 +142,17 @@ for (let i = 0; i < %(parallel)d; i++) open1();
 """
 
 
-def verdicts(root: Path, pages: list[str], *, parallel: int = 4, budget_ms: int = 300_000) -> dict[str, PageResult]:
+def verdicts(
+    root: Path, pages: list[str], *, parallel: int = 4, budget_ms: int = 300_000
+) -> dict[str, PageResult]:
     """Open every page (URL paths relative to `root`, fragments allowed) in one Chromium
     process and return what each said; a page that never gave a verdict is absent."""
     harness = root / "harness.html"
     harness.write_text(_HARNESS % {"pages": json.dumps(pages), "parallel": parallel}, encoding="utf-8")
     with served(root) as base:
-        dom = dump_dom(f"{base}/harness.html", root.parent / f"{root.name}-chromium-profile", budget_ms=budget_ms)
+        dom = dump_dom(
+            f"{base}/harness.html", root.parent / f"{root.name}-chromium-profile", budget_ms=budget_ms
+        )
     start = dom.index('<pre id="results">') + len('<pre id="results">')
     text = html.unescape(dom[start : dom.index("</pre>", start)])
     raw: dict[str, Any] = json.loads(text) if text else {}

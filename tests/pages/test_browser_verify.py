@@ -15,8 +15,11 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import re
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -55,7 +58,7 @@ def write_record_page(store: Path, body: str, *, keys: bool = True, log: str | N
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(
         "<!DOCTYPE html>\n"
-        f"<html {' '.join(attrs)}>\n<head><meta charset=\"utf-8\"><title>{body}</title>\n"
+        f'<html {" ".join(attrs)}>\n<head><meta charset="utf-8"><title>{body}</title>\n'
         '<script type="module" src="../../assets/pith-verify.js"></script>\n</head>\n<body>\n'
         '<p id="pith-verdict" role="status">Checking in your browser…</p>\n<ol id="pith-checks"></ol>\n'
         "</body>\n</html>\n",
@@ -291,23 +294,38 @@ def _store_pages(store: Path, log: str | None) -> list[str]:
     return [write_record_page(store, body, log=log) for body in bodies]
 
 
+def _cli(cwd: Path, *args: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pith_pipeline", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.fixture(scope="module")
 def logged_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sample built with a registry key and a log key (`build ... --log-signer`)."""
-    from click.testing import CliRunner
-
-    from pith_pipeline.cli import main
-
     work = tmp_path_factory.mktemp("logged")
-    runner = CliRunner()
     for d in ("keys", "logkey"):
-        r = runner.invoke(main, ["keys", "generate", "--out", str(work / d)], catch_exceptions=False)
-        assert r.exit_code == 0, r.output
-    args = ["build", "--input", str(DATA / "arxiv-sample.jsonl"), "--store", str(work / "store")]
-    args += ["--key", str(work / "keys" / "pith-private-key.json")]
-    args += ["--log-signer", str(work / "logkey" / "pith-private-key.json"), "--workers", "1"]
-    r = runner.invoke(main, args, catch_exceptions=False)
-    assert r.exit_code == 0, r.output
+        _cli(work, "keys", "generate", "--out", d)
+    _cli(
+        work,
+        "build",
+        "--input",
+        str(DATA / "arxiv-sample.jsonl"),
+        "--store",
+        "store",
+        "--key",
+        "keys/pith-private-key.json",
+        "--log-signer",
+        "logkey/pith-private-key.json",
+        "--workers",
+        "1",
+    )
     return work / "store"
 
 
@@ -353,7 +371,9 @@ def _damaged_copy(store: Path, where: Path, damage: str) -> Path:
     return out
 
 
-@pytest.mark.parametrize("damage", ["tile", "checkpoint size", "checkpoint signature", "entry", "checkpoint gone"])
+@pytest.mark.parametrize(
+    "damage", ["tile", "checkpoint size", "checkpoint signature", "entry", "checkpoint gone"]
+)
 def test_a_damaged_log_fails_by_name(logged_store: Path, tmp_path: Path, damage: str) -> None:
     store = _damaged_copy(logged_store, tmp_path, damage)
     pages = _store_pages(store, "log/")
@@ -368,19 +388,7 @@ def test_a_damaged_log_fails_by_name(logged_store: Path, tmp_path: Path, damage:
 
 def test_the_sample_stores_pages_verify_pinned(tmp_path: Path) -> None:
     """`ingest --sample` (the README's first command), every paper's page, pinned."""
-    import os
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-m", "pith_pipeline", "ingest", "--sample"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
-    )
-    assert done.returncode == 0, done.stderr
+    _cli(tmp_path, "ingest", "--sample")
     store = tmp_path / "pith-store"
     log = "log/" if (store / "log" / "checkpoint").is_file() else None
     pages = _store_pages(store, log)
@@ -395,17 +403,22 @@ def test_the_sample_stores_pages_verify_pinned(tmp_path: Path) -> None:
 
 
 def _page_with(store: Path, body: str, head: str) -> str:
+    """The record page with `head` before its script (after it when `head` starts AFTER)."""
     page = store / "pith" / body / "index.html"
     text = page.read_text(encoding="utf-8")
-    page.write_text(text.replace('<script type="module"', head + '\n<script type="module"', 1), encoding="utf-8")
+    if head.startswith("AFTER"):
+        text = text.replace("</head>", head.removeprefix("AFTER") + "\n</head>", 1)
+    else:
+        text = text.replace('<script type="module"', head + '\n<script type="module"', 1)
+    page.write_text(text, encoding="utf-8")
     return f"pith/{body}/index.html"
 
 
 @pytest.mark.parametrize(
     "head",
     [
-        # another script on the page throws once the checks are under way
-        "<script>setTimeout(() => { throw new Error('boom'); }, 0);</script>",
+        # another script on the page throws while the checks are under way
+        "AFTER<script type=\"module\">throw new Error('boom');</script>",
         # the browser's crypto is broken: every hash throws
         "<script>crypto.subtle.digest = () => { throw new Error('no digest'); };</script>",
         # signatures cannot be checked at all
