@@ -13,6 +13,7 @@ transparency log proves inclusion, and a damaged tile or checkpoint fails `log`.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import os
@@ -21,7 +22,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ import pytest
 
 import tests.core.test_verify as tv
 import tests.core.test_verify_hostile as th
+from pith_pipeline.core.bundle import Site, build_bundle
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.events import SignerInfo, finalize_event, make_event, sign_event
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, read_key_document
@@ -198,6 +200,129 @@ def cases() -> dict[str, Case]:
     return out
 
 
+# tests/signing/test_rotation.py and test_certified.py: their stores and cases, built
+# from the same parts (the stores are built once, in the fixture below)
+ROTATION_OLD = Ed25519Signer(hashlib.sha256(b"old").digest(), "pith-v1-2026-01")
+ROTATION_NEW = Ed25519Signer(hashlib.sha256(b"new").digest(), "pith-v2-2026-06")
+ROGUE = Ed25519Signer(hashlib.sha256(b"rogue").digest(), "pith-v3-rogue")
+CERT_ROOT = Ed25519Signer(hashlib.sha256(b"root").digest(), "pith-root-2026")
+CERT_OTHER = Ed25519Signer(hashlib.sha256(b"other").digest(), "pith-other")
+#: mutations of a short-lived key's certificate (test_certified.py)
+CERTIFICATE_DAMAGE: dict[str, Any] = {
+    "not_after": lambda c: c.update(not_after="2027-01-01T00:00:00.000000Z"),
+    "issuer": lambda c: c.update(issuer_key_id="pith-other", issuer_fingerprint=CERT_OTHER.fingerprint),
+    "signature": lambda c: c["signature"].update(signature_b64=c["signature"]["signature_b64"][::-1]),
+    "public_key_hex": lambda c: c.update(public_key_hex="00" * 32),
+}
+SIGNING_CASES = (
+    "rotation: a bundle before, trusted",
+    "rotation: a bundle after, pinned to the new key, trusted",
+    "rotation: signed by an unlisted key",
+    "rotation: a listed rogue key, trusted",
+    "rotation: a listed rogue key, alone",
+    "rotation: the old key after its rotation, trusted",
+    "rotation: a re-issued receipt changing first_computed_at",
+    "certified: alone",
+    "certified: pinned to the root",
+    "certified: trusting the roots only",
+    "certified: pinned to another key",
+    "certified: an uncertified short-lived key, trusting the roots",
+    "certified: an uncertified short-lived key, pinned to the root",
+    *(f"certified: certificate {name} changed, trusting the roots" for name in CERTIFICATE_DAMAGE),
+    "certified: signed outside the certificate's window",
+)
+
+
+def _resign(
+    bundle: dict[str, Any], signer: Any, keys: list[PublicKey], built: str, signed: str
+) -> dict[str, Any]:
+    """`bundle` signed again by `signer` (test_rotation.py's `_resign`)."""
+    b = copy.deepcopy(bundle)
+    return build_bundle(
+        subject=b["pith_number"],
+        canonical=b["canonical_record"],
+        canonical_hex=b["canonical_sha256"],
+        events=b["events"],
+        aliases=b["source_aliases"],
+        public_keys=keys,
+        site=Site(base_url="https://pith.example.org"),
+        built_at=built,
+        signer=signer,
+        signed_at=signed,
+    )
+
+
+def _bundles(root: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_bytes()) for p in sorted(root.glob("pith/*/bundle.json"))]
+
+
+def _listed(b: dict[str, Any]) -> list[PublicKey]:
+    return [PublicKey.from_json(k) for k in b["public_keys"]]
+
+
+def signing_cases(work: Path) -> dict[str, Case]:
+    """The rotation and certificate cases, on stores built here from the sample."""
+    from pith_pipeline.pipeline import BuildConfig, Publisher
+    from pith_pipeline.reissue import reissue
+    from pith_pipeline.signing.certified import CertifiedSigner
+    from pith_pipeline.sources.jsonl import iter_jsonl
+    from pith_pipeline.storage.local import LocalStore
+    from tests.testclock import StepClock
+
+    sample = DATA / "arxiv-sample.jsonl"
+    rotated = LocalStore(work / "rotated")
+    Publisher(
+        rotated, ROTATION_OLD, BuildConfig(), clock=StepClock(datetime(2026, 1, 5, tzinfo=UTC))
+    ).publish(iter_jsonl(sample))
+    before = _bundles(rotated.root)[0]
+    reissue(
+        rotated, ROTATION_NEW, BuildConfig(), clock=StepClock(datetime(2026, 6, 1, tzinfo=UTC)), workers=1
+    )
+    keys = tuple(read_key_document((rotated.root / "pith-signing-key.json").read_bytes(), "keys"))
+    after = _bundles(rotated.root)[0]
+    june3, june5 = (
+        ("2026-06-03T00:00:00Z", "2026-06-03T00:00:00.000000Z"),
+        ("2026-06-05T00:00:00Z", "2026-06-05T00:00:00.000000Z"),
+    )
+    rogue = _resign(after, ROGUE, [*_listed(after), ROGUE.public_key_doc()], *june3)
+    changed = copy.deepcopy(after)
+    ev = next(e for e in changed["events"] if e["payload"].get("kind") == "receipt_reissued")
+    ev["payload"]["receipt"]["first_computed_at"] = "2026-06-01T00:00:00.000000Z"
+    finalize_event(ev)
+    sign_event(ev, ROTATION_NEW, ev["signature"]["signed_at"])
+    out = {
+        SIGNING_CASES[0]: Case(before, None, keys),
+        SIGNING_CASES[1]: Case(after, ROTATION_NEW.fingerprint, keys),
+        SIGNING_CASES[2]: Case(_resign(after, ROGUE, _listed(after), *june3)),
+        SIGNING_CASES[3]: Case(rogue, None, keys),
+        SIGNING_CASES[4]: Case(rogue),
+        SIGNING_CASES[5]: Case(_resign(before, ROTATION_OLD, _listed(before), *june5), None, keys),
+        SIGNING_CASES[6]: Case(_resign(changed, ROTATION_NEW, _listed(changed), *june3)),
+    }
+    t0 = datetime(2026, 3, 1, tzinfo=UTC)
+    signer = CertifiedSigner(CERT_ROOT, run_id="backfill-test", now=t0, validity=timedelta(hours=12))
+    certified = LocalStore(work / "certified")
+    Publisher(certified, signer, BuildConfig(), clock=StepClock(t0)).publish(iter_jsonl(sample))
+    b = _bundles(certified.root)[0]
+    roots = tuple(k for k in _listed(b) if k.certificate is None)
+    out[SIGNING_CASES[7]] = Case(b)
+    out[SIGNING_CASES[8]] = Case(b, CERT_ROOT.fingerprint)
+    out[SIGNING_CASES[9]] = Case(b, None, roots)
+    out[SIGNING_CASES[10]] = Case(b, CERT_OTHER.fingerprint)
+    bare = copy.deepcopy(b)
+    del next(k for k in bare["public_keys"] if k["key_id"] == signer.key_id)["certificate"]
+    out[SIGNING_CASES[11]] = Case(bare, None, roots)
+    out[SIGNING_CASES[12]] = Case(bare, CERT_ROOT.fingerprint)
+    for name, mutate in CERTIFICATE_DAMAGE.items():
+        damaged = copy.deepcopy(b)
+        mutate(next(k for k in damaged["public_keys"] if k["key_id"] == signer.key_id)["certificate"])
+        out[f"certified: certificate {name} changed, trusting the roots"] = Case(damaged, None, roots)
+    late = _resign(b, signer, _listed(b), "2026-03-02T00:00:00Z", "2026-03-02T00:00:00.000000Z")
+    out[SIGNING_CASES[-1]] = Case(late)
+    assert tuple(out) == SIGNING_CASES
+    return out
+
+
 def python_statuses(data: bytes, case: Case, trusted: list[PublicKey] | None) -> dict[str, str]:
     """Each check's status from the Python verifier on the bytes the browser reads."""
     try:
@@ -220,7 +345,8 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checked]:
     root = tmp_path_factory.mktemp("cases")
     urls: dict[str, str] = {}
     expected: dict[str, dict[str, str]] = {}
-    for n, (name, case) in enumerate(cases().items()):
+    every = {**cases(), **signing_cases(tmp_path_factory.mktemp("signing"))}
+    for n, (name, case) in enumerate(every.items()):
         store = root / f"c{n}"
         number = case.bundle.get("pith_number") if isinstance(case.bundle, dict) else None
         m = _BODY.fullmatch(number) if isinstance(number, str) else None
@@ -244,7 +370,7 @@ def _verdict(statuses: dict[str, str]) -> str:
     return f"failed: {failed[0]}" if failed else "verified"
 
 
-@pytest.mark.parametrize("name", list(cases()))
+@pytest.mark.parametrize("name", [*cases(), *SIGNING_CASES])
 def test_the_browser_agrees_with_the_python_verifier(checked: dict[str, Checked], name: str) -> None:
     c = checked[name]
     assert c.page is not None, f"{name}: the page gave no verdict"
@@ -274,6 +400,21 @@ def test_every_tamper_case_is_rejected_by_both() -> None:
         trusted = list(case.trusted) if case.trusted is not None else None
         statuses = python_statuses(_json_bytes(case.bundle), case, trusted)
         assert (FAIL not in statuses.values()) == (name in controls), name
+
+
+def test_the_signing_cases_are_rejected_where_their_tests_reject_them(checked: dict[str, Checked]) -> None:
+    controls = {SIGNING_CASES[i] for i in (0, 1, 4, 7, 8, 9)}
+    for name in SIGNING_CASES:
+        assert (FAIL not in checked[name].expected.values()) == (name in controls), name
+    assert checked["rotation: the old key after its rotation, trusted"].expected["key_trust"] == FAIL
+    assert checked["certified: pinned to another key"].expected["pinned_key"] == FAIL
+    assert checked["rotation: a bundle after, pinned to the new key, trusted"].page is not None
+    receipt = next(
+        c["detail"]
+        for c in checked["rotation: a bundle after, pinned to the new key, trusted"].page.checks
+        if c["name"] == "receipt"
+    )
+    assert "re-issued by pith-v2-2026-06" in receipt
 
 
 def test_the_seed_bundle_verifies_against_the_registrys_pinned_key(checked: dict[str, Checked]) -> None:
