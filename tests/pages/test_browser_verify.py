@@ -32,6 +32,8 @@ import pytest
 
 import tests.core.test_verify as tv
 import tests.core.test_verify_hostile as th
+from pith_pipeline.core.arxiv_record import ArxivRecord
+from pith_pipeline.core.builder import Identity, build_record_events, sign_bundle
 from pith_pipeline.core.bundle import Site, build_bundle
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.events import SignerInfo, finalize_event, make_event, sign_event
@@ -80,6 +82,13 @@ class Case:
     bundle: Any
     pin: str | None = None
     trusted: tuple[PublicKey, ...] | None = None
+    #: the bytes served, when they are not the bundle's compact JSON
+    raw: bytes | None = None
+    #: a check only a page makes, which fails here while the Python verifier passes
+    page_fails: str | None = None
+
+    def data(self) -> bytes:
+        return self.raw if self.raw is not None else _json_bytes(self.bundle)
 
 
 class _Lit(str):
@@ -132,6 +141,92 @@ def _third_party(ours: dict[str, Any], signer: Ed25519Signer) -> dict[str, Any]:
     )
     sign_event(ev, stranger, "2026-05-02T00:00:00.000000Z")
     return tv._rebundle(ours, signer, [*ours["events"], ev])[0]
+
+
+def _bundle_of(title: str, abstract: str) -> tuple[dict[str, Any], Ed25519Signer]:
+    """A bundle of our own (as test_verify.py's `_our_bundle`) for a paper with this text."""
+    signer = Ed25519Signer.generate("ours-2026")
+    rec = ArxivRecord.from_json(
+        {
+            "id": "2101.00002",
+            "title": title,
+            "abstract": abstract,
+            "categories": "cs.LG",
+            "versions": [{"version": "v1", "created": "Fri, 1 Jan 2021 00:00:00 GMT"}],
+        }
+    )
+    now = datetime(2026, 5, 1, tzinfo=UTC)
+    built = build_record_events(Identity.of(rec), signer, "ours", now)
+    ident = built.identity
+    bundle = sign_bundle(
+        subject=ident.subject,
+        canonical=ident.canonical,
+        canonical_hex=ident.canonical_sha256,
+        events=built.events,
+        aliases=built.aliases,
+        public_keys=[signer.public_key_doc()],
+        site=Site(base_url="https://pith.example.org"),
+        signer=signer,
+        now=now,
+    )
+    return bundle, signer
+
+
+def _byte_cases() -> dict[str, bytes]:
+    """The registry's bundle as bytes a parser must read exactly as the Python verifier does."""
+    raw = SEED.read_bytes()
+
+    def edit(old: bytes, new: bytes) -> bytes:
+        assert old in raw, old
+        return raw.replace(old, new, 1)
+
+    title, version = b'"title":"Exascale', b'"version":1'
+    return {
+        "a duplicate key": edit(
+            b'{"bundle_type"', b'{"pith_number":"pith:2019:AAAAAAAAAAAAAAAAAAAAAAAAAA","bundle_type"'
+        ),
+        "a float for an integer": edit(version, b'"version":1.0'),
+        "an exponent for an integer": edit(version, b'"version":1e0'),
+        "an integer beyond 2**53": edit(version, b'"version":9007199254740993'),
+        "an integer beyond 64 bits": edit(version, b'"version":18446744073709551616'),
+        "a number beyond a double": edit(version, b'"version":1e400'),
+        "leading zeros": edit(version, b'"version":01'),
+        "a byte order mark": b"\xef\xbb\xbf" + raw,
+        "invalid UTF-8": edit(title, b'"title":"\xffExascale'),
+        "a lone surrogate": edit(title, b'"title":"\\ud800Exascale'),
+        "a lone low surrogate": edit(title, b'"title":"\\udc00Exascale'),
+        "a surrogate pair": edit(title, b'"title":"\\ud83d\\ude00Exascale'),
+        "a raw control character": edit(title, b'"title":"\x01Exascale'),
+        "a trailing comma": raw.rstrip()[:-1] + b",}",
+        "trailing garbage": raw.rstrip() + b" x",
+        "nested 100 deep": edit(b'"timestamp_proofs":[]', b'"timestamp_proofs":' + b"[" * 100 + b"]" * 100),
+        "nested 1025 deep": edit(
+            b'"timestamp_proofs":[]', b'"timestamp_proofs":' + b"[" * 1024 + b"]" * 1024
+        ),
+        # the same values, other bytes: both verify
+        "escapes for plain letters": edit(title, b'"title":"\\u0045xascale'),
+        "minus zero": edit(b'"invalid_event_count":0', b'"invalid_event_count":-0'),
+        "pretty-printed": json.dumps(json.loads(raw), indent=2, ensure_ascii=False).encode(),
+        "ASCII escapes everywhere": json.dumps(json.loads(raw), ensure_ascii=True).encode(),
+    }
+
+
+#: cases both verifiers accept (the rest are rejected by both)
+CONTROLS = {
+    "seed pinned",
+    "unprotected signed_at",
+    "ours pinned",
+    "third party accounted",
+    "built before rotation",
+    "built before rotation, signed_at edited",
+    "seed pinned and trusted",
+    "bytes: escapes for plain letters",
+    "bytes: minus zero",
+    "bytes: pretty-printed",
+    "bytes: ASCII escapes everywhere",
+    "text: Python's whitespace and case rules",
+    "text: a title the record does not hash",  # Python passes it; the page does not
+}
 
 
 @cache
@@ -197,6 +292,22 @@ def cases() -> dict[str, Case]:
     late_claim["bundle_signature"]["signed_at"] = "2099-01-01T00:00:00.000000Z"
     out["built before rotation, signed_at edited"] = Case(late_claim, None, trusted)
     out["seed pinned and trusted"] = Case(ref, PIN, trusted)
+    for name, data in _byte_cases().items():
+        out["bytes: " + name] = Case(None, PIN, None, data)
+    # the title and abstract a page shows hash as core/text.py says (str.isspace, NFC, lower)
+    odd, odd_signer = _bundle_of(
+        "T\x1cU\u3000V\ufeffW \u0130 \u03a3\u03a3 A\u030a \u2028x", "A \x85 b\u2028c\u00a0d"
+    )
+    out["text: Python's whitespace and case rules"] = Case(odd, odd_signer.fingerprint)
+    forged = copy.deepcopy(odd)
+    snapshot = next(e for e in forged["events"] if e["event_type"] == "graph_snapshot")
+    snapshot["payload"]["graph_snapshot"]["paper"]["title"] = "Another title"
+    finalize_event(snapshot)
+    sign_event(snapshot, odd_signer, snapshot["signature"]["signed_at"])
+    resigned, _ = tv._rebundle(forged, odd_signer, forged["events"])
+    out["text: a title the record does not hash"] = Case(
+        resigned, odd_signer.fingerprint, page_fails="text_hashes"
+    )
     return out
 
 
@@ -333,8 +444,17 @@ def python_statuses(data: bytes, case: Case, trusted: list[PublicKey] | None) ->
     return {c.name: c.status for c in report.checks}
 
 
+def _page_verdict(expected: dict[str, str], case: Case) -> str:
+    """The verdict a page must give: the first failure of the Python verifier's checks and
+    of the page's own (those fail only where the case says so)."""
+    statuses = {**expected, **({case.page_fails: FAIL} if case.page_fails else {})}
+    failed = [name for name in PAGE_CHECKS if statuses.get(name) == FAIL]
+    return f"failed: {failed[0]}" if failed else "verified"
+
+
 @dataclass(frozen=True)
 class Checked:
+    case: Case
     expected: dict[str, str]
     page: PageResult | None
 
@@ -352,7 +472,7 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checked]:
         m = _BODY.fullmatch(number) if isinstance(number, str) else None
         body = m.group(1) if m else "NOTAPITHNUMBER"
         page = write_record_page(store, body, keys=case.trusted is not None)
-        data = _json_bytes(case.bundle)
+        data = case.data()
         (store / "pith" / body / "bundle.json").write_bytes(data)
         trusted = None
         if case.trusted is not None:
@@ -362,12 +482,7 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checked]:
         expected[name] = python_statuses(data, case, trusted)
         urls[name] = f"c{n}/{page}" + (f"#pin={case.pin}" if case.pin else "")
     got = verdicts(root, list(urls.values()))
-    return {name: Checked(expected[name], got.get(urls[name])) for name in urls}
-
-
-def _verdict(statuses: dict[str, str]) -> str:
-    failed = [name for name in PAGE_CHECKS if statuses.get(name) == FAIL]
-    return f"failed: {failed[0]}" if failed else "verified"
+    return {name: Checked(every[name], expected[name], got.get(urls[name])) for name in urls}
 
 
 @pytest.mark.parametrize("name", [*cases(), *SIGNING_CASES])
@@ -378,28 +493,19 @@ def test_the_browser_agrees_with_the_python_verifier(checked: dict[str, Checked]
     assert [ch["name"] for ch in c.page.checks] == list(PAGE_CHECKS)
     mismatched = {k: (v, got.get(k)) for k, v in c.expected.items() if got.get(k) != v}
     assert not mismatched, (name, mismatched, [ch for ch in c.page.checks if ch["status"] != "ok"])
-    assert c.page.verdict == _verdict(c.expected)
+    assert c.page.verdict == _page_verdict(c.expected, c.case)
 
 
 def test_every_tamper_case_is_rejected_by_both() -> None:
     """The list holds the tamper tests' cases (rejected) and their controls (accepted)."""
-    controls = {
-        "seed pinned",
-        "unprotected signed_at",
-        "ours pinned",
-        "third party accounted",
-        "built before rotation",
-        "built before rotation, signed_at edited",
-        "seed pinned and trusted",
-    }
     ref = json.loads(SEED.read_bytes())
     assert sum(name.startswith("char ") for name in cases()) == sum(
         p not in tv.UNPROTECTED for p, _ in tv.leaves(ref)
     )
     for name, case in cases().items():
         trusted = list(case.trusted) if case.trusted is not None else None
-        statuses = python_statuses(_json_bytes(case.bundle), case, trusted)
-        assert (FAIL not in statuses.values()) == (name in controls), name
+        statuses = python_statuses(case.data(), case, trusted)
+        assert (FAIL not in statuses.values()) == (name in CONTROLS), name
 
 
 def test_the_signing_cases_are_rejected_where_their_tests_reject_them(checked: dict[str, Checked]) -> None:
