@@ -590,6 +590,31 @@ def test_pages_of_a_logged_store_prove_every_event_under_the_checkpoint(logged_s
         assert page.log_reads is not None and 1 <= int(page.log_reads) <= bound
 
 
+def test_inclusion_reads_at_most_log256_n_plus_2_tiles_per_event(logged_store: Path, tmp_path: Path) -> None:
+    """The sample's events under a tree of three tile levels (more entries appended after
+    them): each page proves its events reading at most ceil(log256 N) + 2 tiles and
+    entry bundles (transparency-log.md, Costs)."""
+    from pith_pipeline.storage.local import LocalStore
+    from pith_pipeline.tlog.log import append_entries
+    from pith_pipeline.tlog.pipeline import open_log_signer
+
+    store = tmp_path / "big"
+    shutil.copytree(logged_store, store)
+    local = LocalStore(str(store))
+    log = open_log_signer(str(logged_store.parent / "logkey" / "pith-private-key.json"), local)
+    result = append_entries(local, log, (b"entry %d" % i for i in range(256 * 256 + 300)))
+    assert result.size > 256 * 256
+    pages = _store_pages(store, "log/")
+    got = verdicts(store, pages)
+    bound = math.ceil(math.log(result.size, 256)) + 2
+    reads = []
+    for p in pages:
+        assert got[p].verdict == "verified", (p, got[p].checks)
+        assert got[p].log_reads is not None
+        reads.append(int(got[p].log_reads))
+    assert max(reads) <= bound and max(reads) >= 3, reads
+
+
 def _damaged_copy(store: Path, where: Path, damage: str) -> Path:
     out = where / damage
     shutil.copytree(store, out)

@@ -1622,7 +1622,7 @@ export function pinFromFragment(hash) {
 }
 
 async function fetchBytes(url, { limit = MAX_BUNDLE_BYTES, missingOk = false } = {}) {
-  const resp = await fetch(url, { cache: "no-cache", credentials: "same-origin", redirect: "error" });
+  const resp = await fetch(url, { cache: "no-cache", credentials: "same-origin" });
   if (resp.status === 404 && missingOk) return null;
   if (!resp.ok) throw new Malformed(`${url} answered HTTP ${resp.status}`);
   const data = new Uint8Array(await resp.arrayBuffer());
