@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 import pytest
 
+import tests.core.test_merge as tm
 import tests.core.test_verify as tv
 import tests.core.test_verify_hostile as th
 from pith_pipeline.core.arxiv_record import ArxivRecord
@@ -226,6 +227,8 @@ CONTROLS = {
     "bytes: ASCII escapes everywhere",
     "text: Python's whitespace and case rules",
     "text: a title the record does not hash",  # Python passes it; the page does not
+    "merge: every rule",
+    "merge: code point order",
 }
 
 
@@ -308,7 +311,34 @@ def cases() -> dict[str, Case]:
     out["text: a title the record does not hash"] = Case(
         resigned, odd_signer.fingerprint, page_fails="text_hashes"
     )
+    # the merge (tests/core/test_merge.py's scenario: every rule, equivocations and
+    # invalid events the state accounts for), and Python's string order
+    events, aliases = tm.scenario()
+    out["merge: every rule"] = Case(_signed(events, aliases), tm.SIGNER.fingerprint)
+    astral = [tm._event("author_attestation", {"n": i}, tm.T0 + timedelta(hours=1)) for i in range(2)]
+    for ev, tail in zip(astral, ("\uffff", "\U0001f600"), strict=True):
+        ev["created_at"] += tail  # code point order and UTF-16 order disagree here
+        sign_event(finalize_event(ev), tm.SIGNER, "2026-03-01T13:00:00.000000Z")
+    created = build_record_events(tm.IDENT, tm.SIGNER, "tester", tm.T0).events
+    out["merge: code point order"] = Case(
+        _signed([*created, *reversed(astral)], aliases), tm.SIGNER.fingerprint
+    )
     return out
+
+
+def _signed(events: list[dict[str, Any]], aliases: list[dict[str, Any]]) -> dict[str, Any]:
+    """A bundle of test_merge.py's record with these events, its state merged."""
+    return sign_bundle(
+        subject=tm.SUBJECT,
+        canonical=tm.IDENT.canonical,
+        canonical_hex=tm.IDENT.canonical_sha256,
+        events=events,
+        aliases=aliases,
+        public_keys=tm.KEYS,
+        site=Site(base_url="https://pith.example.org"),
+        signer=tm.SIGNER,
+        now=datetime(2026, 3, 2, tzinfo=UTC),
+    )
 
 
 # tests/signing/test_rotation.py and test_certified.py: their stores and cases, built

@@ -183,10 +183,7 @@ function pyFloatRepr(x) {
   if (!Number.isFinite(x)) return x > 0 ? "inf" : x < 0 ? "-inf" : "nan";
   const [mant, exp] = x.toExponential().split("e");
   const e = Number(exp);
-  if (e < -4 || e >= 16) {
-    const m = mant.includes(".") ? mant : mant;
-    return `${m}e${e < 0 ? "-" : "+"}${String(Math.abs(e)).padStart(2, "0")}`;
-  }
+  if (e < -4 || e >= 16) return `${mant}e${e < 0 ? "-" : "+"}${String(Math.abs(e)).padStart(2, "0")}`;
   const s = String(x);
   return s.includes(".") || s.includes("e") ? s : s + ".0";
 }
