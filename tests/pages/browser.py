@@ -98,6 +98,8 @@ class PageResult:
     verdict: str | None
     checks: list[dict[str, str]]
     log_reads: str | None = None
+    #: what `#pith-verdict` says to people
+    words: str | None = None
 
     def status(self) -> dict[str, str]:
         return {c["name"]: c["status"] for c in self.checks}
@@ -116,6 +118,7 @@ function collect(url, frame) {
   results[url] = {
     verdict: root.getAttribute("data-pith-verdict"),
     log_reads: root.getAttribute("data-pith-log-reads"),
+    words: (frame.contentDocument.getElementById("pith-verdict") || {}).textContent || null,
     checks: Array.from(frame.contentDocument.querySelectorAll("#pith-checks li"), (li) => ({
       name: li.dataset.check, status: li.dataset.status, detail: li.textContent })),
   };
@@ -156,7 +159,7 @@ def verdicts(
     start = dom.index('<pre id="results">') + len('<pre id="results">')
     text = html.unescape(dom[start : dom.index("</pre>", start)])
     raw: dict[str, Any] = json.loads(text) if text else {}
-    return {url: PageResult(r["verdict"], r["checks"], r["log_reads"]) for url, r in raw.items()}
+    return {url: PageResult(r["verdict"], r["checks"], r["log_reads"], r["words"]) for url, r in raw.items()}
 
 
 def install_script(store: Path) -> None:

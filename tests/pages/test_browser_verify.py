@@ -40,7 +40,7 @@ from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.events import SignerInfo, finalize_event, make_event, sign_event
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, read_key_document
 from pith_pipeline.core.verify import CHECKS, FAIL, PAGE_CHECKS, PAGE_SCRIPT_FAILURE, verify_bundle
-from tests.pages.browser import PageResult, dump_dom, install_script, served, verdicts
+from tests.pages.browser import VERIFY_SCRIPT, PageResult, dump_dom, install_script, served, verdicts
 
 DATA = Path(__file__).parents[1] / "data"
 SEED = DATA / "pith-bundle-1909.11150.json"
@@ -559,7 +559,19 @@ def test_the_seed_bundle_verifies_against_the_registrys_pinned_key(checked: dict
     statuses = page.status()
     assert all(statuses[name] == "ok" for name in CHECKS), page.checks
     assert statuses["key_document"] == "ok" and statuses["text_hashes"] == "ok", page.checks
-    assert checked["wrong pin"].page is not None and checked["wrong pin"].page.verdict == "failed: pinned_key"
+    assert page.words is not None and page.words.startswith("Verified") and "pinned" in page.words
+    wrong = checked["wrong pin"].page
+    assert wrong is not None and wrong.verdict == "failed: pinned_key"
+    assert wrong.words is not None and wrong.words.startswith("Not verified") and "pinned_key" in wrong.words
+
+
+def test_the_script_is_self_contained() -> None:
+    """No third-party code, no CDN, no URL of its own: it imports nothing and reads only
+    the relative URLs its page names."""
+    text = VERIFY_SCRIPT.read_text(encoding="utf-8")
+    assert not re.search(r"^\s*import\b|\bimport\s*\(|\brequire\s*\(", text, re.MULTILINE)
+    assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text, re.IGNORECASE)
+    assert len(re.findall(r"(?<![.\w])fetch\(", text)) == 1  # fetchBytes, given URLs relative to the page
 
 
 # -- a store built by the pipeline, with and without a transparency log ------------------------

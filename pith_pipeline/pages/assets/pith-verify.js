@@ -1742,7 +1742,9 @@ async function main() {
 if (typeof document !== "undefined" && document.documentElement && document.documentElement.hasAttribute("data-pith-bundle")) {
   main();
   addEventListener("hashchange", () => {
+    // a new pin: check again, and claim nothing until then
     finished = false;
+    document.documentElement.setAttribute("data-pith-verdict", "pending");
     main();
   });
 }
