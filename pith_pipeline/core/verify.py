@@ -44,6 +44,17 @@ CHECKS = (
     "pinned_key",
     "key_trust",
 )
+#: Every check a record page makes in the reader's browser
+#: (pith_pipeline/pages/assets/pith-verify.js), in the order its verdict names the
+#: first failure (`data-pith-verdict="failed: <name>"`): CHECKS by the same names,
+#: around them what only a page can check. `bundle`: the bundle is readable JSON
+#: (`verify` calls it unreadable); `key_document`: the registry's key document is
+#: usable (as `--keys` needs it); `text_hashes`: the title and abstract the page
+#: shows hash to the record's; `log`: each event is included under the
+#: transparency log's signed checkpoint (as `verify --log`).
+PAGE_CHECKS = ("bundle", "key_document", *CHECKS, "text_hashes", "log")
+#: The page's verdict when its own script failed: never `verified`.
+PAGE_SCRIPT_FAILURE = "script"
 RECEIPT_REISSUED = "receipt_reissued"
 
 # Signature blocks carry exactly these fields, every one a string. A block is not

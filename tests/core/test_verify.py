@@ -77,22 +77,24 @@ def test_every_single_character_change_is_rejected(reference_bundle: dict[str, A
     assert verify_bundle(mutated, pinned_fingerprint=PIN).ok
 
 
-@pytest.mark.parametrize(
-    ("path", "check"),
-    [
-        (("canonical_record", "metadata", "primary_cat"), "canonical_hash"),
-        (("canonical_sha256",), "canonical_hash"),
-        (("pith_number",), "pith_number"),
-        (("events", 0, "payload", "receipt", "signature_b64"), "receipt"),
-        (("events", 1, "payload", "graph_snapshot", "paper", "title"), "event_hashes"),
-        (("events", 1, "event_id"), "event_ids"),
-        (("events", 1, "signature", "signature_b64"), "event_signatures"),
-        (("built_at",), "bundle_hash"),
-        (("bundle_signature", "signature_b64"), "bundle_signature"),
-        (("state", "state_sha256"), "state"),
-        (("source_aliases", 0, "alias_value"), "state"),
-    ],
-)
+#: (path, check): a one-character change there fails that check (also run in a
+#: browser by tests/pages/test_browser_verify.py)
+NAMED_FAILURES: list[tuple[tuple[Any, ...], str]] = [
+    (("canonical_record", "metadata", "primary_cat"), "canonical_hash"),
+    (("canonical_sha256",), "canonical_hash"),
+    (("pith_number",), "pith_number"),
+    (("events", 0, "payload", "receipt", "signature_b64"), "receipt"),
+    (("events", 1, "payload", "graph_snapshot", "paper", "title"), "event_hashes"),
+    (("events", 1, "event_id"), "event_ids"),
+    (("events", 1, "signature", "signature_b64"), "event_signatures"),
+    (("built_at",), "bundle_hash"),
+    (("bundle_signature", "signature_b64"), "bundle_signature"),
+    (("state", "state_sha256"), "state"),
+    (("source_aliases", 0, "alias_value"), "state"),
+]
+
+
+@pytest.mark.parametrize(("path", "check"), NAMED_FAILURES)
 def test_failures_name_the_check(reference_bundle: dict[str, Any], path: tuple[Any, ...], check: str) -> None:
     value = reference_bundle
     for p in path:
@@ -102,8 +104,12 @@ def test_failures_name_the_check(reference_bundle: dict[str, Any], path: tuple[A
     assert check in [c.name for c in report.failed]
 
 
+#: values that are no bundle at all
+GARBAGE: list[Any] = [[], {"events": "x"}, {"bundle_signature": 3, "public_keys": [1]}]
+
+
 def test_garbage_is_reported_not_raised() -> None:
-    for garbage in ([], {"events": "x"}, {"bundle_signature": 3, "public_keys": [1]}):
+    for garbage in GARBAGE:
         report = verify_bundle(garbage)
         assert not report.ok
 

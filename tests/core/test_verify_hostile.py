@@ -26,26 +26,28 @@ def _hostile(bundle: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[
     return b
 
 
-@pytest.mark.parametrize(
-    ("path", "value"),
-    [
-        (("canonical_record", "metadata", "primary_cat"), 1.5),
-        (("canonical_record", "metadata", "primary_cat"), 2**60),
-        (("canonical_record", "metadata", "primary_cat"), -(2**53)),
-        (("events", 0, "payload", "receipt", "signed_at"), 1e300),
-        (("events", 1, "created_at"), 2**64),
-        (("events",), [1.5, {"event_id": 2**70}]),
-        (("public_keys",), 5),
-        (("public_keys",), "keys"),
-        (("public_keys", 0, "public_key_b64"), 7),
-        (("source_aliases",), [{"alias_kind": 0.5}]),
-        (("state",), {"current": 1e9}),
-        (("bundle_signature",), {"key_id": 2**65, "signed_at": 0.1}),
-        (("built_at",), 3.25),
-        (("pith_number",), 12),
-        (("canonical_record",), [[[[[[[[[[[]]]]]]]]]]]),
-    ],
-)
+#: (path, value): a hostile value there fails the bundle (also run in a browser by
+#: tests/pages/test_browser_verify.py)
+HOSTILE_VALUES: list[tuple[tuple[Any, ...], Any]] = [
+    (("canonical_record", "metadata", "primary_cat"), 1.5),
+    (("canonical_record", "metadata", "primary_cat"), 2**60),
+    (("canonical_record", "metadata", "primary_cat"), -(2**53)),
+    (("events", 0, "payload", "receipt", "signed_at"), 1e300),
+    (("events", 1, "created_at"), 2**64),
+    (("events",), [1.5, {"event_id": 2**70}]),
+    (("public_keys",), 5),
+    (("public_keys",), "keys"),
+    (("public_keys", 0, "public_key_b64"), 7),
+    (("source_aliases",), [{"alias_kind": 0.5}]),
+    (("state",), {"current": 1e9}),
+    (("bundle_signature",), {"key_id": 2**65, "signed_at": 0.1}),
+    (("built_at",), 3.25),
+    (("pith_number",), 12),
+    (("canonical_record",), [[[[[[[[[[[]]]]]]]]]]]),
+]
+
+
+@pytest.mark.parametrize(("path", "value"), HOSTILE_VALUES)
 def test_a_hostile_value_fails_the_bundle_without_raising(
     reference_bundle: dict[str, Any], path: tuple[Any, ...], value: Any
 ) -> None:
@@ -65,14 +67,15 @@ def test_deep_nesting_fails_the_bundle_without_raising(reference_bundle: dict[st
 # -- signature blocks: exactly their fields -------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("path", "check"),
-    [
-        (("bundle_signature",), "bundle_signature"),
-        (("events", 1, "signature"), "event_signatures"),
-        (("events", 0, "signature"), "event_signatures"),
-    ],
-)
+#: (path, check): an unknown field in that signature block fails that check
+SIGNATURE_BLOCKS: list[tuple[tuple[Any, ...], str]] = [
+    (("bundle_signature",), "bundle_signature"),
+    (("events", 1, "signature"), "event_signatures"),
+    (("events", 0, "signature"), "event_signatures"),
+]
+
+
+@pytest.mark.parametrize(("path", "check"), SIGNATURE_BLOCKS)
 def test_unknown_fields_in_signature_blocks_fail(
     reference_bundle: dict[str, Any], path: tuple[Any, ...], check: str
 ) -> None:
@@ -103,7 +106,11 @@ def test_unknown_fields_in_a_receipt_fail(reference_bundle: dict[str, Any]) -> N
     assert "unknown fields trust_me" in failed["receipt"]
 
 
-@pytest.mark.parametrize("missing", ["signed_at", "signature_status", "bundle_sha256"])
+#: fields whose absence from the bundle signature fails it
+MISSING_FIELDS = ["signed_at", "signature_status", "bundle_sha256"]
+
+
+@pytest.mark.parametrize("missing", MISSING_FIELDS)
 def test_missing_fields_in_the_bundle_signature_fail(reference_bundle: dict[str, Any], missing: str) -> None:
     del reference_bundle["bundle_signature"][missing]
     report = verify_bundle(reference_bundle, pinned_fingerprint=PIN)
