@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.errors import InputError
-from pith_pipeline.runs.chunks import MAX_CHUNKS, plan_page_chunks
-from pith_pipeline.runs.windows import Window, parse_day, run_id_for, split_windows
+from pith_pipeline.runs.chunks import MAX_CHUNKS, plan_page_chunks, plan_snapshot_chunks
+from pith_pipeline.runs.windows import run_id_for, split_windows
+from pith_pipeline.window import Window, parse_day
 
 if TYPE_CHECKING:
     from pith_pipeline.config import Settings
@@ -74,7 +75,6 @@ def harvest_for(
 ) -> dict[str, Any]:
     """A planned window's input: OAI pages harvested into raw/, or snapshot byte ranges."""
     from pith_pipeline.runs.harvest import harvest_window
-    from pith_pipeline.sources.snapshot_ranges import plan_snapshot_chunks
 
     window = Window.from_json(request["window"])
     if request["source"] == "oai":

@@ -7,7 +7,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.errors import StorageError
-from pith_pipeline.runs.windows import Window, run_id_for
+from pith_pipeline.runs.windows import run_id_for
+from pith_pipeline.window import Window
 
 if TYPE_CHECKING:
     from pith_pipeline.config import Settings
