@@ -29,7 +29,7 @@ from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import InputError
 from pith_pipeline.runs.windows import until_notice, window_from_options, windows_of_days
 from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
-from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import parse_shards, writer_lease
 from pith_pipeline.window import Window
 

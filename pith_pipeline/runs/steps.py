@@ -46,7 +46,7 @@ def _signer(settings: Settings) -> Signer:
 
 def _store(settings: Settings) -> Store:
     """The run's store. Tests replace this to inject faults."""
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     return open_store(settings.store)
 

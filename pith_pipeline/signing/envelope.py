@@ -49,7 +49,7 @@ def encryption_context(key_id: str) -> dict[str, str]:
 def read_location(location: str) -> bytes:
     """Bytes of a local file or of a store object (`s3://bucket/prefix/name`)."""
     if "://" in location and not location.startswith("file://"):
-        from pith_pipeline.storage.base import open_store
+        from pith_pipeline.storage.factory import open_store
 
         parent, _, name = location.rstrip("/").rpartition("/")
         try:
