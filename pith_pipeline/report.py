@@ -131,7 +131,7 @@ _COUNTS = re.compile(rb'\n  "counts": (\{[^{}]*\})')
 def _head(store: Store, key: str, size: int) -> bytes | None:
     """The first `size` bytes of an object, by a ranged read where the store can."""
     from pith_pipeline.errors import StorageError
-    from pith_pipeline.index.query import arrow_source
+    from pith_pipeline.index.dataset import arrow_source
 
     try:
         fs, root = arrow_source(store)
