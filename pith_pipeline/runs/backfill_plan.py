@@ -44,9 +44,9 @@ def plan_backfill(
     if source not in SOURCES:
         raise InputError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
     whole = Window(parse_day(start, "from"), parse_day(until, "until"))
-    from pith_pipeline.runs.steps import _store
+    from pith_pipeline.runs.steps import run_store
 
-    store = store or _store(settings)
+    store = store or run_store(settings)
     if source == "snapshot":
         if not snapshot_path:
             raise InputError(
@@ -160,9 +160,9 @@ def finish_windows(
     store: Store | None = None,
 ) -> list[dict[str, Any]]:
     """Index, then write the run manifest, for each window of a backfill."""
-    from pith_pipeline.runs.steps import _store, finish_window, index_window
+    from pith_pipeline.runs.steps import finish_window, index_window, run_store
 
-    store = store or _store(settings)
+    store = store or run_store(settings)
     staged = staged_by_run(built)
     results = []
     for h in harvested:

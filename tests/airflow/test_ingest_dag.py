@@ -157,8 +157,8 @@ def test_publish_failure_then_retry_gives_complete_output_without_duplicates(
     budget = WriteBudget(after=6, failures=1, only=PUBLISHED)  # the 7th published write fails once
     from pith_pipeline.runs import steps
 
-    real = steps._store
-    monkeypatch.setattr(steps, "_store", lambda settings: FailingStore(real(settings), budget))
+    real = steps.run_store
+    monkeypatch.setattr(steps, "run_store", lambda settings: FailingStore(real(settings), budget))
     store = open_store(pith_env["PITH_STORE"])
 
     dr = run(dagbag, DAY1)
