@@ -219,9 +219,10 @@ def test_modules_dags_parse_with_are_standard_library_only() -> None:
     assert bad == []
 
 
-def test_names_that_moved_stay_importable_where_the_docs_show_them() -> None:
-    """`runs.windows.Window`/`parse_day` (docs/pages/date-ranges.md) and
-    `pith_pipeline.storage.open_store` (architecture.md) are the library's public paths."""
+def test_public_paths_of_names_that_live_elsewhere_resolve() -> None:
+    """`runs.windows.Window` and `parse_day` (docs/pages/date-ranges.md) and the
+    package-level `pith_pipeline.storage.open_store` (architecture.md) are public
+    paths of the library: they are the very objects of the modules that hold them."""
     from pith_pipeline import storage, window
     from pith_pipeline.runs import windows
     from pith_pipeline.storage import factory

@@ -16,7 +16,7 @@ from typing import Any
 from pith_pipeline.errors import InputError
 from pith_pipeline.runs.chunks import MAX_CHUNKS
 
-# public here too (the library's documented path, docs/pages/date-ranges.md)
+# public here too: a path of the library that docs/pages/date-ranges.md names
 from pith_pipeline.window import Window as Window
 from pith_pipeline.window import parse_day as parse_day
 
