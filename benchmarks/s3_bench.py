@@ -47,8 +47,8 @@ from gen_records import generate
 
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.items import Item
-from pith_pipeline.loader import S3_IO_CONCURRENCY
 from pith_pipeline.sources.jsonl import parse_line
+from pith_pipeline.storage.concurrency import S3_IO_CONCURRENCY
 from pith_pipeline.testing.moto_server import moto_server
 
 COUNTS_PATH = "/__proxy_counts__"

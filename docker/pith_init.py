@@ -183,7 +183,7 @@ def signer_file(spec: str) -> tuple[str, Path | None]:
 def published_keys(store: str) -> list[KeyInfo]:
     """The keys the store's pith-signing-key.json lists ([] when it was never signed)."""
     from pith_pipeline.core.keys import read_key_document
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     data = open_store(store).get(PUBLIC_KEY_FILE)
     if data is None:

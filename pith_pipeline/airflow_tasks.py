@@ -52,12 +52,12 @@ from pith_pipeline.config import load_settings as config_load_settings
 
 # The window steps live in runs/steps.py (no Airflow); the DAGs call them from here.
 from pith_pipeline.runs.steps import (
-    _signer,
-    _store,
     build_chunk,
     finish_window,
     index_window,
     publish_staged,
+    run_signer,
+    run_store,
     sha256_hex,
     window_summary,
 )
@@ -67,8 +67,6 @@ __all__ = [
     "ARXIV_POOL",
     "INDEX_ASSET_NAMES",
     "Settings",
-    "_signer",
-    "_store",
     "airflow_variable",
     "build_chunk",
     "default_args",
@@ -79,6 +77,8 @@ __all__ = [
     "mapped_results",
     "number",
     "publish_staged",
+    "run_signer",
+    "run_store",
     "sha256_hex",
     "window_summary",
 ]

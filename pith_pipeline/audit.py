@@ -540,7 +540,7 @@ def audit_store(
     if bodies:
         yield from doc_findings
     yield from stray
-    from pith_pipeline.loader import default_io_concurrency, reserve_connections
+    from pith_pipeline.storage.concurrency import default_io_concurrency, reserve_connections
 
     n = concurrency if concurrency is not None else default_io_concurrency(store)
     if n > 1:
@@ -581,7 +581,7 @@ def audit_subjects(
     doc_ring, doc_findings = keyring_of_store(store)
     keyring = KeyRing(trusted) if trusted is not None else doc_ring
     yield from doc_findings
-    from pith_pipeline.loader import default_io_concurrency, reserve_connections
+    from pith_pipeline.storage.concurrency import default_io_concurrency, reserve_connections
 
     n = concurrency if concurrency is not None else default_io_concurrency(store)
     if n > 1:

@@ -121,8 +121,8 @@ def run_backfill(
 
     from pith_pipeline.runs import steps as at
 
-    store = at._store(settings)
-    signer = at._signer(settings)
+    store = at.run_store(settings)
+    signer = at.run_signer(settings)
     requests = plan_backfill(settings, start, until, source, snapshot_path, store=store)
     result = BackfillResult(windows_planned=len(requests))
     unit = "chunk" if source == "snapshot" else "day"

@@ -24,7 +24,7 @@ from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.items import Rejected
 from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
 from pith_pipeline.pipeline import BuildConfig, LeaseCheck, Publisher, RunSummary
-from pith_pipeline.runs.windows import Window, parse_day, window_from_options
+from pith_pipeline.runs.windows import window_from_options
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.sources.oai import (
     DEFAULT_OAI_URL,
@@ -36,6 +36,7 @@ from pith_pipeline.sources.oai import (
 )
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.base import Store
+from pith_pipeline.window import Window, parse_day
 
 if TYPE_CHECKING:
     from pith_pipeline.index.sink import RowSink

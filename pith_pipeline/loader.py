@@ -34,27 +34,20 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
-from pith_pipeline._internal.quarantine_spool import AddReject
-from pith_pipeline.errors import DamagedInputError, InputError
+from pith_pipeline._internal.quarantine_spool import AddReject, QuarantineSpool
+from pith_pipeline.errors import DamagedInputError
 from pith_pipeline.items import Item, Rejected
+from pith_pipeline.storage.concurrency import check_io_concurrency, reserve_connections
 
 if TYPE_CHECKING:
-    from pith_pipeline.pipeline import Publisher, RunSummary
     from pith_pipeline.storage.base import Store
 
 log = logging.getLogger(__name__)
 
-#: requests in flight on S3 by default: about what one core keeps busy building and
-#: signing while the requests wait (a distant region: 100 ms each)
-S3_IO_CONCURRENCY = 32
-#: a local directory: one at a time, as before (its writes are short; the group
-#: commit makes them durable together)
-LOCAL_IO_CONCURRENCY = 1
-MAX_IO_CONCURRENCY = 256
 #: records waiting beyond those in flight, per unit of concurrency (back-pressure)
 BACKLOG_PER_SLOT = 4
 
@@ -65,29 +58,47 @@ READ_AHEAD_BYTES = 4 << 20
 
 #: (input sequence number, quarantine entry)
 Reject = tuple[int, dict[str, Any]]
-#: what a thread hands back per record: (sequence number, quarantine entry, the
-#: record's counts, its error); counts None: not published (the loop was stopping)
-Done = tuple[int, "dict[str, Any] | None", "RunSummary | None", BaseException | None]
 T = TypeVar("T")
 
 
-def default_io_concurrency(store: Store) -> int:
-    """Requests in flight when `--io-concurrency` is not given: many on S3, one locally."""
-    return S3_IO_CONCURRENCY if store.url.startswith("s3://") else LOCAL_IO_CONCURRENCY
+class Tally(Protocol):
+    """A run's counts as the loop sees them (`pipeline.RunSummary`): each paper a
+    thread publishes is counted on its own and added to the run's by the loop."""
+
+    def add(self, other: Self, /) -> object: ...
 
 
-def check_io_concurrency(n: int) -> int:
-    if not 1 <= n <= MAX_IO_CONCURRENCY:
-        raise InputError(f"--io-concurrency must be between 1 and {MAX_IO_CONCURRENCY}, not {n}")
-    return n
+S = TypeVar("S", bound=Tally)
+S_co = TypeVar("S_co", bound=Tally, covariant=True)
+#: what a thread hands back per record: (sequence number, quarantine entry, the
+#: record's counts, its error); counts None: not published (the loop was stopping)
+Done = tuple[int, "dict[str, Any] | None", S | None, BaseException | None]
 
 
-def reserve_connections(store: Store, n: int) -> None:
-    """Let the store keep `n` connections open (S3: boto3's `max_pool_connections`),
-    so that `n` requests in flight do not queue for, or churn, a smaller pool."""
-    method = getattr(store, "reserve_connections", None)
-    if method is not None:
-        method(n)
+class Publishing(Protocol[S_co]):
+    """What the loop asks of the publisher it drives (`pipeline.Publisher`).
+
+    The contract: `publish_item` and `publish_counted` decide what happens to one
+    record, and may run on several threads at once for different papers (never two
+    of one paper at once); `learn_new` and `forget_learned` bracket a batch read
+    ahead; `summary` is the run's counts, touched only by the calling thread. The
+    loop depends on this much and not on the publisher's module, which uses it.
+    """
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def io_concurrency(self) -> int: ...
+    @property
+    def quarantine(self) -> QuarantineSpool: ...
+    @property
+    def summary(self) -> S_co: ...
+    def publish_key_document(self) -> None: ...
+    def flush_quarantine(self) -> None: ...
+    def learn_new(self, records: Iterable[Item], *, busy: Container[str] = ()) -> int: ...
+    def forget_learned(self) -> None: ...
+    def publish_item(self, item: Item) -> dict[str, Any] | None: ...
+    def publish_counted(self, item: Item) -> tuple[dict[str, Any] | None, S_co]: ...
 
 
 def _paper(item: Item) -> str | None:
@@ -95,10 +106,10 @@ def _paper(item: Item) -> str | None:
     return None if isinstance(item, Rejected) else item.id
 
 
-class Loader:
+class Loader(Generic[S]):
     """Publishes items through one `Publisher`, up to `io_concurrency` papers at once."""
 
-    def __init__(self, publisher: Publisher, *, io_concurrency: int | None = None) -> None:
+    def __init__(self, publisher: Publishing[S], *, io_concurrency: int | None = None) -> None:
         self.publisher = publisher
         n = io_concurrency if io_concurrency is not None else publisher.io_concurrency
         self.io_concurrency = check_io_concurrency(n)
@@ -109,7 +120,7 @@ class Loader:
 
     def publish(
         self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None, flush: bool = True
-    ) -> RunSummary:
+    ) -> S:
         """A whole run: the key document, every item, then the quarantine file
         (`flush` False: the caller stores it at the end of its run; it is stored at
         once when the input is damaged part way: see `UntilDamaged`)."""
@@ -173,7 +184,7 @@ class Loader:
                     progress(1)
 
 
-class _Concurrent:
+class _Concurrent(Generic[S]):
     """One concurrent loop: a thread pool, per-paper queues, and a results queue.
 
     Only the calling thread touches the run's summary and calls `progress`: each
@@ -182,7 +193,7 @@ class _Concurrent:
     bars are only ever used from the thread that made them.
     """
 
-    def __init__(self, loader: Loader, progress: Callable[[int], None] | None, add: AddReject) -> None:
+    def __init__(self, loader: Loader[S], progress: Callable[[int], None] | None, add: AddReject) -> None:
         self.pub = loader.publisher
         self.n = loader.io_concurrency
         self.limit = self.n + loader.backlog
@@ -191,7 +202,7 @@ class _Concurrent:
         self.lock = threading.Lock()
         # papers with a thread on them -> their later records, waiting in input order
         self.busy: dict[str, deque[tuple[int, Item]]] = {}
-        self.done: queue.SimpleQueue[Done] = queue.SimpleQueue()
+        self.done: queue.SimpleQueue[Done[S]] = queue.SimpleQueue()
         self.outstanding = 0
         self.stop = False
         self.error: BaseException | None = None
@@ -272,7 +283,7 @@ class _Concurrent:
                 return
             self._fold(got)
 
-    def _fold(self, got: Done) -> None:
+    def _fold(self, got: Done[S]) -> None:
         seq, entry, part, exc = got
         self.outstanding -= 1
         if exc is not None:

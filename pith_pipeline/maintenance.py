@@ -25,10 +25,10 @@ def compact_indexes(
 ) -> dict[str, Any]:
     """Compact each index table; vacuum files no version younger than `retention_hours` needs."""
     from pith_pipeline.index.writer import DEFAULT_RETENTION_HOURS, compact
-    from pith_pipeline.runs.steps import _store
+    from pith_pipeline.runs.steps import run_store
     from pith_pipeline.storage.lease import writer_lease
 
-    store = store or _store(settings)
+    store = store or run_store(settings)
     hours = DEFAULT_RETENTION_HOURS if retention_hours is None else retention_hours
     with writer_lease(
         store, command="airflow compact", papers=False, index=True, wait=settings.lease_wait_seconds
@@ -53,10 +53,10 @@ def rebuild_from_events(
     from pith_pipeline.errors import IncompleteRunError
     from pith_pipeline.index.writer import reindex
     from pith_pipeline.pipeline import BuildConfig, rebuild
-    from pith_pipeline.runs.steps import _signer, _store
+    from pith_pipeline.runs.steps import run_signer, run_store
     from pith_pipeline.storage.lease import writer_lease
 
-    store = store or _store(settings)
+    store = store or run_store(settings)
     out: dict[str, Any] = {"bundles_rebuilt": 0, "reindexed": False}
     failures: list[str] = []
     with writer_lease(
@@ -66,7 +66,7 @@ def rebuild_from_events(
             out["bundles_rebuilt"] = sum(
                 1
                 for _ in rebuild(
-                    store, _signer(settings), BuildConfig.of(settings), lease=lease, failures=failures
+                    store, run_signer(settings), BuildConfig.of(settings), lease=lease, failures=failures
                 )
             )
         if bundles or indexes:
@@ -197,7 +197,7 @@ def drift_sample(store: Store, size: int, seed: str) -> list[str]:
     """
     import random
 
-    from pith_pipeline.audit import _BODY
+    from pith_pipeline.core.pith_record import BODY
 
     if size <= 0:
         return []
@@ -211,7 +211,7 @@ def drift_sample(store: Store, size: int, seed: str) -> list[str]:
         else:
             keys = list(lister(prefix, prefix, _PAGE))
             small = small and len(keys) < _PAGE
-        found.update(b for b in _listed(keys, prefix) if _BODY.fullmatch(b))
+        found.update(b for b in _listed(keys, prefix) if BODY.fullmatch(b))
     if lister is None or small:
         return sorted(rng.sample(sorted(found), min(size, len(found))))
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
@@ -222,7 +222,7 @@ def drift_sample(store: Store, size: int, seed: str) -> list[str]:
         prefix = _SUBJECT_PREFIXES[draw % 2]
         start = prefix + "".join(rng.choice(alphabet) for _ in range(26))
         keys = list(lister(prefix, start, 32)) or list(lister(prefix, prefix, 32))  # wrap around
-        bodies = [b for b in _listed(keys, prefix) if _BODY.fullmatch(b)]
+        bodies = [b for b in _listed(keys, prefix) if BODY.fullmatch(b)]
         if bodies:
             picked.add(bodies[0])
     return sorted(picked)
@@ -271,12 +271,12 @@ def verify_changes(
     from pith_pipeline.core.canonical_json import dumps_compact
     from pith_pipeline.core.layout import is_run_manifest
     from pith_pipeline.core.timeutil import iso_seconds
-    from pith_pipeline.runs.steps import _store
+    from pith_pipeline.runs.steps import run_store
 
     if store is None:
         if settings is None:
             raise ValueError("verify_changes needs settings or a store")
-        store = _store(settings)
+        store = run_store(settings)
     checked, tag = _watermark(store)
     manifests = sorted(k for k in store.list("runs/") if is_run_manifest(k))
     new = [k for k in manifests if k not in checked]
@@ -374,9 +374,9 @@ def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | No
     """Audit `size` papers drawn at random (`drift_sample`) with the checks of
     `verify STORE`; raise naming every problem. No watermark is read or written."""
     from pith_pipeline.audit import audit_subjects
-    from pith_pipeline.runs.steps import _store
+    from pith_pipeline.runs.steps import run_store
 
-    store = store or _store(settings)
+    store = store or run_store(settings)
     sample = drift_sample(store, size, seed)
     found = _Problems.of(audit_subjects(store, sample))
     if found.count:

@@ -95,7 +95,7 @@ def _open_store(spec: StoreSpec) -> Store:
         from pith_pipeline.storage.local import LocalStore
 
         return LocalStore(where, fsync=fsync)
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     return open_store(where)
 

@@ -226,12 +226,12 @@ class Publisher:
         """`today`: the real date, for refusing records dated after tomorrow; not the
         build clock, which SOURCE_DATE_EPOCH pins to what is written, not to when the
         run happens. `io_concurrency`: papers published at once by `publish` (the
-        `Loader`); None: the store's default (`loader.default_io_concurrency`).
+        `Loader`); None: the store's default (`storage.concurrency.default_io_concurrency`).
         `on_bundle(key, bundle, sha256, rows)`: called after each bundle is written
         (`index.RowSink.add_bundle`: its index rows, so the index update need not read
         it back); `rows` are the bundle's index rows where they were made (checked)
         before publishing, else None."""
-        from pith_pipeline.loader import check_io_concurrency, default_io_concurrency
+        from pith_pipeline.storage.concurrency import check_io_concurrency, default_io_concurrency
 
         self.on_bundle = on_bundle
         self.store = store

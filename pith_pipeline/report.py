@@ -131,7 +131,7 @@ _COUNTS = re.compile(rb'\n  "counts": (\{[^{}]*\})')
 def _head(store: Store, key: str, size: int) -> bytes | None:
     """The first `size` bytes of an object, by a ranged read where the store can."""
     from pith_pipeline.errors import StorageError
-    from pith_pipeline.index.query import arrow_source
+    from pith_pipeline.index.dataset import arrow_source
 
     try:
         fs, root = arrow_source(store)
@@ -374,7 +374,7 @@ def write_report(settings: Settings) -> dict[str, Any]:
     """The maintenance DAG's weekly `report` task: the page of `settings.store`, written
     into it (`publish_report`). matplotlib missing is a `TerminalError` naming the extra
     (retrying cannot install it)."""
-    from pith_pipeline.runs.steps import _store
+    from pith_pipeline.runs.steps import run_store
 
     try:
         import matplotlib  # noqa: F401
@@ -382,5 +382,5 @@ def write_report(settings: Settings) -> dict[str, Any]:
         raise TerminalError(
             "report: matplotlib is not installed; install it with: pip install 'pith-pipeline[report]'"
         ) from None
-    store = _store(settings)
+    store = run_store(settings)
     return {"key": publish_report(store), "store": store.url}

@@ -48,8 +48,9 @@ import orjson
 import pytest
 from fault_proxy import FaultProxy, fault_proxy
 
-from pith_pipeline.loader import reserve_connections
-from pith_pipeline.storage.base import Store, open_store
+from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.concurrency import reserve_connections
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.local import LocalStore
 from pith_pipeline.tlog.client import LogLocation
 from pith_pipeline.tlog.log import TileReader

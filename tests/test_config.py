@@ -182,7 +182,7 @@ def test_every_setting_has_a_meaning_and_a_unique_variable() -> None:
 # -- the readers use it -------------------------------------------------------------
 def test_airflow_settings_follow_the_rule() -> None:
     from pith_pipeline import airflow_tasks as at
-    from pith_pipeline.sources import snapshot_ranges
+    from pith_pipeline.runs import chunks
 
     defaults = at.load_settings(env={})
     env_store = {"PITH_STORE": "/env"}
@@ -196,7 +196,7 @@ def test_airflow_settings_follow_the_rule() -> None:
     env = {"PITH_STORE": "/env", "PITH_BASE_URL": "https://env.example"}
     s = at.load_settings(env=env, store="/flag")
     assert (s.store, s.base_url) == ("/flag", "https://env.example")
-    assert int(BY_NAME["snapshot_chunk_bytes"].default or 0) == snapshot_ranges.MIN_SNAPSHOT_CHUNK_BYTES
+    assert int(BY_NAME["snapshot_chunk_bytes"].default or 0) == chunks.MIN_SNAPSHOT_CHUNK_BYTES
 
 
 def test_airflow_retries_come_from_the_table() -> None:

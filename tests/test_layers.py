@@ -1,42 +1,30 @@
-"""The package's layers, read from the source (every import, also those inside functions).
+"""The package's layers: import-linter's contracts, and the rules it cannot express.
 
-- `core/` is the format: it imports nothing else of the package but the errors
-  (`errors.py`, the one root of every error, imports nothing itself), reads no
-  environment (callers give it a clock) and no private name of another module;
-- `storage/` and `signing/` are back ends: they never import the loader (the code
-  that drives a run: `pipeline`, `parallel`, `ingest`, `backfill`, the Airflow
-  tasks, the CLI);
-- `index/` holds index data only: run manifests and the run's summary belong to
-  the loader;
-- only the DAG glue (`airflow_tasks` and `dags/`) imports Airflow.
+The layers, the absence of import circles, the pure core, storage that reads no
+config and the Airflow glue are contracts in pyproject.toml (`[tool.importlinter]`),
+checked by `lint-imports` in .ci/run and by the first test here. What import-linter
+cannot say is read from the source below:
 
-A new module falls under its package's rule without being listed here.
+- the core reads no environment (callers give it a clock and settings);
+- no module imports another module's private name;
+- store keys are built only by `core/layout.py`;
+- `config.py` and `window.py` are standard library only (DAG files import them
+  while the scheduler parses them).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
-import pytest
+import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pith_pipeline"
-
-#: The code that drives a run; back ends and the format never import it.
-LOADER = (
-    "pith_pipeline.pipeline",
-    "pith_pipeline.parallel",
-    "pith_pipeline.ingest",
-    "pith_pipeline.backfill",
-    "pith_pipeline.airflow_tasks",
-    "pith_pipeline.cli",
-    "pith_pipeline.reissue",
-    "pith_pipeline.runs",
-)
-#: Modules allowed to import Airflow (the glue between DAGs and the library).
-AIRFLOW_GLUE = ("pith_pipeline.airflow_tasks",)
 
 
 def module_name(path: Path) -> str:
@@ -50,51 +38,78 @@ def modules(package: str) -> list[Path]:
     return found
 
 
-def imports(path: Path) -> Iterator[tuple[str, str, int]]:
-    """(module, imported name, line) for every import in the file."""
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name, "", node.lineno
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, f"{path}:{node.lineno}: relative import"
-            for alias in node.names:
-                yield node.module or "", alias.name, node.lineno
+def contracts() -> dict[str, dict[str, Any]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return {c["id"]: c for c in config["contracts"]}
 
 
-def within(name: str, prefixes: tuple[str, ...]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in prefixes)
+def children() -> set[str]:
+    """Every module and package directly under pith_pipeline."""
+    return {
+        p.stem if p.is_file() else p.name
+        for p in PACKAGE.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    }
 
 
-def violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
-    return [
-        f"{path.relative_to(ROOT)}:{line} imports {mod}"
-        for path in modules(package)
-        for mod, _name, line in imports(path)
-        if within(mod, forbidden)
-    ]
+def test_the_import_contracts_are_kept() -> None:
+    """The same check as .ci/run, so that running the tests alone also sees a broken layer."""
+    out = subprocess.run(
+        [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert f"{len(contracts())} kept, 0 broken" in out.stdout
 
 
-def test_core_imports_nothing_else_of_the_package() -> None:
-    bad = [
-        f"{path.relative_to(ROOT)}:{line} imports {mod}"
-        for path in modules("pith_pipeline.core")
-        for mod, _name, line in imports(path)
-        if within(mod, ("pith_pipeline",)) and not within(mod, ("pith_pipeline.core", "pith_pipeline.errors"))
-    ]
-    assert bad == []
-    errors = [mod for mod, _n, _l in imports(PACKAGE / "errors.py") if within(mod, ("pith_pipeline",))]
-    assert errors == []
+def test_the_contracts_cover_every_module_of_the_package() -> None:
+    """The layers contract is exhaustive (import-linter refuses a module it does not
+    place); the Airflow rule lists its sources by hand, so a new module must be added."""
+    layers = contracts()["layers"]
+    assert layers["exhaustive"] is True and layers["containers"] == ["pith_pipeline"]
+    placed = {name.strip() for layer in layers["layers"] for name in layer.split("|")}
+    assert placed == children()
+    glue = contracts()["airflow-glue"]
+    sources = {s.removeprefix("pith_pipeline.") for s in glue["source_modules"]}
+    assert sources == children() - {"airflow_tasks"}
 
 
-def test_core_imports_no_private_name_of_another_module() -> None:
-    bad = [
-        f"{path.relative_to(ROOT)}:{line} imports {mod}.{name}"
-        for path in modules("pith_pipeline.core")
-        for mod, name, line in imports(path)
-        if name.startswith("_") and name != "__future__" and mod != module_name(path) and mod != "__future__"
-    ]
-    assert bad == []
+def _function_level_imports() -> list[tuple[str, int, str]]:
+    """(importer, line, imported module or package) for each import of the package's own
+    modules made inside a function."""
+    found = []
+    for path in modules("pith_pipeline"):
+        importer = module_name(path)
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pith_pipeline"):
+                    found.extend((importer, node.lineno, f"{node.module}.{a.name}") for a in node.names)
+                elif isinstance(node, ast.Import):
+                    found.extend(
+                        (importer, node.lineno, a.name)
+                        for a in node.names
+                        if a.name.startswith("pith_pipeline")
+                    )
+    return found
+
+
+def test_the_contracts_see_imports_inside_functions() -> None:
+    """Most of the loader's imports are inside functions (to keep start-up fast): the
+    import graph the contracts are checked on must hold every one of them."""
+    graph = grimp.build_graph("pith_pipeline", cache_dir=None)
+    seen = []
+    missed = []
+    for importer, line, name in _function_level_imports():
+        imported = name if name in graph.modules else name.rsplit(".", 1)[0]
+        lines = {d["line_number"] for d in graph.get_import_details(importer=importer, imported=imported)}
+        (seen if line in lines else missed).append(f"{importer}:{line} imports {imported}")
+    assert missed == []
+    assert len(seen) > 100  # the package has well over a hundred: the check is not vacuous
 
 
 def test_core_reads_no_environment() -> None:
@@ -107,33 +122,61 @@ def test_core_reads_no_environment() -> None:
     assert bad == []
 
 
-@pytest.mark.parametrize("package", ["pith_pipeline.storage", "pith_pipeline.signing"])
-def test_back_ends_do_not_import_the_loader(package: str) -> None:
-    assert violations(package, LOADER) == []
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
 
 
-def test_index_holds_no_run_data() -> None:
-    """Run manifests and `RunSummary` belong to the loader, not to the index."""
-    assert violations("pith_pipeline.index", LOADER) == []
+def private_names_used(source: str, own: str) -> list[str]:
+    """Private names module `own` (whose text is `source`) takes from other modules of
+    the package: imported by name, or read as an attribute of a module it imported
+    (`steps._store`)."""
+    tree = ast.parse(source)
+    bad = []
+    aliases: dict[str, str] = {}  # local name -> the package's module or name it is bound to
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pith_pipeline"):
+            assert node.level == 0, f"{own}:{node.lineno}: relative import"
+            for a in node.names:
+                if node.module != own and _private(a.name):
+                    bad.append(f"{own}:{node.lineno} imports {node.module}.{a.name}")
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("pith_pipeline"):
+                    aliases[a.asname or a.name.split(".")[0]] = a.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and _private(node.attr)
+        ):
+            bad.append(f"{own}:{node.lineno} reads {aliases[node.value.id]}.{node.attr}")
+    return bad
 
 
-def test_only_the_dag_glue_imports_airflow() -> None:
-    bad = [
-        f"{path.relative_to(ROOT)}:{line} imports {mod}"
+def test_no_module_uses_a_private_name_of_another() -> None:
+    """A name another module needs is public in its owner, with a docstring saying its contract."""
+    used = [
+        bad
         for path in modules("pith_pipeline")
-        if not within(module_name(path), AIRFLOW_GLUE)
-        for mod, _name, line in imports(path)
-        if within(mod, ("airflow",))
+        for bad in private_names_used(path.read_text(), module_name(path))
     ]
-    assert bad == []
-    dags = [mod for path in sorted((ROOT / "dags").glob("*.py")) for mod, _n, _l in imports(path)]
-    assert any(within(mod, ("airflow",)) for mod in dags)  # the rule above is not vacuous
+    assert used == []
 
 
-def test_the_rules_see_function_level_imports() -> None:
-    """Most imports of the loader are inside functions (to keep start-up fast)."""
-    cli_imports = {mod for path in modules("pith_pipeline.cli") for mod, _n, _l in imports(path)}
-    assert "pith_pipeline.pipeline" in cli_imports and "pith_pipeline.index" in cli_imports
+def test_the_private_name_check_sees_both_forms() -> None:
+    source = (
+        "from pith_pipeline.runs import steps\n"
+        "from pith_pipeline.probe import _own\n"
+        "def f():\n"
+        "    from pith_pipeline.index.delta import _hidden\n"
+        "    return steps._store, _own\n"
+    )
+    assert private_names_used(source, "pith_pipeline.probe") == [
+        "pith_pipeline.probe:4 imports pith_pipeline.index.delta._hidden",
+        "pith_pipeline.probe:5 reads pith_pipeline.runs.steps._store",
+    ]
 
 
 #: The top of every key a store holds (`core/layout.py` spells them).
@@ -154,31 +197,36 @@ def test_store_keys_are_built_only_by_the_layout_module() -> None:
     assert bad == []
 
 
-def test_config_is_standard_library_only() -> None:
-    """DAG files import `config` while the scheduler parses them: it imports no
-    third-party package and nothing of the package but the errors."""
-    import sys
-
-    path = PACKAGE / "config.py"
-    bad = [
-        f"config.py:{line} imports {mod}"
-        for mod, _name, line in imports(path)
-        if mod != "__future__"
-        and mod.split(".")[0] not in sys.stdlib_module_names
-        and mod != "pith_pipeline.errors"
-    ]
+def test_modules_dags_parse_with_are_standard_library_only() -> None:
+    """DAG files import `config` and `window` while the scheduler parses them: they import
+    no third-party package, and nothing of the package but the errors."""
+    bad = []
+    for name in ("config.py", "window.py"):
+        for node in ast.walk(ast.parse((PACKAGE / name).read_text())):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mods = [node.module or ""]
+            else:
+                continue
+            bad.extend(
+                f"{name}:{node.lineno} imports {mod}"
+                for mod in mods
+                if mod != "__future__"
+                and mod.split(".")[0] not in sys.stdlib_module_names
+                and mod != "pith_pipeline.errors"
+            )
     assert bad == []
 
 
-def test_internal_helpers_import_nothing_of_the_package_but_the_errors() -> None:
-    """`_internal/` holds helpers every layer may use (spilling to disk, AWS error
-    classes, capped reads, log redaction), so they depend on no layer themselves."""
-    bad = [
-        f"{path.relative_to(ROOT)}:{line} imports {mod}"
-        for path in modules("pith_pipeline._internal")
-        for mod, _name, line in imports(path)
-        if within(mod, ("pith_pipeline",))
-        and mod not in ("pith_pipeline.errors", "pith_pipeline._internal")
-        and not mod.startswith("pith_pipeline._internal.")
-    ]
-    assert bad == []
+def test_public_paths_of_names_that_live_elsewhere_resolve() -> None:
+    """`runs.windows.Window` and `parse_day` (docs/pages/date-ranges.md) and the
+    package-level `pith_pipeline.storage.open_store` (architecture.md) are public
+    paths of the library: they are the very objects of the modules that hold them."""
+    from pith_pipeline import storage, window
+    from pith_pipeline.runs import windows
+    from pith_pipeline.storage import factory
+
+    assert windows.Window is window.Window and windows.parse_day is window.parse_day
+    assert storage.open_store is factory.open_store
+    assert storage.open_existing_store is factory.open_existing_store

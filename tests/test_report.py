@@ -243,7 +243,7 @@ def test_runs_are_read_from_a_manifest_head_or_whole(tmp_path: Path) -> None:
     """A pretty manifest gives its counts from its first bytes (the objects after them
     can be millions); one laid out otherwise is read whole, with the same result."""
     from pith_pipeline.report import MANIFEST_HEAD, runs
-    from pith_pipeline.storage.base import open_existing_store
+    from pith_pipeline.storage.factory import open_existing_store
 
     objects = [{"key": f"pith/{i:026d}/bundle.json", "sha256": "0" * 64} for i in range(MANIFEST_HEAD // 50)]
     doc: dict[str, Any] = {

@@ -36,7 +36,7 @@ from pith_pipeline.core.verify import FAIL, Report, verify_bundle
 from pith_pipeline.pipeline import Publisher, RunSummary
 from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.sources.jsonl import iter_jsonl
-from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import parse_shards, writer_lease
 
 

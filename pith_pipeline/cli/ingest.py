@@ -27,10 +27,11 @@ from pith_pipeline.cli.options import (
 )
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import InputError
-from pith_pipeline.runs.windows import Window, until_notice, window_from_options, windows_of_days
+from pith_pipeline.runs.windows import until_notice, window_from_options, windows_of_days
 from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
-from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import parse_shards, writer_lease
+from pith_pipeline.window import Window
 
 if TYPE_CHECKING:  # the harvesting clients (HTTP libraries): imported when `ingest` runs
     from pith_pipeline.ingest import Ingest, IngestReport

@@ -239,7 +239,7 @@ def sync(store: str, log_signer: str, lease_wait: float) -> None:
 
     Appends under the store's `log` lease: while another writer appends, it fails
     naming that writer (exit 75), or waits with --wait SECONDS."""
-    from pith_pipeline.storage.base import open_existing_store
+    from pith_pipeline.storage.factory import open_existing_store
     from pith_pipeline.tlog.pipeline import LogLease, event_store_keys, open_log_signer, sync_log
 
     st = open_existing_store(store)
@@ -254,7 +254,7 @@ def sync(store: str, log_signer: str, lease_wait: float) -> None:
 def rebuild(store: str, log_signer: str, lease_wait: float) -> None:
     """Create the log from the event store, for a store that has none. Refuses to
     rewrite an existing log. Holds the `log` lease as `log sync` does (--wait)."""
-    from pith_pipeline.storage.base import open_existing_store
+    from pith_pipeline.storage.factory import open_existing_store
     from pith_pipeline.tlog.pipeline import LogLease, open_log_signer, rebuild_log
 
     st = open_existing_store(store)
@@ -268,7 +268,7 @@ def rebuild(store: str, log_signer: str, lease_wait: float) -> None:
 def verify_store(store: str, vkey: str | None) -> None:
     """Check the log holds exactly the event store's events, each once, and that
     every entry matches the signed tree (also part of `pith-pipeline verify STORE`)."""
-    from pith_pipeline.storage.base import open_existing_store
+    from pith_pipeline.storage.factory import open_existing_store
     from pith_pipeline.tlog.note import Verifier
     from pith_pipeline.tlog.pipeline import check_log_matches_event_store
 

@@ -182,7 +182,7 @@ IO_CONCURRENCY_HELP = (
 
 def io_concurrency_option(fn: F) -> F:
     """--io-concurrency N (env PITH_IO_CONCURRENCY); None: the store's default."""
-    from pith_pipeline.loader import MAX_IO_CONCURRENCY
+    from pith_pipeline.storage.concurrency import MAX_IO_CONCURRENCY
 
     return click.option(
         "--io-concurrency",

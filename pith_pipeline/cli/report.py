@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from pith_pipeline.cli.options import store_option
-from pith_pipeline.storage.base import open_existing_store
+from pith_pipeline.storage.factory import open_existing_store
 
 DEFAULT_OUT = "pith-report.html"
 

@@ -16,7 +16,7 @@ from pith_pipeline.cli.options import (
     store_option,
     wait_option,
 )
-from pith_pipeline.storage.base import open_existing_store, open_store
+from pith_pipeline.storage.factory import open_existing_store, open_store
 from pith_pipeline.storage.lease import writer_lease
 
 

@@ -22,7 +22,7 @@ from pith_pipeline.cli.options import (
     wait_option,
 )
 from pith_pipeline.errors import IncompleteRunError
-from pith_pipeline.storage.base import open_existing_store
+from pith_pipeline.storage.factory import open_existing_store
 from pith_pipeline.storage.lease import writer_lease
 
 

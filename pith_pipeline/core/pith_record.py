@@ -15,6 +15,9 @@ from pith_pipeline.core.timeutil import iso_seconds
 
 SCHEMA_VERSION = "1.0"
 PITH_NUMBER = re.compile(r"pith:([0-9]{4}):([A-Z2-7]{26})", re.ASCII)  # used with fullmatch
+#: a Pith number's body, its 26 base-32 characters: how keys under `events/`, `pith/`
+#: and `.well-known/pith/` name a paper (used with fullmatch)
+BODY = re.compile(r"[A-Z2-7]{26}", re.ASCII)
 ALIAS_KINDS = ("arxiv", "arxiv_version", "doi", "pith_short_12", "pith_short_16", "pith_short_8")
 
 

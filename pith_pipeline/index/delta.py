@@ -45,8 +45,10 @@ class Location:
         return f"Location({self.base!r})"
 
 
-def _unwrap(store: Store) -> Store:
-    """The real store behind a wrapper that passes calls through (`inner`)."""
+def unwrap(store: Store) -> Store:
+    """The real store behind wrappers that pass calls through (`inner`, up to 8 deep):
+    the index reads and writes its tables in the real store's own place (a directory,
+    a bucket), so a test double or a fenced store around it still finds them."""
     seen = 0
     while hasattr(store, "inner") and seen < 8:
         store = store.inner
@@ -88,7 +90,7 @@ def location(store: Store) -> Location:
     from pith_pipeline.storage.local import LocalStore
     from pith_pipeline.storage.s3 import S3Store
 
-    real = _unwrap(store)
+    real = unwrap(store)
     if isinstance(real, LocalStore):
         return Location(str(real.root / "index"), {}, True, real)
     if isinstance(real, S3Store):

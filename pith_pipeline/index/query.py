@@ -32,70 +32,14 @@ import pyarrow as pa
 
 from pith_pipeline.core.layout import run_manifest_key
 from pith_pipeline.errors import InputError, StorageError
-from pith_pipeline.index.delta import Location, _unwrap, location
-from pith_pipeline.index.schema import TABLES, TableSpec
+from pith_pipeline.index.dataset import arrow_source, dataset_of, read_schema
+from pith_pipeline.index.delta import location, unwrap
+from pith_pipeline.index.schema import TABLES
 from pith_pipeline.storage.base import Store
 
 
-def arrow_source(store: Store) -> tuple[Any, str]:
-    """(pyarrow filesystem, root path) of a local or S3 store."""
-    from pith_pipeline.storage.local import LocalStore
-
-    real = _unwrap(store)
-    if isinstance(real, LocalStore):
-        from pyarrow import fs as pafs
-
-        return pafs.LocalFileSystem(), str(real.root)
-    opener = getattr(real, "arrow_filesystem", None)
-    if callable(opener):
-        result: tuple[Any, str] = opener()
-        return result
-    raise StorageError(f"{store.url}: the index can only be read from a local directory or an s3:// store")
-
-
-def _view(t: pa.DataType) -> pa.DataType:
-    if t == pa.string():
-        return pa.string_view()
-    if pa.types.is_list(t):
-        return pa.list_(_view(t.value_type))
-    return t
-
-
-def read_schema(spec: TableSpec, *, views: bool = False) -> pa.Schema:
-    """The dataset schema; with `views`, strings as views except the partition column."""
-    if not views:
-        return spec.schema
-    return pa.schema(
-        [f if f.name == spec.partition else pa.field(f.name, _view(f.type)) for f in spec.schema]
-    )
-
-
-def dataset_of(
-    store: Store, loc: Location, spec: TableSpec, files: list[dict[str, Any]], *, views: bool = False
-) -> Any:
-    """A pyarrow dataset of a table's live files (see `writer.live_files`)."""
-    from urllib.parse import unquote
-
-    import pyarrow.dataset as ds  # here: `build` workers import this package, never query
-
-    if not files:
-        return ds.dataset(read_schema(spec, views=views).empty_table())
-    fs, root = arrow_source(store)
-    fmt = ds.ParquetFileFormat()
-    fragments = [
-        fmt.make_fragment(
-            f"{root}/index/{spec.name}/{unquote(f['path'])}",
-            filesystem=fs,
-            partition_expression=ds.field(spec.partition) == f["partition"],
-        )
-        for f in files
-    ]
-    del loc
-    return ds.FileSystemDataset(fragments, read_schema(spec, views=views), fmt, fs)
-
-
 def _has_bundles(store: Store) -> bool:
-    return any(k.endswith("/bundle.json") for k in _unwrap(store).list("pith/"))
+    return any(k.endswith("/bundle.json") for k in unwrap(store).list("pith/"))
 
 
 def as_of_versions(store: Store, run_id: str) -> dict[str, int]:
@@ -126,10 +70,10 @@ def table_sources(
     """
     import pyarrow.dataset as ds
 
-    from pith_pipeline.index.writer import _refuse_legacy, live_files, open_table, table_exists
+    from pith_pipeline.index.writer import live_files, open_table, refuse_legacy, table_exists
 
     loc = location(store)
-    _refuse_legacy(store)
+    refuse_legacy(store)
     out: dict[str, Any] = {}
     missing = []
     for name, spec in TABLES.items():

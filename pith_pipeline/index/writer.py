@@ -44,7 +44,8 @@ from pith_pipeline.core.canonical_json import dumps, loads
 from pith_pipeline.core.layout import bundle_key
 from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import StorageError
-from pith_pipeline.index.delta import INDEX_PREFIX, Location, _unwrap, location
+from pith_pipeline.index.dataset import dataset_of
+from pith_pipeline.index.delta import INDEX_PREFIX, Location, location, unwrap
 from pith_pipeline.index.rows import Rows, rows_from_bundle
 from pith_pipeline.index.schema import TABLE_PROPERTIES, TABLES, TableSpec
 from pith_pipeline.index.sink import RowSink
@@ -721,10 +722,13 @@ def live_files(dt: Any, spec: TableSpec) -> list[dict[str, Any]]:
 
 
 def _legacy_present(store: Store) -> bool:
-    return _unwrap(store).get(LEGACY_MANIFEST_KEY) is not None
+    return unwrap(store).get(LEGACY_MANIFEST_KEY) is not None
 
 
-def _refuse_legacy(store: Store) -> None:
+def refuse_legacy(store: Store) -> None:
+    """`StorageError` when the store's index is in the layout before Delta tables
+    (`index/_manifest.json`): every reader and writer of the tables refuses it, and
+    says to run `reindex` once, rather than read or write half of two layouts."""
     if _legacy_present(store):
         raise StorageError(
             f"{store.url}/{LEGACY_MANIFEST_KEY}: this store's index is in the old layout; "
@@ -846,7 +850,6 @@ def _has_views(schema: pa.Schema) -> bool:
 def view_partitions(loc: Location, dt: Any, spec: TableSpec, partitions: set[str] | None) -> list[str]:
     """The partitions (of `partitions`, None: all) holding a file whose Arrow schema has
     `string_view` or `binary_view` columns; reads each file's footer."""
-    from pith_pipeline.index.query import dataset_of
 
     files = [f for f in live_files(dt, spec) if partitions is None or f["partition"] in partitions]
     if not files or loc.store is None:
@@ -962,7 +965,7 @@ def update_indexes(
         if first is None and not has_rows:
             return update
         loc = location(store)
-        _refuse_legacy(store)
+        refuse_legacy(store)
         update.subjects_checked = sum(1 for _ in sink.subjects())
         keys = chain([first], keys) if first is not None else iter(())
         while batch := list(islice(keys, batch_size)):
@@ -1007,7 +1010,7 @@ def compact(
     and tables made without `TABLE_PROPERTIES` get them.
     """
     loc = location(store)
-    _refuse_legacy(store)
+    refuse_legacy(store)
     update = IndexUpdate()
     for name, spec in TABLES.items():
         if not table_exists(loc, spec):
@@ -1047,7 +1050,7 @@ def _as_store_path(loc: Location, table: str, path: str) -> str:
 
 
 def _remove_prefix(store: Store, prefix: str) -> list[str]:
-    real = _unwrap(store)
+    real = unwrap(store)
     gone = []
     for key in list(real.list(prefix)):
         check_writes(real)
@@ -1091,7 +1094,7 @@ def reindex(
     keys = all_bundle_keys(store)
     update = IndexUpdate(subjects_checked=len(keys))
     legacy = _legacy_present(store)
-    real = _unwrap(store)
+    real = unwrap(store)
     # the records table as it was, to count the records whose rows really change
     before = None if legacy else _readable_version(loc, TABLES["records"])
     for name, spec in TABLES.items():
@@ -1154,7 +1157,6 @@ def _indexed_bundles(
     A row is a function of its bundle's bytes, so an equal hash means an equal row:
     two narrow columns are read instead of whole rows.
     """
-    from pith_pipeline.index.query import dataset_of
 
     spec = TABLES["records"]
     dt = open_table(loc, spec, create=True)

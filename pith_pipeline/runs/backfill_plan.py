@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.errors import InputError
-from pith_pipeline.runs.chunks import MAX_CHUNKS, plan_page_chunks
-from pith_pipeline.runs.windows import Window, parse_day, run_id_for, split_windows
+from pith_pipeline.runs.chunks import MAX_CHUNKS, plan_page_chunks, plan_snapshot_chunks
+from pith_pipeline.runs.windows import run_id_for, split_windows
+from pith_pipeline.window import Window, parse_day
 
 if TYPE_CHECKING:
     from pith_pipeline.config import Settings
@@ -43,9 +44,9 @@ def plan_backfill(
     if source not in SOURCES:
         raise InputError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
     whole = Window(parse_day(start, "from"), parse_day(until, "until"))
-    from pith_pipeline.runs.steps import _store
+    from pith_pipeline.runs.steps import run_store
 
-    store = store or _store(settings)
+    store = store or run_store(settings)
     if source == "snapshot":
         if not snapshot_path:
             raise InputError(
@@ -74,7 +75,6 @@ def harvest_for(
 ) -> dict[str, Any]:
     """A planned window's input: OAI pages harvested into raw/, or snapshot byte ranges."""
     from pith_pipeline.runs.harvest import harvest_window
-    from pith_pipeline.sources.snapshot_ranges import plan_snapshot_chunks
 
     window = Window.from_json(request["window"])
     if request["source"] == "oai":
@@ -160,9 +160,9 @@ def finish_windows(
     store: Store | None = None,
 ) -> list[dict[str, Any]]:
     """Index, then write the run manifest, for each window of a backfill."""
-    from pith_pipeline.runs.steps import _store, finish_window, index_window
+    from pith_pipeline.runs.steps import finish_window, index_window, run_store
 
-    store = store or _store(settings)
+    store = store or run_store(settings)
     staged = staged_by_run(built)
     results = []
     for h in harvested:

@@ -7,7 +7,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.errors import StorageError
-from pith_pipeline.runs.windows import Window, run_id_for
+from pith_pipeline.runs.windows import run_id_for
+from pith_pipeline.window import Window
 
 if TYPE_CHECKING:
     from pith_pipeline.config import Settings
@@ -33,10 +34,10 @@ def harvest_window(settings: Settings, window: Window, *, store: Store | None = 
     the same write-once raw pages with different bytes (each response has its own
     `responseDate`). The second waits, then replays the first's complete harvest.
     """
-    from pith_pipeline.runs.steps import _store
+    from pith_pipeline.runs.steps import run_store
     from pith_pipeline.storage.lease import WriterLease, default_owner, lease_ttl
 
-    store = store or _store(settings)
+    store = store or run_store(settings)
     with WriterLease(
         store,
         [harvest_lease(window)],

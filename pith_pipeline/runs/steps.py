@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from pith_pipeline.storage.base import Store
 
 
-def _signer(settings: Settings) -> Signer:
+def run_signer(settings: Settings) -> Signer:
+    """The signer of a window's steps and of the maintenance tasks (`settings.signer`);
+    `InputError` naming PITH_SIGNER when none is configured."""
     from pith_pipeline.signing.factory import open_signer
 
     if not settings.signer:
@@ -44,9 +46,11 @@ def _signer(settings: Settings) -> Signer:
     return open_signer(settings.signer)
 
 
-def _store(settings: Settings) -> Store:
-    """The run's store. Tests replace this to inject faults."""
-    from pith_pipeline.storage.base import open_store
+def run_store(settings: Settings) -> Store:
+    """The store of a window's steps, the harvest, backfill planning, maintenance and
+    the report (`settings.store`). Every caller looks it up here when it runs, so a
+    test that replaces it reaches them all."""
+    from pith_pipeline.storage.factory import open_store
 
     return open_store(settings.store)
 
@@ -91,8 +95,8 @@ def build_chunk(
     from pith_pipeline.pipeline import BuildConfig, Publisher
     from pith_pipeline.storage.lease import parse_shards, writer_lease
 
-    base = store or _store(settings)
-    signer = signer or _signer(settings)
+    base = store or run_store(settings)
+    signer = signer or run_signer(settings)
     shards = parse_shards(str(chunk["shards"])) if chunk.get("shards") else None
     rejects = bool(chunk.get("rejects", True))
     pub = Publisher(
@@ -186,7 +190,7 @@ def publish_staged(
 
     from pith_pipeline.storage.base import put_file, read_into
 
-    store = store or _store(settings)
+    store = store or run_store(settings)
     objects: dict[str, dict[str, Any]] = {}
     rejects: dict[str, list[dict[str, Any]]] = {}
     for key in sorted(set(staged_keys)):
@@ -287,7 +291,7 @@ def index_window(
     from pith_pipeline.runs.manifest import touched_subjects
     from pith_pipeline.storage.lease import writer_lease
 
-    store = store or _store(settings)
+    store = store or run_store(settings)
     summary = window_summary(store, run_id, staged_keys)
     with writer_lease(
         store,
@@ -328,7 +332,7 @@ def finish_window(
     from pith_pipeline.index.writer import IndexUpdate
     from pith_pipeline.runs.manifest import write_manifest
 
-    store = store or _store(settings)
+    store = store or run_store(settings)
     staged_keys = sorted(set(staged_keys))
     run_id = str(harvested["run_id"])
     summary = window_summary(store, run_id, staged_keys)

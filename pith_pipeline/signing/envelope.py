@@ -32,7 +32,7 @@ from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import Ed25519Signer, fingerprint_b32
 from pith_pipeline.errors import KeyFileError, SigningError
 from pith_pipeline.signing.kms import Backoff, make_kms_client
-from pith_pipeline.signing.local import _write_all, check_key_dir, check_key_id, make_private_dir
+from pith_pipeline.signing.local import check_key_dir, check_key_id, make_private_dir, write_all
 
 ENVELOPE_KIND = "pith_kms_envelope"
 ENVELOPE_VERSION = "1"
@@ -49,7 +49,7 @@ def encryption_context(key_id: str) -> dict[str, str]:
 def read_location(location: str) -> bytes:
     """Bytes of a local file or of a store object (`s3://bucket/prefix/name`)."""
     if "://" in location and not location.startswith("file://"):
-        from pith_pipeline.storage.base import open_store
+        from pith_pipeline.storage.factory import open_store
 
         parent, _, name = location.rstrip("/").rpartition("/")
         try:
@@ -165,7 +165,7 @@ def write_envelope(path: Path, envelope: dict[str, Any], *, overwrite: bool = Fa
         try:
             try:
                 os.fchmod(fd, 0o600)
-                _write_all(fd, body)
+                write_all(fd, body)
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -127,7 +127,7 @@ def write_key_file(path: Path, seed: bytes, key_id: str) -> None:
     try:
         try:
             os.fchmod(fd, 0o600)
-            _write_all(fd, body + b"\n")
+            write_all(fd, body + b"\n")
         finally:
             os.close(fd)
     except BaseException:
@@ -135,7 +135,9 @@ def write_key_file(path: Path, seed: bytes, key_id: str) -> None:
         raise
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of `data` to `fd`, however many `os.write` calls it takes (a
+    single call may write less): for key files, where a short write is a damaged key."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
@@ -171,7 +173,7 @@ def generate_key(
             fd = os.open(pub, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.fchmod(fd, 0o644)
-                _write_all(fd, dumps_pretty(doc.to_json()) + b"\n")
+                write_all(fd, dumps_pretty(doc.to_json()) + b"\n")
             finally:
                 os.close(fd)
         except BaseException:

@@ -64,10 +64,10 @@ from pith_pipeline.errors import (
     TransientError,
 )
 from pith_pipeline.items import Rejected
-from pith_pipeline.runs.windows import METADATA_PREFIX, Window
 from pith_pipeline.sources.arxivraw import MalformedPageError, Page, oai_identifier, parse_page
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.base import Store
+from pith_pipeline.window import METADATA_PREFIX, Window
 
 log = logging.getLogger(__name__)
 

@@ -1,56 +1,23 @@
 """Read arXiv's bulk metadata snapshot in byte ranges, one range per build chunk.
 
-A multi-GB snapshot is split into ranges that start on a line boundary, so every
-worker reads only its own part and the file is read once in total.
+A multi-GB snapshot is split into ranges (`runs.chunks.plan_snapshot_chunks`); a
+range's records are those whose line starts in it, so every worker reads only its
+own part and the file is read once in total.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
-from pith_pipeline.errors import InputError
-from pith_pipeline.runs.chunks import MAX_CHUNKS
-from pith_pipeline.runs.windows import Window
+from pith_pipeline.window import Window
 
 if TYPE_CHECKING:
     from pith_pipeline.core.arxiv_record import ArxivRecord
     from pith_pipeline.items import Item
-
-#: Snapshot byte ranges are at least this big, so small files are one chunk.
-MIN_SNAPSHOT_CHUNK_BYTES = 64 * 1024 * 1024
-
-
-def plan_snapshot_chunks(
-    path: str | Path, window: Window, max_chunks: int = MAX_CHUNKS, min_bytes: int | None = None
-) -> list[dict[str, Any]]:
-    """Byte ranges of a snapshot file, each starting on a line (gzip files: one chunk).
-
-    Every worker reads only its range, so a multi-GB snapshot is read once in total.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"snapshot file not found: {p}")
-    size = p.stat().st_size
-    base = {"kind": "snapshot", "path": str(p), "window": window.to_json()}
-    with p.open("rb") as fh:  # named .gz: gzip, whatever it starts with (as `iter_jsonl`)
-        gz = fh.read(2) == b"\x1f\x8b" or p.suffix == ".gz"
-    if gz or size == 0:
-        return [{**base, "index": 0, "start": 0, "end": None}]
-    if min_bytes is None:
-        from pith_pipeline.config import integer
-
-        min_bytes = integer("snapshot_chunk_bytes")
-    step = max(1, min_bytes, math.ceil(size / max_chunks))
-    chunks = []
-    for i, start in enumerate(range(0, size, step)):
-        end = min(size, start + step)
-        chunks.append({**base, "index": i, "start": start, "end": end})
-    return chunks
 
 
 def record_datestamp(rec: ArxivRecord) -> date:

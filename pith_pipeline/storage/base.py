@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from pith_pipeline.errors import IntegrityError, UnreadableInputError
+from pith_pipeline.errors import IntegrityError
 
 
 @runtime_checkable
@@ -198,51 +198,3 @@ def get_capped(store: Store, key: str, limit: int) -> bytes | None:
     if data is not None and len(data) > limit:
         raise too_large(key, len(data), limit)
     return data if data is None else bytes(data)
-
-
-def open_store(location: str) -> Store:
-    """A store from a location: a directory path, `file://...` or `s3://bucket/prefix`."""
-    if location.startswith("s3://"):
-        from pith_pipeline.storage.s3 import S3Store  # boto3 only when asked for
-
-        return S3Store.from_url(location)
-    from pith_pipeline.storage.local import LocalStore
-
-    path = location[len("file://") :] if location.startswith("file://") else location
-    return LocalStore(path)
-
-
-class MissingStoreError(UnreadableInputError):
-    """A store to read or maintain that is not there: a directory that does not exist
-    (or is a file), an S3 prefix that holds no objects. Exit status 2, as for any
-    input that cannot be used at all; terminal, so an Airflow task does not retry a
-    mistyped path."""
-
-
-#: how a missing store's message ends: where stores come from
-MAKE_A_STORE = "check the path, or make a store with `pith-pipeline ingest --sample` (or `ingest`, `build`)"
-
-
-def open_existing_store(location: str) -> Store:
-    """The store at `location`, which must be there: for every command that reads or
-    maintains a store rather than publishing into one (`query`, `status`, `reindex`,
-    `log status`, ...).
-
-    Why one function: `open_store` makes nothing until the first write, so a missing
-    directory read as an empty store and a typo answered "0 records". A directory that
-    exists is a store even when empty (nothing published yet); a path that does not
-    exist or is not a directory, and an S3 prefix with no object under it (S3 has no
-    empty directories), are `MissingStoreError`, one line naming the location.
-    """
-    store = open_store(location)
-    from pith_pipeline.storage.local import LocalStore
-
-    if isinstance(store, LocalStore):
-        root = store.root
-        if root.is_dir():
-            return store
-        why = "it is a file, not a directory" if root.exists() else "the directory does not exist"
-        raise MissingStoreError(f"{store.url}: no store here ({why}); {MAKE_A_STORE}")
-    if next(iter_unsorted(store, ""), None) is not None:
-        return store
-    raise MissingStoreError(f"{store.url}: no store here (the prefix holds no objects); {MAKE_A_STORE}")

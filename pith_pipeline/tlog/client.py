@@ -46,7 +46,7 @@ class LogLocation:
             parent = base.rsplit("/", 1)[0]
             beside = http_fetch(parent)
             return cls(http_fetch(base), base, lambda: beside(KEY_DOCUMENT), objects=beside)
-        from pith_pipeline.storage.base import open_existing_store
+        from pith_pipeline.storage.factory import open_existing_store
         from pith_pipeline.tlog.pending import PENDING, run_of
 
         store = open_existing_store(location)  # a log to read: a missing store is an error
@@ -133,7 +133,7 @@ def verify_with_log(paths: Iterable[str], files: Iterable[Path], log: str | None
     problems: list[str] = []
     for p in paths:
         if p.startswith("s3://"):  # a bucket that keeps (or kept) a log: the same check
-            from pith_pipeline.storage.base import open_store
+            from pith_pipeline.storage.factory import open_store
 
             st = open_store(p)
             if has_had_log(st):

@@ -69,7 +69,7 @@ def open_fetch(location: str) -> tuple[Fetch, str]:
     """A log reader for `http(s)://...` (the log prefix URL) or a store location."""
     if location.startswith(("http://", "https://")):
         return http_fetch(location), location.rstrip("/")
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     store = open_store(location)
     return store_fetch(store), f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}"

@@ -18,7 +18,7 @@ def test_snapshot_backfill_then_maintenance(
 ) -> None:
     from pith_pipeline.core.canonical_json import loads
     from pith_pipeline.maintenance import WATERMARK_KEY, published_bundle_keys
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     monkeypatch.setenv("PITH_SNAPSHOT_CHUNK_BYTES", "20000")
     store = open_store(pith_env["PITH_STORE"])

@@ -254,7 +254,7 @@ def test_concurrent_backfills_of_overlapping_days(
     from pith_pipeline.core.canonical_json import loads
     from pith_pipeline.index import run_query
     from pith_pipeline.signing.local import generate_key
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     url, server = oai_server
     # a third day: 2401.00001 at v2 again, 1909.11150 again, and a paper of the first day

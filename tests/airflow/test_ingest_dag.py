@@ -86,7 +86,7 @@ def check_window(store: Any, subjects: dict[str, str], run_id: str) -> None:
 def test_two_daily_windows_then_a_rerun_changes_nothing(
     dagbag: Any, pith_env: dict[str, str], oai_server: Any
 ) -> None:
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     _url, server = oai_server
     store = open_store(pith_env["PITH_STORE"])
@@ -151,14 +151,14 @@ def test_publish_failure_then_retry_gives_complete_output_without_duplicates(
 ) -> None:
     from pith_pipeline import airflow_tasks as at
     from pith_pipeline.maintenance import verify_sample
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     _url, server = oai_server
     budget = WriteBudget(after=6, failures=1, only=PUBLISHED)  # the 7th published write fails once
     from pith_pipeline.runs import steps
 
-    real = steps._store
-    monkeypatch.setattr(steps, "_store", lambda settings: FailingStore(real(settings), budget))
+    real = steps.run_store
+    monkeypatch.setattr(steps, "run_store", lambda settings: FailingStore(real(settings), budget))
     store = open_store(pith_env["PITH_STORE"])
 
     dr = run(dagbag, DAY1)
@@ -180,7 +180,7 @@ def test_a_manual_run_for_one_past_day_harvests_that_day(
 ) -> None:
     """`--conf '{"day": ...}'` (or a manual logical date) names the day, whatever the
     data interval of the trigger time says."""
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     _url, server = oai_server
     dag = dagbag.get_dag("pith_ingest")
@@ -196,7 +196,7 @@ def test_a_manual_run_with_a_logical_date_harvests_that_day(
     """Issue 25: `dag.test(logical_date=...)` makes a manual run and runs its tasks
     through the Task SDK, whose context gives `dag_run.run_type` as an enum; the day
     must be the logical date's, not the data interval before it (2024-01-02 here)."""
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     _url, server = oai_server
     dr = dagbag.get_dag("pith_ingest").test(logical_date=datetime(2024, 1, 3, tzinfo=UTC))

@@ -22,7 +22,7 @@ def test_the_weekly_report_task_writes_the_page_into_the_store(
 ) -> None:
     from pith_pipeline.index.query import run_query
     from pith_pipeline.report import STORE_KEY
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     url = pith_env["PITH_STORE"]
     built = run_cli(capsys, "build", "--input", str(SAMPLE), "--store", url)

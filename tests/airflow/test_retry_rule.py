@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 from pith_pipeline import airflow_tasks as at
 from pith_pipeline.errors import SigningError, StorageError, TerminalError, TransientError
 from pith_pipeline.signing.kms import Backoff
-from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.s3 import S3Store
 from pith_pipeline.storage.staging import staged_key
 

@@ -15,7 +15,7 @@ def test_daily_windows_are_logged_and_recorded_in_their_run_manifests(
     dagbag: Any, pith_env: dict[str, str], oai_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pith_pipeline.signing.local import generate_key
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
     from pith_pipeline.tlog.pipeline import check_log_matches_event_store, event_store_keys
 
     priv, _pub, _doc = generate_key(tmp_path / "logkey")

@@ -118,7 +118,7 @@ def test_every_documented_way_of_choosing_a_day_harvests_that_day(
     tmp_path: Path, oai_server: tuple[str, Any], airflow_env: Any
 ) -> None:
     from pith_pipeline.signing.local import generate_key
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     url, server = oai_server
     yesterday = (datetime.now(tz=UTC) - timedelta(days=1)).date().isoformat()

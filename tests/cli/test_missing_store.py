@@ -4,7 +4,7 @@ Why: `query --store /nonexistent "SELECT count(*) FROM records"` printed 0 with 
 status 0, `status` printed empty tables, `reindex` made the directory and reported an
 index of 0 records: a typo in a path looked like a store with nothing published. Every
 command that reads or maintains a store it did not make opens it through one function
-(`storage.base.open_existing_store`), which refuses a missing store in one line naming
+(`storage.factory.open_existing_store`), which refuses a missing store in one line naming
 it, with exit status 2 (input that cannot be used at all, docs/pages/exit-codes.md).
 """
 
@@ -18,7 +18,7 @@ import pytest
 from cli_in_process import run_cli
 
 from pith_pipeline.errors import UnreadableInputError
-from pith_pipeline.storage.base import MissingStoreError, open_existing_store, open_store
+from pith_pipeline.storage.factory import MissingStoreError, open_existing_store, open_store
 
 #: every command that reads or maintains an existing store, with STORE where it goes
 COMMANDS = [

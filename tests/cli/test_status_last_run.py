@@ -94,7 +94,7 @@ def test_a_manifest_with_a_long_tail_is_still_read(tmp_path: Path) -> None:
 
 
 def test_the_last_run_on_s3(s3_store_url: str) -> None:
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     store = open_store(s3_store_url)
     finished(store, "snapshot-2019-09-01--2019-10-01", day(5))
@@ -106,7 +106,7 @@ def test_the_time_is_read_from_the_manifests_end_only(tmp_path: Path, s3_store_u
     """A ranged read of the last bytes, on a directory and on S3 (not the whole manifest,
     which for a backfill lists every object it published)."""
     from pith_pipeline.index.status import _tail
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     for store in (LocalStore(tmp_path / "store"), open_store(s3_store_url)):
         finished(store, "20260110T000000Z-abcdef", day(10))

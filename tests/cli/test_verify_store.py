@@ -17,7 +17,8 @@ from pith_pipeline.core.canonical_json import dumps_compact
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
-from pith_pipeline.storage.base import Store, open_store
+from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.factory import open_store
 
 SAMPLE = Path(__file__).parent.parent / "data" / "arxiv-sample.jsonl"
 SIGNER = Ed25519Signer(b"\x06" * 32, "pith-cli-verify")

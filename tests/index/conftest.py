@@ -13,7 +13,8 @@ from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.pipeline import Publisher, RunSummary
 from pith_pipeline.runs.manifest import finish_run
 from pith_pipeline.sources.jsonl import iter_jsonl
-from pith_pipeline.storage.base import Store, open_store
+from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.factory import open_store
 
 DATA = Path(__file__).parent.parent / "data"
 

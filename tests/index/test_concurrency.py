@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from pith_pipeline.index import run_query
-from pith_pipeline.storage.base import Store, open_store
+from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.factory import open_store
 
 WRITER = textwrap.dedent(
     """
@@ -21,7 +22,7 @@ WRITER = textwrap.dedent(
     from pith_pipeline.index.rows import rows_from_bundle
     from pith_pipeline.index.schema import TABLES
     from pith_pipeline.index.writer import merge_rows, to_table
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     url, bundle_path, who, batches, per, start_at = sys.argv[1:7]
     bundle = json.loads(open(bundle_path, encoding="utf-8").read())

@@ -19,7 +19,8 @@ from pith_pipeline.index.delta import location
 from pith_pipeline.index.dictionary import DOC_PAGE, as_markdown, categories, comment, splice
 from pith_pipeline.index.rows import unicode_name
 from pith_pipeline.index.schema import TABLES
-from pith_pipeline.storage.base import Store, open_store
+from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.factory import open_store
 
 ROOT = Path(__file__).parent.parent.parent
 SCHRODINGER = "Erwin Schr\\\"odinger, Anna Ja\\'{s}kiewicz, M. {\\O}stergaard, Plain Name"

@@ -582,7 +582,7 @@ def test_cli_build_indexes_and_rebuild_reindexes(tmp_path: Path, sample: list[st
 
 
 def test_s3_tables_use_boto3s_endpoint_and_credentials_and_never_show_them(s3_store_url: str) -> None:
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     loc = location(open_store(s3_store_url))
     assert loc.uri("records") == f"{s3_store_url}/index/records"

@@ -11,7 +11,7 @@ from index_helpers import Runner, record_with_versions
 
 from pith_pipeline.errors import InputError
 from pith_pipeline.index import run_query
-from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.factory import open_store
 
 
 def test_papers_counts_each_paper_once(tmp_path: Path, sample: list[str], run: Runner) -> None:

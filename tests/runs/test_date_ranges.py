@@ -16,8 +16,9 @@ from click.testing import CliRunner
 
 from pith_pipeline.cli import cli
 from pith_pipeline.errors import InputError
-from pith_pipeline.runs.windows import Window, parse_day, window_from_options, windows_of_days
+from pith_pipeline.runs.windows import window_from_options, windows_of_days
 from pith_pipeline.storage.local import LocalStore
+from pith_pipeline.window import Window, parse_day
 
 SAMPLE = Path(__file__).parents[1] / "data" / "arxiv-sample.jsonl"
 D = date.fromisoformat

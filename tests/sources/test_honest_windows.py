@@ -172,8 +172,8 @@ def test_replaying_an_empty_weekday_warns_again(
 def test_only_weekdays_that_are_over_can_be_empty() -> None:
     from datetime import date
 
-    from pith_pipeline.runs.windows import Window
     from pith_pipeline.sources.oai import weekdays
+    from pith_pipeline.window import Window
 
     week = Window(date(2024, 1, 5), date(2024, 1, 10))  # Friday to Tuesday
     assert weekdays(week, date(2024, 2, 1)) == ["2024-01-05", "2024-01-08", "2024-01-09"]
@@ -206,8 +206,8 @@ def airflow_window(tmp_path: Path, oai_url: str, day: str, caplog: pytest.LogCap
     from pith_pipeline import airflow_tasks as at
     from pith_pipeline.runs import chunks as chunks_mod
     from pith_pipeline.runs import harvest
-    from pith_pipeline.runs.windows import Window
     from pith_pipeline.storage.local import LocalStore
+    from pith_pipeline.window import Window
 
     key = generate_key(tmp_path / "keys", key_id="pith-test-key")[0]
     settings = at.Settings(

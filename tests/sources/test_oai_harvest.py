@@ -35,11 +35,12 @@ from oai_server import (
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import TerminalError, TransientError, WriteConflictError
 from pith_pipeline.ingest import Ingest
-from pith_pipeline.runs.windows import Window, window_from_options
+from pith_pipeline.runs.windows import window_from_options
 from pith_pipeline.signing.local import generate_key, load_signer
 from pith_pipeline.sources.oai import Harvester, OAIClient
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.local import LocalStore
+from pith_pipeline.window import Window
 
 W1 = window_from_options("2024-01-01", None, through="2024-01-03")
 W2 = window_from_options("2024-01-10", None, through="2024-01-10")

@@ -18,9 +18,9 @@ from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.limits import InputLimits
 from pith_pipeline.errors import DamagedInputError
 from pith_pipeline.items import Rejected
-from pith_pipeline.runs.windows import Window
 from pith_pipeline.signing.local import generate_key
 from pith_pipeline.sources.jsonl import iter_jsonl, parse_line
+from pith_pipeline.window import Window
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "arxiv-sample.jsonl"
 
@@ -131,8 +131,9 @@ def damaged_header_gz(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("make", [truncated_gz, damaged_header_gz], ids=["truncated", "bad-header"])
 def test_snapshot_range_names_the_damaged_file(tmp_path: Path, make: Callable[[Path], Path]) -> None:
+    from pith_pipeline.runs.chunks import plan_snapshot_chunks
     from pith_pipeline.runs.windows import window_from_options
-    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range, plan_snapshot_chunks
+    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range
 
     path = make(tmp_path)
     (chunk,) = plan_snapshot_chunks(path, window_from_options("1990-01-01", "2030-01-01"))
@@ -164,6 +165,7 @@ def test_cli_backfill_reports_damaged_snapshot(
 
 def test_snapshot_range_quarantines_an_over_long_line(tmp_path: Path) -> None:
     """The range reader holds at most one line's limit, like `iter_jsonl`."""
+    from pith_pipeline.runs.chunks import plan_snapshot_chunks
     from pith_pipeline.runs.windows import window_from_options
     from pith_pipeline.sources import snapshot_ranges
 
@@ -171,7 +173,7 @@ def test_snapshot_range_quarantines_an_over_long_line(tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
     huge = b'{"id": "2101.00001", "title": "' + b"x" * 50_000 + b'"}\n'
     path.write_bytes(good[0] + huge + good[1])
-    (chunk,) = snapshot_ranges.plan_snapshot_chunks(path, window_from_options("1990-01-01", "2030-01-01"))
+    (chunk,) = plan_snapshot_chunks(path, window_from_options("1990-01-01", "2030-01-01"))
     items = list(snapshot_ranges.iter_snapshot_range(chunk, limits=InputLimits(line_bytes=10_000)))
     kinds = [type(i).__name__ for i in items]
     assert kinds.count("Rejected") == 1 and kinds.count("ArxivRecord") >= 1
@@ -292,8 +294,9 @@ def test_one_binary_line_inside_a_snapshot_is_one_reject(tmp_path: Path) -> None
 def test_backfill_reads_a_gz_name_as_gzip_like_build(tmp_path: Path) -> None:
     """`build` refused a `.gz` that is not gzip while the range reader read it as plain
     text; both take the name at its word now."""
+    from pith_pipeline.runs.chunks import plan_snapshot_chunks
     from pith_pipeline.runs.windows import window_from_options
-    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range, plan_snapshot_chunks
+    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range
 
     path = tmp_path / "plain.json.gz"
     path.write_bytes(SNAPSHOT.read_bytes())
@@ -330,8 +333,9 @@ def test_rejects_held_for_the_quarantine_are_bounded(tmp_path: Path) -> None:
     """Rejects are held in memory until the run writes its quarantine: 911 bytes of
     gzip (300,000 lines of `{}`) took 387 MB and made a 50 MB quarantine, so a small
     gzip bomb could take any amount of memory. Past the budget, the file fails whole."""
+    from pith_pipeline.runs.chunks import plan_snapshot_chunks
     from pith_pipeline.runs.windows import window_from_options
-    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range, plan_snapshot_chunks
+    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range
 
     good = SNAPSHOT.read_bytes().splitlines(keepends=True)
     path = tmp_path / "bomb.json.gz"
@@ -407,7 +411,8 @@ def _bom_files(tmp_path: Path) -> list[Path]:
 def test_a_byte_order_mark_at_the_start_of_a_snapshot_is_not_part_of_its_first_record(
     tmp_path: Path,
 ) -> None:
-    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range, plan_snapshot_chunks
+    from pith_pipeline.runs.chunks import plan_snapshot_chunks
+    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range
 
     want = [parse_line(line, "x").id for line in SNAPSHOT.read_bytes().splitlines()[:3]]  # type: ignore[union-attr]
     for path in _bom_files(tmp_path):
@@ -430,7 +435,8 @@ def test_a_byte_order_mark_anywhere_else_stays_a_reject(tmp_path: Path) -> None:
     items = list(iter_jsonl(path))
     assert [type(i) for i in items] == [ArxivRecord, Rejected, ArxivRecord]
     assert isinstance(items[1], Rejected) and items[1].raw.encode().startswith(BOM)
-    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range, plan_snapshot_chunks
+    from pith_pipeline.runs.chunks import plan_snapshot_chunks
+    from pith_pipeline.sources.snapshot_ranges import iter_snapshot_range
 
     ranged = [i for c in plan_snapshot_chunks(path, WIDE, min_bytes=1) for i in iter_snapshot_range(c)]
     assert [type(i) for i in ranged] == [ArxivRecord, Rejected, ArxivRecord]

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pith_pipeline.errors import IntegrityError
-from pith_pipeline.storage.base import Store, get_capped, open_store
+from pith_pipeline.storage.base import Store, get_capped
+from pith_pipeline.storage.factory import open_store
 
 
 @pytest.fixture(params=["local", "s3", "memory"])

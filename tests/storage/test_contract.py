@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pith_pipeline.errors import StorageError, WriteConflictError
-from pith_pipeline.storage.base import Store, open_store
+from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.factory import open_store
 
 
 @pytest.fixture(params=["local", "s3", "memory", "staging"])

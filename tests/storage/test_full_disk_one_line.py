@@ -17,7 +17,7 @@ from testclock import StepClock
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
-from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.factory import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pith_pipeline.storage.base import Store, open_store
+from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import (
     SHARDS,
     LeaseBusyError,
@@ -132,7 +133,7 @@ def test_an_unreadable_lease_object_is_taken_over(store: Store) -> None:
 
 HOLDER = """
 import sys, time
-from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import WriterLease
 lease = WriterLease(open_store(sys.argv[1]), ["shard-07"], ttl=float(sys.argv[2])).acquire()
 print("held", flush=True)

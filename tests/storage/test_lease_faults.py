@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pith_pipeline.storage.base import Store, open_store
+from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import LeaseLostError, WriterLease, shard_lease
 
 

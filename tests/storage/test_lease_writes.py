@@ -14,7 +14,8 @@ from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage import lease as lease_mod
-from pith_pipeline.storage.base import Store, open_store
+from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import LeaseLostError, WriterLease
 from pith_pipeline.tlog.log import LogSigner
 from pith_pipeline.tlog.pipeline import append_events, event_store_keys

@@ -10,7 +10,7 @@ import pytest
 from botocore.stub import Stubber
 
 from pith_pipeline.errors import StorageError
-from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.s3 import S3Store
 
 SECRET = "testing-secret-key"

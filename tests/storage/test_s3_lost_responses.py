@@ -10,7 +10,8 @@ import pytest
 from fault_proxy import FaultProxy, fault_proxy
 
 from pith_pipeline.core.keys import Ed25519Signer
-from pith_pipeline.storage.base import Store, open_store
+from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import WriterLease, shard_lease
 
 

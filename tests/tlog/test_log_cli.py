@@ -163,7 +163,7 @@ def test_receipts_reissue_logs_its_correction_events(logged_store: Path) -> None
 
 def test_verify_of_a_bucket_checks_its_log_too(tmp_path: Path, asset, s3_store_url: str) -> None:  # type: ignore[no-untyped-def]
     """`verify s3://…` holds a bucket's log to its event store, as for a directory."""
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     cwd = tmp_path
     assert run("keys", "generate", "--out", "keys", cwd=cwd).returncode == 0

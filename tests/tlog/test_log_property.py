@@ -271,7 +271,7 @@ def named_tiles(size: int) -> Iterator[str]:
 @contextmanager
 def dying(monkeypatch: pytest.MonkeyPatch, at: int, only: tuple[str, ...]) -> Iterator[None]:
     """`build` opens its store as a `DyingStore` killed at its `at`-th write under `only`."""
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
 
     with monkeypatch.context() as m:
         m.setattr("pith_pipeline.cli.core.open_store", lambda loc: DyingStore(open_store(loc), at, only))
