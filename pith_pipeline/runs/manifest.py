@@ -199,6 +199,9 @@ def write_manifest(
             f"{store.url}/{key} already records a different run with this "
             "run id; run manifests are never overwritten"
         )
+    from pith_pipeline.pages.site import publish_home_page
+
+    publish_home_page(store, doc["finished_at"])  # the home page's figures, as this run leaves them
     with tempfile.TemporaryDirectory(prefix="pith-manifest-") as tmp:
         path = Path(tmp) / "manifest.json"
         with path.open("wb") as fh:

@@ -1,0 +1,142 @@
+"""The pages in a store: which to write, when, and the one rule `verify` holds them to.
+
+A record's page (`pith/<ID>/index.html`) is derived from its bundle like the
+`.well-known` copy: the publisher writes it with the bundle, `rebuild` writes it
+again when it is missing or differs, and the audit (`verify STORE`) names a page
+that is missing or is not what its bundle renders to (`page_problem`, used by all
+three, so they agree). The store-wide files (`assets/<file>`: stylesheet, scripts)
+are the package's `pith_pipeline/pages/assets/` directory, written at the start of
+each run when their bytes differ; the home page (`index.html`) at the end of each
+run, with the store's figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pith_pipeline.core.layout import HOME_PAGE, POINTERS, WELL_KNOWN, asset_key, bundle_paths, page_key
+from pith_pipeline.pages.render import StoreFigures, home_page, record_page
+from pith_pipeline.storage.base import Store, iter_unsorted
+
+__all__ = [
+    "ASSET_DIR",
+    "PAGE_CONTENT_TYPE",
+    "asset_files",
+    "content_type_of",
+    "page_problem",
+    "publish_assets",
+    "publish_home_page",
+    "run_log_prefix",
+    "store_figures",
+    "store_log_prefix",
+]
+
+#: The package directory whose every file is served as `assets/<file name>`.
+ASSET_DIR = Path(__file__).resolve().parent / "assets"
+PAGE_CONTENT_TYPE = "text/html; charset=utf-8"
+_CONTENT_TYPES = {
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".html": PAGE_CONTENT_TYPE,
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".json": "application/json",
+}
+
+
+def content_type_of(name: str) -> str:
+    """The Content-Type a static host must send for a page or asset named `name`."""
+    return _CONTENT_TYPES.get(Path(name).suffix, "application/octet-stream")
+
+
+def asset_files() -> list[tuple[str, bytes]]:
+    """(store key, bytes) of every asset, in key order."""
+    return [
+        (asset_key(p.name), p.read_bytes())
+        for p in sorted(ASSET_DIR.iterdir())
+        if p.is_file() and not p.name.startswith(".") and p.suffix != ".py"
+    ]
+
+
+def _log_prefix() -> str:
+    from pith_pipeline.tlog.log import LOG_PREFIX
+
+    return LOG_PREFIX
+
+
+def store_log_prefix(store: Store) -> str | None:
+    """The log's prefix (`log/`) when the store keeps, or has kept, a transparency log;
+    else None. What `verify STORE` renders pages with."""
+    from pith_pipeline.tlog.pipeline import has_had_log
+
+    return _log_prefix() if has_had_log(store) else None
+
+
+def run_log_prefix(store: Store) -> str | None:
+    """What a run renders pages with: the log's prefix when the store will keep a log
+    once the run ends (a log key is given, so the run appends; or the store has one),
+    so the pages it writes are what `verify STORE` expects after the run."""
+    from pith_pipeline.config import from_env
+
+    if from_env("log_signer"):
+        return _log_prefix()
+    return store_log_prefix(store)
+
+
+def page_problem(raw: bytes | None, bundle: dict[str, Any], log_prefix: str | None) -> str | None:
+    """Why the stored page `raw` is not the page of `bundle`, or None when it is.
+
+    The one rule for pages: byte for byte what `record_page` renders from the bundle
+    (the page says nothing its bundle does not, so a changed page is a changed claim)."""
+    bkey = bundle_paths(_body(bundle))[0]
+    if raw is None:
+        return f"missing (the page of {bkey}); `rebuild` writes it"
+    if raw != record_page(bundle, log_prefix=log_prefix):
+        return f"differs from the page {bkey} renders to; `rebuild` writes it again"
+    return None
+
+
+def _body(bundle: dict[str, Any]) -> str:
+    pn = bundle.get("pith_number")
+    return pn.rsplit(":", 1)[-1] if isinstance(pn, str) else "_"
+
+
+def page_of(bundle: dict[str, Any], log_prefix: str | None) -> tuple[str, bytes]:
+    """(store key, bytes) of the page of `bundle`."""
+    return page_key(_body(bundle)), record_page(bundle, log_prefix=log_prefix)
+
+
+def publish_assets(store: Store, on_write: Callable[[str, bytes], None] | None = None) -> list[str]:
+    """Write every asset whose stored bytes differ from the package's; their keys.
+
+    One GET per asset per run, a PUT only when a new version of the package changed
+    it, so a run leaves unchanged assets (and their caches) alone."""
+    written = []
+    for key, data in asset_files():
+        if store.get(key) != data:
+            store.put(key, data, content_type=content_type_of(key))
+            written.append(key)
+            if on_write is not None:
+                on_write(key, data)
+    return written
+
+
+def store_figures(store: Store, updated: str) -> StoreFigures:
+    """The store's counts, by listing: records (one `.well-known` copy each) and arXiv
+    papers (one pointer each). About (records + papers) / 1,000 LIST requests on S3."""
+    records = sum(1 for k in iter_unsorted(store, WELL_KNOWN) if k.endswith("/bundle.json"))
+    papers = sum(1 for k in iter_unsorted(store, POINTERS) if k.endswith(".json"))
+    return StoreFigures(records=records, papers=papers, updated=updated, log_prefix=store_log_prefix(store))
+
+
+def publish_home_page(store: Store, updated: str) -> bool:
+    """Write the home page with the store's figures as of now; True when its bytes
+    changed. `updated`: when the finishing run ended (ISO 8601)."""
+    data = home_page(store_figures(store, updated))
+    if store.get(HOME_PAGE) == data:
+        return False
+    store.put(HOME_PAGE, data, content_type=PAGE_CONTENT_TYPE)
+    return True
