@@ -1429,7 +1429,7 @@ def rebuild(
     from pith_pipeline.pages.site import publish_home_page
 
     pub._fence()
-    publish_home_page(store, iso_seconds(clock()))
+    publish_home_page(store, iso_seconds(clock()), changed=len(pub.summary.written) > 0)
 
 
 def _pointer_entries(events: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:

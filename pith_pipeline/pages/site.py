@@ -12,6 +12,7 @@ run, with the store's figures.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -132,11 +133,24 @@ def store_figures(store: Store, updated: str) -> StoreFigures:
     return StoreFigures(records=records, papers=papers, updated=updated, log_prefix=store_log_prefix(store))
 
 
-def publish_home_page(store: Store, updated: str) -> bool:
+#: the time a home page says its store last changed (as `home_page` writes it)
+_UPDATED = re.compile(rb'Last updated <time datetime="(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)">')
+
+
+def publish_home_page(store: Store, updated: str, *, changed: bool = True) -> bool:
     """Write the home page with the store's figures as of now; True when its bytes
-    changed. `updated`: when the finishing run ended (ISO 8601)."""
+    changed. `updated`: when the finishing run ended (ISO 8601 seconds).
+
+    `changed`: whether the finishing run wrote anything. A run that wrote nothing
+    keeps the time the stored page gives (the store did not change then), so running
+    the same input again rewrites nothing; the figures are recounted all the same."""
+    old = store.get(HOME_PAGE)
+    if not changed and old is not None:
+        said = _UPDATED.search(old)
+        if said is not None:
+            updated = said.group(1).decode()
     data = home_page(store_figures(store, updated))
-    if store.get(HOME_PAGE) == data:
+    if old == data:
         return False
     store.put(HOME_PAGE, data, content_type=PAGE_CONTENT_TYPE)
     return True

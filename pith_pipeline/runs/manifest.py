@@ -201,7 +201,8 @@ def write_manifest(
         )
     from pith_pipeline.pages.site import publish_home_page
 
-    publish_home_page(store, doc["finished_at"])  # the home page's figures, as this run leaves them
+    # the store's home page: its figures as this run leaves them, and when it changed
+    publish_home_page(store, doc["finished_at"], changed=len(summary.written) > 0)
     with tempfile.TemporaryDirectory(prefix="pith-manifest-") as tmp:
         path = Path(tmp) / "manifest.json"
         with path.open("wb") as fh:

@@ -118,3 +118,23 @@ def test_verify_names_a_page_without_its_bundle_and_a_changed_asset(here: Path) 
     assert code == 1, out
     assert f"pith/{body}/index.html: present without pith/{body}/bundle.json" in out
     assert "assets/pith-lookup.js: differs from this version's" in out
+
+
+def test_the_home_page_changes_with_the_store_only(here: Path) -> None:
+    """A run that changes nothing leaves the home page as it is; one that adds a paper
+    counts it and says when."""
+    from test_record_page import record
+
+    home = here / STORE / HOME_PAGE
+    before = home.read_bytes()
+    code, out = cli("ingest", "--sample", "--workers", "1", "--key", KEY)
+    assert code == 0, out
+    assert home.read_bytes() == before
+    (here / "new.jsonl").write_text(json.dumps(record("2101.00042")) + "\n", encoding="utf-8")
+    code, out = cli("build", "--input", "new.jsonl", "--store", STORE, "--key", KEY)
+    assert code == 0, out
+    after = home.read_text(encoding="utf-8")
+    papers = len(list((here / STORE).glob("arxiv/**/*.json")))
+    assert f'data-pith-records="{SAMPLE_PAPERS + 1}">' in after
+    assert f'data-pith-papers="{papers}">' in after
+    assert after != before.decode("utf-8")
