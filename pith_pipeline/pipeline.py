@@ -271,6 +271,7 @@ class Publisher:
         self._pending = PendingMark(store)
         #: the log prefix the run's record pages name (`pages.site.run_log_prefix`), once
         self._page_log: tuple[str | None] | None = None
+        self._page_lock = threading.Lock()
 
     @property
     def summary(self) -> RunSummary:
@@ -455,7 +456,9 @@ class Publisher:
         if self._page_log is None:
             from pith_pipeline.pages.site import run_log_prefix
 
-            self._page_log = (run_log_prefix(self.store),)
+            with self._page_lock:  # papers in flight ask at once: the store is asked once
+                if self._page_log is None:
+                    self._page_log = (run_log_prefix(self.store),)
         return self._page_log[0]
 
     def _page(self, bundle: dict[str, Any]) -> bytes:

@@ -19,8 +19,6 @@ bucket's root, a sub-path, `python -m http.server` in the store directory.
 
 from __future__ import annotations
 
-import html
-import posixpath
 import re
 import urllib.parse
 from collections.abc import Iterable, Iterator
@@ -44,17 +42,27 @@ VERIFY_SCRIPT = "pith-verify.js"
 LOOKUP_SCRIPT = "pith-lookup.js"
 
 _BODY = re.compile(r"[A-Z2-7]{26}")
-#: C0 and C1 controls (but tab and newline), DEL, and lone surrogates: not text
-_NOT_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+#: what `_text` replaces: markup characters by their references, as `html.escape`
+#: does; C0 and C1 controls (but tab and newline), DEL and lone surrogates, which are
+#: not text, by U+FFFD
+_ESCAPES: dict[int, str] = {
+    **{
+        c: "\ufffd"
+        for c in [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0), *range(0xD800, 0xE000)]
+    },
+    **{ord(k): v for k, v in {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"}.items()},
+}
+_NEEDS_ESCAPE = re.compile("[&<>\"'\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 #: an arXiv id as arXiv spells it (new style, or archive[.subject]/number)
 _ARXIV_ID = re.compile(r"(?:\d{4}\.\d{4,5}|[a-z]+(?:-[a-z]+)*(?:\.[A-Za-z]{2})?/\d{7})")
 _MAX_VERSIONS = 100
 
 
 def _text(value: Any) -> str:
-    """`value` as text safe in element content and in a double-quoted attribute."""
+    """`value` as text safe in element content and in a double-quoted attribute
+    (`html.escape(quote=True)`, and controls and lone surrogates replaced), in one pass."""
     s = value if isinstance(value, str) else "" if value is None else str(value)
-    return html.escape(_NOT_TEXT.sub("\ufffd", s), quote=True)
+    return s.translate(_ESCAPES) if _NEEDS_ESCAPE.search(s) else s
 
 
 def _bdi(value: Any) -> str:
@@ -63,9 +71,16 @@ def _bdi(value: Any) -> str:
 
 
 def _rel(from_key: str, to_key: str) -> str:
-    """The relative URL of `to_key` seen from the page at `from_key` (both store keys)."""
-    rel = posixpath.relpath(to_key, posixpath.dirname(from_key) or ".")
-    return rel + "/" if to_key.endswith("/") and not rel.endswith("/") else rel
+    """The relative URL of `to_key` (a key, or a prefix ending in `/`) seen from the
+    page at `from_key`. Keys are plain relative paths (no `.` or `..` segments), so
+    this is string work only (`posixpath.relpath` asks the OS for the working
+    directory, twice a call)."""
+    base = from_key.split("/")[:-1]
+    parts = to_key.split("/")
+    i = 0
+    while i < len(base) and i < len(parts) - 1 and base[i] == parts[i]:
+        i += 1
+    return "../" * (len(base) - i) + "/".join(parts[i:]) or "./"
 
 
 def _dict(value: Any) -> dict[str, Any]:
