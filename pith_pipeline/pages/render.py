@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pith_pipeline.core.arxiv_record import is_arxiv_id
 from pith_pipeline.core.layout import (
     HOME_PAGE,
     PUBLIC_KEY_FILE,
@@ -53,8 +54,6 @@ _ESCAPES: dict[int, str] = {
     **{ord(k): v for k, v in {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"}.items()},
 }
 _NEEDS_ESCAPE = re.compile("[&<>\"'\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-#: an arXiv id as arXiv spells it (new style, or archive[.subject]/number)
-_ARXIV_ID = re.compile(r"(?:\d{4}\.\d{4,5}|[a-z]+(?:-[a-z]+)*(?:\.[A-Za-z]{2})?/\d{7})")
 _MAX_VERSIONS = 100
 
 
@@ -144,7 +143,7 @@ def _arxiv_versions(bundle: dict[str, Any], here: str) -> str:
     correction names, with the Pith number of the record it names."""
     source = _dict(bundle.get("source"))
     arxiv_id, version = _str(source.get("id")), source.get("version")
-    if source.get("kind") != "arxiv" or not _ARXIV_ID.fullmatch(arxiv_id) or type(version) is not int:
+    if source.get("kind") != "arxiv" or not is_arxiv_id(arxiv_id) or type(version) is not int:
         return _text(arxiv_id) or "none"
     newer: dict[int, str] = {}
     for corr in _corrections(bundle):
@@ -306,7 +305,7 @@ def record_page(bundle: dict[str, Any], *, log_prefix: str | None) -> bytes:
     ]
     if log_prefix is not None:
         files.append((log_prefix + "checkpoint", "the transparency log's signed checkpoint"))
-    if source.get("kind") == "arxiv" and _ARXIV_ID.fullmatch(_str(source.get("id"))):
+    if source.get("kind") == "arxiv" and is_arxiv_id(_str(source.get("id"))):
         files.append((pointer_key(_str(source.get("id"))), "every record of this arXiv paper"))
     out = [
         "<!DOCTYPE html>",

@@ -64,6 +64,11 @@ def test_pages_on_s3_are_html_and_a_second_run_writes_none(built: tuple[str, str
         s3.head_object(Bucket=s3_bucket, Key="store/assets/pith-lookup.js")["ContentType"]
         == "text/javascript; charset=utf-8"
     )
+    # the home page's figures, counted in one listing stream per first character
+    home_page = s3.get_object(Bucket=s3_bucket, Key="store/index.html")["Body"].read().decode()
+    pointers = [k for k in _versions(s3_bucket, "store/arxiv/") if k.endswith(".json")]
+    assert 'data-pith-records="30">' in home_page
+    assert f'data-pith-papers="{len(pointers)}">' in home_page
     assets = _versions(s3_bucket, "store/assets/")
     home = _versions(s3_bucket, "store/index.html")
     code, out = cli("build", "--input", str(SAMPLE), "--store", url, "--key", key)
