@@ -42,7 +42,7 @@ from s3_bench import papers, proxy_counts, proxy_process, serve_proxy
 
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.items import Item
-from pith_pipeline.loader import S3_IO_CONCURRENCY
+from pith_pipeline.storage.concurrency import S3_IO_CONCURRENCY
 from pith_pipeline.testing.moto_server import moto_server
 
 MODES = ("none", "inside", "after")
@@ -71,8 +71,9 @@ def _following_step(store: Any, subjects: list[str], io: int) -> int:
 
 
 def run_mode(bucket: str, items: list[Item], io: int, proxy: str, mode: str) -> dict[str, Any]:
-    from pith_pipeline.loader import Loader, reserve_connections
+    from pith_pipeline.loader import Loader
     from pith_pipeline.pipeline import BuildConfig, Publisher
+    from pith_pipeline.storage.concurrency import reserve_connections
     from pith_pipeline.storage.lease import writer_lease
     from pith_pipeline.storage.s3 import S3Store
 

@@ -155,7 +155,7 @@ def _count(store: Store, prefix: str, first: str, counts: Callable[[str], bool])
     requests in flight (S3) in one stream per first character after `prefix` (every
     key `counts` accepts starts with one of `first`), so a store of millions is counted
     in seconds, not minutes."""
-    from pith_pipeline.loader import default_io_concurrency, reserve_connections
+    from pith_pipeline.storage.concurrency import default_io_concurrency, reserve_connections
 
     n = min(default_io_concurrency(store), len(first))
     if n <= 1:

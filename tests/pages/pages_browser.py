@@ -81,6 +81,10 @@ def _above_4(fd: int) -> int:
     return high
 
 
+class ProtocolError(AssertionError):
+    """Chromium refused a command (e.g. an evaluation while its page navigates away)."""
+
+
 class Browser:
     """One headless Chromium, spoken to over its DevTools pipe."""
 
@@ -133,7 +137,7 @@ class Browser:
             reply = json.loads(raw)
             if reply.get("id") == self._id:
                 if "error" in reply:
-                    raise AssertionError(f"{method}: {reply['error']}")
+                    raise ProtocolError(f"{method}: {reply['error']}")
                 return reply.get("result", {})
 
     def open(self, url: str) -> None:
@@ -155,7 +159,10 @@ class Browser:
         """Poll `expression` in the page until it is truthy; its value."""
         deadline = time.monotonic() + SETTLE_SECONDS
         while True:
-            value = self.evaluate(expression)
+            try:
+                value = self.evaluate(expression)
+            except ProtocolError:  # the page navigated meanwhile: ask the new one
+                value = None
             if value:
                 return value
             if time.monotonic() > deadline:
