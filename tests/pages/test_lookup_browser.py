@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from pages_browser import Browser, browser, serve
-from pages_store import STORE, bodies, sample_dir_fixture
+from pages_store import KEY, STORE, bodies, clean_env, cli, sample_dir_fixture
 from test_record_page import HOSTILE_ABSTRACT, HOSTILE_AUTHORS, HOSTILE_TITLE, publish, record
 
 from pith_pipeline.storage.memory import MemoryStore
@@ -44,6 +44,15 @@ def _pointer(store: Path, arxiv_id: str) -> dict[str, object]:
 
 def _arrives_at(tab: Browser, page: str) -> None:
     tab.wait_for(f"location.pathname.endsWith({json.dumps(page)}) && document.readyState === 'complete'")
+
+
+def _verdict(tab: Browser) -> str:
+    """The page's verdict once its script gave one (`data-pith-verdict` on <html>)."""
+    verdict: str = tab.wait_for(
+        "document.readyState === 'complete' && document.documentElement.dataset.pithVerdict !== 'pending'"
+        " && document.documentElement.dataset.pithVerdict"
+    )
+    return verdict
 
 
 def _looks_up(tab: Browser, home: str, query: str) -> None:
@@ -131,3 +140,43 @@ def test_hostile_text_stays_text_in_the_browser(tmp_path: Path, tab: Browser) ->
         assert tab.evaluate("document.querySelectorAll('img, svg, style, iframe').length") == 0
         assert "<script>window.__pwned=1</script>" in tab.evaluate("document.querySelector('h1').textContent")
         assert "<script>" in tab.evaluate("document.title")
+
+
+def test_every_sample_page_verifies_in_the_browser(site: tuple[str, Path], tab: Browser) -> None:
+    """What `ingest --sample` leaves, served as it is: each record's page shows its
+    paper and its script (assets/pith-verify.js) verifies the bundle."""
+    home, store = site
+    for body in bodies(store):
+        bundle = json.loads((store / "pith" / body / "bundle.json").read_bytes())
+        tab.open(f"{home}pith/{body}/")
+        verdict = _verdict(tab)
+        assert verdict == "verified", (
+            body,
+            verdict,
+            tab.evaluate("document.getElementById('pith-verdict').textContent"),
+        )
+        assert bundle["pith_number"] in tab.evaluate("document.body.textContent")
+
+
+def test_pages_of_a_logged_store_verify_their_events_in_the_log(
+    sample_dir: Path, tmp_path: Path, tab: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run given a log key writes pages naming the log; in the browser each page
+    proves its events are in the log under its signed checkpoint."""
+    work = tmp_path / "work"
+    shutil.copytree(sample_dir, work)
+    clean_env(monkeypatch)
+    monkeypatch.chdir(work)
+    assert cli("keys", "generate", "--out", "logkey")[0] == 0
+    code, out = cli(
+        "ingest", "--sample", "--workers", "1", "--key", KEY, "--log-signer", "logkey/pith-private-key.json"
+    )
+    assert code == 0, out
+    store = work / STORE
+    with serve(store) as url:
+        for body in bodies(store)[:3]:
+            tab.open(f"{url}/pith/{body}/")
+            verdict = _verdict(tab)
+            assert verdict == "verified", (body, verdict)
+            assert tab.evaluate("document.documentElement.dataset.pithLog") == "../../log/"
+            assert tab.evaluate("document.documentElement.dataset.pithLogReads")  # the log was read
