@@ -3,7 +3,7 @@
 Pure: a bundle (a parsed `pith/<ID>/bundle.json`) in, bytes out; no store, no
 clock, no environment. Why: a page is a derived object like the `.well-known`
 copy, and `verify STORE` checks it by rendering the bundle again and comparing
-bytes (`expected_page`), so the same bundle must always give the same bytes, and
+bytes (`pages.site.page_problem`), so the same bundle must always give the same bytes, and
 the page can say nothing the bundle does not.
 
 Safety: every value taken from a bundle is text, escaped for where it goes
@@ -134,7 +134,7 @@ def _version_of(arxiv_version: Any, arxiv_id: str) -> int | None:
     if not s.startswith(arxiv_id + "v"):
         return None
     n = s[len(arxiv_id) + 1 :]
-    return int(n) if n.isdigit() and 0 < len(n) <= 4 else None
+    return int(n) if n.isascii() and n.isdigit() and 0 < len(n) <= 4 else None
 
 
 def _arxiv_versions(bundle: dict[str, Any], here: str) -> str:
