@@ -258,6 +258,22 @@ def test_pages_of_a_store_that_started_a_log_are_named_until_rebuilt(here: Path)
     assert code == 0, out
 
 
-@pytest.mark.parametrize("shape", [{}, {"pith_number": 7}, {"events": "x", "state": []}])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {},
+        {"pith_number": 7},
+        {"events": "x", "state": []},
+        {  # a correction naming a version in digits int() refuses
+            "source": {"kind": "arxiv", "id": "2101.00001", "version": 1},
+            "events": [
+                {
+                    "event_type": "correction",
+                    "payload": {"kind": "superseded", "arxiv_version": "2101.00001v\u00b2", "pith_number": 5},
+                }
+            ],
+        },
+    ],
+)
 def test_a_bundle_of_another_shape_renders_without_error(shape: dict[str, Any]) -> None:
     assert record_page(shape, log_prefix=None).startswith(b"<!DOCTYPE html>")
