@@ -8,6 +8,7 @@ events first, then bundle and state, then the arXiv pointer.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 import re
@@ -223,6 +224,7 @@ class Publisher:
         today: Callable[[], date] | None = None,
         io_concurrency: int | None = None,
         on_bundle: Callable[[str, dict[str, Any], str, Any], None] | None = None,
+        page_log: tuple[str | None] | None = None,
     ) -> None:
         """`today`: the real date, for refusing records dated after tomorrow; not the
         build clock, which SOURCE_DATE_EPOCH pins to what is written, not to when the
@@ -231,7 +233,9 @@ class Publisher:
         `on_bundle(key, bundle, sha256, rows)`: called after each bundle is written
         (`index.RowSink.add_bundle`: its index rows, so the index update need not read
         it back); `rows` are the bundle's index rows where they were made (checked)
-        before publishing, else None."""
+        before publishing, else None. `page_log`: what the run's pages name as the
+        store's log, as another publisher of the run decided it (`page_log_prefix`: a
+        worker process is handed its parent's); None: decided here."""
         from pith_pipeline.storage.concurrency import check_io_concurrency, default_io_concurrency
 
         self.on_bundle = on_bundle
@@ -269,9 +273,12 @@ class Publisher:
         self._checked_rows: dict[int, tuple[dict[str, Any], Any]] = {}
         self._last_written: tuple[bytes | None, str] = (None, "")
         self._pending = PendingMark(store)
-        #: the log prefix the run's record pages name (`pages.site.run_log_prefix`), once
-        self._page_log: tuple[str | None] | None = None
+        #: the log prefix the run's record pages name (`pages.site.run_log_prefix`), once;
+        #: decided in the context this publisher was made in, where the command's flags
+        #: (`config.given`: `--log-signer`) are seen, not in a loader thread's
+        self._page_log = page_log
         self._page_lock = threading.Lock()
+        self._page_context = contextvars.copy_context()
 
     @property
     def summary(self) -> RunSummary:
@@ -451,15 +458,20 @@ class Publisher:
         self._record_write(key, data)
 
     # -- record pages (`pith_pipeline.pages`) ---------------------------------
-    def _page_log_prefix(self) -> str | None:
-        """The log prefix this run's pages name: asked of the store once per run."""
+    def page_log_prefix(self) -> tuple[str | None]:
+        """The log prefix this run's pages name, in a one-tuple (`None` inside: the
+        store keeps no log): asked of the store once per run, with the settings of
+        the command that made this publisher."""
         if self._page_log is None:
             from pith_pipeline.pages.site import run_log_prefix
 
             with self._page_lock:  # papers in flight ask at once: the store is asked once
                 if self._page_log is None:
-                    self._page_log = (run_log_prefix(self.store),)
-        return self._page_log[0]
+                    self._page_log = (self._page_context.run(run_log_prefix, self.store),)
+        return self._page_log
+
+    def _page_log_prefix(self) -> str | None:
+        return self.page_log_prefix()[0]
 
     def _page(self, bundle: dict[str, Any]) -> bytes:
         """The record page of `bundle`, as `verify STORE` expects it after this run."""

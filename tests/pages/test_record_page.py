@@ -277,3 +277,32 @@ def test_pages_of_a_store_that_started_a_log_are_named_until_rebuilt(here: Path)
 )
 def test_a_bundle_of_another_shape_renders_without_error(shape: dict[str, Any]) -> None:
     assert record_page(shape, log_prefix=None).startswith(b"<!DOCTYPE html>")
+
+
+@pytest.mark.parametrize(
+    "tuning",
+    [
+        ("--workers", "2", "--worker-chunk", "4"),  # worker processes (spawned: no flags of their own)
+        ("--workers", "1", "--io-concurrency", "4"),  # papers in flight on threads (no flags either)
+    ],
+)
+def test_pages_name_the_log_given_by_flag_whatever_publishes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tuning: tuple[str, ...]
+) -> None:
+    """`--log-signer` is a flag of the command's thread: the worker processes and the
+    loader's threads that write pages must render them as the command decided."""
+    from pages_store import clean_env
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    for d in ("keys", "logkey"):
+        assert cli("keys", "generate", "--out", d)[0] == 0
+    sample = Path(__file__).resolve().parent.parent / "data" / "arxiv-sample.jsonl"
+    code, out = cli(
+        "build", "--input", str(sample), "--store", "st", "--key", "keys/pith-private-key.json",
+        "--log-signer", "logkey/pith-private-key.json", *tuning,
+    )  # fmt: skip
+    assert code == 0, out
+    assert (tmp_path / "st" / "log" / "checkpoint").is_file()
+    code, out = cli("verify", "st", "--quiet")
+    assert code == 0, out
