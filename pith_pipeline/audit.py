@@ -1,4 +1,4 @@
-"""Audit a store: every event object, bundle, state, well-known copy and pointer.
+"""Audit a store: every event object, bundle, state, well-known copy, page and pointer.
 
 The event store (`events/<ID>/<content_sha256>.json`) is the source of truth:
 bundles, states and arXiv pointers are derived from it. A tampered or deleted event
@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from pith_pipeline.core.canonical_json import dumps_compact, loads
 from pith_pipeline.core.keys import PublicKey
-from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths, event_prefix, pointer_key
+from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths, event_prefix, page_key, pointer_key
 from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.verify import (
     EVENT_OBJECT,
@@ -279,8 +279,11 @@ class _Auditor:
         pinned: str | None,
         trusted: list[PublicKey] | None,
         concurrency: int = 1,
+        log_prefix: str | None = None,
     ) -> None:
         self.store = store
+        #: what the store's record pages name as its log (`pages.site.store_log_prefix`)
+        self.log_prefix = log_prefix
         self.keyring = keyring
         self.pinned = pinned
         self.trusted = trusted
@@ -327,7 +330,7 @@ class _Auditor:
         if raw is None:
             if evs.keys:
                 yield Finding(bkey, f"missing, but events/{body}/ holds {len(evs.keys)} event objects")
-            for other in (skey, wkey):
+            for other in (skey, wkey, page_key(body)):
                 if self.store.exists(other):
                     yield Finding(other, f"present without {bkey}")
             return
@@ -351,7 +354,22 @@ class _Auditor:
             yield Finding(bkey, f"is the bundle of {str(subject)[:80]!r}, not of {body}")
         yield from self._events_listed(body, bkey, bundle, evs)
         yield from self._copies(bkey, raw, skey, wkey, bundle)
+        yield from self._page(body, bundle)
         self._note_source(bundle)
+
+    def _page(self, body: str, bundle: dict[str, Any]) -> Iterator[Finding]:
+        """The record's page is what its bundle renders to (`pages.site.page_problem`,
+        the rule the publisher and `rebuild` write it by)."""
+        from pith_pipeline.pages.site import page_problem
+
+        key = page_key(body)
+        raw, bad = self.read(key, MAX_BUNDLE_BYTES)
+        if bad:
+            yield bad
+            return
+        problem = page_problem(raw, bundle, self.log_prefix)
+        if problem is not None:
+            yield Finding(key, problem)
 
     def _events_listed(
         self, body: str, bkey: str, bundle: dict[str, Any], evs: SubjectEvents
@@ -545,7 +563,10 @@ def audit_store(
     n = concurrency if concurrency is not None else default_io_concurrency(store)
     if n > 1:
         reserve_connections(store, n)
-    auditor = _Auditor(store, keyring, pinned=pinned, trusted=trusted, concurrency=n)
+    auditor = _Auditor(
+        store, keyring, pinned=pinned, trusted=trusted, concurrency=n, log_prefix=_log_prefix(store, bodies)
+    )
+    yield from _assets(store, bodies)
     order = sorted(bodies)
     for findings, reports in _in_order(lambda b: auditor.audit_body(b, bodies[b]), order, n):
         for report in reports:
@@ -586,11 +607,40 @@ def audit_subjects(
     n = concurrency if concurrency is not None else default_io_concurrency(store)
     if n > 1:
         reserve_connections(store, n)
-    auditor = _Auditor(store, keyring, pinned=None, trusted=trusted, concurrency=n)
+    auditor = _Auditor(
+        store, keyring, pinned=None, trusted=trusted, concurrency=n, log_prefix=_log_prefix(store, order)
+    )
+    yield from _assets(store, order)
     audited = _in_order(lambda b: auditor.audit_body(b, list(store.list(event_prefix(b)))), order, n)
     for findings, _reports in audited:
         yield from findings
     yield from auditor.pointers_of({*arxiv_ids, *auditor.by_arxiv})
+
+
+def _log_prefix(store: Store, bodies: Iterable[str]) -> str | None:
+    """The log the store's pages must name (asked only of a store with records)."""
+    from pith_pipeline.pages.site import store_log_prefix
+
+    return store_log_prefix(store) if any(True for _ in bodies) else None
+
+
+def _assets(store: Store, bodies: Iterable[str]) -> Iterator[Finding]:
+    """Each asset the pages load (`assets/<file>`) holds this version's bytes: a page
+    whose script is missing or changed checks nothing, or checks something else."""
+    if not any(True for _ in bodies):
+        return
+    from pith_pipeline.pages.site import asset_files
+
+    for key, data in asset_files():
+        try:
+            raw = get_capped(store, key, MAX_BUNDLE_BYTES)
+        except IntegrityError as exc:
+            yield Finding(key, exc.message)
+            continue
+        if raw is None:
+            yield Finding(key, "missing (the record pages load it); `rebuild` writes it")
+        elif raw != data:
+            yield Finding(key, "differs from this version's; `rebuild` writes it again")
 
 
 def _listed_bodies(raw: bytes | None) -> Iterator[str]:

@@ -239,8 +239,9 @@ def _listed(keys: Iterable[str], prefix: str) -> Iterator[str]:
 
 
 def _is_derived(key: str) -> bool:
-    """A finding `rebuild` can fix: a bundle, state, .well-known copy or arXiv pointer."""
-    return key.startswith(("pith/", ".well-known/pith/", "arxiv/"))
+    """A finding `rebuild` can fix: a bundle, state, .well-known copy, page, page asset
+    or arXiv pointer."""
+    return key.startswith(("pith/", ".well-known/pith/", "arxiv/", "assets/"))
 
 
 def verify_changes(

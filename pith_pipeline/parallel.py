@@ -139,6 +139,9 @@ class WorkerSpec:
     io_concurrency: int = 1
     # where the workers put the index rows of the bundles they write (`index.RowSink`)
     rows_dir: str | None = None
+    # what the run's record pages name as the store's log, as the parent decided it
+    # with the command's flags, which a spawned worker does not see
+    page_log: tuple[str | None] | None = None
 
 
 @dataclass(slots=True)
@@ -279,6 +282,7 @@ def _init_worker(
             shards=spec.shards,
             io_concurrency=spec.io_concurrency,
             lease=None if lease_until is None else SharedLease(lease_until, store.url),
+            page_log=spec.page_log,
         )
         if spec.rows_dir is not None:
             from pith_pipeline.index.sink import RowSink
@@ -401,6 +405,7 @@ class ParallelPublisher:
             publisher.shards,
             publisher.io_concurrency,
             None if rows is None else str(rows.directory),
+            publisher.page_log_prefix(),
         )
         if rows is not None:
             publisher.on_bundle = rows.add_bundle

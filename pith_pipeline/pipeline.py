@@ -8,6 +8,7 @@ events first, then bundle and state, then the arXiv pointer.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 import re
@@ -44,11 +45,12 @@ from pith_pipeline.core.layout import (
     certificate_key,
     event_key,
     event_prefix,
+    page_key,
     pointer_key,
     quarantine_key,
 )
 from pith_pipeline.core.pith_record import PithNumber
-from pith_pipeline.core.timeutil import Clock, iso_micros
+from pith_pipeline.core.timeutil import Clock, iso_micros, iso_seconds
 from pith_pipeline.core.verify import KeyRing
 from pith_pipeline.errors import (
     CanonicalJSONError,
@@ -222,6 +224,7 @@ class Publisher:
         today: Callable[[], date] | None = None,
         io_concurrency: int | None = None,
         on_bundle: Callable[[str, dict[str, Any], str, Any], None] | None = None,
+        page_log: tuple[str | None] | None = None,
     ) -> None:
         """`today`: the real date, for refusing records dated after tomorrow; not the
         build clock, which SOURCE_DATE_EPOCH pins to what is written, not to when the
@@ -230,7 +233,9 @@ class Publisher:
         `on_bundle(key, bundle, sha256, rows)`: called after each bundle is written
         (`index.RowSink.add_bundle`: its index rows, so the index update need not read
         it back); `rows` are the bundle's index rows where they were made (checked)
-        before publishing, else None."""
+        before publishing, else None. `page_log`: what the run's pages name as the
+        store's log, as another publisher of the run decided it (`page_log_prefix`: a
+        worker process is handed its parent's); None: decided here."""
         from pith_pipeline.storage.concurrency import check_io_concurrency, default_io_concurrency
 
         self.on_bundle = on_bundle
@@ -268,6 +273,12 @@ class Publisher:
         self._checked_rows: dict[int, tuple[dict[str, Any], Any]] = {}
         self._last_written: tuple[bytes | None, str] = (None, "")
         self._pending = PendingMark(store)
+        #: the log prefix the run's record pages name (`pages.site.run_log_prefix`), once;
+        #: decided in the context this publisher was made in, where the command's flags
+        #: (`config.given`: `--log-signer`) are seen, not in a loader thread's
+        self._page_log = page_log
+        self._page_lock = threading.Lock()
+        self._page_context = contextvars.copy_context()
 
     @property
     def summary(self) -> RunSummary:
@@ -322,6 +333,20 @@ class Publisher:
         return {**current, "keys": [k.to_json() for k in self.keys.values()]}
 
     def publish_key_document(self) -> None:
+        """Publish the key document and the pages' assets: the store-wide objects a run
+        writes before its papers (`_publish_key_document`, `publish_assets`)."""
+        self._publish_key_document()
+        self.publish_assets()
+
+    def publish_assets(self) -> None:
+        """The pages' stylesheet and scripts (`assets/<file>`), where their bytes differ
+        from the package's (`pages.site.publish_assets`)."""
+        from pith_pipeline.pages.site import publish_assets
+
+        self._fence()
+        publish_assets(self.store, self._record_write)
+
+    def _publish_key_document(self) -> None:
         """Publish the key document, merged with what another writer published meanwhile.
 
         Writers of disjoint shards share this one object, so it is a compare-and-swap
@@ -419,15 +444,55 @@ class Publisher:
         return known if known is not None and known.record is rec else Identity.of(rec)
 
     # -- writes ----------------------------------------------------------
-    def _put(self, key: str, data: bytes, *, changed: bool = False) -> None:
+    def _put(self, key: str, data: bytes, *, changed: bool = False, content_type: str | None = None) -> None:
         """Replace a derived object only when its bytes change. `changed`: the caller
         knows they do (a new paper's bundle, a pointer that gains a record), so the
         stored bytes are not read first."""
         self._fence()
         if not changed and self.store.get(key) == data:
             return
-        self.store.put(key, data)
+        if content_type is None:
+            self.store.put(key, data)
+        else:
+            self.store.put(key, data, content_type=content_type)
         self._record_write(key, data)
+
+    # -- record pages (`pith_pipeline.pages`) ---------------------------------
+    def page_log_prefix(self) -> tuple[str | None]:
+        """The log prefix this run's pages name, in a one-tuple (`None` inside: the
+        store keeps no log): asked of the store once per run, with the settings of
+        the command that made this publisher."""
+        if self._page_log is None:
+            from pith_pipeline.pages.site import run_log_prefix
+
+            with self._page_lock:  # papers in flight ask at once: the store is asked once
+                if self._page_log is None:
+                    self._page_log = (self._page_context.run(run_log_prefix, self.store),)
+        return self._page_log
+
+    def _page_log_prefix(self) -> str | None:
+        return self.page_log_prefix()[0]
+
+    def _page(self, bundle: dict[str, Any]) -> bytes:
+        """The record page of `bundle`, as `verify STORE` expects it after this run."""
+        from pith_pipeline.pages.render import record_page
+
+        return record_page(bundle, log_prefix=self._page_log_prefix())
+
+    def _put_page(self, body: str, bundle: dict[str, Any], *, changed: bool = False) -> None:
+        from pith_pipeline.pages.site import PAGE_CONTENT_TYPE
+
+        self._put(page_key(body), self._page(bundle), changed=changed, content_type=PAGE_CONTENT_TYPE)
+
+    def ensure_page(self, body: str, bundle: dict[str, Any]) -> bool:
+        """Write the page of a published bundle when the stored page is missing or is
+        not what the bundle renders to (`pages.site.page_problem`); True when written."""
+        from pith_pipeline.pages.site import page_problem
+
+        if page_problem(self.store.get(page_key(body)), bundle, self._page_log_prefix()) is None:
+            return False
+        self._put_page(body, bundle, changed=True)
+        return True
 
     def _put_copy(self, key: str, data: bytes, *, of: str) -> None:
         """The `.well-known` copy of the bundle just written under `of`: one object
@@ -692,6 +757,7 @@ class Publisher:
             self._put(bkey, fresh.bundle_bytes, changed=True)
             self._put(skey, fresh.state_bytes, changed=True)
             self._put_copy(wkey, fresh.bundle_bytes, of=bkey)
+            self._put_page(ident.body, fresh.bundle, changed=True)
             self._bundle_written(bkey, fresh.bundle, fresh.bundle_bytes)
             built_events = fresh.events
         else:
@@ -943,8 +1009,8 @@ class Publisher:
         - no bundle (killed between events and bundle), or a bundle that does not list
           exactly the stored events (killed between a correction event and the rewrite
           of its bundle): build it from the checked events;
-        - a bundle whose `state.json` or `.well-known` copy is missing or holds other
-          bytes (killed between a bundle's rewrite and its copies): copy from the
+        - a bundle whose `state.json`, `.well-known` copy or page is missing or holds
+          other bytes (killed between a bundle's rewrite and its copies): copy from the
           bundle, so its published bytes stay as they are, unless the bundle does not
           verify, in which case it is rebuilt from the events.
         """
@@ -982,6 +1048,7 @@ class Publisher:
         # missing, or stale: killed between a bundle's rewrite and its copies
         missing = [k for k, want in ((skey, state_data), (wkey, data)) if self.store.get(k) != want]
         if not missing:
+            self.ensure_page(body, bundle)  # a page lost or stale on its own
             return
         from pith_pipeline.core.verify import verify_bundle
 
@@ -992,6 +1059,7 @@ class Publisher:
             self._put(skey, state_data, changed=True)
         if wkey in missing:
             self._put_copy(wkey, data, of=bkey)
+        self.ensure_page(body, bundle)
 
     def write_bundle(
         self,
@@ -1083,6 +1151,8 @@ class Publisher:
         self._refuse_dropping(body, events, published)
         bundle = self.signed_bundle(subject, events)
         if _published_as(self.store, self.signer, body, bundle, published):
+            assert published is not None
+            self.ensure_page(body, loads(published))  # the page of the bundle as published
             return False
         self._write_bundle_objects(body, bundle)
         return True
@@ -1131,6 +1201,7 @@ class Publisher:
         self._put(skey, dumps_compact(bundle["state"]))
         if self.store.get(wkey) != data:
             self._put_copy(wkey, data, of=bkey)
+        self._put_page(body, bundle)
         self._bundle_written(bkey, bundle, data)
 
     def _bundle_written(self, key: str, bundle: dict[str, Any], data: bytes) -> None:
@@ -1204,6 +1275,8 @@ def _published_prefixes(body: str) -> tuple[str, str]:
 
 #: a subject's id in store keys (`pith/<ID>/`); other names there are `verify`'s to report
 _BODY = re.compile(r"[A-Z2-7]{26}")
+#: a record's page (`layout.page_key`)
+_PAGE = re.compile(re.escape(page_key("@")).replace("@", "[A-Z2-7]{26}"))
 
 #: keys per listing page (S3's most)
 LIST_PAGE = 1000
@@ -1312,9 +1385,14 @@ def rebuild(
     failures: list[str] | None = None,
     unchanged: list[str] | None = None,
     pointers: list[str] | None = None,
+    pages: list[str] | None = None,
 ) -> Iterator[str]:
     """Re-derive every bundle, state and arXiv pointer from the event store; yields
     the subjects rebuilt (and adds the pointers rewritten to `pointers`).
+
+    Every record's page is written again where it is missing or is not what its
+    bundle renders to (added to `pages`), and so are the pages' assets and, at the
+    end, the store's home page.
 
     Idempotent: a subject whose published bundle already says what its events say
     (apart from `built_at` and the signature; signed by `signer`) is left alone and
@@ -1324,6 +1402,7 @@ def rebuild(
     non-zero.
     """
     pub = Publisher(store, signer, config, clock=clock, lease=lease)
+    pub.publish_assets()
     # a published paper without events is named too (`_refuse_orphan`), not skipped
     bodies = {k.split("/")[1] for k in store.list("events/")}
     for prefix in (BUNDLES, WELL_KNOWN):  # pith/<ID>/..., .well-known/pith/<ID>/...
@@ -1360,6 +1439,12 @@ def rebuild(
         if failures is None:
             raise problem
         failures.append(str(problem))
+    if pages is not None:
+        pages.extend(k for k in pub.summary.written if _PAGE.fullmatch(k))
+    from pith_pipeline.pages.site import publish_home_page
+
+    pub._fence()
+    publish_home_page(store, iso_seconds(clock()), changed=len(pub.summary.written) > 0)
 
 
 def _pointer_entries(events: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -266,8 +266,8 @@ class CountingStore(MemoryStore):
         return super().put_if_match(key, data, tag, **kw)
 
 
-#: a new paper's writes: two events, bundle, state, .well-known copy, arXiv pointer
-WRITES_PER_NEW_PAPER = 6
+#: a new paper's writes: two events, bundle, state, .well-known copy, page, arXiv pointer
+WRITES_PER_NEW_PAPER = 7
 
 
 @pytest.mark.parametrize("io", [1, 4])
@@ -287,8 +287,11 @@ def test_a_new_paper_costs_only_its_writes(sample_lines: list[str], io: int) -> 
     # one LIST page each of pointers, events, bundles and .well-known copies (a new
     # paper has none)
     assert len(per_paper) - WRITES_PER_NEW_PAPER * 30 <= 4
-    # + the key document's CAS and the log's pending marker (`tlog.pending`)
-    assert len(store.requests) <= WRITES_PER_NEW_PAPER * 30 + 9
+    # + the key document's CAS and the log's pending marker (`tlog.pending`), whether the
+    # store keeps a log (what its pages name: 3 reads), and each page asset (a read, a write)
+    from pith_pipeline.pages.site import asset_files
+
+    assert len(store.requests) <= WRITES_PER_NEW_PAPER * 30 + 9 + 3 + 2 * len(asset_files())
 
 
 def test_what_is_learned_changes_no_byte(sample_lines: list[str]) -> None:

@@ -247,7 +247,8 @@ def test_the_rebuild_command_the_error_names_fixes_every_derived_problem(
     store.delete(f".well-known/pith/{bodies[2]}/bundle.json")
     store.delete(sorted(store.list("arxiv/"))[-1])
     message = failure(store)
-    assert message.startswith("6 problems in ")  # the deleted bundle leaves its state and copy orphaned
+    # the deleted bundle leaves its state, copy and page orphaned
+    assert message.startswith("7 problems in ")
     command = re.search(r"`pith-pipeline (rebuild [^`]*)`", message)
     assert command is not None
     args = command.group(1).replace("<private key>", str(key)).split()

@@ -144,14 +144,15 @@ MAX_LISTED = 50
 def rebuild(
     store: str, key_path: str, lease_wait: float, base_url: str, registry_name: str, signer_id: str
 ) -> None:
-    """Re-derive every bundle, state and arXiv pointer from the event store, then every index.
+    """Re-derive bundles, states, pages and arXiv pointers from the event store, then every index.
 
     The event store (events/<ID>/<sha256>.json) is the source of truth; bundles,
-    states, .well-known copies, arXiv pointers and indexes are derived and can be
-    rebuilt from it at any time. A bundle that already says what its events say,
-    signed by this key, is left as it is (so running it twice changes nothing the
-    second time). Papers whose stored objects fail their checks are named and left
-    as they are; the command then exits 3.
+    states, .well-known copies, record pages, arXiv pointers and indexes are derived
+    and can be rebuilt from it at any time. A bundle that already says what its events
+    say, signed by this key, is left as it is (so running it twice changes nothing the
+    second time); its page is written only when missing or not what it renders to.
+    Papers whose stored objects fail their checks are named and left as they are;
+    the command then exits 3.
 
     \b
     Example:
@@ -167,6 +168,7 @@ def rebuild(
     failures: list[str] = []
     unchanged: list[str] = []
     pointers: list[str] = []
+    pages: list[str] = []
     with writer_lease(st, command="rebuild", index=True, wait=lease_wait, on_wait=lease_notice) as lease:
         with tqdm(desc="bundles", unit="rec", disable=None) as bar:
             for _subject in do_rebuild(
@@ -177,13 +179,15 @@ def rebuild(
                 failures=failures,
                 unchanged=unchanged,
                 pointers=pointers,
+                pages=pages,
             ):
                 n += 1
                 bar.update(1)
         click.echo(
             f"bundles from events: {n} rebuilt, {len(unchanged)} unchanged "
             "(already what their events say, signed by this key); "
-            f"arXiv pointers from events: {len(pointers)} rewritten"
+            f"arXiv pointers from events: {len(pointers)} rewritten; "
+            f"record pages: {len(pages)} written"
         )
         with tqdm(desc="index", unit="bundle", disable=None) as bar:
             update = do_reindex(st, progress=bar.update)

@@ -10,6 +10,9 @@ functions (the core imports no I/O), so the layout can be read on its own:
     events/<ID>/<content_sha256>.json           events (write-once; the source of truth)
     events/<ID>/<content_sha256>.sig-<key>.json an event re-signed with another key
     pith/<ID>/bundle.json, pith/<ID>/state.json a record's bundle and merged state
+    pith/<ID>/index.html                        the record's page (derived from its bundle)
+    index.html                                  the store's home page (counts, look-up box)
+    assets/<file>                               the pages' stylesheet and scripts
     .well-known/pith/<ID>/bundle.json           the bundle again, where mirrors look
     arxiv/<arXiv id>.json                       pointer from an arXiv id to its record
     quarantine/<run_id>.jsonl                   a run's rejected input, with reasons
@@ -30,6 +33,11 @@ POINTERS = "arxiv/"
 QUARANTINE = "quarantine/"
 RUNS = "runs/"
 INDEX = "index/"
+ASSETS = "assets/"
+#: The store's home page (at its root: `/` on a static host with an index document).
+HOME_PAGE = "index.html"
+#: The name of a record's page inside `pith/<ID>/`, so `/pith/<ID>/` serves it.
+PAGE_NAME = "index.html"
 
 
 def body_of(subject: str) -> str:
@@ -40,6 +48,16 @@ def body_of(subject: str) -> str:
 def bundle_paths(body: str) -> tuple[str, str, str]:
     """Storage keys (and URL paths) of a record's bundle, state and well-known bundle."""
     return (f"{BUNDLES}{body}/bundle.json", f"{BUNDLES}{body}/state.json", f"{WELL_KNOWN}{body}/bundle.json")
+
+
+def page_key(body: str) -> str:
+    """A record's page, beside its bundle: `/pith/<ID>/` serves it on a static host."""
+    return f"{BUNDLES}{body}/{PAGE_NAME}"
+
+
+def asset_key(name: str) -> str:
+    """A store-wide static file of the pages (stylesheet, scripts), by its file name."""
+    return f"{ASSETS}{name}"
 
 
 def bundle_key(subject: str) -> str:

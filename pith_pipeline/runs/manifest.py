@@ -199,6 +199,10 @@ def write_manifest(
             f"{store.url}/{key} already records a different run with this "
             "run id; run manifests are never overwritten"
         )
+    from pith_pipeline.pages.site import publish_home_page
+
+    # the store's home page: its figures as this run leaves them, and when it changed
+    publish_home_page(store, doc["finished_at"], changed=len(summary.written) > 0)
     with tempfile.TemporaryDirectory(prefix="pith-manifest-") as tmp:
         path = Path(tmp) / "manifest.json"
         with path.open("wb") as fh:
