@@ -395,7 +395,11 @@ def main() -> None:
             "bundle_sha256",
             pa.array(["f" * 64] * changed.num_rows),
         )
-        _timed_merge(store, "daily-like: new in one month + 10% changed", pa.concat_tables([t.cast(RECORDS.schema) for t in (daily, changed)]))
+        _timed_merge(
+            store,
+            "daily-like: new in one month + 10% changed",
+            pa.concat_tables([t.cast(RECORDS.schema) for t in (daily, changed)]),
+        )
     print("queries:")
     before = _queries(store, args.repeat)
     if args.z_order:

@@ -29,7 +29,12 @@ def _bench_command() -> list[str]:
 
 def _sized(argv: list[str], tmp: Path) -> list[str]:
     """The page's command with a small size and this test's directories."""
-    small = {"--rows": "3000", "--update": "200", "--dir": str(tmp / "store"), "--cache": str(tmp / "rows.parquet")}
+    small = {
+        "--rows": "3000",
+        "--update": "200",
+        "--dir": str(tmp / "store"),
+        "--cache": str(tmp / "rows.parquet"),
+    }
     out = [sys.executable, str(ROOT / argv[1])]
     args = iter(argv[2:])
     for arg in args:

@@ -202,9 +202,7 @@ def test_old_tables_with_rows_get_not_null_keys_without_a_rewrite(
         assert dt.to_pyarrow_table().num_rows > before[name]
         assert pl.read_delta(dt.table_uri).height == dt.to_pyarrow_table().num_rows
         # the NOT NULL came in a commit that removed and added no file
-        (tighten,) = [
-            h for h in dt.history() if h.get("operationParameters", {}).get("predicate") == "false"
-        ]
+        (tighten,) = [h for h in dt.history() if h.get("operationParameters", {}).get("predicate") == "false"]
         metrics = tighten["operationMetrics"]
         assert (metrics["num_added_files"], metrics["num_removed_files"]) == (0, 0), name
     # and the table itself now refuses a null key

@@ -375,3 +375,68 @@ def test_an_invalid_event_stays_invalid_and_a_valid_copy_commits_nothing(
     now = pa.table(open_table(loc, spec).to_pyarrow_table())
     ids = set(indexed.column("event_id").to_pylist())
     assert {r["valid"] for r in now.to_pylist() if r["event_id"] in ids} == {False}
+
+
+def _duckdb_delta() -> Any:
+    """A DuckDB connection with the `delta` extension loaded from its wheel (offline), as
+    docs/pages/analysts.md loads it."""
+    import duckdb
+    import duckdb_extension_delta
+
+    wheel = Path(duckdb_extension_delta.__file__).parent
+    con = duckdb.connect()
+    con.load_extension(str(wheel / f"extensions/v{duckdb.__version__}/delta.duckdb_extension"))
+    return con
+
+
+def test_every_engine_on_the_page_reads_every_table_after_a_supersession_run(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    """Polars, pandas (deltalake), pyarrow, daft, DuckDB's delta extension and `query`
+    (the engines docs/pages/analysts.md runs; Spark and Athena need a cluster) read the
+    same keys of every table, and count the same papers. On S3, deltalake and Polars
+    read every version (`test_every_version_a_run_commits_is_consistent...`)."""
+    import daft
+    import polars as pl
+    from deltalake import DeltaTable
+
+    from pith_pipeline.index import run_query
+
+    store = LocalStore(tmp_path / "s")
+    _two_runs(store, sample, run)
+    loc = location(store)
+    con = _duckdb_delta()
+    for name in TABLES:
+        uri, key = loc.uri(name), KEY[name]
+
+        def keys(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+            return sorted(tuple(r) for r in rows)
+
+        want = keys(
+            [tuple(r[c] for c in key) for r in DeltaTable(uri).to_pyarrow_table(columns=key).to_pylist()]
+        )
+        assert want and len(set(want)) == len(want), name
+        got = {
+            "polars": keys(pl.scan_delta(uri).select(key).collect().rows()),
+            "pandas": keys(DeltaTable(uri).to_pandas(columns=key).itertuples(index=False, name=None)),
+            "daft": keys(zip(*daft.read_deltalake(uri).select(*key).to_pydict().values(), strict=True)),
+            "duckdb delta": keys(con.sql(f"SELECT {', '.join(key)} FROM delta_scan('{uri}')").fetchall()),
+            "query": keys(run_query(store, f"SELECT {', '.join(key)} FROM {name}").rows),
+        }
+        for engine, rows in got.items():
+            assert rows == want, (name, engine)
+    papers = "superseded_by IS NULL"
+    n = pl.scan_delta(loc.uri("records")).filter(pl.col("superseded_by").is_null()).select(pl.len()).collect()
+    counts = {
+        "polars": n.item(),
+        "daft": daft.read_deltalake(loc.uri("records"))
+        .where(daft.col("superseded_by").is_null())
+        .count_rows(),
+        "duckdb delta": con.sql(
+            f"SELECT count(*) FROM delta_scan('{loc.uri('records')}') WHERE {papers}"
+        ).fetchone()[0],
+        "query papers view": run_query(store, "SELECT count(*) FROM papers").rows[0][0],
+    }
+    con.close()
+    assert len(set(counts.values())) == 1, counts
+    assert counts["polars"] == len({json.loads(ln)["id"] for ln in sample}), counts
