@@ -204,11 +204,10 @@ def pending_steps(spec: TableSpec) -> list[Step]:
 
     - columns `spec` has and the table lacks are added (nullable: old rows have none;
       `reindex` fills them);
+    - the key and `required` columns become NOT NULL (`tighten_not_null`), when no
+      row holds a null in them;
     - the table's name and description;
     - each column's comment.
-
-    Not migrated: NOT NULL (Delta cannot tighten a column of existing data); every
-    row is checked before it is written (`rows.check`), so no writer writes a null key.
     """
 
     def add_columns(dt: Any, props: Any) -> bool:
@@ -220,6 +219,9 @@ def pending_steps(spec: TableSpec) -> list[Step]:
             return False
         dt.alter.add_columns(list(Schema.from_arrow(pa.schema(missing)).fields), commit_properties=props)
         return True
+
+    def not_null(dt: Any, props: Any) -> bool:
+        return tighten_not_null(dt, spec, props)
 
     def name(dt: Any, props: Any) -> bool:
         if dt.metadata().name == spec.name:
@@ -243,13 +245,85 @@ def pending_steps(spec: TableSpec) -> list[Step]:
 
         return step
 
-    return [add_columns, name, description, *(column_comment(f.name, comment(f)) for f in spec.schema)]
+    return [
+        add_columns,
+        not_null,
+        name,
+        description,
+        *(column_comment(f.name, comment(f)) for f in spec.schema),
+    ]
+
+
+def _loose(dt: Any, spec: TableSpec) -> list[str]:
+    """Columns `spec` declares NOT NULL that the table's schema still lets be null."""
+    arrow = pa.schema(dt.schema().to_arrow())
+    names = set(arrow.names)
+    return [
+        f.name for f in spec.schema if not f.nullable and f.name in names and arrow.field(f.name).nullable
+    ]
+
+
+def null_rows(dt: Any, spec: TableSpec, columns: list[str]) -> int:
+    """How many values of `columns` the table version `dt` holds null (0: none).
+
+    From the files' statistics where every file has them (the partition column from
+    the partition values); a column some file has no null count for is read.
+    """
+    import pyarrow.compute as pc
+
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return 0
+    nulls = 0
+    for column in columns:
+        if column == spec.partition:
+            nulls += actions.column(f"partition.{column}").null_count
+            continue
+        stat = f"null_count.{column}"
+        counts = actions.column(stat) if stat in actions.column_names else None
+        if counts is not None and counts.null_count == 0:
+            nulls += int(pc.sum(counts).as_py() or 0)
+        else:  # a file without statistics for it: the column is read
+            nulls += pa.table(dt.to_pyarrow_table(columns=[column])).column(column).null_count
+    return nulls
+
+
+def tighten_not_null(dt: Any, spec: TableSpec, props: Any) -> bool:
+    """Make `spec`'s key and `required` columns NOT NULL in a table made before they
+    were: one metadata-only commit (an overwrite of no rows whose predicate matches no
+    file, with the table's own schema tightened), so no data file is rewritten, the
+    change feed shows nothing, and name, description, comments and properties stay.
+
+    Why not `alter.add_constraint`: a CHECK constraint refuses null keys too, but catalogs
+    and readers see the column as nullable; NOT NULL in the schema is what they show.
+    Delta does not check existing rows when a schema is tightened, so this does first
+    (`null_rows`): a table holding a null key (which no writer of ours wrote: every row
+    is checked, `rows.check`) is left as it is, and returns False.
+    """
+    from deltalake import write_deltalake
+
+    loose = _loose(dt, spec)
+    if not loose or null_rows(dt, spec, loose):
+        return False
+    current = pa.schema(dt.schema().to_arrow())
+    tight = pa.schema([f.with_nullable(f.nullable and f.name not in loose) for f in current])
+    write_deltalake(
+        dt,
+        tight.empty_table(),
+        mode="overwrite",
+        schema_mode="overwrite",
+        predicate="false",  # matches no file: nothing is removed
+        partition_by=list(dt.metadata().partition_columns),
+        commit_properties=props,
+    )
+    return True
 
 
 def dictionary_current(dt: Any, spec: TableSpec) -> bool:
-    """Whether the table already has `spec`'s columns, name, description and comments."""
+    """Whether the table already has `spec`'s columns, NOT NULLs, name, description and
+    comments."""
     meta = dt.metadata()
-    if meta.name != spec.name or meta.description != spec.description:
+    if meta.name != spec.name or meta.description != spec.description or _loose(dt, spec):
         return False
     arrow = dt.schema().to_arrow()
     names = set(arrow.names)

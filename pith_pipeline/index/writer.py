@@ -793,9 +793,15 @@ def tidy_partitions(
 
     Untidy: a partition the change MERGEd into (`views[name]`, or every touched one
     when `views` is None), or one holding more than `max_files` files. Why: a MERGE
-    writes its files with `string_view` columns, and DuckDB pushes no filter into a
-    scan whose schema has views, so until rewritten such files cost every query its
-    partition pruning (see `query`); appended files hold plain strings. `records`
+    writes its files with `string_view`/`binary_view` columns, which daft cannot read,
+    pyarrow cannot filter beside plain files, and DuckDB pushes no filter into (see
+    `query`); appends, compaction and z-order write plain types. A rewrite, not a writer
+    setting, because deltalake 1.6 has none: its MERGE runs in a DataFusion session
+    with `datafusion.execution.parquet.schema_force_view_types` forced on (delta-rs's
+    `DeltaSessionConfig`; the Python `merge` takes no session configuration), and since
+    https://github.com/delta-io/delta-rs/pull/4302 it writes the types it scanned. The
+    rewrite changes no row (no change-feed entry) and comes before the run notes its
+    versions, so every version a run manifest names holds plain files only. `records`
     partitions a MERGE wrote are z-ordered on `primary_cat` (a MERGE leaves its rows
     unsorted; z-order clusters a category into few row groups again); every other
     untidy partition is compacted: its files were appended sorted (slices of a large

@@ -166,6 +166,83 @@ def test_tables_made_before_the_dictionary_take_writes_and_get_it(
     assert run_query(store, "SELECT count(*) FROM records WHERE authors_unicode IS NULL").rows == [(0,)]
 
 
+def _old_tables_with_rows(store: Store, run: Runner, lines: list[str]) -> dict[str, int]:
+    """Tables as the writer before the dictionary made and filled them: every column
+    nullable, no comments, no unicode author columns, holding the rows of `lines`
+    (appended as that writer did). Returns rows per table."""
+    from pith_pipeline.index.writer import read_bundles
+
+    run(store, lines, finish=False)  # published, not indexed
+    _old_style_tables(store)
+    keys = [k for k in store.list("pith/") if k.endswith("/bundle.json")]
+    rows = [r for _, r in read_bundles(store, keys)]
+    loc = location(store)
+    counts = {}
+    for name, spec in TABLES.items():
+        old = pa.schema(_delta(store, name).schema().to_arrow())
+        table = pa.Table.from_pylist([row for r in rows for row in getattr(r, name)], schema=old)
+        write_deltalake(loc.uri(name), table, mode="append", partition_by=[spec.partition])
+        counts[name] = table.num_rows
+        assert all(f.nullable for f in old)
+    return counts
+
+
+def test_old_tables_with_rows_get_not_null_keys_without_a_rewrite(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    import polars as pl
+
+    store = open_store(str(tmp_path / "store"))
+    before = _old_tables_with_rows(store, run, sample[:5])
+    run(store, sample[5:8])  # the next run migrates the tables first
+    for name, spec in TABLES.items():
+        dt = _delta(store, name)
+        fields = {f.name: f for f in dt.schema().fields}
+        assert {n for n, f in fields.items() if not f.nullable} == {*spec.key, *spec.required}, name
+        # the old rows are all there, read by deltalake and Polars alike
+        assert dt.to_pyarrow_table().num_rows > before[name]
+        assert pl.read_delta(dt.table_uri).height == dt.to_pyarrow_table().num_rows
+        # the NOT NULL came in a commit that removed and added no file
+        (tighten,) = [h for h in dt.history() if h.get("operationParameters", {}).get("predicate") == "false"]
+        metrics = tighten["operationMetrics"]
+        assert (metrics["num_added_files"], metrics["num_removed_files"]) == (0, 0), name
+    # and the table itself now refuses a null key
+    spec = TABLES["records"]
+    loose = pa.schema([f.with_nullable(True) for f in spec.schema])
+    row = {"pith_number": None, "submitted_month": "2020-01", "arxiv_id": "x", "primary_cat": "cs.LG"}
+    with pytest.raises(Exception, match="validation"):
+        write_deltalake(
+            _delta(store, "records"),
+            pa.Table.from_pylist([{**row, "bundle_key": "k"}], schema=loose),
+            mode="append",
+            partition_by=[spec.partition],
+        )
+
+
+def test_an_old_table_holding_a_null_key_keeps_it_nullable_and_takes_runs(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    """Delta does not check existing rows when a schema is tightened: a table whose rows
+    hold a null key (no writer of ours wrote one) is left nullable, not made to lie."""
+    store = open_store(str(tmp_path / "store"))
+    _old_tables_with_rows(store, run, sample[:3])
+    spec = TABLES["aliases"]
+    old = pa.schema(_delta(store, "aliases").schema().to_arrow())
+    bad = {"alias_kind": "doi", "alias_value": None, "alias": "doi:", "pith_number": "pith:x"}
+    write_deltalake(
+        location(store).uri("aliases"),
+        pa.Table.from_pylist([bad], schema=old),
+        mode="append",
+        partition_by=[spec.partition],
+    )
+    run(store, sample[3:6])
+    fields = {f.name: f for f in _delta(store, "aliases").schema().fields}
+    assert fields["alias_value"].nullable
+    assert _delta(store, "aliases").metadata().description == spec.description  # the rest is done
+    records = {f.name: f for f in _delta(store, "records").schema().fields}
+    assert not records["pith_number"].nullable  # the other tables are tightened
+
+
 def test_the_docs_column_table_is_generated_from_the_schema() -> None:
     page = (ROOT / DOC_PAGE).read_text(encoding="utf-8")
     assert splice(page, as_markdown()) == page, "run: python -m pith_pipeline.index.dictionary --write"

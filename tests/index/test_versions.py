@@ -175,22 +175,24 @@ def _files_with_views(store: LocalStore) -> dict[str, list[str]]:
     return out
 
 
-def test_every_file_a_supersession_run_leaves_holds_plain_strings(
-    tmp_path: Path, sample: list[str], run: Runner
-) -> None:
+#: a string column of each table that readers filter on
+PROBES = {"records": "arxiv_id", "events": "subject", "aliases": "alias_value"}
+
+
+def _read_by_every_reader(store: LocalStore) -> None:
+    """Every table, read by the readers that failed on files with view types: daft
+    (`Unsupported Arrow DataType: Utf8View`), pyarrow filters and DuckDB over the
+    dataset (`no kernel matching input types (string, string_view)`), each whole and
+    filtered on a string column; all agree with deltalake's row counts."""
+    import daft
     import duckdb
     from deltalake import DeltaTable
 
-    store = LocalStore(tmp_path / "s")
-    _two_runs(store, sample, run)
-    assert _files_with_views(store) == {}
     loc = location(store)
-    # the readers that failed on a mix of string kinds: pyarrow filters and DuckDB over
-    # the dataset, each on a string column of every table
-    probes = {"records": "arxiv_id", "events": "subject", "aliases": "alias_value"}
-    for name, column in probes.items():
+    for name, column in PROBES.items():
         dt = DeltaTable(loc.uri(name))
-        value = pa.table(dt.to_pyarrow_table()).column(column)[0].as_py()
+        whole = pa.table(dt.to_pyarrow_table())
+        value = whole.column(column)[0].as_py()
         hit = dt.to_pyarrow_table(filters=[(column, "=", value)])
         assert hit.num_rows >= 1
         dataset = dt.to_pyarrow_dataset()  # noqa: F841 (read by DuckDB below)
@@ -198,6 +200,23 @@ def test_every_file_a_supersession_run_leaves_holds_plain_strings(
         n = con.execute(f"SELECT count(*) FROM dataset WHERE {column} = ?", [value]).fetchone()
         con.close()
         assert n == (hit.num_rows,), name
+        frame = daft.read_deltalake(loc.uri(name))
+        assert frame.count_rows() == whole.num_rows, name
+        assert frame.where(daft.col(column) == value).count_rows() == hit.num_rows, name
+
+
+def test_every_file_a_supersession_run_leaves_holds_plain_strings(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    store = LocalStore(tmp_path / "s")
+    _two_runs(store, sample, run)
+    assert _files_with_views(store) == {}
+    _read_by_every_reader(store)
+    # and so does every file `compact` writes, bin-packed or z-ordered
+    for z_order in (False, True):
+        compact(store, z_order=z_order, retention_hours=0)
+        assert _files_with_views(store) == {}
+        _read_by_every_reader(store)
 
 
 def test_compact_repairs_files_a_merge_left_as_string_views(
@@ -217,9 +236,16 @@ def test_compact_repairs_files_a_merge_left_as_string_views(
     per = Counter(f["partition"] for f in live_files(open_table(loc, spec), spec))
     assert per["arxiv"] == 1  # one file: plain compaction has nothing to bin-pack
     before = pa.table(open_table(loc, spec).to_pyarrow_table()).sort_by("alias")
+    import daft
+
+    with pytest.raises(Exception, match="Utf8View"):  # daft reads no view type
+        daft.read_deltalake(loc.uri("aliases")).collect()
+    with pytest.raises(Exception, match="string_view"):  # pyarrow cannot filter a mix
+        _read_by_every_reader(store)
     compact(store)
     assert _files_with_views(store) == {}
     assert pa.table(open_table(loc, spec).to_pyarrow_table()).sort_by("alias").equals(before)
+    _read_by_every_reader(store)
 
 
 # -- the change feed ---------------------------------------------------------------
@@ -349,3 +375,68 @@ def test_an_invalid_event_stays_invalid_and_a_valid_copy_commits_nothing(
     now = pa.table(open_table(loc, spec).to_pyarrow_table())
     ids = set(indexed.column("event_id").to_pylist())
     assert {r["valid"] for r in now.to_pylist() if r["event_id"] in ids} == {False}
+
+
+def _duckdb_delta() -> Any:
+    """A DuckDB connection with the `delta` extension loaded from its wheel (offline), as
+    docs/pages/analysts.md loads it."""
+    import duckdb
+    import duckdb_extension_delta
+
+    wheel = Path(duckdb_extension_delta.__file__).parent
+    con = duckdb.connect()
+    con.load_extension(str(wheel / f"extensions/v{duckdb.__version__}/delta.duckdb_extension"))
+    return con
+
+
+def test_every_engine_on_the_page_reads_every_table_after_a_supersession_run(
+    tmp_path: Path, sample: list[str], run: Runner
+) -> None:
+    """Polars, pandas (deltalake), pyarrow, daft, DuckDB's delta extension and `query`
+    (the engines docs/pages/analysts.md runs; Spark and Athena need a cluster) read the
+    same keys of every table, and count the same papers. On S3, deltalake and Polars
+    read every version (`test_every_version_a_run_commits_is_consistent...`)."""
+    import daft
+    import polars as pl
+    from deltalake import DeltaTable
+
+    from pith_pipeline.index import run_query
+
+    store = LocalStore(tmp_path / "s")
+    _two_runs(store, sample, run)
+    loc = location(store)
+    con = _duckdb_delta()
+    for name in TABLES:
+        uri, key = loc.uri(name), KEY[name]
+
+        def keys(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+            return sorted(tuple(r) for r in rows)
+
+        want = keys(
+            [tuple(r[c] for c in key) for r in DeltaTable(uri).to_pyarrow_table(columns=key).to_pylist()]
+        )
+        assert want and len(set(want)) == len(want), name
+        got = {
+            "polars": keys(pl.scan_delta(uri).select(key).collect().rows()),
+            "pandas": keys(DeltaTable(uri).to_pandas(columns=key).itertuples(index=False, name=None)),
+            "daft": keys(zip(*daft.read_deltalake(uri).select(*key).to_pydict().values(), strict=True)),
+            "duckdb delta": keys(con.sql(f"SELECT {', '.join(key)} FROM delta_scan('{uri}')").fetchall()),
+            "query": keys(run_query(store, f"SELECT {', '.join(key)} FROM {name}").rows),
+        }
+        for engine, rows in got.items():
+            assert rows == want, (name, engine)
+    papers = "superseded_by IS NULL"
+    n = pl.scan_delta(loc.uri("records")).filter(pl.col("superseded_by").is_null()).select(pl.len()).collect()
+    counts = {
+        "polars": n.item(),
+        "daft": daft.read_deltalake(loc.uri("records"))
+        .where(daft.col("superseded_by").is_null())
+        .count_rows(),
+        "duckdb delta": con.sql(
+            f"SELECT count(*) FROM delta_scan('{loc.uri('records')}') WHERE {papers}"
+        ).fetchone()[0],
+        "query papers view": run_query(store, "SELECT count(*) FROM papers").rows[0][0],
+    }
+    con.close()
+    assert len(set(counts.values())) == 1, counts
+    assert counts["polars"] == len({json.loads(ln)["id"] for ln in sample}), counts
