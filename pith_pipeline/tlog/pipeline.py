@@ -32,7 +32,8 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, NoReturn, Protocol
 
 from pith_pipeline._internal.disk_backed import SpillList
 from pith_pipeline.config import env_name, from_env
@@ -228,9 +229,10 @@ def _key_doc(store: Store) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def open_log_signer(spec: str, store: Store, origin: str | None = None) -> LogSigner:
+def open_log_signer(spec: str, store: Store, origin: str | None = None, *, key_url: str = "") -> LogSigner:
     """The log's signer from a signer spec; the origin from, in order: `origin`,
-    `PITH_LOG_ORIGIN`, the one the store's key document already names, its URL.
+    `PITH_LOG_ORIGIN`, the one the store's key document already names, its URL, and
+    `key_url` (where the key document will be served: a new store has none yet).
 
     A log key file inside a local store is refused here, the one place every command
     opens a log key: like the signing key, it would be served with the bundles."""
@@ -244,7 +246,7 @@ def open_log_signer(spec: str, store: Store, origin: str | None = None) -> LogSi
         origin
         or from_env("log_origin")
         or (str(listed["origin"]) if listed and listed.get("origin") else None)
-        or default_origin(str(doc.get("url", "")))
+        or default_origin(str(doc.get("url", "")) or key_url)
     )
     signer = open_signer(spec)
     guard.refuse_key_inside_store(signer, store)
@@ -982,29 +984,42 @@ def log_run(
     """
     log = log or log_from_env(store)
     if log is None:
-        has_checkpoint = store.exists(LOG_PREFIX + CHECKPOINT)
-        doc_log = None if has_checkpoint else _key_doc(store).get("log")
-        if not has_checkpoint and (doc_log or store.exists(LOG_WITNESS)):
-            problem = lost_log_problem(store, None, _recorded_unverified(store))
-            if problem is not None:
-                raise IntegrityError(problem)
-            raise LogNotConfiguredError(
-                f"{store.url} keeps a transparency log (its key document names "
-                f"{doc_log.get('vkey') if isinstance(doc_log, dict) else 'one'}) that has no "
-                f"checkpoint yet: give its key with --log-signer or {LOG_SIGNER_ENV}"
-            )
-        if store.exists(LOG_PREFIX + CHECKPOINT):
-            raise LogNotConfiguredError(
-                f"{store.url} keeps a transparency log: give its key with --log-signer or "
-                f"{LOG_SIGNER_ENV} (this run's events are published; the next run with the "
-                "key appends them)"
-            )
+        if has_had_log(store):
+            refuse_unlogged_run(store, published=True)
         settle(store, pending)
         return None
     run = sync_log(store, log, written, entries=entries, pending=pending, run_id=run_id)
     for p in run.problems[:20]:
         _logger.warning("not logged: %s", p)
     return run
+
+
+def refuse_unlogged_run(store: Store, *, looked_at: Path | None = None, published: bool = False) -> NoReturn:
+    """Raise, in one line, why a run without the log key cannot run on a store that
+    keeps (or kept) a log: the log was lost or rolled back (naming the recovery), or
+    the log key is not given. `looked_at`: where the run looked for the key by default
+    (`tlog.run_log.default_log_key`); `published`: the run already published its
+    events (the check at its end), else nothing was written (the check at its start).
+    """
+    if not store.exists(LOG_PREFIX + CHECKPOINT):
+        problem = lost_log_problem(store, None, _recorded_unverified(store))
+        if problem is not None:
+            raise IntegrityError(problem)
+    doc_log = _key_doc(store).get("log")
+    vkey = doc_log.get("vkey") if isinstance(doc_log, dict) else None
+    signed = f", signed by {vkey}" if vkey else ""
+    looked = (
+        f"; it is not at {looked_at}, where runs look for it beside the registry key" if looked_at else ""
+    )
+    then = (
+        "this run's events are published; the next run with the key appends them"
+        if published
+        else "nothing was published"
+    )
+    raise LogNotConfiguredError(
+        f"{store.url} keeps a transparency log{signed}: give its key with --log-signer or "
+        f"{LOG_SIGNER_ENV}{looked} ({then})"
+    )
 
 
 def _recorded_unverified(store: Store) -> Recorded | None:
@@ -1125,6 +1140,20 @@ def has_had_log(store: Store) -> bool:
     return bool(_key_doc(store).get("log"))
 
 
+def _unstarted_log(store: Store) -> str:
+    """The problem of a store whose key document names a log that has no checkpoint
+    and of which nothing recorded one: lost before any record, or never appended to."""
+    member = _key_doc(store).get("log")
+    vkey = member.get("vkey") if isinstance(member, dict) else "a log key"
+    where = f"{store.url.rstrip('/')}/{LOG_PREFIX}{CHECKPOINT}"
+    return (
+        f"{where} is missing, but {store.url.rstrip('/')}/{KEY_DOCUMENT} names this store's log "
+        f"({vkey}): the log is absent (a first run stopped before its append, or log/ was lost); "
+        f"if log/ ever held a checkpoint restore it from a backup, else the next run with that "
+        f"log key appends the store's events (or {_rebuild_command(store)})"
+    )
+
+
 def iter_entries(reader: TileReader, start: int = 0) -> Iterator[tuple[int, bytes]]:
     """(leaf index, entry) from `start` to the tree's end, each bundle checked against
     the tree's hashes first, so an entry that does not match the tree is named."""
@@ -1155,8 +1184,9 @@ def check_log_matches_event_store(
     without a log gives one problem saying so."""
     where = f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}"
     if not store.exists(LOG_PREFIX + CHECKPOINT):
-        lost = lost_log_problem(store, None, _recorded_unverified(store)) if has_had_log(store) else None
-        return [lost or f"{where}: no transparency log; {START_A_LOG}"]
+        if not has_had_log(store):
+            return [f"{where}: no transparency log; {START_A_LOG}"]
+        return [lost_log_problem(store, None, _recorded_unverified(store)) or _unstarted_log(store)]
     try:
         verifier = verifier or store_verifier(store)
         cp = _current(store, verifier)
