@@ -301,8 +301,10 @@ def store_verifier(store: Store) -> Verifier:
 
 #: What to do about a store that keeps no transparency log (one line, every command).
 START_A_LOG = (
-    "start one with `pith-pipeline log rebuild --store S --log-signer K` (then give "
-    "--log-signer to every publishing command; see docs/pages/transparency-log.md)"
+    "start one with `pith-pipeline log rebuild --store S --log-signer K` (K: the log's own "
+    "key; a file: key that is missing is made; runs find file:DIR/pith-log-private-key.json "
+    "beside the registry key DIR/pith-private-key.json without being told; see "
+    "docs/pages/transparency-log.md)"
 )
 
 
@@ -1008,9 +1010,12 @@ def refuse_unlogged_run(store: Store, *, looked_at: Path | None = None, publishe
     doc_log = _key_doc(store).get("log")
     vkey = doc_log.get("vkey") if isinstance(doc_log, dict) else None
     signed = f", signed by {vkey}" if vkey else ""
-    looked = (
-        f"; it is not at {looked_at}, where runs look for it beside the registry key" if looked_at else ""
-    )
+    looked = ""
+    if looked_at is not None:
+        looked = (
+            f"; it is not at {looked_at}, where runs look for it beside the registry key (after "
+            "the registry key moved, move the log key there too: a log keeps its key)"
+        )
     then = (
         "this run's events are published; the next run with the key appends them"
         if published

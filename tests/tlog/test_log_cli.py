@@ -198,7 +198,8 @@ def test_log_commands_on_a_store_without_a_log_say_so_in_one_line(
     tmp_path: Path, asset, command: tuple[str, ...]
 ) -> None:  # type: ignore[no-untyped-def]
     """A store that keeps no transparency log: one line saying so and how to start
-    one (it was `error: .../pith-signing-key.json: 'log'`, a raw KeyError)."""
+    one (it was `error: .../pith-signing-key.json: 'log'`, a raw KeyError). The store
+    is made with --no-log: a new store keeps a log by default."""
     assert run("keys", "generate", "--out", "keys", cwd=tmp_path).returncode == 0
     built = run(
         "build",
@@ -210,6 +211,7 @@ def test_log_commands_on_a_store_without_a_log_say_so_in_one_line(
         "keys/pith-private-key.json",
         "--workers",
         "1",
+        "--no-log",
         cwd=tmp_path,
     )
     assert built.returncode == 0, built.stderr
