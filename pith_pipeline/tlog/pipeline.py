@@ -393,6 +393,8 @@ def newest_recorded(store: Store, verifier: Verifier, *, manifests: bool) -> Rec
                 root = base64.b64decode(str(logged["root_hash_b64"]), validate=True)
             except (ValueError, TypeError, KeyError):
                 continue  # not a record of a checkpoint
+            if size == 0:
+                continue  # a run that appended to an empty log nothing: no checkpoint was signed
             if best is None or size > best.checkpoint.size:
                 best = Recorded(Checkpoint(str(logged.get("origin", "")), size, root), f"{store.url}/{key}")
     return best
@@ -1191,7 +1193,10 @@ def check_log_matches_event_store(
     if not store.exists(LOG_PREFIX + CHECKPOINT):
         if not has_had_log(store):
             return [f"{where}: no transparency log; {START_A_LOG}"]
-        return [lost_log_problem(store, None, _recorded_unverified(store)) or _unstarted_log(store)]
+        lost = lost_log_problem(store, None, _recorded_unverified(store))
+        if lost is None and next(iter(event_store_keys(store)), None) is None:
+            return []  # no event, no checkpoint: nothing the log could lack
+        return [lost or _unstarted_log(store)]
     try:
         verifier = verifier or store_verifier(store)
         cp = _current(store, verifier)

@@ -368,3 +368,21 @@ def test_build_keeps_a_log_by_default_on_s3(
     assert "log" in loads(store.get("pith-signing-key.json") or b"")
     assert check_log_matches_event_store(store) == []
     assert cli(capsys, "verify", s3_store_url).code == 0
+
+
+def test_a_first_run_that_publishes_nothing_leaves_a_store_that_verifies_and_runs_on(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty window on a new store: the key document names the log, the run
+    manifest records an empty tree, and no checkpoint is signed. That is no lost log:
+    `verify STORE` passes, and the next run publishes and starts the log."""
+    generate_key(here / "k")
+    (here / "empty.jsonl").write_text("", encoding="utf-8")
+    build = ["build", "--store", "s", "--signer", "k/pith-private-key.json"]
+    assert cli(capsys, *build, "--input", "empty.jsonl").code == 0
+    assert "log" in loads((here / "s" / "pith-signing-key.json").read_bytes())
+    assert check_log_matches_event_store(LocalStore(here / "s")) == []  # (verify: "no bundles")
+    r = cli(capsys, *build, "--input", str(SAMPLE))
+    assert r.code == 0, r.err
+    assert check_log_matches_event_store(LocalStore(here / "s")) == []
+    assert cli(capsys, "verify", "s").code == 0
