@@ -344,6 +344,13 @@ def test_backfill_steps_keep_a_log_by_default_on_a_local_store(
     store = LocalStore(here / "s")
     assert sum(1 for _ in event_store_keys(store)) > 0
     assert check_log_matches_event_store(store) == []
+    # --no-log makes a store without one; --log-signer and --no-log together are refused
+    signer = ["--signer", "file:keys/pith-private-key.json"]
+    r = cli(capsys, *args, "--snapshot", str(SAMPLE), "--store", "t", *signer, "--no-log")
+    assert r.code == 0 and not (here / "t" / "log").exists(), r.err
+    both = ["--no-log", "--log-signer", f"file:keys/{LOG_KEY_FILE}"]
+    r = cli(capsys, *args, "--snapshot", str(SAMPLE), "--store", "u", *signer, *both)
+    assert r.code == 2 and "contradict" in r.err and not (here / "u").exists(), r.err
 
 
 def test_build_keeps_a_log_by_default_on_s3(
