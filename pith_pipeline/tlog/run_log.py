@@ -114,7 +114,7 @@ def no_log_notice(store: Store, signer_spec: str | None) -> str:
     what = (
         ""
         if path is not None
-        else " (SPEC: the log's own key, an Ed25519 KMS key kms:ALIAS or file:PATH, made when missing)"
+        else " (SPEC: the log's own key: an Ed25519 KMS key kms:ALIAS, or file:PATH, made when missing)"
     )
     return (
         f"note: {store.url} keeps no transparency log, so nobody can audit its history; start one "
