@@ -533,14 +533,22 @@ def _append_ordered(
     def write_index(old_size: int, size: int) -> None:
         # grouped by lookup object: sort the new ids with their leaf indexes
         rows = SpillList(f"{h} {old_size + i}" for i, h in enumerate(new_ids))
-        batch: list[str] = []
-        for row in rows.iter_sorted():
-            if batch and batch[0][:INDEX_HEX] != row[:INDEX_HEX]:
-                _write_index_object(store, batch, old_size)
-                batch = []
-            batch.append(row)
-        if batch:
-            _write_index_object(store, batch, old_size)
+
+        def batches() -> Iterator[list[str]]:
+            batch: list[str] = []
+            for row in rows.iter_sorted():
+                if batch and batch[0][:INDEX_HEX] != row[:INDEX_HEX]:
+                    yield batch
+                    batch = []
+                batch.append(row)
+            if batch:
+                yield batch
+
+        limit = _index_concurrency(store)
+        reserve = getattr(store, "reserve_connections", None)
+        if limit > 1 and reserve is not None:
+            reserve(limit + 2)  # S3: a connection each, without the pool's warnings
+        _in_flight(lambda b: _write_index_object(store, b, old_size), batches(), limit)
 
     result = append_entries(store, log, entries, before_checkpoint=write_index, extends=extends)
     if result.appended:
@@ -562,6 +570,41 @@ def _appended_doc(result: AppendResult) -> dict[str, Any]:
         "appended_at": iso_seconds(system_clock()),
         "note": "unsigned; when the writer says it appended. The checkpoint is what counts.",
     }
+
+
+#: lookup objects read and rewritten at once on S3, where each is a GET and a PUT
+#: of its own (up to 256 per append): one at a time they were most of a small run's
+#: time behind a distant region (docs/pages/performance.md)
+INDEX_S3_CONCURRENCY = 32
+
+
+def _index_concurrency(store: Store) -> int:
+    """Lookup objects written at once: many on S3, one for a directory (its writes
+    are local and its group commit is per process)."""
+    return INDEX_S3_CONCURRENCY if store.url.startswith("s3://") else 1
+
+
+def _in_flight(work: Callable[[list[str]], None], items: Iterable[list[str]], limit: int) -> None:
+    """`work(item)` for every item, at most `limit` at once, each item taken from
+    `items` only when a slot is free (so at most `limit` batches are held); the first
+    error is raised once the ones in flight have finished, and no new one starts."""
+    if limit <= 1:
+        for item in items:
+            work(item)
+        return
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    with ThreadPoolExecutor(limit, thread_name_prefix="pith-log-index") as pool:
+        running: set[Future[None]] = set()
+        for item in items:
+            if len(running) >= limit:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for f in done:
+                    f.result()
+            running.add(pool.submit(work, item))
+        done, _ = wait(running)
+        for f in done:
+            f.result()
 
 
 def _write_index_object(store: Store, rows: list[str], old_size: int) -> None:
