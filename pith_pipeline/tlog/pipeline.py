@@ -223,7 +223,8 @@ def default_origin(key_document_url: str) -> str:
     return f"{base.rstrip('/')}/log"
 
 
-def _key_doc(store: Store) -> dict[str, Any]:
+def key_document(store: Store) -> dict[str, Any]:
+    """The store's key document as a dict ({} when it is missing or not an object)."""
     raw = store.get(KEY_DOCUMENT)
     doc = loads(raw) if raw else {}
     return doc if isinstance(doc, dict) else {}
@@ -240,7 +241,7 @@ def open_log_signer(spec: str, store: Store, origin: str | None = None, *, key_u
     from pith_pipeline.signing.factory import open_signer
 
     guard.refuse_key_spec_inside_store(spec, store)  # before anything else is asked of the store
-    doc = _key_doc(store)
+    doc = key_document(store)
     listed = doc.get("log") if isinstance(doc.get("log"), dict) else None
     origin = (
         origin
@@ -682,7 +683,7 @@ def append_from(
     wanted = ids if ids is not None else IdFilter(source.log_ids())
     with lease.take(store) as held:
         store = held.guard(store)  # every write below checks the lease first
-        cp = _current(store, log.verifier)
+        cp = current_checkpoint(store, log.verifier)
         kept = kept_checkpoint(store, log.verifier, cp)
         logged = _logged(store, wanted, _Hints(store, cp))
         new_ids = SpillList()
@@ -725,7 +726,7 @@ def append_events(
     wanted = SpillList(k for k in event_keys if event_key_id(k))
     with lease.take(store) as held:
         store = held.guard(store)  # every write below checks the lease first
-        cp = _current(store, log.verifier)
+        cp = current_checkpoint(store, log.verifier)
         kept = None if rebuild else kept_checkpoint(store, log.verifier, cp)
         if everything and cp is not None and cp.size:
             missing = _not_in_entries(store, wanted, _entry_ids(store, cp))
@@ -736,7 +737,8 @@ def append_events(
     return LogRun(result, problems)
 
 
-def _current(store: Store, verifier: Verifier) -> Checkpoint | None:
+def current_checkpoint(store: Store, verifier: Verifier) -> Checkpoint | None:
+    """The store's signed checkpoint, verified with `verifier` (None: the log has none)."""
     return read_checkpoint(store_fetch(store), verifier, f"{store.url}/{LOG_PREFIX.rstrip('/')}")
 
 
@@ -1052,7 +1054,7 @@ def refuse_unlogged_run(store: Store, *, looked_at: Path | None = None, publishe
         problem = lost_log_problem(store, None, _recorded_unverified(store))
         if problem is not None:
             raise IntegrityError(problem)
-    doc_log = _key_doc(store).get("log")
+    doc_log = key_document(store).get("log")
     vkey = doc_log.get("vkey") if isinstance(doc_log, dict) else None
     signed = f", signed by {vkey}" if vkey else ""
     looked = ""
@@ -1098,7 +1100,7 @@ def rebuild_log(store: Store, log: LogSigner, *, lease: LogLease = LogLease("log
       the log exists to expose); restore log/ from a backup.
     """
     with lease.take(store) as held:
-        cp = _current(store, log.verifier)
+        cp = current_checkpoint(store, log.verifier)
         rec = newest_recorded(store, log.verifier, manifests=True)
         if cp is not None:
             problem = lost_log_problem(store, cp, rec)
@@ -1187,13 +1189,13 @@ def has_had_log(store: Store) -> bool:
     document naming a log key (what `verify STORE` must then check)."""
     if store.exists(LOG_PREFIX + CHECKPOINT) or store.exists(LOG_WITNESS):
         return True
-    return bool(_key_doc(store).get("log"))
+    return bool(key_document(store).get("log"))
 
 
 def _unstarted_log(store: Store) -> str:
     """The problem of a store whose key document names a log that has no checkpoint
     and of which nothing recorded one: lost before any record, or never appended to."""
-    member = _key_doc(store).get("log")
+    member = key_document(store).get("log")
     vkey = member.get("vkey") if isinstance(member, dict) else "a log key"
     where = f"{store.url.rstrip('/')}/{LOG_PREFIX}{CHECKPOINT}"
     return (
@@ -1242,7 +1244,7 @@ def check_log_matches_event_store(
         return [lost or _unstarted_log(store)]
     try:
         verifier = verifier or store_verifier(store)
-        cp = _current(store, verifier)
+        cp = current_checkpoint(store, verifier)
         assert cp is not None
         lost = lost_log_problem(store, cp, newest_recorded(store, verifier, manifests=True))
         if lost is not None:

@@ -47,10 +47,10 @@ from pith_pipeline.tlog.pipeline import (
     KEY_DOCUMENT,
     LOG_SIGNER_ENV,
     LogNotConfiguredError,
-    _current,
-    _key_doc,
+    current_checkpoint,
     has_had_log,
     kept_checkpoint,
+    key_document,
     log_key_member,
     open_log_signer,
     refuse_unlogged_run,
@@ -204,7 +204,7 @@ def prepare_run_log(
                 )
             spec = f"file:{path}"
     log = open_log_signer(spec, store, key_url=f"{base_url.rstrip('/')}/{KEY_DOCUMENT}" if base_url else "")
-    listed = _key_doc(store).get("log")
+    listed = key_document(store).get("log")
     named = listed.get("vkey") if isinstance(listed, dict) else None
     if named and named != log.verifier.vkey:
         raise KeyFileError(
@@ -212,7 +212,7 @@ def prepare_run_log(
             f"({log.verifier.vkey}): give the store's log key (a log keeps its key)"
         )
     if had:  # never publish onto a log that was lost or rolled back: name the recovery first
-        kept_checkpoint(store, log.verifier, _current(store, log.verifier))
+        kept_checkpoint(store, log.verifier, current_checkpoint(store, log.verifier))
     return RunLog(spec, log_key_member(log), made)
 
 

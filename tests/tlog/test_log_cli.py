@@ -268,13 +268,13 @@ def test_the_log_lease_names_the_command_and_run_that_hold_it(
 
     store = LocalStore(logged_store / "out")
     owners: list[dict[str, object]] = []
-    current = pipeline._current
+    current = pipeline.current_checkpoint
 
     def spy(st, verifier):  # type: ignore[no-untyped-def]
         owners.append(loads(store.get("leases/log.json") or b"{}")["owner"])
         return current(st, verifier)
 
-    monkeypatch.setattr(pipeline, "_current", spy)
+    monkeypatch.setattr(pipeline, "current_checkpoint", spy)
     monkeypatch.chdir(logged_store)
     argv = ["log", "sync", "--store", "out", "--log-signer", "logkey/pith-private-key.json"]
     r = CliRunner().invoke(cli, argv)

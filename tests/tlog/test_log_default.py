@@ -18,7 +18,7 @@ from cli_in_process import CliResult, run_cli
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.errors import KeyFileError
 from pith_pipeline.signing.local import LOG_KEY_FILE, generate_key
-from pith_pipeline.storage.base import open_store
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.local import LocalStore
 from pith_pipeline.tlog.pipeline import (
     LogNotConfiguredError,
