@@ -40,7 +40,7 @@ def test_with_no_log_key_given_the_dag_keeps_a_log_signed_by_a_key_made_beside_t
     """The log on by default in the DAG's tasks too: the window's build tasks make the
     key beside PITH_SIGNER's file (on a new store) and name it in the key document;
     the task that writes the run manifest appends with it, on S3."""
-    from pith_pipeline.storage.base import open_store
+    from pith_pipeline.storage.factory import open_store
     from pith_pipeline.tlog.pipeline import check_log_matches_event_store, event_store_keys
 
     monkeypatch.delenv("PITH_LOG_SIGNER", raising=False)
