@@ -12,8 +12,15 @@ of the command's whole process tree (parent + worker processes) is sampled every
 
 - publish: from start until `finish_run` is called (harvest, build, sign, write);
 - index:   `update_indexes` (the Delta tables);
-- log:     with `--log`, appending the run's events to the transparency log;
+- log:     appending the run's events to the transparency log (on by default, as in
+           the command: the log key is made beside the run's key; `--no-log` runs with
+           PITH_KEEP_LOG=0);
 - manifest: the run manifest.
+
+`--compare` runs each N twice, log off then on, into fresh stores from the same
+snapshot, and prints what the log adds to the whole run beside the log phase's share:
+
+    python benchmarks/ingest_bench.py --n 10000 --workers 2 --fsync --compare --rounds 2
 
 The CLI indexes the rows of the bundles the run wrote (`index.RowSink`, fed by the
 publisher in every process); no bundle is read back. The issue-13 target: publishing plus index of 1,000,000
@@ -104,7 +111,7 @@ def _snapshot(work: Path, n: int) -> Path:
     return src
 
 
-def run_one(args: argparse.Namespace, n: int, keyfile: Path) -> dict[str, float | str]:
+def run_one(args: argparse.Namespace, n: int, keyfile: Path, log: bool) -> dict[str, float | str]:
     src = _snapshot(args.workdir, n)
     store = args.workdir / f"store-{n}"
     shutil.rmtree(store, ignore_errors=True)
@@ -116,8 +123,8 @@ def run_one(args: argparse.Namespace, n: int, keyfile: Path) -> dict[str, float 
     env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", "TQDM_DISABLE": "1"}
     if not args.fsync:
         env["PITH_LOCAL_FSYNC"] = "0"
-    if args.log:
-        env["PITH_LOG_SIGNER"] = str(keyfile)
+    env.pop("PITH_LOG_SIGNER", None)  # the default: the log key beside the run's key
+    env["PITH_KEEP_LOG"] = "1" if log else "0"
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = [0]
@@ -173,9 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep each store")
     ap.add_argument(
         "--log",
-        action="store_true",
-        help="keep a transparency log (PITH_LOG_SIGNER = the run's key) and time its append",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep a transparency log (the default, as the command: its key beside the run's "
+        "key) and time its append; --no-log: PITH_KEEP_LOG=0",
     )
+    ap.add_argument(
+        "--compare",
+        action="store_true",
+        help="each N with the log off, then on (fresh stores, same snapshot); print the difference",
+    )
+    ap.add_argument("--rounds", type=int, default=1, help="with --compare: off/on pairs per N")
     args = ap.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     keyfile = args.workdir / "keys" / "pith-private-key.json"
@@ -195,18 +210,31 @@ def main(argv: list[str] | None = None) -> int:
         f"{'tree RSS MB':>11} {'1-proc RSS MB':>13} {'CPU user s':>10} {'CPU sys s':>9} {'log s':>6}"
     )
     for n in args.n:
-        r = run_one(args, n, keyfile)
-        print(
-            f"{n:9d} {r['wall_s']:8.1f} {r['publish_s']:9.1f} {r['index_s']:8.1f} "
-            f"{1000 * float(r['index_s']) / n:8.3f} {r['manifest_s']:10.1f} "
-            f"{r['tree_peak_mb']:11.0f} {r['process_peak_mb']:13.0f} "
-            f"{r['user_s']:10.1f} {r['sys_s']:9.1f} {r['log_s']:6.1f}",
-            flush=True,
-        )
-        print(f"   {r['index_line']}", flush=True)
-        print(f"   main process peak RSS MB after publish / index / log: {r['peaks']}", flush=True)
-        if not args.keep:
-            shutil.rmtree(args.workdir / f"store-{n}", ignore_errors=True)
+        pairs: list[tuple[float, float, float]] = []
+        for _round in range(args.rounds if args.compare else 1):
+            rows = {}
+            for log in (False, True) if args.compare else (args.log,):
+                r = rows[log] = run_one(args, n, keyfile, log)
+                print(
+                    f"{n:9d} {r['wall_s']:8.1f} {r['publish_s']:9.1f} {r['index_s']:8.1f} "
+                    f"{1000 * float(r['index_s']) / n:8.3f} {r['manifest_s']:10.1f} "
+                    f"{r['tree_peak_mb']:11.0f} {r['process_peak_mb']:13.0f} "
+                    f"{r['user_s']:10.1f} {r['sys_s']:9.1f} {r['log_s']:6.1f}  log {'on' if log else 'off'}",
+                    flush=True,
+                )
+                print(f"   {r['index_line']}", flush=True)
+                print(f"   main process peak RSS MB after publish / index / log: {r['peaks']}", flush=True)
+                if not args.keep:
+                    shutil.rmtree(args.workdir / f"store-{n}", ignore_errors=True)
+            if args.compare:
+                off, on = float(rows[False]["wall_s"]), float(rows[True]["wall_s"])
+                pairs.append((off, on, float(rows[True]["log_s"])))
+        for off, on, log_s in pairs:
+            print(
+                f"   log off {off:.1f} s, on {on:.1f} s: the log adds {100 * (on - off) / off:+.1f} % "
+                f"to the run; its phase is {log_s:.1f} s, {100 * log_s / on:.1f} % of the run with it",
+                flush=True,
+            )
     return 0
 
 

@@ -18,6 +18,10 @@ shares no interpreter lock with the pipeline's threads.
 
     python benchmarks/s3_bench.py --papers 200
     python benchmarks/s3_bench.py --papers 200 --io 1 --io 32 --io 64 --index
+    python benchmarks/s3_bench.py --papers 200 --io 32 --index --log
+
+`--log` (with `--index`): the run keeps a transparency log, as every new store now does
+by default, and its append is timed and counted apart from the index and manifest.
 
 Figures are of this machine and its load; the proxy's latency dominates by design.
 """
@@ -167,7 +171,9 @@ def papers(n: int) -> list[Item]:
     return [parse_line(line, f"bench:{i}") for i, line in enumerate(generate(n), 1)]
 
 
-def run_mode(bucket: str, items: list[Item], io: int, proxy: str, *, index: bool) -> dict[str, Any]:
+def run_mode(
+    bucket: str, items: list[Item], io: int, proxy: str, *, index: bool, log_key: str | None = None
+) -> dict[str, Any]:
     """Publish `items` into a fresh prefix as `build` does; time and count requests."""
     from pith_pipeline.loader import Loader
     from pith_pipeline.pipeline import BuildConfig, Publisher
@@ -179,12 +185,21 @@ def run_mode(bucket: str, items: list[Item], io: int, proxy: str, *, index: bool
     signer = Ed25519Signer(bytes(range(32)), "bench-key")
     proxy_counts(proxy)
     start = time.perf_counter()
-    pub = Publisher(store, signer, BuildConfig(), io_concurrency=io)
+    from pith_pipeline.index.sink import RowSink
+
+    # with the log: as the commands run, the bundles' rows and the log's entries are
+    # taken from the run (`RowSink`), not read back from the store
+    rows = RowSink() if log_key else None
+    pub = Publisher(
+        store, signer, BuildConfig(), io_concurrency=io, on_bundle=rows.add_bundle if rows else None
+    )
     with writer_lease(store, command="bench", run_id=pub.summary.run_id) as lease:
         pub.lease = lease
         t0 = time.perf_counter()
         summary = Loader(pub).publish(items)
         publish_s = time.perf_counter() - t0
+    if rows is not None:
+        rows.flush()
     total_s = time.perf_counter() - start
     publish_requests = proxy_counts(proxy)
     out: dict[str, Any] = {
@@ -199,10 +214,37 @@ def run_mode(bucket: str, items: list[Item], io: int, proxy: str, *, index: bool
         "per_paper": sum(publish_requests.values()) / max(1, summary.built),
     }
     if index:
+        import pith_pipeline.tlog.pipeline as tlog
+        from pith_pipeline import config
+
+        real_log_run = tlog.log_run
+        logged: dict[str, Any] = {}
+
+        def log_run(*a: Any, **k: Any) -> Any:  # the log's own requests and seconds
+            before = proxy_counts(proxy)
+            t = time.perf_counter()
+            got = real_log_run(*a, **k)
+            logged["seconds"] = time.perf_counter() - t
+            logged["requests"] = proxy_counts(proxy)
+            logged["before"] = before
+            return got
+
+        tlog.log_run = log_run  # type: ignore[assignment]
         t1 = time.perf_counter()
-        finish_run(store, summary, {"bench": "s3"})
+        try:
+            with config.given(log_signer=log_key):
+                finish_run(store, summary, {"bench": "s3"}, rows=rows)
+        finally:
+            tlog.log_run = real_log_run  # type: ignore[assignment]
+            if rows is not None:
+                rows.close()
         out["index_seconds"] = time.perf_counter() - t1
-        index_requests = proxy_counts(proxy)
+        index_requests = (
+            proxy_counts(proxy) + logged.get("before", Counter()) + logged.get("requests", Counter())
+        )
+        out["log_seconds"] = logged.get("seconds", 0.0)
+        out["log_requests"] = sum(logged.get("requests", Counter()).values())
+        out["log_kinds"] = ", ".join(f"{k} {v}" for k, v in sorted(logged.get("requests", Counter()).items()))
         out["index_requests"] = dict(index_requests)
         out["per_paper_with_index"] = (sum(publish_requests.values()) + sum(index_requests.values())) / max(
             1, summary.built
@@ -221,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"io-concurrency of a mode (repeatable; default: 1 and {S3_IO_CONCURRENCY})",
     )
     ap.add_argument("--index", action="store_true", help="also update the index and write the run manifest")
+    ap.add_argument("--log", action="store_true", help="with --index: keep a transparency log (the default)")
     ap.add_argument("--proxy", metavar="UPSTREAM", help=argparse.SUPPRESS)  # the proxy's own process
     args = ap.parse_args(argv)
     if args.proxy:
@@ -245,8 +288,15 @@ def main(argv: list[str] | None = None) -> int:
         boto3.client("s3", endpoint_url=upstream).create_bucket(Bucket=bucket)
         print(f"{args.papers} new papers per mode, {args.latency * 1000:.0f} ms added per request")
         results = []
+        log_key = None
+        if args.log:
+            import tempfile
+
+            from pith_pipeline.signing.local import generate_key
+
+            log_key = f"file:{generate_key(Path(tempfile.mkdtemp(prefix='pith-bench-log-')) / 'k')[0]}"
         for io in modes:
-            r = run_mode(bucket, items, io, proxy, index=args.index)
+            r = run_mode(bucket, items, io, proxy, index=args.index, log_key=log_key)
             results.append(r)
             reqs = ", ".join(f"{k} {v}" for k, v in sorted(r["requests"].items()))
             line = (
@@ -258,6 +308,13 @@ def main(argv: list[str] | None = None) -> int:
                 line += (
                     f"; with index and run manifest {r['per_paper_with_index']:.2f} "
                     f"(index {r['index_seconds']:.1f} s)"
+                )
+            if args.log:
+                whole = r["total_seconds"] + r["index_seconds"]
+                line += (
+                    f"; the log: {r['log_requests']} requests ({r['log_requests'] / max(1, r['built']):.2f} "
+                    f"per paper: {r['log_kinds']}), {r['log_seconds']:.1f} s, "
+                    f"{100 * r['log_seconds'] / whole:.1f} % of the run"
                 )
             print(line, flush=True)
     first = results[0]

@@ -115,8 +115,19 @@ SETTINGS: tuple[Setting, ...] = (
         "log_signer",
         "PITH_LOG_SIGNER",
         None,
-        "Key of the store's transparency log (a signer spec); required once a store has a log.",
+        "Key of the store's transparency log (a signer spec, as for the signer).",
         secret=True,
+        default_text=(
+            "the file pith-log-private-key.json beside the registry key's file (made by the "
+            "first run of a new store); a KMS signer needs one given"
+        ),
+    ),
+    Setting(
+        "keep_log",
+        "PITH_KEEP_LOG",
+        "1",
+        "0: a new store keeps no transparency log (no log key is made), and a store without "
+        "one is not told how to start one (--no-log); refused for a store that keeps a log.",
     ),
     Setting(
         "log_origin",
@@ -413,12 +424,17 @@ def flag(name: str, env: Mapping[str, str] | None = None) -> bool:
     Why strict: `PITH_LOCAL_FSYNC=maybe` (or `false`) was silently on, since anything
     but "0" was; a value that is not understood is one line naming the variable."""
     r = resolve(name, env=env)
-    text = (r.value or "").strip().lower() or (r.setting.default or "")  # blank: unset
-    if text in _TRUE:
+    return parse_flag(name, r.value, _where(r))
+
+
+def parse_flag(name: str, text: str | None, where: str) -> bool:
+    """`text` as setting `name`'s on or off (`flag`'s rule); blank is the default."""
+    value = (text or "").strip().lower() or (BY_NAME[name].default or "")  # blank: unset
+    if value in _TRUE:
         return True
-    if text in _FALSE:
+    if value in _FALSE:
         return False
-    raise SettingError(f"{_where(r)}={r.value!r}: expected 1 or 0 (also true/false, yes/no, on/off)")
+    raise SettingError(f"{where}={text!r}: expected 1 or 0 (also true/false, yes/no, on/off)")
 
 
 _SPEC_SCHEME = re.compile(r"^(file|kms|kms-envelope|certified):")
@@ -473,6 +489,8 @@ TASK_SETTINGS = (
     "signer_id",
     "oai_min_interval",
     "lease_wait",
+    "log_signer",
+    "keep_log",
 )
 
 #: Seconds a task waits for another writer of the same papers before failing (and
@@ -498,6 +516,16 @@ class Settings:
     oai_min_interval: str | None = None
     #: Seconds to wait for a busy writer lease (unset: DEFAULT_TASK_LEASE_WAIT).
     lease_wait: str | None = None
+    #: The transparency log's key spec (unset: the file beside the registry key's,
+    #: `tlog.run_log`); a secret, like `signer`.
+    log_signer: str | None = None
+    #: "0": no transparency log for a new store (`keeps_log`).
+    keep_log: str | None = "1"
+
+    @property
+    def keeps_log(self) -> bool:
+        """PITH_KEEP_LOG as on or off (checked: a value that is not understood is one line)."""
+        return parse_flag("keep_log", self.keep_log, env_name("keep_log"))
 
     @property
     def lease_wait_seconds(self) -> float:
@@ -537,6 +565,7 @@ def load_settings(
         r = resolved[name]
         if r.value:
             parse_number(name, r.value, _where(r))
+    parse_flag("keep_log", resolved["keep_log"].value, _where(resolved["keep_log"]))
     values: dict[str, Any] = {name: r.value for name, r in resolved.items()}
     return Settings(**values)
 

@@ -279,6 +279,10 @@ class Publisher:
         self._page_log = page_log
         self._page_lock = threading.Lock()
         self._page_context = contextvars.copy_context()
+        #: the key document's `log` member for this run's log key (`tlog.run_log`):
+        #: named with the registry key before the first event, so a store knows it
+        #: keeps a log even when its first run dies before appending
+        self.log_key: dict[str, Any] | None = None
 
     @property
     def summary(self) -> RunSummary:
@@ -365,6 +369,8 @@ class Publisher:
             stored = loads(got[0]) if got is not None else None
             if isinstance(stored, dict) and "log" in stored:  # the transparency log's key (tlog)
                 doc["log"] = stored["log"]
+            elif self.log_key is not None:
+                doc["log"] = self.log_key
             data = dumps_pretty(doc) + b"\n"
             if got is not None and got[0] == data:
                 return

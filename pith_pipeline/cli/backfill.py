@@ -60,6 +60,22 @@ def register(group: click.Group) -> None:
     help="Public URL the store is served at [env PITH_BASE_URL].",
 )
 @click.option(
+    "--log-signer",
+    "log_signer",
+    envvar=envvar("log_signer"),
+    default=None,
+    metavar="SPEC",
+    help="Key of the store's transparency log [env PITH_LOG_SIGNER; default: "
+    "pith-log-private-key.json beside the signer's key file, made for a new store].",
+)
+@click.option(
+    "--no-log",
+    "no_log",
+    is_flag=True,
+    default=False,
+    help="Keep no transparency log in a new store [env PITH_KEEP_LOG=0]; refused for a store that keeps one.",
+)
+@click.option(
     "--progress/--no-progress", default=None, help="Progress bar (default: when the output is a terminal)."
 )
 @io_concurrency_option
@@ -74,6 +90,8 @@ def backfill(
     signer: str | None,
     oai_url: str | None,
     base_url: str | None,
+    log_signer: str | None,
+    no_log: bool,
     progress: bool | None,
     io_concurrency: int | None,
     lease_wait: float,
@@ -110,7 +128,13 @@ def backfill(
     if source == "snapshot" and not snapshot_path:
         raise InputError("--source snapshot needs --snapshot FILE")
     settings = load_settings(
-        store=store, signer=signer, oai_url=oai_url, base_url=base_url, lease_wait=repr(lease_wait)
+        store=store,
+        signer=signer,
+        oai_url=oai_url,
+        base_url=base_url,
+        lease_wait=repr(lease_wait),
+        log_signer=log_signer,
+        keep_log="0" if no_log else None,
     )
     result = run_backfill(
         settings,

@@ -24,6 +24,7 @@ from pith_pipeline.cli.options import (
     shards_option,
     signer_option,
     site_options,
+    start_run_log,
     store_option,
     wait_option,
     workers_option,
@@ -150,13 +151,15 @@ def build(
         shards=shards,
         io_concurrency=io_concurrency,
     )
+    run_log = start_run_log(st, key_path, base_url)  # before anything is published
+    pub.log_key = run_log.member
     lease = writer_lease(
         st, command="build", run_id=pub.summary.run_id, shards=shards, wait=lease_wait, on_wait=lease_notice
     )
     pub.lease = lease
     from pith_pipeline.parallel import ParallelPublisher
 
-    with RowSink() as rows:  # index rows of what the run writes: no bundle is read back
+    with RowSink() as rows, config.given(log_signer=run_log.spec):  # rows: no bundle is read back
         with (
             lease,
             tqdm(desc="build", unit="rec", disable=None) as bar,

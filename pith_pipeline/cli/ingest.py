@@ -21,6 +21,7 @@ from pith_pipeline.cli.options import (
     shards_option,
     signer_option,
     site_options,
+    start_run_log,
     store_option,
     wait_option,
     workers_option,
@@ -28,6 +29,7 @@ from pith_pipeline.cli.options import (
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import InputError
 from pith_pipeline.runs.windows import until_notice, window_from_options, windows_of_days
+from pith_pipeline.signing.local import DEFAULT_KEY_DIR
 from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
 from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import parse_shards, writer_lease
@@ -45,7 +47,6 @@ DEFAULT_API_URL = config.DEFAULT_API_URL
 API_URL_ENV = config.env_name("arxiv_api_url")
 
 DEFAULT_STORE = config.DEFAULT_STORE
-DEFAULT_KEY_DIR = Path("pith-keys")
 
 
 def register(group: click.Group) -> None:
@@ -318,6 +319,76 @@ def ingest(
     else:
         signer = _open(signer_spec)
     st = open_store(store)
+    run_log = start_run_log(st, signer_spec, base_url)  # before anything is published
+    with config.given(log_signer=run_log.spec):  # the run's end appends with this key
+        _ingest(
+            st,
+            signer,
+            signer_spec,
+            run_log.member,
+            window=window,
+            window_given=window_given,
+            chosen=chosen,
+            window_days=window_days,
+            ids=ids,
+            query=query,
+            max_results=max_results,
+            snapshot=snapshot,
+            categories=categories,
+            replay=replay,
+            sample=sample,
+            incremental=incremental,
+            refresh=refresh,
+            oai_url=oai_url,
+            api_url=api_url,
+            min_interval=min_interval,
+            store=store,
+            workers=workers,
+            worker_chunk=worker_chunk,
+            io_concurrency=io_concurrency,
+            shards_spec=shards_spec,
+            set_spec=set_spec,
+            lease_wait=lease_wait,
+            base_url=base_url,
+            registry_name=registry_name,
+            signer_id=signer_id,
+        )
+
+
+def _ingest(
+    st: Any,
+    signer: Signer,
+    signer_spec: str,
+    log_key: dict[str, Any] | None,
+    *,
+    window: Window,
+    window_given: bool,
+    chosen: list[str],
+    window_days: int | None,
+    ids: str | None,
+    query: str | None,
+    max_results: int,
+    snapshot: Path | None,
+    categories: tuple[str, ...],
+    replay: bool,
+    sample: bool,
+    incremental: bool,
+    refresh: bool,
+    oai_url: str,
+    api_url: str,
+    min_interval: float,
+    store: str,
+    workers: int,
+    worker_chunk: int,
+    io_concurrency: int | None,
+    shards_spec: str | None,
+    set_spec: str | None,
+    lease_wait: float,
+    base_url: str,
+    registry_name: str,
+    signer_id: str,
+) -> None:
+    """The run of `ingest`, once its signer and log key are chosen."""
     politeness = Politeness(min_interval=min_interval)
     shards = parse_shards(shards_spec) if shards_spec else None
     from pith_pipeline.index.sink import RowSink
@@ -356,6 +427,7 @@ def ingest(
                 on_wait=lease_notice,
             )
             run.publisher.lease = lease
+            run.publisher.log_key = log_key
             with lease:
                 report = _run(
                     run,

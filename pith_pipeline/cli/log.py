@@ -207,11 +207,12 @@ def _log_signer_option(fn: F) -> F:
     return click.option(
         "--log-signer",
         "log_signer",
-        required=True,
         envvar=envvar("log_signer"),
         metavar="SPEC",
         help="The log's own key (same forms as --signer: file:PATH, kms:..., kms-envelope:...). "
-        "Origin: env PITH_LOG_ORIGIN, else <host of --base-url>/log.",
+        "Default: pith-log-private-key.json beside the registry key's file (PITH_SIGNER's, "
+        "else ./pith-keys/). Origin: env PITH_LOG_ORIGIN, else the one the key document "
+        "names, else <host of --base-url>/log.",
     )(fn)
 
 
@@ -232,7 +233,7 @@ def _report(run: object) -> None:
 @store_option("The store (directory or s3://...).")
 @_log_signer_option
 @wait_option
-def sync(store: str, log_signer: str, lease_wait: float) -> None:
+def sync(store: str, log_signer: str | None, lease_wait: float) -> None:
     """Append every event the event store holds and the log lacks (what a run that
     died before appending left out; runs do this themselves), judged from the log's
     entries, and write again every event-id lookup object that differs from them.
@@ -241,25 +242,32 @@ def sync(store: str, log_signer: str, lease_wait: float) -> None:
     naming that writer (exit 75), or waits with --wait SECONDS."""
     from pith_pipeline.storage.factory import open_existing_store
     from pith_pipeline.tlog.pipeline import LogLease, event_store_keys, open_log_signer, sync_log
+    from pith_pipeline.tlog.run_log import log_key_for_command
 
     st = open_existing_store(store)
+    spec = log_key_for_command(st, log_signer, create=False, notice=lease_notice)
     lease = LogLease("log sync", wait=lease_wait, on_wait=lease_notice)
-    _report(sync_log(st, open_log_signer(log_signer, st), event_store_keys(st), lease=lease, everything=True))
+    _report(sync_log(st, open_log_signer(spec, st), event_store_keys(st), lease=lease, everything=True))
 
 
 @log.command("rebuild")
 @store_option("The store (directory or s3://...).")
 @_log_signer_option
 @wait_option
-def rebuild(store: str, log_signer: str, lease_wait: float) -> None:
-    """Create the log from the event store, for a store that has none. Refuses to
-    rewrite an existing log. Holds the `log` lease as `log sync` does (--wait)."""
+def rebuild(store: str, log_signer: str | None, lease_wait: float) -> None:
+    """Create the log from the event store, for a store that has none (this starts a
+    log on a store made without one; a `file:` log key that does not exist yet is
+    made, mode 0600), or recover a lost or rolled-back one without signing a fork.
+    Refuses to rewrite an existing log. Holds the `log` lease as `log sync` does
+    (--wait)."""
     from pith_pipeline.storage.factory import open_existing_store
     from pith_pipeline.tlog.pipeline import LogLease, open_log_signer, rebuild_log
+    from pith_pipeline.tlog.run_log import log_key_for_command
 
     st = open_existing_store(store)
+    spec = log_key_for_command(st, log_signer, create=True, notice=lease_notice)
     lease = LogLease("log rebuild", wait=lease_wait, on_wait=lease_notice)
-    _report(rebuild_log(st, open_log_signer(log_signer, st), lease=lease))
+    _report(rebuild_log(st, open_log_signer(spec, st), lease=lease))
 
 
 @log.command("verify")

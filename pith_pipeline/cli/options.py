@@ -72,23 +72,49 @@ def _with_log_signer(fn: F) -> F:
     """
 
     @functools.wraps(fn)
-    def run(*args: Any, log_signer: str | None = None, **kwargs: Any) -> Any:
-        with config.given(log_signer=log_signer):
+    def run(*args: Any, log_signer: str | None = None, no_log: bool = False, **kwargs: Any) -> Any:
+        with config.given(log_signer=log_signer, keep_log="0" if no_log else None):
             return fn(*args, **kwargs)
 
     return cast(F, run)
 
 
+def start_run_log(store: Any, signer_spec: str | None, base_url: str) -> Any:
+    """The run's log key (`tlog.run_log.prepare_run_log`), from the command's
+    --log-signer / --no-log (or their variables), its notes printed to stderr; call
+    it before the run publishes anything."""
+    from pith_pipeline.tlog.run_log import prepare_run_log
+
+    return prepare_run_log(
+        store,
+        signer_spec,
+        base_url=base_url,
+        explicit=config.from_env("log_signer"),
+        keep=config.flag("keep_log"),
+        notice=lambda line: click.echo(line, err=True),
+    )
+
+
 def site_options(fn: F) -> F:
-    """--base-url, --registry-name, --signer-id, --log-signer."""
+    """--base-url, --registry-name, --signer-id, --log-signer, --no-log."""
+    fn = click.option(
+        "--no-log",
+        "no_log",
+        is_flag=True,
+        default=False,
+        help="Keep no transparency log: a new store is made without one (no log key is "
+        "made), and a store without one is not told how to start one; refused for a store "
+        "that keeps a log. (env PITH_KEEP_LOG=0)",
+    )(_with_log_signer(fn))
     fn = click.option(
         "--log-signer",
         "log_signer",
         envvar=envvar("log_signer"),
         metavar="SPEC",
         help="Key of the store's transparency log (as --signer; env PITH_LOG_SIGNER): every "
-        "event a run publishes is appended to log/. Required once a store has a log.",
-    )(_with_log_signer(fn))
+        "event a run publishes is appended to log/. Default: pith-log-private-key.json beside "
+        "the registry key's file, made by a new store's first run.",
+    )(fn)
     fn = click.option(
         "--signer-id",
         envvar=envvar("signer_id"),

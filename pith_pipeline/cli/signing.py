@@ -13,6 +13,7 @@ from pith_pipeline.cli.options import (
     lease_notice,
     signer_option,
     site_options,
+    start_run_log,
     store_option,
     wait_option,
 )
@@ -166,11 +167,13 @@ def reissue(
       pith-pipeline receipts reissue --store out/ --signer keys-2026-06/pith-private-key.json
       pith-pipeline verify out/ --keys out/pith-signing-key.json
     """
+    from pith_pipeline import config
     from pith_pipeline.reissue import Reissuer
     from pith_pipeline.signing.factory import open_signer
 
     st = open_existing_store(store)
     r = Reissuer(st, open_signer(signer_spec), build_config(base_url, registry_name, signer_id))
+    run_log = start_run_log(st, signer_spec, base_url)  # before anything is re-signed
     with writer_lease(
         st, command="receipts reissue", run_id=r.pub.summary.run_id, wait=lease_wait, on_wait=lease_notice
     ) as lease:
@@ -181,7 +184,8 @@ def reissue(
     from pith_pipeline.tlog.pipeline import log_run
 
     # the new correction events into the transparency log, if the store has one
-    log_run(st, r.pub.summary.written, pending=r.pub.summary.log_pending, run_id=r.pub.summary.run_id)
+    with config.given(log_signer=run_log.spec):
+        log_run(st, r.pub.summary.written, pending=r.pub.summary.log_pending, run_id=r.pub.summary.run_id)
     click.echo(summary.line())
     if summary.rotated:
         click.echo(

@@ -55,6 +55,23 @@ def run_store(settings: Settings) -> Store:
     return open_store(settings.store)
 
 
+def _run_log(settings: Settings, store: Store, *, first: bool) -> Any:
+    """The window's log key (`tlog.run_log.prepare_run_log`): chosen by its build
+    step (`first`: it may make a new store's key, and says so in the task log) and
+    found again by its last step, which appends."""
+    from pith_pipeline.tlog.run_log import prepare_run_log
+
+    return prepare_run_log(
+        store,
+        settings.signer,
+        base_url=settings.base_url,
+        explicit=settings.log_signer,
+        keep=settings.keeps_log,
+        generate=first,
+        notice=log.warning if first else None,
+    )
+
+
 def _publish_rank(key: str) -> int:
     """Events first, then bundles and states, then pointers: readers never see a
     pointer to a bundle that is not there, or a bundle whose events are missing."""
@@ -102,6 +119,7 @@ def build_chunk(
     pub = Publisher(
         base, signer, BuildConfig.of(settings), run_id=run_id, shards=shards, io_concurrency=io_concurrency
     )
+    pub.log_key = _run_log(settings, base, first=True).member  # before anything is published
     with writer_lease(
         base,
         command=f"airflow build chunk {int(chunk['index'])}",
@@ -356,18 +374,21 @@ def finish_window(
     if "outside_window" in harvested:  # an OAI harvest (runs.harvest): records outside its window
         notes["extra_counts"] = {"outside_window": int(harvested["outside_window"])}
         notes["outside_window"] = list(harvested.get("outside_window_records", []))
-    try:
-        write_manifest(store, summary, window=window, index=update, **notes)
-    except Conflict:
-        if not changed:
-            status = "unchanged"  # a complete window, run again: nothing new to record
-        else:
-            n = 2
-            while store.exists(run_manifest_key(f"{run_id}-rerun-{n}")):
-                n += 1
-            summary.run_id = f"{run_id}-rerun-{n}"
-            key = write_manifest(store, summary, window=window, index=update, **notes)
-            status = "rerun"
+    from pith_pipeline.config import given
+
+    with given(log_signer=_run_log(settings, store, first=False).spec):  # the log append's key
+        try:
+            write_manifest(store, summary, window=window, index=update, **notes)
+        except Conflict:
+            if not changed:
+                status = "unchanged"  # a complete window, run again: nothing new to record
+            else:
+                n = 2
+                while store.exists(run_manifest_key(f"{run_id}-rerun-{n}")):
+                    n += 1
+                summary.run_id = f"{run_id}-rerun-{n}"
+                key = write_manifest(store, summary, window=window, index=update, **notes)
+                status = "rerun"
     for staged in staged_keys:  # only ours: another run of the window may be building
         store.delete(staged_rejects_key(staged))
         store.delete(staged)

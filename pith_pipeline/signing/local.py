@@ -26,6 +26,11 @@ from pith_pipeline.core.layout import PUBLIC_KEY_FILE as PUBLIC_KEY_FILE
 from pith_pipeline.errors import KeyFileError
 
 PRIVATE_KEY_FILE = "pith-private-key.json"
+#: The key of a store's transparency log, kept beside the registry key's file
+#: (`tlog.run_log`): the same directory, mode and secrecy as the registry key.
+LOG_KEY_FILE = "pith-log-private-key.json"
+#: Where `ingest` makes the embedded default's keys (relative to the working directory).
+DEFAULT_KEY_DIR = Path("pith-keys")
 KEY_FILE_KIND = "pith_ed25519_private_key"
 
 # A key id is published in every signature and names files (keys/certs/<id>.json), so
@@ -133,6 +138,47 @@ def write_key_file(path: Path, seed: bytes, key_id: str) -> None:
     except BaseException:
         path.unlink(missing_ok=True)  # ours (O_EXCL): a half-written key is no key
         raise
+
+
+def create_key_file_once(path: Path, key_id_prefix: str) -> bool:
+    """Make a new Ed25519 key file at `path` unless one is there; True when made here.
+
+    The file appears whole or not at all, mode 0600 from its first byte in a directory
+    made 0700 (`make_private_dir`, after `check_key_dir`): it is written under a
+    temporary name, flushed to disk, and linked to `path`, which fails when another
+    process made it first. So concurrent first runs (the mapped tasks of one Airflow
+    window) end with one key, and none of them reads a half-written file. The seed is
+    never returned, printed or logged.
+    """
+    import secrets
+
+    check_key_dir(path.parent)
+    if path.exists():
+        return False
+    sk = nacl.signing.SigningKey.generate()
+    kid = f"{key_id_prefix}-{datetime.now(tz=UTC):%Y-%m}-{fingerprint_b32(bytes(sk.verify_key))[:8].lower()}"
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        write_key_file(tmp, bytes(sk), kid)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False  # made meanwhile by another run: that one is the key
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)  # the name is durable before anything is signed with it
+        finally:
+            os.close(dfd)
+        return True
+    except OSError as exc:
+        raise KeyFileError(f"cannot write the key {path}: {describe_os_error(exc)}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_all(fd: int, data: bytes) -> None:

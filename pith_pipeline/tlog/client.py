@@ -19,7 +19,7 @@ from pith_pipeline.tlog import merkle
 from pith_pipeline.tlog.entry import entry_event_hex
 from pith_pipeline.tlog.log import CHECKPOINT, LOG_PREFIX, Fetch, TileReader, http_fetch, store_fetch
 from pith_pipeline.tlog.note import Checkpoint, Verifier, open_checkpoint
-from pith_pipeline.tlog.pipeline import KEY_DOCUMENT, lookup, verifier_from_key_doc
+from pith_pipeline.tlog.pipeline import KEY_DOCUMENT, LOG_WITNESS, lookup, verifier_from_key_doc
 
 LOG_VKEY_ENV = env_name("log_vkey")
 
@@ -139,7 +139,9 @@ def verify_with_log(paths: Iterable[str], files: Iterable[Path], log: str | None
             if has_had_log(st):
                 problems += [f"log: {x}" for x in check_log_matches_event_store(st)]
         elif Path(p).is_dir() and (
-            Path(p, LOG_PREFIX, CHECKPOINT).is_file() or Path(p, KEY_DOCUMENT).is_file()
+            Path(p, LOG_PREFIX, CHECKPOINT).is_file()
+            or Path(p, KEY_DOCUMENT).is_file()
+            or Path(p, LOG_WITNESS).is_file()
         ):
             from pith_pipeline.storage.local import LocalStore
 

@@ -32,7 +32,8 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, NoReturn, Protocol
 
 from pith_pipeline._internal.disk_backed import SpillList
 from pith_pipeline.config import env_name, from_env
@@ -222,15 +223,17 @@ def default_origin(key_document_url: str) -> str:
     return f"{base.rstrip('/')}/log"
 
 
-def _key_doc(store: Store) -> dict[str, Any]:
+def key_document(store: Store) -> dict[str, Any]:
+    """The store's key document as a dict ({} when it is missing or not an object)."""
     raw = store.get(KEY_DOCUMENT)
     doc = loads(raw) if raw else {}
     return doc if isinstance(doc, dict) else {}
 
 
-def open_log_signer(spec: str, store: Store, origin: str | None = None) -> LogSigner:
+def open_log_signer(spec: str, store: Store, origin: str | None = None, *, key_url: str = "") -> LogSigner:
     """The log's signer from a signer spec; the origin from, in order: `origin`,
-    `PITH_LOG_ORIGIN`, the one the store's key document already names, its URL.
+    `PITH_LOG_ORIGIN`, the one the store's key document already names, its URL, and
+    `key_url` (where the key document will be served: a new store has none yet).
 
     A log key file inside a local store is refused here, the one place every command
     opens a log key: like the signing key, it would be served with the bundles."""
@@ -238,13 +241,13 @@ def open_log_signer(spec: str, store: Store, origin: str | None = None) -> LogSi
     from pith_pipeline.signing.factory import open_signer
 
     guard.refuse_key_spec_inside_store(spec, store)  # before anything else is asked of the store
-    doc = _key_doc(store)
+    doc = key_document(store)
     listed = doc.get("log") if isinstance(doc.get("log"), dict) else None
     origin = (
         origin
         or from_env("log_origin")
         or (str(listed["origin"]) if listed and listed.get("origin") else None)
-        or default_origin(str(doc.get("url", "")))
+        or default_origin(str(doc.get("url", "")) or key_url)
     )
     signer = open_signer(spec)
     guard.refuse_key_inside_store(signer, store)
@@ -299,8 +302,10 @@ def store_verifier(store: Store) -> Verifier:
 
 #: What to do about a store that keeps no transparency log (one line, every command).
 START_A_LOG = (
-    "start one with `pith-pipeline log rebuild --store S --log-signer K` (then give "
-    "--log-signer to every publishing command; see docs/pages/transparency-log.md)"
+    "start one with `pith-pipeline log rebuild --store S --log-signer K` (K: the log's own "
+    "key; a file: key that is missing is made; runs find file:DIR/pith-log-private-key.json "
+    "beside the registry key DIR/pith-private-key.json without being told; see "
+    "docs/pages/transparency-log.md)"
 )
 
 
@@ -389,6 +394,8 @@ def newest_recorded(store: Store, verifier: Verifier, *, manifests: bool) -> Rec
                 root = base64.b64decode(str(logged["root_hash_b64"]), validate=True)
             except (ValueError, TypeError, KeyError):
                 continue  # not a record of a checkpoint
+            if size == 0:
+                continue  # a run that appended to an empty log nothing: no checkpoint was signed
             if best is None or size > best.checkpoint.size:
                 best = Recorded(Checkpoint(str(logged.get("origin", "")), size, root), f"{store.url}/{key}")
     return best
@@ -527,14 +534,22 @@ def _append_ordered(
     def write_index(old_size: int, size: int) -> None:
         # grouped by lookup object: sort the new ids with their leaf indexes
         rows = SpillList(f"{h} {old_size + i}" for i, h in enumerate(new_ids))
-        batch: list[str] = []
-        for row in rows.iter_sorted():
-            if batch and batch[0][:INDEX_HEX] != row[:INDEX_HEX]:
-                _write_index_object(store, batch, old_size)
-                batch = []
-            batch.append(row)
-        if batch:
-            _write_index_object(store, batch, old_size)
+
+        def batches() -> Iterator[list[str]]:
+            batch: list[str] = []
+            for row in rows.iter_sorted():
+                if batch and batch[0][:INDEX_HEX] != row[:INDEX_HEX]:
+                    yield batch
+                    batch = []
+                batch.append(row)
+            if batch:
+                yield batch
+
+        limit = _index_concurrency(store)
+        reserve = getattr(store, "reserve_connections", None)
+        if limit > 1 and reserve is not None:
+            reserve(limit + 2)  # S3: a connection each, without the pool's warnings
+        _in_flight(lambda b: _write_index_object(store, b, old_size), batches(), limit)
 
     result = append_entries(store, log, entries, before_checkpoint=write_index, extends=extends)
     if result.appended:
@@ -556,6 +571,41 @@ def _appended_doc(result: AppendResult) -> dict[str, Any]:
         "appended_at": iso_seconds(system_clock()),
         "note": "unsigned; when the writer says it appended. The checkpoint is what counts.",
     }
+
+
+#: lookup objects read and rewritten at once on S3, where each is a GET and a PUT
+#: of its own (up to 256 per append): one at a time they were most of a small run's
+#: time behind a distant region (docs/pages/performance.md)
+INDEX_S3_CONCURRENCY = 32
+
+
+def _index_concurrency(store: Store) -> int:
+    """Lookup objects written at once: many on S3, one for a directory (its writes
+    are local and its group commit is per process)."""
+    return INDEX_S3_CONCURRENCY if store.url.startswith("s3://") else 1
+
+
+def _in_flight(work: Callable[[list[str]], None], items: Iterable[list[str]], limit: int) -> None:
+    """`work(item)` for every item, at most `limit` at once, each item taken from
+    `items` only when a slot is free (so at most `limit` batches are held); the first
+    error is raised once the ones in flight have finished, and no new one starts."""
+    if limit <= 1:
+        for item in items:
+            work(item)
+        return
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    with ThreadPoolExecutor(limit, thread_name_prefix="pith-log-index") as pool:
+        running: set[Future[None]] = set()
+        for item in items:
+            if len(running) >= limit:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for f in done:
+                    f.result()
+            running.add(pool.submit(work, item))
+        done, _ = wait(running)
+        for f in done:
+            f.result()
 
 
 def _write_index_object(store: Store, rows: list[str], old_size: int) -> None:
@@ -633,7 +683,7 @@ def append_from(
     wanted = ids if ids is not None else IdFilter(source.log_ids())
     with lease.take(store) as held:
         store = held.guard(store)  # every write below checks the lease first
-        cp = _current(store, log.verifier)
+        cp = current_checkpoint(store, log.verifier)
         kept = kept_checkpoint(store, log.verifier, cp)
         logged = _logged(store, wanted, _Hints(store, cp))
         new_ids = SpillList()
@@ -676,7 +726,7 @@ def append_events(
     wanted = SpillList(k for k in event_keys if event_key_id(k))
     with lease.take(store) as held:
         store = held.guard(store)  # every write below checks the lease first
-        cp = _current(store, log.verifier)
+        cp = current_checkpoint(store, log.verifier)
         kept = None if rebuild else kept_checkpoint(store, log.verifier, cp)
         if everything and cp is not None and cp.size:
             missing = _not_in_entries(store, wanted, _entry_ids(store, cp))
@@ -687,7 +737,8 @@ def append_events(
     return LogRun(result, problems)
 
 
-def _current(store: Store, verifier: Verifier) -> Checkpoint | None:
+def current_checkpoint(store: Store, verifier: Verifier) -> Checkpoint | None:
+    """The store's signed checkpoint, verified with `verifier` (None: the log has none)."""
     return read_checkpoint(store_fetch(store), verifier, f"{store.url}/{LOG_PREFIX.rstrip('/')}")
 
 
@@ -982,29 +1033,45 @@ def log_run(
     """
     log = log or log_from_env(store)
     if log is None:
-        has_checkpoint = store.exists(LOG_PREFIX + CHECKPOINT)
-        doc_log = None if has_checkpoint else _key_doc(store).get("log")
-        if not has_checkpoint and (doc_log or store.exists(LOG_WITNESS)):
-            problem = lost_log_problem(store, None, _recorded_unverified(store))
-            if problem is not None:
-                raise IntegrityError(problem)
-            raise LogNotConfiguredError(
-                f"{store.url} keeps a transparency log (its key document names "
-                f"{doc_log.get('vkey') if isinstance(doc_log, dict) else 'one'}) that has no "
-                f"checkpoint yet: give its key with --log-signer or {LOG_SIGNER_ENV}"
-            )
-        if store.exists(LOG_PREFIX + CHECKPOINT):
-            raise LogNotConfiguredError(
-                f"{store.url} keeps a transparency log: give its key with --log-signer or "
-                f"{LOG_SIGNER_ENV} (this run's events are published; the next run with the "
-                "key appends them)"
-            )
+        if has_had_log(store):
+            refuse_unlogged_run(store, published=True)
         settle(store, pending)
         return None
     run = sync_log(store, log, written, entries=entries, pending=pending, run_id=run_id)
     for p in run.problems[:20]:
         _logger.warning("not logged: %s", p)
     return run
+
+
+def refuse_unlogged_run(store: Store, *, looked_at: Path | None = None, published: bool = False) -> NoReturn:
+    """Raise, in one line, why a run without the log key cannot run on a store that
+    keeps (or kept) a log: the log was lost or rolled back (naming the recovery), or
+    the log key is not given. `looked_at`: where the run looked for the key by default
+    (`tlog.run_log.default_log_key`); `published`: the run already published its
+    events (the check at its end), else nothing was written (the check at its start).
+    """
+    if not store.exists(LOG_PREFIX + CHECKPOINT):
+        problem = lost_log_problem(store, None, _recorded_unverified(store))
+        if problem is not None:
+            raise IntegrityError(problem)
+    doc_log = key_document(store).get("log")
+    vkey = doc_log.get("vkey") if isinstance(doc_log, dict) else None
+    signed = f", signed by {vkey}" if vkey else ""
+    looked = ""
+    if looked_at is not None:
+        looked = (
+            f"; it is not at {looked_at}, where runs look for it beside the registry key (after "
+            "the registry key moved, move the log key there too: a log keeps its key)"
+        )
+    then = (
+        "this run's events are published; the next run with the key appends them"
+        if published
+        else "nothing was published"
+    )
+    raise LogNotConfiguredError(
+        f"{store.url} keeps a transparency log{signed}: give its key with --log-signer or "
+        f"{LOG_SIGNER_ENV}{looked} ({then})"
+    )
 
 
 def _recorded_unverified(store: Store) -> Recorded | None:
@@ -1033,7 +1100,7 @@ def rebuild_log(store: Store, log: LogSigner, *, lease: LogLease = LogLease("log
       the log exists to expose); restore log/ from a backup.
     """
     with lease.take(store) as held:
-        cp = _current(store, log.verifier)
+        cp = current_checkpoint(store, log.verifier)
         rec = newest_recorded(store, log.verifier, manifests=True)
         if cp is not None:
             problem = lost_log_problem(store, cp, rec)
@@ -1122,7 +1189,21 @@ def has_had_log(store: Store) -> bool:
     document naming a log key (what `verify STORE` must then check)."""
     if store.exists(LOG_PREFIX + CHECKPOINT) or store.exists(LOG_WITNESS):
         return True
-    return bool(_key_doc(store).get("log"))
+    return bool(key_document(store).get("log"))
+
+
+def _unstarted_log(store: Store) -> str:
+    """The problem of a store whose key document names a log that has no checkpoint
+    and of which nothing recorded one: lost before any record, or never appended to."""
+    member = key_document(store).get("log")
+    vkey = member.get("vkey") if isinstance(member, dict) else "a log key"
+    where = f"{store.url.rstrip('/')}/{LOG_PREFIX}{CHECKPOINT}"
+    return (
+        f"{where} is missing, but {store.url.rstrip('/')}/{KEY_DOCUMENT} names this store's log "
+        f"({vkey}): the log is absent (a first run stopped before its append, or log/ was lost); "
+        f"if log/ ever held a checkpoint restore it from a backup, else the next run with that "
+        f"log key appends the store's events (or {_rebuild_command(store)})"
+    )
 
 
 def iter_entries(reader: TileReader, start: int = 0) -> Iterator[tuple[int, bytes]]:
@@ -1155,11 +1236,15 @@ def check_log_matches_event_store(
     without a log gives one problem saying so."""
     where = f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}"
     if not store.exists(LOG_PREFIX + CHECKPOINT):
-        lost = lost_log_problem(store, None, _recorded_unverified(store)) if has_had_log(store) else None
-        return [lost or f"{where}: no transparency log; {START_A_LOG}"]
+        if not has_had_log(store):
+            return [f"{where}: no transparency log; {START_A_LOG}"]
+        lost = lost_log_problem(store, None, _recorded_unverified(store))
+        if lost is None and next(iter(event_store_keys(store)), None) is None:
+            return []  # no event, no checkpoint: nothing the log could lack
+        return [lost or _unstarted_log(store)]
     try:
         verifier = verifier or store_verifier(store)
-        cp = _current(store, verifier)
+        cp = current_checkpoint(store, verifier)
         assert cp is not None
         lost = lost_log_problem(store, cp, newest_recorded(store, verifier, manifests=True))
         if lost is not None:

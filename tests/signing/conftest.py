@@ -92,6 +92,22 @@ def file_key2(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def log_key(tmp_path: Path) -> Path:
+    """A key file for a store's transparency log, in a directory of its own (a
+    registry key with no file has no directory to make one beside)."""
+    priv, _pub, _doc = generate_key(tmp_path / "log-key", key_id="pith-log-test")
+    return priv
+
+
+@pytest.fixture
+def kms_log_signer(local_kms: LocalKmsServer) -> str:
+    """A second Ed25519 key on the local KMS, as a log key spec (`kms:alias/pith-log`):
+    the log signed in KMS, as an operator whose registry key is there would."""
+    local_kms.state.add_key("5678abcd-12ab-34cd-56ef-1234567890ab", alias="alias/pith-log")
+    return "kms:alias/pith-log"
+
+
+@pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Any:
     """Run `pith-pipeline ARGS...` in this process; returns exit code and output."""
     return partial(run_cli, capsys)

@@ -135,7 +135,9 @@ def test_signature_outside_the_certificate_window_is_rejected(certified_store) -
     assert "bundle_signature: signed at 2026-03-02T00:00:00Z, outside" in report.failed[0].detail
 
 
-def test_certified_by_a_kms_root_via_cli(local_kms: LocalKmsServer, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_certified_by_a_kms_root_via_cli(
+    local_kms: LocalKmsServer, log_key: Path, tmp_path: Path, cli
+) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
     r = cli(
         "build",
@@ -145,6 +147,8 @@ def test_certified_by_a_kms_root_via_cli(local_kms: LocalKmsServer, tmp_path: Pa
         str(out),
         "--signer",
         f"certified:kms:{KMS_ALIAS}?key_id=pith-kms-root",
+        "--log-signer",  # a KMS root has no directory for a log key beside it
+        f"file:{log_key}",
     )
     assert r.code == 0, r.err
     signs = [q for q in local_kms.state.requests if q["target"] == "TrentService.Sign"]

@@ -18,7 +18,7 @@ from pith_pipeline.signing import envelope
 from pith_pipeline.signing.envelope import create_envelope, open_envelope_signer, write_envelope
 
 
-def test_envelope_create_build_verify(wrap_key: str, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_envelope_create_build_verify(wrap_key: str, log_key: Path, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
     env_file = tmp_path / "keys" / "pith.envelope.json"
     r = cli(
         "keys",
@@ -41,7 +41,11 @@ def test_envelope_create_build_verify(wrap_key: str, tmp_path: Path, cli) -> Non
     assert cli("keys", "envelope-create", "--kms-key", wrap_key, "--out", str(env_file)).code != 0
 
     out = tmp_path / "out"
-    r = cli("build", "--input", str(SAMPLE), "--store", str(out), "--signer", f"kms-envelope:{env_file}")
+    build = ["build", "--input", str(SAMPLE), "--store", str(out), "--signer", f"kms-envelope:{env_file}"]
+    # no plaintext log key is made beside an envelope (its seed lives only under KMS)
+    r = cli(*build)
+    assert r.code == 1 and "--log-signer" in r.err and not out.exists(), r.err
+    r = cli(*build, "--log-signer", f"file:{log_key}")
     assert r.code == 0, r.err
     r = cli("verify", str(out), "--pin", env["public_key_fingerprint"], "-q")
     assert r.code == 0 and "30 verified" in r.out, r.out
@@ -91,14 +95,16 @@ def test_public_key_mismatch_and_malformed_envelopes(wrap_key: str, tmp_path: Pa
         open_envelope_signer(str(tmp_path / "missing.json"))
 
 
-def test_envelope_stored_in_s3(wrap_key: str, s3_bucket: str, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_envelope_stored_in_s3(wrap_key: str, s3_bucket: str, log_key: Path, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
     env = create_envelope(wrap_key, key_id="pith-env-s3")
     boto3.client("s3").put_object(
         Bucket=s3_bucket, Key="keys/pith.envelope.json", Body=json.dumps(env).encode()
     )
     spec = f"kms-envelope:s3://{s3_bucket}/keys/pith.envelope.json"
     out = tmp_path / "out"
-    r = cli("build", "--input", str(SAMPLE), "--store", str(out), "--signer", spec)
+    r = cli(
+        "build", "--input", str(SAMPLE), "--store", str(out), "--signer", spec, "--log-signer", str(log_key)
+    )
     assert r.code == 0, r.err
     assert json.loads((out / "pith-signing-key.json").read_text())["key_id"] == "pith-env-s3"
     assert cli("verify", str(out), "-q").code == 0

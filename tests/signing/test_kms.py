@@ -148,19 +148,22 @@ def test_public_key_must_be_an_ed25519_spki() -> None:
 
 
 def test_build_with_kms_signer_verifies_with_the_kms_key_pinned(
-    local_kms: LocalKmsServer, tmp_path: Path, cli
+    local_kms: LocalKmsServer, kms_log_signer: str, tmp_path: Path, cli
 ) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
-    r = cli(
-        "build",
-        "--input",
-        str(SAMPLE),
-        "--store",
-        str(out),
-        "--signer",
-        f"kms:{KMS_ALIAS}?key_id=pith-kms-2026-06&concurrency=8",
-    )
+    args = ["build", "--input", str(SAMPLE), "--store", str(out)]
+    signer = f"kms:{KMS_ALIAS}?key_id=pith-kms-2026-06&concurrency=8"
+    # a new store keeps a log; a KMS registry key has no directory for a log key beside
+    # it, so the run says what to do before it writes anything
+    r = cli(*args, "--signer", signer)
+    assert r.code == 1 and "--log-signer" in r.err and not out.exists(), r.err
+    # the log signed in KMS too (its own key: notes signed as RAW messages)
+    r = cli(*args, "--signer", signer, "--log-signer", kms_log_signer)
     assert r.code == 0, r.err
+    from pith_pipeline.storage.local import LocalStore
+    from pith_pipeline.tlog.pipeline import check_log_matches_event_store
+
+    assert check_log_matches_event_store(LocalStore(out)) == []
     doc = json.loads((out / "pith-signing-key.json").read_text())
     assert doc["key_id"] == "pith-kms-2026-06"
     r = cli(

@@ -70,22 +70,40 @@ def test_scanner_finds_a_seed_where_there_is_one(file_key: Path) -> None:
     assert leaks(seed, written(file_key.parent))  # the key file itself: the scan has teeth
 
 
+def seed_of(key_file: Path) -> bytes:
+    return base64.b64decode(json.loads(key_file.read_text())["seed_b64"])
+
+
 def test_file_signer(file_key: Path, tmp_path: Path, cli, caplog) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.DEBUG)
-    seed = base64.b64decode(json.loads(file_key.read_text())["seed_b64"])
+    seed = seed_of(file_key)
     store = tmp_path / "out"
     r = cli("build", "--input", str(SAMPLE), "--store", str(store), "--signer", f"file:{file_key}")
     assert r.code == 0, r.err
     scan(seed, store, [r.out, r.err], caplog, aws=False)
+    # the log key made beside it on this first run: its seed is nowhere either
+    log_key = file_key.parent / "pith-log-private-key.json"
+    assert (store / "log" / "checkpoint").is_file()
+    scan(seed_of(log_key), store, [r.out, r.err], caplog, aws=False)
 
 
-def test_kms_envelope_signer(wrap_key: str, tmp_path: Path, cli, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_kms_envelope_signer(wrap_key: str, log_key: Path, tmp_path: Path, cli, caplog) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.DEBUG)
     env_file = tmp_path / "keys" / "pith.envelope.json"
     r1 = cli("keys", "envelope-create", "--kms-key", wrap_key, "--out", str(env_file))
     assert r1.code == 0, r1.err
     store = tmp_path / "out"
-    r2 = cli("build", "--input", str(SAMPLE), "--store", str(store), "--signer", f"kms-envelope:{env_file}")
+    r2 = cli(
+        "build",
+        "--input",
+        str(SAMPLE),
+        "--store",
+        str(store),
+        "--signer",
+        f"kms-envelope:{env_file}",
+        "--log-signer",
+        f"file:{log_key}",
+    )
     assert r2.code == 0, r2.err
     # a broken envelope's error must not carry anything either
     env = json.loads(env_file.read_text())
@@ -108,6 +126,7 @@ def test_kms_envelope_signer(wrap_key: str, tmp_path: Path, cli, caplog) -> None
         )["Plaintext"]
     assert bytes(nacl.signing.SigningKey(seed).verify_key).hex() == env["public_key_hex"]
     scan(seed, tmp_path, [r1.out, r1.err, r2.out, r2.err, r3.out, r3.err], caplog)
+    scan(seed_of(log_key), store, [r1.out, r1.err, r2.out, r2.err, r3.out, r3.err], caplog)
 
 
 def test_botocore_would_log_the_seed_without_the_guard(wrap_key: str, tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -127,13 +146,24 @@ def test_botocore_would_log_the_seed_without_the_guard(wrap_key: str, tmp_path: 
     assert found
 
 
-def test_kms_signer(local_kms: LocalKmsServer, tmp_path: Path, cli, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_kms_signer(local_kms: LocalKmsServer, kms_log_signer: str, tmp_path: Path, cli, caplog) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.DEBUG)
-    key = next(iter(local_kms.state.keys.values()))
     store = tmp_path / "out"
-    r = cli("build", "--input", str(SAMPLE), "--store", str(store), "--signer", f"kms:{KMS_ALIAS}")
+    r = cli(
+        "build",
+        "--input",
+        str(SAMPLE),
+        "--store",
+        str(store),
+        "--signer",
+        f"kms:{KMS_ALIAS}",
+        "--log-signer",
+        kms_log_signer,
+    )
     assert r.code == 0, r.err
-    scan(bytes(key.signing_key), store, [r.out, r.err], caplog)
+    assert (store / "log" / "checkpoint").is_file()
+    for key in local_kms.state.keys.values():  # the registry key and the log key
+        scan(bytes(key.signing_key), store, [r.out, r.err], caplog)
 
 
 def test_certified_signer(
@@ -153,7 +183,8 @@ def test_certified_signer(
     assert r.code == 0, r.err
     assert len(made) == 1
     root_seed = base64.b64decode(json.loads(file_key.read_text())["seed_b64"])
-    for seed in (made[0], root_seed):
+    log_seed = seed_of(file_key.parent / "pith-log-private-key.json")  # made beside the root key
+    for seed in (made[0], root_seed, log_seed):
         scan(seed, store, [r.out, r.err], caplog, aws=False)
 
 

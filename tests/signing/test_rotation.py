@@ -180,7 +180,13 @@ def test_cli_reissue_and_verify_with_key_document(
 ) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
     assert cli("build", "--input", str(SAMPLE), "--store", str(out), "--key", str(file_key)).code == 0
-    r = cli("receipts", "reissue", "--store", str(out), "--signer", f"file:{file_key2}")
+    reissue = ["receipts", "reissue", "--store", str(out), "--signer", f"file:{file_key2}"]
+    # the store keeps a log (a new store's default), whose key is beside the old key, not
+    # the new one: said before anything is re-signed, and given, the reissue logs its events
+    r = cli(*reissue)
+    assert r.code == 1 and "nothing was published" in r.err and "--log-signer" in r.err, r.err
+    log_key = file_key.parent / "pith-log-private-key.json"
+    r = cli(*reissue, "--log-signer", f"file:{log_key}")
     assert r.code == 0, r.err
     assert "30 receipts re-issued" in r.out and "rotated: pith-old-2026-01" in r.out
     r = cli("verify", str(out), "--keys", str(out / "pith-signing-key.json"), "-q")

@@ -365,7 +365,9 @@ def test_a_search_answer_the_api_package_cannot_read_is_one_line(
         with pytest.raises(SystemExit) as exit_:
             main([*args, "--min-interval", "0"])
     assert exit_.value.code == 1
-    (line,) = capsys.readouterr().err.strip().splitlines()
+    # the new store's first run made its log key (one note), then the error: one line
+    note, line = capsys.readouterr().err.strip().splitlines()
+    assert note.startswith("no log key given") and "pith-log-private-key.json" in note
     assert line.startswith("error: arXiv API") and server.api_url in line and "cannot read" in line
 
 

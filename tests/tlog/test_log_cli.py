@@ -198,7 +198,8 @@ def test_log_commands_on_a_store_without_a_log_say_so_in_one_line(
     tmp_path: Path, asset, command: tuple[str, ...]
 ) -> None:  # type: ignore[no-untyped-def]
     """A store that keeps no transparency log: one line saying so and how to start
-    one (it was `error: .../pith-signing-key.json: 'log'`, a raw KeyError)."""
+    one (it was `error: .../pith-signing-key.json: 'log'`, a raw KeyError). The store
+    is made with --no-log: a new store keeps a log by default."""
     assert run("keys", "generate", "--out", "keys", cwd=tmp_path).returncode == 0
     built = run(
         "build",
@@ -210,6 +211,7 @@ def test_log_commands_on_a_store_without_a_log_say_so_in_one_line(
         "keys/pith-private-key.json",
         "--workers",
         "1",
+        "--no-log",
         cwd=tmp_path,
     )
     assert built.returncode == 0, built.stderr
@@ -266,13 +268,13 @@ def test_the_log_lease_names_the_command_and_run_that_hold_it(
 
     store = LocalStore(logged_store / "out")
     owners: list[dict[str, object]] = []
-    current = pipeline._current
+    current = pipeline.current_checkpoint
 
     def spy(st, verifier):  # type: ignore[no-untyped-def]
         owners.append(loads(store.get("leases/log.json") or b"{}")["owner"])
         return current(st, verifier)
 
-    monkeypatch.setattr(pipeline, "_current", spy)
+    monkeypatch.setattr(pipeline, "current_checkpoint", spy)
     monkeypatch.chdir(logged_store)
     argv = ["log", "sync", "--store", "out", "--log-signer", "logkey/pith-private-key.json"]
     r = CliRunner().invoke(cli, argv)

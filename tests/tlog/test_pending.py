@@ -223,7 +223,17 @@ def test_every_command_that_writes_a_marker_holds_a_lease_naming_its_run(
     store, sample = str(tmp_path / "store"), str(asset("arxiv-sample.jsonl"))
     commands = [
         ["build", "--input", sample, "--store", store, "--key", str(old)],
-        ["receipts", "reissue", "--store", store, "--signer", str(new)],
+        # the store's log key is beside the old key (made by the build): given with the new one
+        [
+            "receipts",
+            "reissue",
+            "--store",
+            store,
+            "--signer",
+            str(new),
+            "--log-signer",
+            str(tmp_path / "keys" / "pith-log-private-key.json"),
+        ],
         # a store of its own, so it has events to write
         ["ingest", "--snapshot", sample, "--store", store + "-2", "--key", str(old)],
     ]

@@ -20,10 +20,10 @@ from pith_pipeline.tlog import merkle
 from pith_pipeline.tlog.log import LogSigner, TileReader, store_fetch
 from pith_pipeline.tlog.pipeline import (
     LogNotConfiguredError,
-    _current,
     _Hints,
     append_events,
     check_log_matches_event_store,
+    current_checkpoint,
     entry_problem,
     event_store_keys,
     iter_entries,
@@ -268,7 +268,7 @@ def test_the_id_filter_holds_ids_compactly_and_the_lookup_confirms_full_ids(
     twin = logged[0][:16] + ("0" if logged[0][16] != "0" else "1") + logged[0][17:]
     wanted = IdFilter([twin, logged[1], ids[0]])
     assert twin in wanted and logged[0] in wanted  # the filter alone cannot tell them apart
-    out = _logged(store, wanted, _Hints(store, _current(store, log_signer().verifier)))
+    out = _logged(store, wanted, _Hints(store, current_checkpoint(store, log_signer().verifier)))
     # asked on full ids: the twin is not logged, the logged id is, the stranger is not
     assert twin not in out and logged[1] in out and ids[0] not in out
 
@@ -290,7 +290,9 @@ def test_the_keys_the_log_lacks_are_found_one_lookup_object_at_a_time(
     logged = {k for k in first.written if k.startswith("events/")}
     with counting_gets(store) as reads:
         lacking = list(
-            _not_logged(store, every + every[:3], _Hints(store, _current(store, log_signer().verifier)))
+            _not_logged(
+                store, every + every[:3], _Hints(store, current_checkpoint(store, log_signer().verifier))
+            )
         )  # repeats: once
     assert sorted(lacking) == sorted(set(every) - logged) != []
     index_reads = [k for k in reads if k.startswith("log/index/")]
