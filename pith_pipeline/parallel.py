@@ -28,6 +28,8 @@ its certificate names.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import os
 import pickle
@@ -405,7 +407,6 @@ class ParallelPublisher:
             publisher.shards,
             publisher.io_concurrency,
             None if rows is None else str(rows.directory),
-            publisher.page_log_prefix(),
         )
         if rows is not None:
             publisher.on_bundle = rows.add_bundle
@@ -435,6 +436,9 @@ class ParallelPublisher:
         if valid_until is not None:  # the workers' view of the lease (`SharedLease`)
             until = ctx.Value("d", valid_until(), lock=False)
             self._relay_lease(until, valid_until)
+        # the pages' log is decided now, at the first chunk: the run's log key
+        # (`Publisher.log_key`) is given after this executor is made, before publishing
+        spec = dataclasses.replace(self._spec, page_log=self.publisher.page_log_prefix())
         self._pools = [
             ProcessPoolExecutor(
                 max_workers=1,
@@ -443,7 +447,7 @@ class ParallelPublisher:
                 # workers end when this process is gone, and stop once its lease runs out;
                 # the kernel's parent-death signal only when started from the main thread
                 # (it fires when the starting thread ends, see `die_with_parent`)
-                initargs=(self._spec, os.getpid(), until, from_main_thread),
+                initargs=(spec, os.getpid(), until, from_main_thread),
             )
             for _ in range(self.workers)
         ]

@@ -469,10 +469,12 @@ class Publisher:
         store keeps no log): asked of the store once per run, with the settings of
         the command that made this publisher."""
         if self._page_log is None:
-            from pith_pipeline.pages.site import run_log_prefix
+            from pith_pipeline.pages.site import log_prefix, run_log_prefix
 
             with self._page_lock:  # papers in flight ask at once: the store is asked once
-                if self._page_log is None:
+                if self._page_log is None and self.log_key is not None:
+                    self._page_log = (log_prefix(),)  # the run keeps a log (its key is named)
+                elif self._page_log is None:
                     self._page_log = (self._page_context.run(run_log_prefix, self.store),)
         return self._page_log
 

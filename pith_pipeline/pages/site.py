@@ -35,6 +35,7 @@ __all__ = [
     "PAGE_CONTENT_TYPE",
     "asset_files",
     "content_type_of",
+    "log_prefix",
     "page_problem",
     "publish_assets",
     "publish_home_page",
@@ -71,7 +72,8 @@ def asset_files() -> list[tuple[str, bytes]]:
     ]
 
 
-def _log_prefix() -> str:
+def log_prefix() -> str:
+    """Where a store keeps its transparency log (`tlog.log.LOG_PREFIX`)."""
     from pith_pipeline.tlog.log import LOG_PREFIX
 
     return LOG_PREFIX
@@ -82,7 +84,7 @@ def store_log_prefix(store: Store) -> str | None:
     else None. What `verify STORE` renders pages with."""
     from pith_pipeline.tlog.pipeline import has_had_log
 
-    return _log_prefix() if has_had_log(store) else None
+    return log_prefix() if has_had_log(store) else None
 
 
 def run_log_prefix(store: Store) -> str | None:
@@ -92,7 +94,7 @@ def run_log_prefix(store: Store) -> str | None:
     from pith_pipeline.config import from_env
 
     if from_env("log_signer"):
-        return _log_prefix()
+        return log_prefix()
     return store_log_prefix(store)
 
 

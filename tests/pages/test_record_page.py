@@ -205,8 +205,8 @@ def test_the_same_bundle_renders_the_same_bytes(sample_dir: Path) -> None:
     store = sample_dir / STORE
     for body in bodies(store)[:5]:
         bundle = json.loads((store / "pith" / body / "bundle.json").read_bytes())
-        first = record_page(bundle, log_prefix=None)
-        assert record_page(copy.deepcopy(bundle), log_prefix=None) == first
+        first = record_page(bundle, log_prefix="log/")  # the sample store keeps a log
+        assert record_page(copy.deepcopy(bundle), log_prefix="log/") == first
         assert first == page(store, body).read_bytes()
 
 
@@ -225,36 +225,43 @@ def test_the_log_is_named_only_where_the_store_keeps_one(sample_dir: Path) -> No
 
 
 def test_a_run_with_a_log_writes_pages_that_name_it(here: Path) -> None:
-    """A run given a log key renders its pages naming the log, which exists once the
-    run ends, and brings the pages of the papers it touches up to date, so `verify
-    STORE` finds every page right."""
+    """A store made without a log (`--no-log`): a run given a log key renders its pages
+    naming the log, which exists once the run ends, and brings the pages of the papers
+    it touches up to date, so `verify STORE` finds every page right."""
+    code, out = cli("ingest", "--sample", "--workers", "1", "--key", KEY, "--no-log", "--store", "nolog")
+    assert code == 0, out
+    assert 'data-pith-log="' not in page(here / "nolog", bodies(here / "nolog")[0]).read_text(
+        encoding="utf-8"
+    )
     code, out = cli("keys", "generate", "--out", "logkey")
     assert code == 0, out
     log_key = ("--log-signer", "logkey/pith-private-key.json")
-    code, out = cli("ingest", "--sample", "--workers", "1", "--key", KEY, *log_key)
+    code, out = cli("ingest", "--sample", "--workers", "1", "--key", KEY, *log_key, "--store", "nolog")
     assert code == 0, out
-    assert (here / STORE / "log" / "checkpoint").is_file()
-    for body in bodies(here / STORE):
-        assert 'data-pith-log="../../log/"' in page(here / STORE, body).read_text(encoding="utf-8")
-    code, out = cli("verify", STORE, "--quiet")
+    assert (here / "nolog" / "log" / "checkpoint").is_file()
+    for body in bodies(here / "nolog"):
+        assert 'data-pith-log="../../log/"' in page(here / "nolog", body).read_text(encoding="utf-8")
+    code, out = cli("verify", "nolog", "--quiet")
     assert code == 0, out
 
 
 def test_pages_of_a_store_that_started_a_log_are_named_until_rebuilt(here: Path) -> None:
     """A log started by `log sync` touches no paper: the pages, which do not name it,
     are stale, and `verify STORE` says so until `rebuild` writes them again."""
+    code, out = cli("ingest", "--sample", "--workers", "1", "--key", KEY, "--no-log", "--store", "nolog")
+    assert code == 0, out
     code, out = cli("keys", "generate", "--out", "logkey")
     assert code == 0, out
-    code, out = cli("log", "sync", "--store", STORE, "--log-signer", "logkey/pith-private-key.json")
+    code, out = cli("log", "sync", "--store", "nolog", "--log-signer", "logkey/pith-private-key.json")
     assert code == 0, out
-    first = bodies(here / STORE)[0]
-    code, out = cli("verify", STORE, "--quiet")
+    first = bodies(here / "nolog")[0]
+    code, out = cli("verify", "nolog", "--quiet")
     assert code == 1 and f"pith/{first}/index.html: differs from the page" in out, out
-    code, out = cli("rebuild", "--store", STORE, "--signer", KEY)
+    code, out = cli("rebuild", "--store", "nolog", "--signer", KEY)
     assert code == 0, out
     assert "record pages: 30 written" in out
-    assert 'data-pith-log="../../log/"' in page(here / STORE, first).read_text(encoding="utf-8")
-    code, out = cli("verify", STORE, "--quiet")
+    assert 'data-pith-log="../../log/"' in page(here / "nolog", first).read_text(encoding="utf-8")
+    code, out = cli("verify", "nolog", "--quiet")
     assert code == 0, out
 
 
@@ -306,3 +313,41 @@ def test_pages_name_the_log_given_by_flag_whatever_publishes_them(
     assert (tmp_path / "st" / "log" / "checkpoint").is_file()
     code, out = cli("verify", "st", "--quiet")
     assert code == 0, out
+
+
+@pytest.mark.parametrize(
+    "tuning",
+    [
+        ("--workers", "2", "--worker-chunk", "4"),
+        ("--workers", "1", "--io-concurrency", "4"),
+    ],
+)
+def test_pages_name_the_default_log_whatever_publishes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tuning: tuple[str, ...]
+) -> None:
+    """No `--log-signer`: a new store keeps a log by default (its key made beside the
+    registry key), and every page, whoever writes it, names that log."""
+    from pages_store import clean_env
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    assert cli("keys", "generate", "--out", "keys")[0] == 0
+    sample = Path(__file__).resolve().parent.parent / "data" / "arxiv-sample.jsonl"
+    code, out = cli(
+        "build", "--input", str(sample), "--store", "st", "--key", "keys/pith-private-key.json", *tuning
+    )
+    assert code == 0, out
+    assert (tmp_path / "st" / "log" / "checkpoint").is_file()
+    pages = sorted((tmp_path / "st" / "pith").glob("*/index.html"))
+    assert pages and all(b'data-pith-log="../../log/"' in p.read_bytes() for p in pages)
+    code, out = cli("verify", "st", "--quiet")
+    assert code == 0, out
+
+
+def test_a_publisher_with_a_log_key_names_the_log_on_a_new_store() -> None:
+    """The run's log key is decided before its first write: the pages name the log even
+    while the store itself shows none yet (nothing of the log is written before the end)."""
+    store = MemoryStore()
+    pub = Publisher(store, Ed25519Signer.generate("k"), BuildConfig())
+    pub.log_key = {"origin": "example.org/log", "vkey": "v"}
+    assert pub.page_log_prefix() == ("log/",)
