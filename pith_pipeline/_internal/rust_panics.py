@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -32,6 +33,13 @@ _depth = 0
 _saved_fd = -1
 _reader: threading.Thread | None = None
 _write_fd = -1
+_last_panic = 0.0  # time.monotonic() of the last panic line the filter kept back
+
+#: After a failed call, how long fd 2 stays filtered with no panic report arriving:
+#: the runtime's tasks panic as it is dropped, a moment after the exception
+SETTLE = 0.3
+#: ... and at most this long in all
+SETTLE_MAX = 3.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -61,6 +69,8 @@ def _filter(read_fd: int, out_fd: int) -> None:
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 if _HEADER.match(line):
+                    global _last_panic
+                    _last_panic = time.monotonic()
                     in_panic, held_blank = True, False
                     log.debug("deltalake: %s", line.decode("utf-8", "replace"))
                     continue
@@ -107,9 +117,25 @@ def quiet_rust_panics() -> Iterator[None]:
     entered = _enter()
     try:
         yield
+    except BaseException:
+        if entered:  # a failed Delta write: its runtime's tasks may still panic
+            _settle()
+        raise
     finally:
         if entered:
             _leave()
+
+
+def _settle() -> None:
+    """Wait until no panic report has arrived for SETTLE seconds (at most SETTLE_MAX):
+    only on the failure path, where a runtime was dropped with its tasks running."""
+    start = time.monotonic()
+    while True:
+        now = time.monotonic()
+        quiet_since = max(start, _last_panic)
+        if now - quiet_since >= SETTLE or now - start >= SETTLE_MAX:
+            return
+        time.sleep(0.05)
 
 
 def _enter() -> bool:
