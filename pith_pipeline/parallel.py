@@ -29,7 +29,6 @@ its certificate names.
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import os
 import pickle

@@ -7,13 +7,16 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from pith_pipeline.cli.options import envvar, lease_notice, store_option, wait_option
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.errors import IntegrityError
+
+if TYPE_CHECKING:
+    from pith_pipeline.storage.base import Store
 
 LOCATION_HELP = "The log: its URL (https://HOST/log) or a store (directory, s3://bucket/prefix)."
 VKEY_HELP = (
@@ -241,13 +244,15 @@ def sync(store: str, log_signer: str | None, lease_wait: float) -> None:
     Appends under the store's `log` lease: while another writer appends, it fails
     naming that writer (exit 75), or waits with --wait SECONDS."""
     from pith_pipeline.storage.factory import open_existing_store
-    from pith_pipeline.tlog.pipeline import LogLease, event_store_keys, open_log_signer, sync_log
+    from pith_pipeline.tlog.pipeline import LogLease, event_store_keys, has_had_log, open_log_signer, sync_log
     from pith_pipeline.tlog.run_log import log_key_for_command
 
     st = open_existing_store(store)
     spec = log_key_for_command(st, log_signer, create=False, notice=lease_notice)
     lease = LogLease("log sync", wait=lease_wait, on_wait=lease_notice)
+    had = has_had_log(st)
     _report(sync_log(st, open_log_signer(spec, st), event_store_keys(st), lease=lease, everything=True))
+    _pages_name_a_new_log(st, had)
 
 
 @log.command("rebuild")
@@ -261,13 +266,25 @@ def rebuild(store: str, log_signer: str | None, lease_wait: float) -> None:
     Refuses to rewrite an existing log. Holds the `log` lease as `log sync` does
     (--wait)."""
     from pith_pipeline.storage.factory import open_existing_store
-    from pith_pipeline.tlog.pipeline import LogLease, open_log_signer, rebuild_log
+    from pith_pipeline.tlog.pipeline import LogLease, has_had_log, open_log_signer, rebuild_log
     from pith_pipeline.tlog.run_log import log_key_for_command
 
     st = open_existing_store(store)
     spec = log_key_for_command(st, log_signer, create=True, notice=lease_notice)
     lease = LogLease("log rebuild", wait=lease_wait, on_wait=lease_notice)
+    had = has_had_log(st)
     _report(rebuild_log(st, open_log_signer(spec, st), lease=lease))
+    _pages_name_a_new_log(st, had)
+
+
+def _pages_name_a_new_log(st: Store, had_log: bool) -> None:
+    """A log just started on a store with record pages: the pages are written again
+    to name it (`pages.site.refresh_pages`), so the store verifies right away."""
+    from pith_pipeline.pages.site import refresh_pages
+    from pith_pipeline.tlog.pipeline import has_had_log
+
+    if not had_log and has_had_log(st):
+        click.echo(f"record pages: {refresh_pages(st)} written (they name the new log)")
 
 
 @log.command("verify")

@@ -20,6 +20,7 @@ from typing import Any
 
 from pith_pipeline.core.arxiv_record import is_arxiv_id
 from pith_pipeline.core.layout import (
+    BUNDLES,
     HOME_PAGE,
     POINTERS,
     WELL_KNOWN,
@@ -39,6 +40,7 @@ __all__ = [
     "page_problem",
     "publish_assets",
     "publish_home_page",
+    "refresh_pages",
     "run_log_prefix",
     "store_figures",
     "store_log_prefix",
@@ -197,3 +199,33 @@ def publish_home_page(store: Store, updated: str, *, changed: bool = True) -> bo
         return False
     store.put(HOME_PAGE, data, content_type=PAGE_CONTENT_TYPE)
     return True
+
+
+def refresh_pages(store: Store) -> int:
+    """Write again every record page that differs from what its bundle renders to with
+    the store's log as it now is; how many were written.
+
+    For a store that has just started a log without publishing (`log sync`, `log
+    rebuild`): its pages, written before, do not name the log, and the command that
+    started it brings them up to date so that `verify STORE` passes right after it.
+    Each page is read once, and only the differing ones are written."""
+    from pith_pipeline.core.canonical_json import loads
+
+    prefix = store_log_prefix(store)
+    keys = [k for k in iter_unsorted(store, BUNDLES) if k.endswith("/bundle.json")]
+
+    def one(key: str) -> bool:
+        raw = store.get(key)
+        if raw is None:
+            return False
+        bundle = loads(raw)
+        if not isinstance(bundle, dict):
+            return False
+        pkey, page = page_of(bundle, prefix)
+        if store.get(pkey) == page:
+            return False
+        store.put(pkey, page, content_type=content_type_of(pkey))
+        return True
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return sum(pool.map(one, keys))
