@@ -13,53 +13,19 @@ ended by NUL), so no port is opened and nothing beyond the standard library is u
 from __future__ import annotations
 
 import contextlib
-import functools
-import http.server
 import json
 import os
-import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+from browser import chromium
 
 #: How long one page may take to settle before the test fails (a bound, not a measure).
 SETTLE_SECONDS = 90.0
-
-
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        pytest.fail(
-            "headless Chromium is needed to check the record pages: apt-get install -y chromium "
-            "(.ci/run installs it)"
-        )
-    return found
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-
-@contextlib.contextmanager
-def serve(directory: Path) -> Iterator[str]:
-    """`directory` over HTTP on 127.0.0.1 (as `python -m http.server` serves it); its URL."""
-    handler = functools.partial(_Quiet, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 _MOVE_FDS = (

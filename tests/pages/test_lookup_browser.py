@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pages_browser import Browser, browser, serve
+from browser import served
+from pages_browser import Browser, browser
 from pages_store import STORE, bodies, sample_dir_fixture
 from test_record_page import HOSTILE_ABSTRACT, HOSTILE_AUTHORS, HOSTILE_TITLE, publish, record
 
@@ -27,7 +28,7 @@ def site(sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     root = tmp_path_factory.mktemp("served")
     store = root / SUB / STORE
     shutil.copytree(sample_dir / STORE, store)
-    with serve(root) as url:
+    with served(root) as url:
         yield f"{url}/{SUB}/{STORE}/", store
 
 
@@ -132,7 +133,7 @@ def test_hostile_text_stays_text_in_the_browser(tmp_path: Path, tab: Browser) ->
         (root / key).parent.mkdir(parents=True, exist_ok=True)
         (root / key).write_bytes(data)
     body = next(k.split("/")[1] for k in store.objects if k.startswith("pith/"))
-    with serve(root) as url:
+    with served(root) as url:
         tab.open(f"{url}/pith/{body}/")
         tab.wait_for("document.readyState === 'complete'")
         assert tab.evaluate("typeof window.__pwned") == "undefined"
@@ -165,7 +166,7 @@ def test_pages_of_a_logged_store_verify_their_events_in_the_log(
     browser each page proves its events are in the log under its signed checkpoint."""
     store = sample_dir / STORE
     assert (store / "log" / "checkpoint").is_file()
-    with serve(store) as url:
+    with served(store) as url:
         for body in bodies(store)[:3]:
             tab.open(f"{url}/pith/{body}/")
             verdict = _verdict(tab)
