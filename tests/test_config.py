@@ -279,24 +279,29 @@ def test_a_flag_given_to_a_command_ends_with_it() -> None:
 
 
 def test_log_signer_reaches_the_run_end_without_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """--log-signer used to be copied into os.environ, outliving the command."""
+    """--log-signer and --no-log are fields of the command's `Settings`, resolved once
+    from its options: given to a command that takes `settings`, and to
+    `command_settings()`; nothing is written to os.environ."""
     import os
 
     import click
 
-    from pith_pipeline.cli.options import site_options
+    from pith_pipeline.cli.options import command_settings, site_options
 
-    seen = []
+    seen: list[config.Settings] = []
 
     @click.command()
     @site_options
-    def cmd(base_url: str, registry_name: str, signer_id: str) -> None:
-        seen.append(config.from_env("log_signer"))
+    def cmd(base_url: str, registry_name: str, signer_id: str, settings: config.Settings) -> None:
+        seen.extend([settings, command_settings()])
 
     monkeypatch.delenv("PITH_LOG_SIGNER", raising=False)
-    result = CliRunner().invoke(cmd, ["--log-signer", f"file:{SECRET}"])
+    monkeypatch.setenv("PITH_BASE_URL", "https://env.example")
+    result = CliRunner().invoke(cmd, ["--log-signer", f"file:{SECRET}", "--no-log", "--signer-id", "me"])
     assert result.exit_code == 0, result.output
-    assert seen == [f"file:{SECRET}"]
+    assert seen[0] is seen[1]
+    assert (seen[0].log_signer, seen[0].keep_log) == (f"file:{SECRET}", False)
+    assert (seen[0].base_url, seen[0].signer_id) == ("https://env.example", "me")
     assert "PITH_LOG_SIGNER" not in os.environ and config.from_env("log_signer") is None
 
 

@@ -30,6 +30,8 @@ from pith_pipeline.core.layout import (
 )
 from pith_pipeline.pages.render import StoreFigures, home_page, record_page
 from pith_pipeline.storage.base import Store, iter_unsorted
+from pith_pipeline.tlog.log import LOG_PREFIX
+from pith_pipeline.tlog.pipeline import has_had_log
 
 __all__ = [
     "ASSET_DIR",
@@ -76,26 +78,21 @@ def asset_files() -> list[tuple[str, bytes]]:
 
 def log_prefix() -> str:
     """Where a store keeps its transparency log (`tlog.log.LOG_PREFIX`)."""
-    from pith_pipeline.tlog.log import LOG_PREFIX
-
     return LOG_PREFIX
 
 
 def store_log_prefix(store: Store) -> str | None:
     """The log's prefix (`log/`) when the store keeps, or has kept, a transparency log;
     else None. What `verify STORE` renders pages with."""
-    from pith_pipeline.tlog.pipeline import has_had_log
-
     return log_prefix() if has_had_log(store) else None
 
 
-def run_log_prefix(store: Store) -> str | None:
+def run_log_prefix(store: Store, log_signer: str | None) -> str | None:
     """What a run renders pages with: the log's prefix when the store will keep a log
-    once the run ends (a log key is given, so the run appends; or the store has one),
-    so the pages it writes are what `verify STORE` expects after the run."""
-    from pith_pipeline.config import from_env
-
-    if from_env("log_signer"):
+    once the run ends (the run's log key `log_signer` is given, so the run appends; or
+    the store has one), so the pages it writes are what `verify STORE` expects after
+    the run."""
+    if log_signer:
         return log_prefix()
     return store_log_prefix(store)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import os
+from datetime import timedelta
 
-from pith_pipeline.config import env_name
+from pith_pipeline.config import Settings, env_name, load_settings
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import KeyFileError
 
@@ -64,7 +65,7 @@ def _kms_numbers(params: dict[str, str]) -> tuple[int, float | None]:
     return concurrency, max_rps
 
 
-def open_signer(spec: str, *, self_test: bool = True) -> Signer:
+def open_signer(spec: str, *, self_test: bool = True, settings: Settings | None = None) -> Signer:
     """A signer from its spec; one option and `PITH_SIGNER` choose the back end.
 
     \b
@@ -75,7 +76,9 @@ def open_signer(spec: str, *, self_test: bool = True) -> Signer:
     certified:ROOT_SPEC         a per-run in-memory key certified by ROOT_SPEC's key
 
     Remote keys sign once at open (`self_test`) so a wrong key, algorithm or
-    permission fails before any work is done.
+    permission fails before any work is done. A `certified:` key takes its run id and
+    validity from `settings` (`run_id`, `cert_hours`), the run's; a caller that has
+    none gets the table resolved now (`load_settings`).
     """
     scheme, _, rest = spec.partition(":")
     if scheme == "kms":
@@ -102,7 +105,12 @@ def open_signer(spec: str, *, self_test: bool = True) -> Signer:
 
         if not rest:
             raise KeyFileError("certified: needs the root signer, e.g. certified:kms:alias/pith")
-        return CertifiedSigner(open_signer(rest, self_test=self_test))
+        run = settings if settings is not None else load_settings()
+        return CertifiedSigner(
+            open_signer(rest, self_test=self_test),
+            run_id=run.run_id,
+            validity=timedelta(hours=run.cert_hours),
+        )
     if scheme == "file":
         from pith_pipeline.signing.local import load_signer
 
