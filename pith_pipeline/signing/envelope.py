@@ -31,7 +31,7 @@ from pith_pipeline._internal.redact_logs import sensitive_call
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import Ed25519Signer, fingerprint_b32
 from pith_pipeline.errors import KeyFileError, SigningError
-from pith_pipeline.signing.kms import Backoff, make_kms_client
+from pith_pipeline.signing.kms import call_kms, make_kms_client
 from pith_pipeline.signing.local import check_key_dir, check_key_id, make_private_dir, write_all
 
 ENVELOPE_KIND = "pith_kms_envelope"
@@ -129,7 +129,7 @@ def create_envelope(
         with sensitive_call():
             return client.encrypt(KeyId=kms_key, Plaintext=bytes(sk), EncryptionContext=ctx)
 
-    resp = Backoff().call(encrypt, f"KMS Encrypt with {kms_key}")
+    resp = call_kms(encrypt, f"KMS Encrypt with {kms_key}")
     return {
         "kind": ENVELOPE_KIND,
         "envelope_version": ENVELOPE_VERSION,
@@ -213,7 +213,7 @@ def open_envelope_signer(
                     EncryptionContext=encryption_context(env["key_id"]),
                 )
 
-        resp = Backoff().call(decrypt, f"KMS Decrypt of envelope {location}")
+        resp = call_kms(decrypt, f"KMS Decrypt of envelope {location}")
         try:
             signer = Ed25519Signer(bytes(resp["Plaintext"]), env["key_id"])
         except (ValueError, KeyError, TypeError):
