@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pith_pipeline.core.arxiv_record import is_arxiv_id
+from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.layout import (
     BUNDLES,
     HOME_PAGE,
@@ -30,6 +31,7 @@ from pith_pipeline.core.layout import (
 )
 from pith_pipeline.pages.render import StoreFigures, home_page, record_page
 from pith_pipeline.storage.base import Store, iter_unsorted
+from pith_pipeline.storage.concurrency import default_io_concurrency, reserve_connections
 from pith_pipeline.tlog.log import LOG_PREFIX
 from pith_pipeline.tlog.pipeline import has_had_log
 
@@ -156,8 +158,6 @@ def _count(store: Store, prefix: str, first: str, counts: Callable[[str], bool])
     requests in flight (S3) in one stream per first character after `prefix` (every
     key `counts` accepts starts with one of `first`), so a store of millions is counted
     in seconds, not minutes."""
-    from pith_pipeline.storage.concurrency import default_io_concurrency, reserve_connections
-
     n = min(default_io_concurrency(store), len(first))
     if n <= 1:
         return sum(1 for k in iter_unsorted(store, prefix) if counts(k))
@@ -206,8 +206,6 @@ def refresh_pages(store: Store) -> int:
     rebuild`): its pages, written before, do not name the log, and the command that
     started it brings them up to date so that `verify STORE` passes right after it.
     Each page is read once, and only the differing ones are written."""
-    from pith_pipeline.core.canonical_json import loads
-
     prefix = store_log_prefix(store)
     keys = [k for k in iter_unsorted(store, BUNDLES) if k.endswith("/bundle.json")]
 

@@ -33,6 +33,7 @@ from pith_pipeline.core.keys import Ed25519Signer, fingerprint_b32
 from pith_pipeline.errors import KeyFileError, SigningError
 from pith_pipeline.signing.kms import call_kms, make_kms_client
 from pith_pipeline.signing.local import check_key_dir, check_key_id, make_private_dir, write_all
+from pith_pipeline.storage.factory import open_store
 
 ENVELOPE_KIND = "pith_kms_envelope"
 ENVELOPE_VERSION = "1"
@@ -49,8 +50,6 @@ def encryption_context(key_id: str) -> dict[str, str]:
 def read_location(location: str) -> bytes:
     """Bytes of a local file or of a store object (`s3://bucket/prefix/name`)."""
     if "://" in location and not location.startswith("file://"):
-        from pith_pipeline.storage.factory import open_store
-
         parent, _, name = location.rstrip("/").rpartition("/")
         try:
             data = open_store(parent).get(name)

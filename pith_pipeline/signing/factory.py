@@ -9,6 +9,7 @@ from datetime import timedelta
 from pith_pipeline.config import Settings, env_name, load_settings
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import KeyFileError
+from pith_pipeline.signing.local import check_key_id, load_signer
 
 SIGNER_ENV = env_name("signer")
 
@@ -29,8 +30,6 @@ def _kms_params(rest: str) -> tuple[str, dict[str, str]]:
             "(known: key_id, region, concurrency, max_rps)"
         )
     if "key_id" in params:
-        from pith_pipeline.signing.local import check_key_id
-
         check_key_id(params["key_id"], "kms signer option key_id")
     return key, params
 
@@ -82,6 +81,8 @@ def open_signer(spec: str, *, self_test: bool = True, settings: Settings | None 
     """
     scheme, _, rest = spec.partition(":")
     if scheme == "kms":
+        # lazy, as the two below: kms, envelope and certified add 6 ms to every command's
+        # start (python -X importtime), and most runs sign with a key file
         from pith_pipeline.signing.kms import KmsSigner
 
         key, params = _kms_params(rest)
@@ -112,11 +113,7 @@ def open_signer(spec: str, *, self_test: bool = True, settings: Settings | None 
             validity=timedelta(hours=run.cert_hours),
         )
     if scheme == "file":
-        from pith_pipeline.signing.local import load_signer
-
         return load_signer(rest)
     if not rest or os.path.sep in scheme or scheme.startswith("."):
-        from pith_pipeline.signing.local import load_signer
-
         return load_signer(spec)
     raise KeyFileError(f"unknown signer scheme {scheme!r} in {spec!r} (expected one of: {SCHEMES})")
