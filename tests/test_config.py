@@ -461,3 +461,20 @@ def test_a_command_option_from_the_environment_names_the_variable(
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert f"{env}={value!r}" in err, err
+
+
+def test_a_publishing_command_reads_every_setting_before_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command resolves its `Settings` once, at its start: a bad value of a variable no
+    option names stops it there in one line, before the store is touched."""
+    from pith_pipeline.cli import main
+
+    monkeypatch.setenv("PITH_CERT_HOURS", "-1")
+    (tmp_path / "in.jsonl").write_text("")
+    with pytest.raises(SystemExit) as info:
+        main(["build", "--input", str(tmp_path / "in.jsonl"), "--store", str(tmp_path / "s"), "--key", "k"])
+    assert info.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: PITH_CERT_HOURS='-1': expected") and "\n" not in err
+    assert not (tmp_path / "s").exists()
