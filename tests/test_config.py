@@ -60,15 +60,15 @@ def test_nan_and_inf_settings_are_refused_in_one_line(value: str) -> None:
     with pytest.raises(SettingError, match=r"^PITH_LEASE_WAIT=.*finite"):
         _ = config.load_settings(env={"PITH_LEASE_WAIT": value}).lease_wait_seconds
     with pytest.raises(SettingError, match=r"^PITH_OAI_MIN_INTERVAL=.*finite"):
-        _ = config.load_settings(env={"PITH_OAI_MIN_INTERVAL": value}).oai_min_interval_seconds
+        _ = config.load_settings(env={"PITH_OAI_MIN_INTERVAL": value}).oai_min_interval
 
 
 def test_seconds_settings_are_read_as_numbers() -> None:
     settings = config.load_settings(env={"PITH_LEASE_WAIT": "2.5", "PITH_OAI_MIN_INTERVAL": "0"})
-    assert (settings.lease_wait_seconds, settings.oai_min_interval_seconds) == (2.5, 0.0)
+    assert (settings.lease_wait_seconds, settings.oai_min_interval) == (2.5, 0.0)
     defaults = config.load_settings(env={})
     assert defaults.lease_wait_seconds == config.DEFAULT_TASK_LEASE_WAIT
-    assert defaults.oai_min_interval_seconds is None
+    assert defaults.oai_min_interval is None
     with pytest.raises(SettingError, match=r"^PITH_LEASE_WAIT='soon': expected"):
         _ = config.load_settings(env={"PITH_LEASE_WAIT": "soon"}).lease_wait_seconds
     with pytest.raises(SettingError, match=r"^PITH_LEASE_WAIT='-1': "):
@@ -405,8 +405,8 @@ def test_task_seconds_are_checked_when_the_settings_are_loaded(name: str, value:
 
 def test_task_seconds_read_right() -> None:
     s = config.load_settings(env={"PITH_OAI_MIN_INTERVAL": "0.5", "PITH_LEASE_WAIT": "10"})
-    assert (s.oai_min_interval_seconds, s.lease_wait_seconds) == (0.5, 10.0)
-    assert config.load_settings(env={}).oai_min_interval_seconds is None
+    assert (s.oai_min_interval, s.lease_wait_seconds) == (0.5, 10.0)
+    assert config.load_settings(env={}).oai_min_interval is None
 
 
 @pytest.mark.parametrize(

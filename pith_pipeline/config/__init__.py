@@ -427,11 +427,6 @@ class Settings:
         """Seconds a DAG task waits for a busy writer lease (unset: DEFAULT_TASK_LEASE_WAIT)."""
         return DEFAULT_TASK_LEASE_WAIT if self.lease_wait is None else self.lease_wait
 
-    @property
-    def oai_min_interval_seconds(self) -> float | None:
-        """Seconds between OAI-PMH requests, or None for arXiv's policy."""
-        return self.oai_min_interval
-
     def __repr__(self) -> str:  # the signer specs may name a key file or KMS key: keep them out
         return (
             f"Settings(store={self.store!r}, oai_url={self.oai_url!r}, "
