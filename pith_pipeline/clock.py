@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
+from pith_pipeline.config import SettingError
 from pith_pipeline.core.timeutil import Clock, epoch_clock
 
 SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
@@ -34,8 +35,6 @@ def _epoch_seconds(text: str) -> int:
     `int()` also reads other scripts' digits, spaces and `_`), within the years a
     timestamp can hold. Anything else is a setting error naming the variable, not a
     Python error from deep inside the run."""
-    from pith_pipeline.config import SettingError
-
     if not (text.isascii() and text.isdigit()):
         raise SettingError(f"{SOURCE_DATE_EPOCH}={text!r}: expected whole seconds since 1970 (ASCII digits)")
     seconds = int(text)

@@ -475,7 +475,11 @@ class Publisher:
                 if self._page_log is None and self.log_key is not None:
                     self._page_log = (log_prefix(),)  # the run keeps a log (its key is named)
                 elif self._page_log is None:
-                    self._page_log = (self._page_context.run(run_log_prefix, self.store),)
+                    self._page_log = (
+                        self._page_context.run(
+                            lambda: run_log_prefix(self.store, config.from_env("log_signer"))
+                        ),
+                    )
         return self._page_log
 
     def _page_log_prefix(self) -> str | None:

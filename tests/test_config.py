@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from pith_pipeline import config
 from pith_pipeline.config import BY_NAME, SETTINGS, SettingError, resolve
 
-PACKAGE = Path(config.__file__).parent
+PACKAGE = Path(config.__file__).parent.parent
 DOC = PACKAGE.parent / "docs" / "pages" / "configuration.md"
 SECRET = "s3cr3t-key-material-0123456789"
 
@@ -60,19 +60,83 @@ def test_nan_and_inf_settings_are_refused_in_one_line(value: str) -> None:
     with pytest.raises(SettingError, match=r"^PITH_LEASE_WAIT=.*finite"):
         _ = config.load_settings(env={"PITH_LEASE_WAIT": value}).lease_wait_seconds
     with pytest.raises(SettingError, match=r"^PITH_OAI_MIN_INTERVAL=.*finite"):
-        _ = config.load_settings(env={"PITH_OAI_MIN_INTERVAL": value}).oai_min_interval_seconds
+        _ = config.load_settings(env={"PITH_OAI_MIN_INTERVAL": value}).oai_min_interval
 
 
 def test_seconds_settings_are_read_as_numbers() -> None:
     settings = config.load_settings(env={"PITH_LEASE_WAIT": "2.5", "PITH_OAI_MIN_INTERVAL": "0"})
-    assert (settings.lease_wait_seconds, settings.oai_min_interval_seconds) == (2.5, 0.0)
+    assert (settings.lease_wait_seconds, settings.oai_min_interval) == (2.5, 0.0)
     defaults = config.load_settings(env={})
     assert defaults.lease_wait_seconds == config.DEFAULT_TASK_LEASE_WAIT
-    assert defaults.oai_min_interval_seconds is None
+    assert defaults.oai_min_interval is None
     with pytest.raises(SettingError, match=r"^PITH_LEASE_WAIT='soon': expected"):
         _ = config.load_settings(env={"PITH_LEASE_WAIT": "soon"}).lease_wait_seconds
     with pytest.raises(SettingError, match=r"^PITH_LEASE_WAIT='-1': "):
         _ = config.load_settings(env={"PITH_LEASE_WAIT": "-1"}).lease_wait_seconds
+
+
+# -- the typed settings -------------------------------------------------------------
+def test_settings_has_a_typed_field_for_every_row_with_the_row_default() -> None:
+    """One `Settings` for every setting: its field defaults are the table's, read by the
+    row's rule (numbers as numbers, on/off as bools), and loading with nothing set
+    gives the same object."""
+    fields = config.Settings.__dataclass_fields__
+    assert list(fields) == [s.name for s in SETTINGS]
+    made = config.Settings()
+    for s in SETTINGS:
+        assert getattr(made, s.name) == config.parse_value(s.name, s.default), s.name
+    assert config.load_settings(env={}) == made
+    assert (made.keep_log, made.retries, made.cert_hours, made.lease_ttl) == (True, 3, 48.0, 120.0)
+
+
+def test_loaded_settings_are_typed() -> None:
+    env = {
+        "PITH_WORKERS": "4",
+        "PITH_KEEP_LOG": "off",
+        "PITH_LEASE_WAIT": "2.5",
+        "PITH_SNAPSHOT_CHUNK_BYTES": "1024",
+        "PITH_LOG_SIGNER": "file:/keys/log.json",
+    }
+    s = config.load_settings(env=env, keep_log=None)
+    assert (s.workers, s.keep_log, s.lease_wait, s.snapshot_chunk_bytes) == (4, False, 2.5, 1024)
+    assert s.log_signer == "file:/keys/log.json"
+    assert config.load_settings(env=env, log_signer="file:/flag.json", keep_log=True).log_signer == (
+        "file:/flag.json"
+    )
+    assert config.load_settings(env=env, keep_log=True).keep_log is True  # a flag click read wins
+
+
+@pytest.mark.parametrize(
+    ("source", "where"),
+    [("env", "PITH_WORKERS"), ("variable", "PITH_LEASE_WAIT"), ("flag", "--cert-hours")],
+)
+def test_a_bad_value_names_where_it_came_from_in_one_line(source: str, where: str) -> None:
+    if source == "env":
+        kwargs: dict[str, object] = {"env": {"PITH_WORKERS": "many"}}
+    elif source == "variable":
+        kwargs = {"env": {}, "variable": {"PITH_LEASE_WAIT": "soon"}.get}
+    else:
+        kwargs = {"env": {}, "cert_hours": "0"}
+    with pytest.raises(SettingError) as info:
+        config.load_settings(**kwargs)  # type: ignore[arg-type]
+    message = str(info.value)
+    assert message.startswith(f"{where}=") and "\n" not in message and "expected" in message
+
+
+def test_an_unknown_setting_is_refused() -> None:
+    with pytest.raises(KeyError, match="not settings: stroe"):
+        config.load_settings(env={}, stroe="/x")
+
+
+def test_the_io_concurrency_range_is_the_stores() -> None:
+    from pith_pipeline.storage.concurrency import MAX_IO_CONCURRENCY
+
+    assert BY_NAME["io_concurrency"].maximum == MAX_IO_CONCURRENCY
+
+
+def test_settings_repr_shows_no_secret() -> None:
+    s = config.Settings(signer=f"file:{SECRET}", log_signer=f"kms:{SECRET}")
+    assert SECRET not in repr(s) and SECRET not in str(s)
 
 
 # -- masking ------------------------------------------------------------------------
@@ -139,7 +203,7 @@ def test_only_config_reads_pith_variables() -> None:
     constants = _pith_constants()
     offenders = {}
     for path in _package_sources():
-        if path.name == "config.py" and path.parent == PACKAGE:
+        if path.parent == PACKAGE / "config":
             continue
         reads = _env_reads(ast.parse(path.read_text(encoding="utf-8")), constants)
         if reads:
@@ -187,7 +251,7 @@ def test_airflow_settings_follow_the_rule() -> None:
     defaults = at.load_settings(env={})
     env_store = {"PITH_STORE": "/env"}
     for name in config.TASK_SETTINGS:
-        assert getattr(defaults, name) == BY_NAME[name].default
+        assert getattr(defaults, name) == config.parse_value(name, BY_NAME[name].default)
     assert at.Settings is config.Settings and config.Settings().store == config.DEFAULT_STORE
     # an Airflow Variable wins over the environment, a flag over both
     variable = {"PITH_STORE": "/variable"}.get
@@ -215,24 +279,29 @@ def test_a_flag_given_to_a_command_ends_with_it() -> None:
 
 
 def test_log_signer_reaches_the_run_end_without_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """--log-signer used to be copied into os.environ, outliving the command."""
+    """--log-signer and --no-log are fields of the command's `Settings`, resolved once
+    from its options: given to a command that takes `settings`, and to
+    `command_settings()`; nothing is written to os.environ."""
     import os
 
     import click
 
-    from pith_pipeline.cli.options import site_options
+    from pith_pipeline.cli.options import command_settings, site_options
 
-    seen = []
+    seen: list[config.Settings] = []
 
     @click.command()
     @site_options
-    def cmd(base_url: str, registry_name: str, signer_id: str) -> None:
-        seen.append(config.from_env("log_signer"))
+    def cmd(base_url: str, registry_name: str, signer_id: str, settings: config.Settings) -> None:
+        seen.extend([settings, command_settings()])
 
     monkeypatch.delenv("PITH_LOG_SIGNER", raising=False)
-    result = CliRunner().invoke(cmd, ["--log-signer", f"file:{SECRET}"])
+    monkeypatch.setenv("PITH_BASE_URL", "https://env.example")
+    result = CliRunner().invoke(cmd, ["--log-signer", f"file:{SECRET}", "--no-log", "--signer-id", "me"])
     assert result.exit_code == 0, result.output
-    assert seen == [f"file:{SECRET}"]
+    assert seen[0] is seen[1]
+    assert (seen[0].log_signer, seen[0].keep_log) == (f"file:{SECRET}", False)
+    assert (seen[0].base_url, seen[0].signer_id) == ("https://env.example", "me")
     assert "PITH_LOG_SIGNER" not in os.environ and config.from_env("log_signer") is None
 
 
@@ -329,15 +398,15 @@ def test_task_seconds_are_checked_when_the_settings_are_loaded(name: str, value:
     with pytest.raises(SettingError) as info:
         config.load_settings(env={name: value})
     assert str(info.value).startswith(f"{name}={value!r}: expected")
-    s = config.Settings(oai_min_interval=value, lease_wait=value)  # made directly, as tests do
-    with pytest.raises(SettingError, match="PITH_"):
-        _ = s.oai_min_interval_seconds if name == "PITH_OAI_MIN_INTERVAL" else s.lease_wait_seconds
+    field = "oai_min_interval" if name == "PITH_OAI_MIN_INTERVAL" else "lease_wait"
+    with pytest.raises(SettingError, match=f"^{name}="):  # made directly, as tests do: checked too
+        config.Settings(**{field: value})
 
 
 def test_task_seconds_read_right() -> None:
     s = config.load_settings(env={"PITH_OAI_MIN_INTERVAL": "0.5", "PITH_LEASE_WAIT": "10"})
-    assert (s.oai_min_interval_seconds, s.lease_wait_seconds) == (0.5, 10.0)
-    assert config.load_settings(env={}).oai_min_interval_seconds is None
+    assert (s.oai_min_interval, s.lease_wait_seconds) == (0.5, 10.0)
+    assert config.load_settings(env={}).oai_min_interval is None
 
 
 @pytest.mark.parametrize(
@@ -392,3 +461,20 @@ def test_a_command_option_from_the_environment_names_the_variable(
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert f"{env}={value!r}" in err, err
+
+
+def test_a_publishing_command_reads_every_setting_before_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command resolves its `Settings` once, at its start: a bad value of a variable no
+    option names stops it there in one line, before the store is touched."""
+    from pith_pipeline.cli import main
+
+    monkeypatch.setenv("PITH_CERT_HOURS", "-1")
+    (tmp_path / "in.jsonl").write_text("")
+    with pytest.raises(SystemExit) as info:
+        main(["build", "--input", str(tmp_path / "in.jsonl"), "--store", str(tmp_path / "s"), "--key", "k"])
+    assert info.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: PITH_CERT_HOURS='-1': expected") and "\n" not in err
+    assert not (tmp_path / "s").exists()

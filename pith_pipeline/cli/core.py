@@ -300,7 +300,7 @@ def verify(
         reports.append(verify_bundle(bundle, pinned_fingerprint=pin, source=str(f), trusted_keys=trusted))
     from pith_pipeline.tlog.client import verify_with_log
 
-    log_problems = verify_with_log(paths, files, log_location)  # the transparency log (tlog)
+    log_problems = verify_with_log(paths, files, log_location, config.resolve("log_vkey").value)  # tlog
     damaged = [(fd, url) for fd, url in zip(findings, urls, strict=True) if fd.check is None]
     if as_json:
         click.echo(

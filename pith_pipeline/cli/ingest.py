@@ -14,6 +14,7 @@ from pith_pipeline import config
 from pith_pipeline.cli.options import (
     FiniteFloat,
     build_config,
+    command_settings,
     fail_if_incomplete,
     io_concurrency_option,
     lease_notice,
@@ -389,7 +390,7 @@ def _ingest(
     signer_id: str,
 ) -> None:
     """The run of `ingest`, once its signer and log key are chosen."""
-    politeness = Politeness(min_interval=min_interval)
+    politeness = Politeness.of(command_settings(), min_interval=min_interval)
     shards = parse_shards(shards_spec) if shards_spec else None
     from pith_pipeline.index.sink import RowSink
     from pith_pipeline.ingest import Ingest

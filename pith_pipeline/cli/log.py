@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from pith_pipeline.cli.options import envvar, lease_notice, store_option, wait_option
+from pith_pipeline.cli.options import envvar, lease_notice, signer_setting, store_option, wait_option
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.errors import IntegrityError
 
@@ -248,7 +248,9 @@ def sync(store: str, log_signer: str | None, lease_wait: float) -> None:
     from pith_pipeline.tlog.run_log import log_key_for_command
 
     st = open_existing_store(store)
-    spec = log_key_for_command(st, log_signer, create=False, notice=lease_notice)
+    spec = log_key_for_command(
+        st, log_signer, create=False, notice=lease_notice, registry_signer=signer_setting()
+    )
     lease = LogLease("log sync", wait=lease_wait, on_wait=lease_notice)
     had = has_had_log(st)
     _report(sync_log(st, open_log_signer(spec, st), event_store_keys(st), lease=lease, everything=True))
@@ -270,7 +272,9 @@ def rebuild(store: str, log_signer: str | None, lease_wait: float) -> None:
     from pith_pipeline.tlog.run_log import log_key_for_command
 
     st = open_existing_store(store)
-    spec = log_key_for_command(st, log_signer, create=True, notice=lease_notice)
+    spec = log_key_for_command(
+        st, log_signer, create=True, notice=lease_notice, registry_signer=signer_setting()
+    )
     lease = LogLease("log rebuild", wait=lease_wait, on_wait=lease_notice)
     had = has_had_log(st)
     _report(rebuild_log(st, open_log_signer(spec, st), lease=lease))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -11,7 +12,10 @@ import click
 
 from pith_pipeline import config
 from pith_pipeline.errors import IncompleteRunError
+from pith_pipeline.parallel import DEFAULT_CHUNK, usable_cores
 from pith_pipeline.pipeline import BuildConfig, RunSummary
+from pith_pipeline.storage.concurrency import MAX_IO_CONCURRENCY
+from pith_pipeline.storage.lease import LeaseConfigError, wait_seconds, writer_lease
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,34 +67,73 @@ def envvar(name: str) -> str | list[str]:
     return list(s.envs) if s.aliases else s.env
 
 
-def _with_log_signer(fn: F) -> F:
-    """Run the command with its --log-signer given to `config` (`config.given`).
+#: Where a command's `Settings` is kept in its click context (`command_settings`).
+SETTINGS_KEY = "pith_pipeline.settings"
 
-    Why: the log key is used where the run ends, deep inside (`tlog.pipeline.log_run`
-    asks `config.from_env("log_signer")`); the scope ends with the command, where
-    writing os.environ outlived it and leaked into child processes.
+#: Command parameters that are settings under another name (their option's `dest`).
+_SETTING_OF_PARAM = {"key_path": "signer", "signer_spec": "signer", "shards_spec": "shards"}
+
+
+def _with_settings(fn: F) -> F:
+    """Resolve the command's `Settings` once, from its options (click has read the
+    flags and their variables) and the table, before the command runs: kept in the
+    click context for `command_settings`, and passed as `settings=` to a command
+    that takes it.
+
+    The `config.given` scope (--log-signer, --no-log) is for the publisher, which
+    still asks `config.from_env("log_signer")` (pipeline.py): code given the
+    `Settings` reads its `log_signer` field instead.
     """
+    takes_settings = "settings" in inspect.signature(fn).parameters
 
     @functools.wraps(fn)
     def run(*args: Any, log_signer: str | None = None, no_log: bool = False, **kwargs: Any) -> Any:
+        flags: dict[str, Any] = {  # setting name -> what click read (None: not given)
+            _SETTING_OF_PARAM.get(k, k): v
+            for k, v in kwargs.items()
+            if _SETTING_OF_PARAM.get(k, k) in config.BY_NAME
+        }
+        flags.update(log_signer=log_signer, keep_log=False if no_log else None)
+        settings = config.load_settings(**flags)
+        click.get_current_context().meta[SETTINGS_KEY] = settings
+        if takes_settings:
+            kwargs["settings"] = settings
         with config.given(log_signer=log_signer, keep_log="0" if no_log else None):
             return fn(*args, **kwargs)
 
     return cast(F, run)
 
 
-def start_run_log(store: Any, signer_spec: str | None, base_url: str) -> Any:
-    """The run's log key (`tlog.run_log.prepare_run_log`), from the command's
-    --log-signer / --no-log (or their variables), its notes printed to stderr; call
-    it before the run publishes anything."""
+def command_settings() -> config.Settings:
+    """The running command's `Settings` (resolved by `site_options`), else the table
+    resolved now: flags given, environment, defaults."""
+    ctx = click.get_current_context(silent=True)
+    found = ctx.meta.get(SETTINGS_KEY) if ctx is not None else None
+    return found if isinstance(found, config.Settings) else config.load_settings()
+
+
+def signer_setting() -> str | None:
+    """The registry key's spec (`--signer` / `PITH_SIGNER` / `PITH_KEY`) of the running
+    command, for commands without a --signer option (where `log` looks for a log key)."""
+    return command_settings().signer
+
+
+def start_run_log(
+    store: Any, signer_spec: str | None, base_url: str, settings: config.Settings | None = None
+) -> Any:
+    """The run's log key (`tlog.run_log.prepare_run_log`), from the settings' log
+    signer and keep-log (the command's --log-signer / --no-log, or their variables),
+    its notes printed to stderr; call it before the run publishes anything."""
+    # lazy: tlog.run_log and tlog.pipeline add 20 ms to every command's start (python -X importtime)
     from pith_pipeline.tlog.run_log import prepare_run_log
 
+    settings = settings or command_settings()
     return prepare_run_log(
         store,
         signer_spec,
         base_url=base_url,
-        explicit=config.from_env("log_signer"),
-        keep=config.flag("keep_log"),
+        explicit=settings.log_signer,
+        keep=settings.keep_log,
         notice=lambda line: click.echo(line, err=True),
     )
 
@@ -105,7 +148,7 @@ def site_options(fn: F) -> F:
         help="Keep no transparency log: a new store is made without one (no log key is "
         "made), and a store without one is not told how to start one; refused for a store "
         "that keeps a log. (env PITH_KEEP_LOG=0)",
-    )(_with_log_signer(fn))
+    )(_with_settings(fn))
     fn = click.option(
         "--log-signer",
         "log_signer",
@@ -175,8 +218,6 @@ WORKERS_HELP = (
 
 def workers_option(fn: F) -> F:
     """--workers N (env PITH_WORKERS), plus the hidden --worker-chunk (env PITH_WORKER_CHUNK)."""
-    from pith_pipeline.parallel import DEFAULT_CHUNK, usable_cores
-
     fn = click.option(
         "--worker-chunk",
         "worker_chunk",
@@ -208,8 +249,6 @@ IO_CONCURRENCY_HELP = (
 
 def io_concurrency_option(fn: F) -> F:
     """--io-concurrency N (env PITH_IO_CONCURRENCY); None: the store's default."""
-    from pith_pipeline.storage.concurrency import MAX_IO_CONCURRENCY
-
     return click.option(
         "--io-concurrency",
         "io_concurrency",
@@ -236,8 +275,6 @@ class WaitSeconds(click.ParamType[float, Any]):
     name = "seconds"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        from pith_pipeline.storage.lease import LeaseConfigError, wait_seconds
-
         from_env = (
             ctx is not None
             and param is not None
@@ -286,8 +323,6 @@ INDEX_LEASE_MIN_WAIT = 600.0
 
 def run_index_lease(store: Any, command: str, run_id: str, lease_wait: float) -> Any:
     """The `index` lease a publishing command holds while it updates the index."""
-    from pith_pipeline.storage.lease import writer_lease
-
     return writer_lease(
         store,
         command=f"{command} index",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pith_pipeline.core.arxiv_record import is_arxiv_id
+from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.layout import (
     BUNDLES,
     HOME_PAGE,
@@ -30,6 +31,9 @@ from pith_pipeline.core.layout import (
 )
 from pith_pipeline.pages.render import StoreFigures, home_page, record_page
 from pith_pipeline.storage.base import Store, iter_unsorted
+from pith_pipeline.storage.concurrency import default_io_concurrency, reserve_connections
+from pith_pipeline.tlog.log import LOG_PREFIX
+from pith_pipeline.tlog.pipeline import has_had_log
 
 __all__ = [
     "ASSET_DIR",
@@ -76,26 +80,21 @@ def asset_files() -> list[tuple[str, bytes]]:
 
 def log_prefix() -> str:
     """Where a store keeps its transparency log (`tlog.log.LOG_PREFIX`)."""
-    from pith_pipeline.tlog.log import LOG_PREFIX
-
     return LOG_PREFIX
 
 
 def store_log_prefix(store: Store) -> str | None:
     """The log's prefix (`log/`) when the store keeps, or has kept, a transparency log;
     else None. What `verify STORE` renders pages with."""
-    from pith_pipeline.tlog.pipeline import has_had_log
-
     return log_prefix() if has_had_log(store) else None
 
 
-def run_log_prefix(store: Store) -> str | None:
+def run_log_prefix(store: Store, log_signer: str | None) -> str | None:
     """What a run renders pages with: the log's prefix when the store will keep a log
-    once the run ends (a log key is given, so the run appends; or the store has one),
-    so the pages it writes are what `verify STORE` expects after the run."""
-    from pith_pipeline.config import from_env
-
-    if from_env("log_signer"):
+    once the run ends (the run's log key `log_signer` is given, so the run appends; or
+    the store has one), so the pages it writes are what `verify STORE` expects after
+    the run."""
+    if log_signer:
         return log_prefix()
     return store_log_prefix(store)
 
@@ -159,8 +158,6 @@ def _count(store: Store, prefix: str, first: str, counts: Callable[[str], bool])
     requests in flight (S3) in one stream per first character after `prefix` (every
     key `counts` accepts starts with one of `first`), so a store of millions is counted
     in seconds, not minutes."""
-    from pith_pipeline.storage.concurrency import default_io_concurrency, reserve_connections
-
     n = min(default_io_concurrency(store), len(first))
     if n <= 1:
         return sum(1 for k in iter_unsorted(store, prefix) if counts(k))
@@ -209,8 +206,6 @@ def refresh_pages(store: Store) -> int:
     rebuild`): its pages, written before, do not name the log, and the command that
     started it brings them up to date so that `verify STORE` passes right after it.
     Each page is read once, and only the differing ones are written."""
-    from pith_pipeline.core.canonical_json import loads
-
     prefix = store_log_prefix(store)
     keys = [k for k in iter_unsorted(store, BUNDLES) if k.endswith("/bundle.json")]
 

@@ -56,13 +56,9 @@ def harvest_lease(window: Window) -> str:
 
 def _harvest_window(settings: Settings, window: Window, store: Store) -> dict[str, Any]:
     from pith_pipeline.sources.oai import Harvester, OAIClient
+    from pith_pipeline.sources.politeness import Gate, Politeness
 
-    gate = None
-    min_interval = settings.oai_min_interval_seconds  # checked: a bad value names PITH_OAI_MIN_INTERVAL
-    if min_interval is not None:
-        from pith_pipeline.sources.politeness import Gate, Politeness
-
-        gate = Gate(Politeness(min_interval=min_interval))
+    gate = Gate(Politeness.of(settings))  # the settings' interval, User-Agent and turn directory
     with OAIClient(settings.oai_url, gate=gate) as client:
         harvester = Harvester(store, client)
         for _page in harvester.harvest(window):

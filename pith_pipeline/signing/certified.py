@@ -27,17 +27,16 @@ from typing import Any
 import nacl.signing
 
 from pith_pipeline.clock import system_clock
-from pith_pipeline.config import env_name, from_env
+from pith_pipeline.config import env_name
 from pith_pipeline.core.certificate import issue_certificate
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, Signer, fingerprint_b32
 from pith_pipeline.core.timeutil import iso_micros
-from pith_pipeline.errors import SigningError
+from pith_pipeline.errors import KeyFileError, SigningError
 
 DEFAULT_VALIDITY = timedelta(hours=48)
 VALIDITY_ENV = env_name("cert_hours")
 #: Longest PITH_CERT_HOURS accepted (ten years): a per-run key outliving that is a mistake.
 MAX_VALIDITY_HOURS = 24 * 3653
-RUN_ID_ENV = env_name("run_id")
 
 
 class CertifiedSigner(Signer):
@@ -56,8 +55,8 @@ class CertifiedSigner(Signer):
         # the run's clock (SOURCE_DATE_EPOCH when set), so that the signatures of a
         # reproducible build fall inside the certificate's window
         now = now or system_clock()
-        validity = validity or _validity_from_env()
-        self.run_id = run_id or from_env("run_id") or f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+        validity = checked_validity(DEFAULT_VALIDITY if validity is None else validity)
+        self.run_id = run_id or f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
         sk = (generate or _new_key)()
         public = bytes(sk.verify_key)
         self.key_id = f"pith-eph-{now:%Y%m%d}-{fingerprint_b32(public)[:10].lower()}"
@@ -176,22 +175,15 @@ def _new_key() -> nacl.signing.SigningKey:
     return nacl.signing.SigningKey.generate()
 
 
-def _validity_from_env() -> timedelta:
-    """PITH_CERT_HOURS as a window: a positive, finite number of hours (at most
-    MAX_VALIDITY_HOURS). Why refuse the rest: a window of zero or fewer hours ends
-    before it starts, so every bundle the run signs would fail `verify`."""
-    from pith_pipeline.errors import KeyFileError
-
-    raw = from_env("cert_hours")
-    if not raw:
-        return DEFAULT_VALIDITY
-    try:
-        hours = float(raw)
-    except ValueError:
-        raise KeyFileError(f"{VALIDITY_ENV}={raw!r} is not a number of hours") from None
+def checked_validity(validity: timedelta) -> timedelta:
+    """A certificate's validity window (the `cert_hours` setting, `PITH_CERT_HOURS`):
+    more than 0 and at most MAX_VALIDITY_HOURS. Why refuse the rest: a window of zero
+    or fewer hours ends before it starts, so every bundle the run signs would fail
+    `verify`."""
+    hours = validity.total_seconds() / 3600
     if not (math.isfinite(hours) and 0 < hours <= MAX_VALIDITY_HOURS):
         raise KeyFileError(
-            f"{VALIDITY_ENV}={raw!r}: a certificate's validity must be more than 0 and at most "
+            f"{VALIDITY_ENV}={hours:g}: a certificate's validity must be more than 0 and at most "
             f"{MAX_VALIDITY_HOURS} hours"
         )
-    return timedelta(hours=hours)
+    return validity

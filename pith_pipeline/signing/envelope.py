@@ -31,8 +31,9 @@ from pith_pipeline._internal.redact_logs import sensitive_call
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import Ed25519Signer, fingerprint_b32
 from pith_pipeline.errors import KeyFileError, SigningError
-from pith_pipeline.signing.kms import Backoff, make_kms_client
+from pith_pipeline.signing.kms import call_kms, make_kms_client
 from pith_pipeline.signing.local import check_key_dir, check_key_id, make_private_dir, write_all
+from pith_pipeline.storage.factory import open_store
 
 ENVELOPE_KIND = "pith_kms_envelope"
 ENVELOPE_VERSION = "1"
@@ -49,8 +50,6 @@ def encryption_context(key_id: str) -> dict[str, str]:
 def read_location(location: str) -> bytes:
     """Bytes of a local file or of a store object (`s3://bucket/prefix/name`)."""
     if "://" in location and not location.startswith("file://"):
-        from pith_pipeline.storage.factory import open_store
-
         parent, _, name = location.rstrip("/").rpartition("/")
         try:
             data = open_store(parent).get(name)
@@ -129,7 +128,7 @@ def create_envelope(
         with sensitive_call():
             return client.encrypt(KeyId=kms_key, Plaintext=bytes(sk), EncryptionContext=ctx)
 
-    resp = Backoff().call(encrypt, f"KMS Encrypt with {kms_key}")
+    resp = call_kms(encrypt, f"KMS Encrypt with {kms_key}")
     return {
         "kind": ENVELOPE_KIND,
         "envelope_version": ENVELOPE_VERSION,
@@ -213,7 +212,7 @@ def open_envelope_signer(
                     EncryptionContext=encryption_context(env["key_id"]),
                 )
 
-        resp = Backoff().call(decrypt, f"KMS Decrypt of envelope {location}")
+        resp = call_kms(decrypt, f"KMS Decrypt of envelope {location}")
         try:
             signer = Ed25519Signer(bytes(resp["Plaintext"]), env["key_id"])
         except (ValueError, KeyError, TypeError):

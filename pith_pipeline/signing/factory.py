@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import os
+from datetime import timedelta
 
-from pith_pipeline.config import env_name
+from pith_pipeline.config import Settings, env_name, load_settings
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import KeyFileError
+from pith_pipeline.signing.local import check_key_id, load_signer
 
 SIGNER_ENV = env_name("signer")
 
@@ -28,8 +30,6 @@ def _kms_params(rest: str) -> tuple[str, dict[str, str]]:
             "(known: key_id, region, concurrency, max_rps)"
         )
     if "key_id" in params:
-        from pith_pipeline.signing.local import check_key_id
-
         check_key_id(params["key_id"], "kms signer option key_id")
     return key, params
 
@@ -64,7 +64,7 @@ def _kms_numbers(params: dict[str, str]) -> tuple[int, float | None]:
     return concurrency, max_rps
 
 
-def open_signer(spec: str, *, self_test: bool = True) -> Signer:
+def open_signer(spec: str, *, self_test: bool = True, settings: Settings | None = None) -> Signer:
     """A signer from its spec; one option and `PITH_SIGNER` choose the back end.
 
     \b
@@ -75,10 +75,14 @@ def open_signer(spec: str, *, self_test: bool = True) -> Signer:
     certified:ROOT_SPEC         a per-run in-memory key certified by ROOT_SPEC's key
 
     Remote keys sign once at open (`self_test`) so a wrong key, algorithm or
-    permission fails before any work is done.
+    permission fails before any work is done. A `certified:` key takes its run id and
+    validity from `settings` (`run_id`, `cert_hours`), the run's; a caller that has
+    none gets the table resolved now (`load_settings`).
     """
     scheme, _, rest = spec.partition(":")
     if scheme == "kms":
+        # lazy, as the two below: kms, envelope and certified add 6 ms to every command's
+        # start (python -X importtime), and most runs sign with a key file
         from pith_pipeline.signing.kms import KmsSigner
 
         key, params = _kms_params(rest)
@@ -102,13 +106,14 @@ def open_signer(spec: str, *, self_test: bool = True) -> Signer:
 
         if not rest:
             raise KeyFileError("certified: needs the root signer, e.g. certified:kms:alias/pith")
-        return CertifiedSigner(open_signer(rest, self_test=self_test))
+        run = settings if settings is not None else load_settings()
+        return CertifiedSigner(
+            open_signer(rest, self_test=self_test),
+            run_id=run.run_id,
+            validity=timedelta(hours=run.cert_hours),
+        )
     if scheme == "file":
-        from pith_pipeline.signing.local import load_signer
-
         return load_signer(rest)
     if not rest or os.path.sep in scheme or scheme.startswith("."):
-        from pith_pipeline.signing.local import load_signer
-
         return load_signer(spec)
     raise KeyFileError(f"unknown signer scheme {scheme!r} in {spec!r} (expected one of: {SCHEMES})")

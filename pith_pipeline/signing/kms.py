@@ -10,27 +10,26 @@ Why the extra care:
 - KMS answers in milliseconds and the account-wide ECC quota is about 300
   requests per second, so `sign_digests` fans out over a bounded thread pool and
   an optional client-side rate limit keeps a run inside its share of the quota.
-- Throttling and KMS-side hiccups are normal at that rate: they are retried with
-  full-jitter exponential backoff and, when retries run out, raised as a
-  *transient* `SigningError` so Airflow retries the task. Permission, key state
-  and key usage problems are *terminal*: retrying cannot fix them.
+- Throttling and KMS-side hiccups are normal at that rate: botocore retries them
+  in its `adaptive` mode (full-jitter exponential backoff, and a client-side rate
+  that drops when KMS throttles and recovers as it stops), and when its attempts
+  run out the failure is raised as a *transient* `SigningError` so Airflow retries
+  the task. Permission, key state and key usage problems are *terminal*: botocore
+  does not retry them, and neither does Airflow.
 - Every signature is checked locally with pynacl against the key's public key
   before it is returned, so a wrong key or algorithm fails on the first
   signature of a run, before anything is published.
-- botocore's own retries are switched off (one attempt per call) so our backoff
-  is the only retry policy and its behaviour is what the tests pin down.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import nacl.exceptions
 import nacl.signing
@@ -48,6 +47,11 @@ KEY_SPEC = "ECC_NIST_EDWARDS25519"
 # 1.3.101.112 }, BIT STRING (0 unused bits) } followed by the 32 raw key bytes.
 ED25519_SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")
 SELF_TEST_DIGEST = hashlib.sha256(b"pith-pipeline signer self-test").digest()
+#: Attempts botocore makes of one KMS call (the first and its retries) before the call
+#: fails as transient: with its backoff (up to 1, 2, 4, ... 20 s) about a minute.
+KMS_ATTEMPTS = 8
+
+T = TypeVar("T")
 
 HINTS = {
     "AccessDeniedException": "the caller's IAM policy or the key policy does not allow this "
@@ -73,9 +77,15 @@ def spki_to_raw(der: bytes) -> bytes:
 
 
 def make_kms_client(
-    *, region: str | None = None, endpoint_url: str | None = None, max_pool: int = 32, timeout: float = 10.0
+    *,
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    max_pool: int = 32,
+    timeout: float = 10.0,
+    attempts: int = KMS_ATTEMPTS,
 ) -> Any:
-    """A boto3 KMS client with botocore retries off (our backoff decides).
+    """A boto3 KMS client that retries in botocore's `adaptive` mode, `attempts` in all
+    per call (throttling, 5xx answers and dropped connections; never a refusal).
 
     The region is `region`, else `AWS_REGION` (which the messages, `--region` and the S3
     docs name, but botocore ignores), else botocore's own (`AWS_DEFAULT_REGION`, the
@@ -88,7 +98,7 @@ def make_kms_client(
 
     region = region or os.environ.get("AWS_REGION") or None
     cfg = Config(
-        retries={"total_max_attempts": 1, "mode": "standard"},
+        retries={"total_max_attempts": max(1, attempts), "mode": "adaptive"},
         max_pool_connections=max_pool,
         connect_timeout=timeout,
         read_timeout=timeout,
@@ -181,46 +191,33 @@ class RateLimiter:
             self._sleep(wait)
 
 
-class Backoff:
-    """Full-jitter exponential backoff: sleep U(0, min(cap, base * 2**attempt))."""
+def call_kms(fn: Callable[[], T], what: str, attempts: int = KMS_ATTEMPTS) -> T:
+    """`fn()`, one KMS call that botocore has already retried as far as it will (the
+    client's `adaptive` mode); its failure raised as one `SigningError`: transient
+    (retry later) or terminal (`classify`), naming the call, the error code and how
+    many attempts were made (`attempts`: the client's, when the error does not say).
+    No AWS free text reaches the message."""
+    try:
+        return fn()
+    except SigningError:
+        raise
+    except Exception as exc:
+        transient, desc = classify(exc)
+        if not transient:
+            raise SigningError(f"{what} failed: {desc}", transient=False) from None
+        raise SigningError(
+            f"{what} failed after {_attempts(exc, attempts)} attempts: {desc} "
+            "(transient; retry later or lower the concurrency)",
+            transient=True,
+        ) from None
 
-    def __init__(
-        self,
-        *,
-        attempts: int = 8,
-        base: float = 0.05,
-        cap: float = 5.0,
-        rng: Callable[[], float] = random.random,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.attempts = max(1, attempts)
-        self.base = base
-        self.cap = cap
-        self.rng = rng
-        self.sleep = sleep
 
-    def delay(self, attempt: int) -> float:
-        return float(self.rng() * min(self.cap, self.base * (2**attempt)))
-
-    def call(self, fn: Callable[[], Any], what: str) -> Any:
-        """Run `fn`, retrying transient failures; raise `SigningError` when it gives up."""
-        for attempt in range(self.attempts):
-            try:
-                return fn()
-            except SigningError:
-                raise
-            except Exception as exc:
-                transient, desc = classify(exc)
-                if not transient:
-                    raise SigningError(f"{what} failed: {desc}", transient=False) from None
-                if attempt + 1 >= self.attempts:
-                    raise SigningError(
-                        f"{what} failed after {self.attempts} attempts: {desc} "
-                        "(transient; retry later or lower the concurrency)",
-                        transient=True,
-                    ) from None
-                self.sleep(self.delay(attempt))
-        raise AssertionError("unreachable")
+def _attempts(exc: BaseException, configured: int) -> int:
+    """How many attempts botocore made of the call that failed with `exc`."""
+    response = getattr(exc, "response", None)
+    meta = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
+    retried = meta.get("RetryAttempts") if isinstance(meta, dict) else None
+    return retried + 1 if isinstance(retried, int) else configured
 
 
 class KmsSigner(Signer):
@@ -236,23 +233,25 @@ class KmsSigner(Signer):
         endpoint_url: str | None = None,
         concurrency: int = 16,
         max_rps: float | None = None,
-        backoff: Backoff | None = None,
+        attempts: int = KMS_ATTEMPTS,
     ) -> None:
         if not kms_key:
             raise SigningError("kms: needs a key id, key ARN or alias (kms:alias/pith-signing)")
         self.kms_key = kms_key
         self.concurrency = max(1, concurrency)
+        self.attempts = max(1, attempts)
         self._client = (
             client
             if client is not None
-            else make_kms_client(region=region, endpoint_url=endpoint_url, max_pool=self.concurrency)
+            else make_kms_client(
+                region=region, endpoint_url=endpoint_url, max_pool=self.concurrency, attempts=self.attempts
+            )
         )
-        self._backoff = backoff or Backoff()
         self._limiter = RateLimiter(max_rps, burst=max(1, int(max_rps or 1) // 10))
         self._public = self._fetch_public_key()
         self._verify_key = nacl.signing.VerifyKey(self._public)
         self.key_id = key_id or f"pith-kms-{fingerprint_b32(self._public)[:8].lower()}"
-        self.calls = 0  # Sign requests sent (retries included); for benchmarks and tests
+        self.calls = 0  # Sign calls made (botocore's retries of one count once); for benchmarks and tests
         self._calls_lock = threading.Lock()
 
     @property
@@ -260,8 +259,10 @@ class KmsSigner(Signer):
         return self._public
 
     def _fetch_public_key(self) -> bytes:
-        resp = self._backoff.call(
-            lambda: self._client.get_public_key(KeyId=self.kms_key), f"KMS GetPublicKey on {self.kms_key}"
+        resp = call_kms(
+            lambda: self._client.get_public_key(KeyId=self.kms_key),
+            f"KMS GetPublicKey on {self.kms_key}",
+            self.attempts,
         )
         spec = resp.get("KeySpec") or resp.get("CustomerMasterKeySpec")
         if spec is not None and spec != KEY_SPEC:
@@ -298,7 +299,7 @@ class KmsSigner(Signer):
         return self._sign_checked(digest)
 
     def _sign_checked(self, digest: bytes) -> bytes:
-        sig: bytes = self._backoff.call(lambda: self._sign_once(digest), f"KMS Sign with {self.kms_key}")
+        sig = call_kms(lambda: self._sign_once(digest), f"KMS Sign with {self.kms_key}", self.attempts)
         try:
             if len(sig) != 64:
                 raise nacl.exceptions.BadSignatureError

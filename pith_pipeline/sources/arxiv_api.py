@@ -39,6 +39,7 @@ from pith_pipeline.errors import (
     TransientError,
 )
 from pith_pipeline.sources.arxivraw import MalformedPageError, parse_xml
+from pith_pipeline.sources.oai_pages import public_url
 from pith_pipeline.sources.politeness import Gate
 
 DEFAULT_API_URL = config.DEFAULT_API_URL
@@ -294,8 +295,6 @@ class ArxivAPI:
             if window is not None and (published is None or not window[0] <= published < window[1]):
                 self.outside.append((i, None if published is None else published.isoformat()))
         if self.outside:
-            from pith_pipeline.sources.oai import public_url
-
             log.warning(
                 "outside-window: %s answered search_query=%s with %d papers submitted outside its "
                 "submittedDate range: %s; fetched and built, and counted as outside_window in the "

@@ -14,11 +14,10 @@ like:
       <comments/><proxy/><report-no/><msc-class/><acm-class/><journal-ref/><doi/>
       <license/><abstract>...</abstract></arXivRaw></metadata></record>
 
-Text is kept exactly as served (TeX, line breaks, leading spaces): the canonical
-record hashes its own canonical form, and the snapshot keeps the same text. The
-header datestamp is the last *modification* date, which the snapshot calls
-`update_date`. Parsing never raises for one bad record: it becomes a `Rejected`
-carrying the record's raw XML, so the rest of the page is still built.
+A page is read here (its envelope, resumption token and error, and a page the XML
+parser refuses read record by record); each record by `sources.arxivraw_record`.
+Parsing never raises for one bad record: it becomes a `Rejected` carrying the
+record's raw XML, so the rest of the page is still built.
 """
 
 from __future__ import annotations
@@ -30,16 +29,20 @@ from itertools import pairwise
 
 from lxml import etree
 
-from pith_pipeline.core.arxiv_record import ArxivRecord, Version, is_arxiv_id
+from pith_pipeline.core.arxiv_record import ArxivRecord, is_arxiv_id
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.errors import InputError
 from pith_pipeline.items import Item, Rejected
+from pith_pipeline.sources.arxivraw_record import (
+    OAI_ID_PREFIX,
+    OAI_NS,
+    Deleted,
+    FieldError,
+    content,
+    parse_record,
+)
 
-OAI_NS = "http://www.openarchives.org/OAI/2.0/"
-ARXIVRAW_NS = "http://arxiv.org/OAI/arXivRaw/"
-OAI_ID_PREFIX = "oai:arXiv.org:"
 _O = f"{{{OAI_NS}}}"
-_A = f"{{{ARXIVRAW_NS}}}"
 
 # No DTDs, no entities, no network: pages come from the outside world. A page with a
 # DOCTYPE is refused outright (OAI-PMH never uses one); `resolve_entities=False` and
@@ -56,15 +59,6 @@ _PARSER = etree.XMLParser(
 
 class MalformedPageError(InputError):
     """A response that is not an OAI-PMH document (HTML error page, truncated XML)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Deleted:
-    """A record arXiv reports as withdrawn from OAI (`<header status="deleted">`)."""
-
-    arxiv_id: str
-    datestamp: str | None
-    where: str
 
 
 @dataclass(slots=True)
@@ -257,7 +251,7 @@ def _page_of(
     if token is not None:
         try:
             page.resumption_token = content(token, "resumptionToken").strip() or None
-        except _FieldError as exc:
+        except FieldError as exc:
             raise MalformedPageError(exc.reason, where=where) from None
         size = len((page.resumption_token or "").encode("utf-8", "surrogatepass"))
         if size > limits.field_limit("resumptionToken"):
@@ -358,154 +352,3 @@ def _read_records_apart(data: bytes, where: str, limits: InputLimits) -> Page | 
 
 def _parsed(doc: bytes, where: str) -> etree._Element:
     return _checked_root(etree.fromstring(doc, parser=_PARSER), doc, where)
-
-
-class _FieldError(Exception):
-    """A field whose text cannot be taken whole; becomes the record's reject reason."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(field, reason)
-        self.field = field
-        self.reason = reason
-
-
-def content(el: etree._Element, field: str) -> str:
-    """The whole text of a text-only element.
-
-    Why not `el.text`: that is only the text before the first child node, so a comment
-    or an element inside `<title>` would cut the title short, and a truncated title
-    would be signed. Comments are dropped and the text around them joined; any other
-    child node (element, entity reference, processing instruction) makes the field
-    unreadable, so the record is rejected rather than guessed at.
-    """
-    parts = [el.text or ""]
-    for child in el:
-        if isinstance(child, etree._Comment):
-            pass
-        elif isinstance(child, etree._ProcessingInstruction):
-            raise _FieldError(field, f"a processing instruction <?{child.target}?> inside <{field}>")
-        elif isinstance(child, etree._Entity):
-            raise _FieldError(field, f"an entity reference {child.text} inside <{field}>")
-        else:
-            raise _FieldError(field, f"an element <{etree.QName(child).localname}> inside <{field}>")
-        parts.append(child.tail or "")
-    return "".join(parts)
-
-
-def _text(parent: etree._Element, name: str, field: str | None = None) -> str | None:
-    found = parent.findall(f"{_A}{name}")
-    if not found:
-        return None
-    if len(found) > 1:
-        raise _FieldError(field or name, f"more than one <{name}>")
-    return content(found[0], field or name)
-
-
-def _token(parent: etree._Element, name: str) -> str | None:
-    """A single-token field (id, doi, licence): surrounding whitespace is layout."""
-    value = _text(parent, name)
-    if value is None:
-        return None
-    value = value.strip()
-    return value or None
-
-
-def _header_text(header: etree._Element | None, name: str) -> str | None:
-    if header is None:
-        return None
-    found = header.findall(f"{_O}{name}")
-    if not found:
-        return None
-    if len(found) > 1:
-        raise _FieldError("header", f"more than one <{name}> in the header")
-    return content(found[0], "header").strip() or None
-
-
-def raw_xml(el: etree._Element) -> str:
-    return str(etree.tostring(el, encoding="unicode"))
-
-
-def parse_record(
-    rec: etree._Element, where: str, raw: bytes | None = None
-) -> ArxivRecord | Rejected | Deleted:
-    """One `<record>` element -> record, reject (with its raw XML) or deletion notice.
-
-    `raw`: the record's bytes as served, kept by a reject (base64 when not UTF-8) and
-    by the record; without it, lxml's serialisation of the element."""
-    header = rec.find(f"{_O}header")
-    header_id: str | None = None
-
-    def reject(reason: str, fld: str | None = None, rid: str | None = None) -> Rejected:
-        if raw is not None:
-            return Rejected.of_bytes(where, reason, raw, rid or header_id, fld)
-        return Rejected(where, reason, raw_xml(rec), rid or header_id, fld)
-
-    # a block given twice says two things at once, as a field given twice does
-    for path, name in ((f"{_O}header", "header"), (f"{_O}metadata", "metadata")):
-        if len(rec.findall(path)) > 1:
-            return reject(f"more than one <{name}> in the record", name)
-    if len(rec.findall(f"{_O}metadata/{_A}arXivRaw")) > 1:
-        return reject("more than one <arXivRaw> in the record's metadata", "metadata")
-    try:
-        oai_id = _header_text(header, "identifier") or ""
-        header_id = oai_id[len(OAI_ID_PREFIX) :] if oai_id.startswith(OAI_ID_PREFIX) else None
-        datestamp = _header_text(header, "datestamp")
-    except _FieldError as exc:
-        return reject(exc.reason, exc.field)
-    if header is not None and header.get("status") == "deleted":
-        return Deleted(header_id or oai_id, datestamp, where)
-    if header is None or not oai_id:
-        return reject("record without a header identifier", "header")
-    meta = rec.find(f"{_O}metadata/{_A}arXivRaw")
-    if meta is None:
-        return reject("record has no arXivRaw metadata", "metadata")
-    arxiv_id: str | None = None
-    try:
-        arxiv_id = _token(meta, "id")
-        if arxiv_id is None:
-            return reject("missing <id>", "id")
-        if header_id is not None and header_id != arxiv_id:
-            return reject(f"header identifier {oai_id!r} does not match <id> {arxiv_id!r}", "id", arxiv_id)
-        versions = []
-        for v in meta.iterfind(f"{_A}version"):
-            # as written: a label is a token, and `"v1 "` is refused in a snapshot line too
-            label = v.get("version") or ""
-            date = _text(v, "date", "versions")
-            if not label or date is None:
-                return reject("a <version> needs a version attribute and a <date>", "versions", arxiv_id)
-            versions.append(Version(version=label, created=date.strip()))
-        fields = {
-            "title": _text(meta, "title"),
-            "abstract": _text(meta, "abstract"),
-            "categories": _text(meta, "categories"),
-            "authors": _text(meta, "authors"),
-            "submitter": _text(meta, "submitter"),
-            "comments": _text(meta, "comments"),
-            "journal-ref": _text(meta, "journal-ref"),
-            "doi": _token(meta, "doi"),
-            "report-no": _text(meta, "report-no"),
-            "license": _token(meta, "license"),
-        }
-    except _FieldError as exc:
-        return reject(exc.reason, exc.field, arxiv_id)
-    try:
-        return ArxivRecord(
-            id=arxiv_id,
-            title=fields["title"],  # type: ignore[arg-type]  # checked by ArxivRecord
-            abstract=fields["abstract"],  # type: ignore[arg-type]
-            categories=fields["categories"],  # type: ignore[arg-type]
-            versions=tuple(versions),
-            authors=fields["authors"] or "",
-            submitter=fields["submitter"],
-            comments=fields["comments"],
-            journal_ref=fields["journal-ref"],
-            doi=fields["doi"],
-            report_no=fields["report-no"],
-            license=fields["license"],
-            update_date=datestamp,
-            authors_parsed=None,
-            source_where=where,
-            source_raw=raw if raw is not None else raw_xml(rec),
-        )
-    except InputError as exc:
-        return reject(exc.message, exc.field, arxiv_id)

@@ -32,401 +32,71 @@ died in between) is taken from the store on resume, not fetched again.
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import logging
 import re
-import time
-import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import httpx2
-from oaipmh_scythe import Scythe
-from oaipmh_scythe.config import HTTPConfig
-
-from pith_pipeline import config
-from pith_pipeline._internal.capped import deadline_scope, deadline_transport, read_capped
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.timeutil import Clock, iso_seconds
 from pith_pipeline.errors import (
-    DamagedInputError,
-    RequestDeadlineError,
-    ResponseTooLargeError,
     ResumptionLoopError,
     TerminalError,
     TransientError,
 )
 from pith_pipeline.items import Rejected
 from pith_pipeline.sources.arxivraw import MalformedPageError, Page, oai_identifier, parse_page
-from pith_pipeline.sources.politeness import Gate, Politeness
+from pith_pipeline.sources.oai_client import DEFAULT_OAI_URL as DEFAULT_OAI_URL
+from pith_pipeline.sources.oai_client import OAI_URL_ENV as OAI_URL_ENV
+from pith_pipeline.sources.oai_client import OAIClient as OAIClient
+from pith_pipeline.sources.oai_pages import (
+    OUTSIDE_WINDOW_LISTED as OUTSIDE_WINDOW_LISTED,
+)
+from pith_pipeline.sources.oai_pages import (
+    Checkpoint,
+    HarvestedPage,
+    HarvestStats,
+    gz,
+    outside_window,
+    page_digest,
+    public_url,
+    short_digest,
+    weekdays,
+)
+from pith_pipeline.sources.oai_pages import (
+    OutsideWindow as OutsideWindow,
+)
+from pith_pipeline.sources.oai_pages import gunzip as gunzip
 from pith_pipeline.storage.base import Store
 from pith_pipeline.window import METADATA_PREFIX, Window
 
+#: the harvester, and what the other modules take from here beside it
+__all__ = [
+    "DEFAULT_OAI_URL",
+    "MAX_RESTARTS",
+    "OAI_URL_ENV",
+    "OUTSIDE_WINDOW_LISTED",
+    "RAW_ROOT",
+    "HarvestStats",
+    "HarvestedPage",
+    "Harvester",
+    "OAIClient",
+    "OutsideWindow",
+    "gunzip",
+    "public_url",
+]
+
 log = logging.getLogger(__name__)
 
-DEFAULT_OAI_URL = config.DEFAULT_OAI_URL
-OAI_URL_ENV = config.env_name("oai_url")
 RAW_ROOT = "raw/oai"
 # store keys can be planted by anyone who can write the store: ASCII digits, no `$`
 _PAGE = re.compile(r"/attempt-([0-9]+)/page-([0-9]+)\.xml\.gz\Z")
 _GETRECORD = re.compile(r"/getrecord/[^/]+/[0-9]+-[^/]+\.xml\.gz\Z")
 MAX_RESTARTS = 3
-
-
-def gz(data: bytes) -> bytes:
-    """Deterministic gzip (no timestamp), so identical responses store identical bytes."""
-    return gzip.compress(data, compresslevel=6, mtime=0)
-
-
-def gunzip(data: bytes, where: str, cap: int = DEFAULT_LIMITS.response_bytes) -> bytes:
-    """A stored page's bytes: one gzip member, at most `cap` bytes when inflated.
-
-    Why not `gzip.decompress`: a truncated object raised a bare `EOFError` (which the
-    CLI reports as Ctrl-C, "aborted") and one that inflates without end was inflated
-    whole. No page is stored bigger than a response may be (`response_bytes`), so
-    anything bigger, or damaged, is `DamagedInputError` naming the object.
-    """
-    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        body = inflate.decompress(data, cap + 1)
-    except zlib.error as exc:
-        raise DamagedInputError(f"{where}: damaged gzip ({exc}); move it away to harvest it again") from None
-    if len(body) > cap:
-        raise DamagedInputError(
-            f"{where}: inflates to more than {cap} bytes, the limit of a response; "
-            "no page is stored that big (see docs/pages/input-limits.md)"
-        )
-    if not inflate.eof or inflate.unused_data:
-        raise DamagedInputError(
-            f"{where}: damaged gzip ({'truncated' if not inflate.eof else 'data after its end'}); "
-            "move it away to harvest it again"
-        )
-    return body
-
-
-@dataclass(slots=True)
-class Checkpoint:
-    """Where a window's harvest stands; replaced after every committed page."""
-
-    window: Window
-    attempt: int = 1
-    pages_done: int = 0
-    resumption_token: str | None = None
-    complete: bool = False
-    complete_list_size: int | None = None
-    records: int = 0
-    deleted: int = 0
-    restarts: int = 0
-    oai_url: str = ""
-    updated_at: str = ""
-    #: digests (`_digest`) of the resumption tokens this attempt has used and of the
-    #: pages it has committed: one coming back means the list goes round, and keeping
-    #: them here means a rerun does not start another round (see `_check_progress`)
-    seen_tokens: list[str] = field(default_factory=list)
-    seen_pages: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "window": self.window.oai_json(),
-            "oai_url": self.oai_url,
-            "attempt": self.attempt,
-            "pages_done": self.pages_done,
-            "resumption_token": self.resumption_token,
-            "complete": self.complete,
-            "complete_list_size": self.complete_list_size,
-            "records": self.records,
-            "deleted": self.deleted,
-            "restarts": self.restarts,
-            "updated_at": self.updated_at,
-            "seen_tokens": self.seen_tokens,
-            "seen_pages": self.seen_pages,
-        }
-
-    @classmethod
-    def from_json(cls, window: Window, obj: dict[str, Any]) -> Checkpoint:
-        token = obj.get("resumption_token")
-        # checkpoints written before the lists existed: the current token is known used
-        tokens = obj.get("seen_tokens", [_digest(token)] if isinstance(token, str) and token else [])
-        pages = obj.get("seen_pages", [])
-        for seen in (tokens, pages):
-            if not isinstance(seen, list) or not all(isinstance(d, str) for d in seen):
-                raise TypeError("seen_tokens and seen_pages must be lists of strings")
-        return cls(
-            window=window,
-            attempt=int(obj.get("attempt", 1)),
-            pages_done=int(obj.get("pages_done", 0)),
-            resumption_token=obj.get("resumption_token"),
-            complete=bool(obj.get("complete", False)),
-            complete_list_size=obj.get("complete_list_size"),
-            records=int(obj.get("records", 0)),
-            deleted=int(obj.get("deleted", 0)),
-            restarts=int(obj.get("restarts", 0)),
-            oai_url=str(obj.get("oai_url", "")),
-            updated_at=str(obj.get("updated_at", "")),
-            seen_tokens=list(tokens),
-            seen_pages=list(pages),
-        )
-
-
-def _digest(text: str) -> str:
-    """A short name for a token or a page's content (64 bits: a collision would need a
-    server that tries, and costs only a window stopped early)."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def page_digest(page: Page) -> str:
-    """What a page lists, whatever its token and response date: the identity of each
-    record (id and datestamp), deletion and reject, in order-free form."""
-    parts = []
-    for item in page.items:
-        if isinstance(item, ArxivRecord):
-            parts.append(f"r {item.id} {item.update_date}")
-        else:
-            parts.append(f"x {item.record_id} {_digest(item.raw)}")
-    parts.extend(f"d {d.arxiv_id} {d.datestamp}" for d in page.deleted)
-    return _digest("\n".join(sorted(parts)))
-
-
-@dataclass(slots=True)
-class HarvestedPage:
-    """A parsed page and where its raw bytes are stored."""
-
-    key: str
-    page: Page
-    number: int
-    attempt: int = 1
-    from_store: bool = False
-    complete_list_size: int | None = None
-
-
-#: how many records outside their window a run lists by name (all are counted)
-OUTSIDE_WINDOW_LISTED = 1000
-
-
-def public_url(url: str) -> str:
-    """`url` as it may be shown: without user:password and without a query (either may
-    hold a credential), so a log line or manifest can name the server safely."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    netloc = host + (f":{port}" if port is not None else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def datestamp_day(datestamp: str | None) -> date | None:
-    """The day of an OAI `header/datestamp` (`YYYY-MM-DD` or `YYYY-MM-DDThh:mm:ssZ`), or
-    None when there is none or it is not a date."""
-    if not datestamp or len(datestamp) < 10:
-        return None
-    try:
-        return date.fromisoformat(datestamp[:10])
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class OutsideWindow:
-    """A record (or deletion) a server listed for a window its datestamp is not in.
-
-    The datestamp is the OAI `header/datestamp` (`ArxivRecord.update_date`,
-    `Deleted.datestamp`); a record without a readable one is not shown to be in the
-    window, and counts as outside it (`datestamp` None)."""
-
-    arxiv_id: str
-    datestamp: str | None
-    deleted: bool
-    window: str
-    page: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.arxiv_id,
-            "datestamp": self.datestamp,
-            "deleted": self.deleted,
-            "window": self.window,
-            "page": self.page,
-        }
-
-
-def outside_window(page: Page, window: Window, key: str) -> list[OutsideWindow]:
-    """The page's records and deletions whose datestamp day is not in `window`
-    (rejected records have no trusted datestamp and are quarantined anyway)."""
-    out = []
-    for item in page.items:
-        if isinstance(item, ArxivRecord):
-            day = datestamp_day(item.update_date)
-            if day is None or not window.contains(day):
-                out.append(OutsideWindow(item.id, item.update_date, False, window.id, key))
-    for d in page.deleted:
-        day = datestamp_day(d.datestamp)
-        if day is None or not window.contains(day):
-            out.append(OutsideWindow(d.arxiv_id, d.datestamp, True, window.id, key))
-    return out
-
-
-def weekdays(window: Window, before: date) -> list[str]:
-    """The Monday-to-Friday days of a closed window that ended before `before` (arXiv
-    announces on each of them; a day not over yet may still get its records)."""
-    if window.start is None or window.end is None:
-        return []
-    return [
-        w.start.isoformat()
-        for w in window.days()
-        if w.start is not None and w.start.weekday() < 5 and w.start < before
-    ]
-
-
-@dataclass(slots=True)
-class HarvestStats:
-    """What the harvester saw, beyond the records themselves.
-
-    `outside_window` counts the records and deletions listed for a window their
-    datestamp is not in (`outside_listed`: the first `OUTSIDE_WINDOW_LISTED` of them);
-    `warnings`: one JSON object per finding, each with a stable `code`
-    (`outside-window`, `empty-weekday`), as the run manifest lists them."""
-
-    requests: int = 0
-    pages: int = 0
-    pages_from_store: int = 0
-    malformed_pages: int = 0
-    refused_tokens: int = 0
-    restarts: int = 0
-    windows_already_complete: int = 0
-    malformed_keys: list[str] = field(default_factory=list)
-    outside_window: int = 0
-    outside_listed: list[OutsideWindow] = field(default_factory=list)
-    warnings: list[dict[str, Any]] = field(default_factory=list)
-
-
-class _OneConnectionScythe(Scythe):
-    """scythe's client, limited to one connection, with an optional transport."""
-
-    def __init__(
-        self, endpoint: str, policy: Politeness, transport: httpx2.BaseTransport | None = None
-    ) -> None:
-        super().__init__(
-            endpoint, http_config=HTTPConfig(timeout=policy.timeout, user_agent=policy.user_agent)
-        )
-        self._transport = transport
-
-    @property
-    def client(self) -> httpx2.Client:
-        if self._client is None or self._client.is_closed:
-            limits = httpx2.Limits(max_connections=1, max_keepalive_connections=1)
-            self._client = httpx2.Client(
-                headers={"Accept": "text/xml, application/xml", "User-Agent": self.http_config.user_agent},
-                timeout=self.http_config.timeout,
-                limits=limits,
-                follow_redirects=False,  # see OAIClient.request
-                # sockets that honour the request's total deadline (see capped.py)
-                transport=self._transport or deadline_transport(limits),
-            )
-        return self._client
-
-
-class OAIClient:
-    """HTTP for OAI-PMH: scythe's client, every request through the gate.
-
-    Bodies are streamed with a cap (`limits.response_bytes`) and every request has a
-    total deadline (`limits.request_deadline`) on top of the read timeout.
-    """
-
-    def __init__(
-        self,
-        base_url: str = DEFAULT_OAI_URL,
-        *,
-        gate: Gate | None = None,
-        transport: httpx2.BaseTransport | None = None,
-        limits: InputLimits = DEFAULT_LIMITS,
-    ) -> None:
-        self.base_url = base_url
-        self.gate = gate or Gate()
-        self.limits = limits
-        self._scythe = _OneConnectionScythe(base_url, self.gate.policy, transport)
-
-    def close(self) -> None:
-        self._scythe.close()
-
-    def __enter__(self) -> OAIClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _get(
-        self, client: httpx2.Client, params: dict[str, str], what: str, too_large: list[bool]
-    ) -> httpx2.Response:
-        """One GET, its body read with the cap and the deadline (`too_large` records
-        whether it was cut, so the gate still sees a response and keeps its spacing)."""
-        deadline = self.limits.request_deadline
-        with deadline_scope(deadline) as started:
-            try:
-                request = client.build_request("GET", self.base_url, params=params)
-                response = client.send(request, stream=True)
-                try:
-                    body = read_capped(
-                        response.iter_bytes(),
-                        cap=self.limits.response_bytes,
-                        started=started,
-                        deadline=deadline,
-                        what=what,
-                    )
-                finally:
-                    response.close()
-            except httpx2.TimeoutException:
-                if time.monotonic() - started < deadline:
-                    raise
-                raise RequestDeadlineError(
-                    f"{what}: no complete response within the deadline of {deadline:g} s"
-                ) from None
-        response._content = body.data  # what `read()` would have set
-        too_large[:] = [body.too_large]
-        return response
-
-    def request(self, params: dict[str, str]) -> httpx2.Response:
-        what = f"OAI-PMH {params.get('verb')} at {self.base_url}"
-        client = self._scythe.client
-        too_large = [False]
-        try:
-            response = self.gate.send(
-                lambda: self._get(client, params, what, too_large),
-                what=what,
-                retry_on=(
-                    httpx2.TimeoutException,
-                    httpx2.NetworkError,
-                    httpx2.RemoteProtocolError,
-                    RequestDeadlineError,
-                ),
-                endpoint=self.base_url,
-            )
-        except httpx2.HTTPError as exc:
-            raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from None
-        if too_large[0]:
-            raise ResponseTooLargeError(
-                f"{what}: response larger than the limit of {self.limits.response_bytes} bytes; "
-                "stopped reading it (see docs/pages/input-limits.md)"
-            )
-        if 300 <= response.status_code < 400:  # following it would be a second, unspaced request
-            location = response.headers.get("location")
-            if location is None:
-                raise TerminalError(f"{what}: HTTP {response.status_code} redirect without a Location")
-            raise TerminalError(
-                f"{what}: HTTP {response.status_code}, redirected to {location}; "
-                f"set --oai-url (or {OAI_URL_ENV}) to that address"
-            )
-        return response
 
 
 class _TokenRefused(Exception):
@@ -556,52 +226,16 @@ class Harvester:
         restarts_left = MAX_RESTARTS
         while True:
             n = cp.pages_done + 1
-            key = self.page_key(window, cp.attempt, n)
-            where = key
+            key = where = self.page_key(window, cp.attempt, n)
             stored = self.store.get(key)
             try:
                 if stored is not None:
                     body = gunzip(stored, key, self.limits.response_bytes)
                     page = parse_page(body, where, limits=self.limits)
-                    from_store = True
                     self.stats.pages_from_store += 1
                 else:
-                    if n > 1 and not cp.resumption_token:
-                        raise TerminalError(
-                            f"{self.checkpoint_key(window)}: page {n} is due "
-                            "but no resumption token is recorded"
-                        )
-                    params = (
-                        window.params()
-                        if n == 1
-                        else {"verb": "ListRecords", "resumptionToken": str(cp.resumption_token)}
-                    )
-                    body, page = self._fetch(
-                        params,
-                        where,
-                        lambda k, a=cp.attempt, m=n: self.page_key(window, a, m, f".malformed-{k:02d}"),
-                    )
-                    from_store = False
-                    if page.error_code == "badResumptionToken":
-                        self.store.put_once(
-                            self.page_key(window, cp.attempt, n, ".refused"),
-                            gz(body),
-                            content_type="application/gzip",
-                        )
-                        raise _TokenRefused(page.error_message)
-                    # `noRecordsMatch` is an empty window only as the answer to its first
-                    # request; to a token it means the list broke off, records missing
-                    if page.error_code is not None and (page.error_code != "noRecordsMatch" or n > 1):
-                        bad = self._free_key(
-                            lambda k, a=cp.attempt, m=n: self.page_key(window, a, m, f".error-{k:02d}")
-                        )
-                        self.store.put_once(bad, gz(body), content_type="application/gzip")
-                        broke_off = " to a resumption token: the list broke off" if n > 1 else ""
-                        raise TerminalError(
-                            f"{where}: arXiv's OAI-PMH answered {page.error_code}{broke_off}: "
-                            f"{page.error_message} (request {params}; response kept as {bad})"
-                        )
-                    self.store.put_once(key, gz(body), content_type="application/gzip")
+                    page = self._fetch_page(window, cp, n, key)
+                from_store = stored is not None
             except _TokenRefused as exc:
                 self.stats.refused_tokens += 1
                 if restarts_left <= 0:
@@ -620,12 +254,7 @@ class Harvester:
             self._check_progress(window, cp, page, where)
             self.stats.pages += 1
             server = cp.oai_url if from_store and cp.oai_url else self._need_client().base_url
-            request = (
-                window.params()
-                if n == 1
-                else {"verb": "ListRecords", "resumptionToken": str(cp.resumption_token)}
-            )
-            self._note_outside(window, page, key, server, request)
+            self._note_outside(window, page, key, server, self._request_for(window, cp, n))
             if page.complete_list_size is not None:
                 cp.complete_list_size = page.complete_list_size
             yield HarvestedPage(key, page, n, cp.attempt, from_store, cp.complete_list_size)
@@ -640,86 +269,62 @@ class Harvester:
                     self._note_empty(window, self._need_client().base_url, window.params())
                 return
 
+    def _request_for(self, window: Window, cp: Checkpoint, n: int) -> dict[str, str]:
+        """The request of page `n` of the window's attempt: the window's own first,
+        then the resumption token the page before gave."""
+        if n == 1:
+            return window.params()
+        return {"verb": "ListRecords", "resumptionToken": str(cp.resumption_token)}
+
+    def _fetch_page(self, window: Window, cp: Checkpoint, n: int, key: str) -> Page:
+        """Page `n` of the window's attempt, fetched and stored write-once under `key`.
+
+        A refused token raises `_TokenRefused` (the response kept as `.refused`); any
+        other OAI-PMH error a `TerminalError` naming the request (the response kept as
+        `.error-NN`), except `noRecordsMatch` to the first request: an empty window."""
+        if n > 1 and not cp.resumption_token:
+            raise TerminalError(
+                f"{self.checkpoint_key(window)}: page {n} is due but no resumption token is recorded"
+            )
+        params = self._request_for(window, cp, n)
+        body, page = self._fetch(
+            params, key, lambda k, a=cp.attempt, m=n: self.page_key(window, a, m, f".malformed-{k:02d}")
+        )
+        if page.error_code == "badResumptionToken":
+            refused = self.page_key(window, cp.attempt, n, ".refused")
+            self.store.put_once(refused, gz(body), content_type="application/gzip")
+            raise _TokenRefused(page.error_message)
+        # `noRecordsMatch` is an empty window only as the answer to its first request; to
+        # a token it means the list broke off, records missing
+        if page.error_code is not None and (page.error_code != "noRecordsMatch" or n > 1):
+            bad = self._free_key(lambda k, a=cp.attempt, m=n: self.page_key(window, a, m, f".error-{k:02d}"))
+            self.store.put_once(bad, gz(body), content_type="application/gzip")
+            broke_off = " to a resumption token: the list broke off" if n > 1 else ""
+            raise TerminalError(
+                f"{key}: arXiv's OAI-PMH answered {page.error_code}{broke_off}: "
+                f"{page.error_message} (request {params}; response kept as {bad})"
+            )
+        self.store.put_once(key, gz(body), content_type="application/gzip")
+        return page
+
     def _note_outside(
         self, window: Window, page: Page, key: str, server: str, request: dict[str, str]
     ) -> None:
-        """Count, list and warn of the page's records outside `window`.
-
-        They are still built: they are real arXiv records, publishing is idempotent and
-        content-addressed, and dropping them would lose what a server said (records
-        re-dated while a list was served). What the run must not do is pass them off
-        as the window's: the run manifest counts them apart and names each one."""
+        """Count, list and warn of the page's records outside `window` (`HarvestStats.note_outside`)."""
         found = outside_window(page, window, key)
-        if not found:
-            return
-        self.stats.outside_window += len(found)
-        room = OUTSIDE_WINDOW_LISTED - len(self.stats.outside_listed)
-        self.stats.outside_listed.extend(found[: max(room, 0)])
-        server = public_url(server)
-        days = sorted({o.datestamp or "no datestamp" for o in found})
-        (log.debug if self.quiet else log.warning)(
-            "outside-window: %s answered ListRecords %s for window %s with %d records dated "
-            "outside it (%s), page %s; built, and counted as outside_window in the run manifest",
-            server,
-            _request_text(request),
-            window.id,
-            len(found),
-            ", ".join(days),
-            key,
-        )
-        # one warning per window in the manifest, however many pages it took
-        entry = next(
-            (
-                w
-                for w in self.stats.warnings
-                if w["code"] == "outside-window" and w["window"] == window.id and w["server"] == server
-            ),
-            None,
-        )
-        if entry is None:
-            entry = {
-                "code": "outside-window",
-                "window": window.id,
-                "server": server,
-                "request": window.params() if "verb" in request else dict(request),
-                "pages": [],
-                "count": 0,
-                "datestamps": [],
-            }
-            self.stats.warnings.append(entry)
-        entry["pages"].append(key)
-        entry["count"] += len(found)
-        entry["datestamps"] = sorted(set(entry["datestamps"]) | set(days))
-        entry["message"] = (
-            f"outside-window: {server} answered ListRecords {_request_text(entry['request'])} "
-            f"(window {window.id}) with {entry['count']} records dated outside it "
-            f"({', '.join(entry['datestamps'])}); built, and counted as outside_window"
-        )
+        if found:
+            line = self.stats.note_outside(window, found, key, server, request)
+            (log.debug if self.quiet else log.warning)("%s", line)
 
     def _note_empty(self, window: Window, server: str, request: dict[str, str]) -> None:
         """Warn of a window with a weekday that listed nothing: arXiv announces every
         weekday, so it is a holiday or a server that wrongly answers with nothing."""
         # the wall clock, not `self.clock`: SOURCE_DATE_EPOCH must not hide a day that is over
         days = weekdays(window, datetime.now(tz=UTC).date())
-        if not days:
-            return
-        server = public_url(server)
-        message = (
-            f"empty-weekday: {server} listed no records for window {window.id} "
-            f"({_request_text(request)}), which has the weekdays {', '.join(days)}; arXiv "
-            "announces every weekday, so unless those were holidays the server answered wrongly"
-        )
-        (log.debug if self.quiet else log.warning)("%s", message)
-        self.stats.warnings.append(
-            {
-                "code": "empty-weekday",
-                "window": window.id,
-                "weekdays": days,
-                "server": server,
-                "request": dict(request),
-                "message": message,
-            }
-        )
+        if days:
+            (log.debug if self.quiet else log.warning)(
+                "%s", self.stats.note_empty(window, days, server, request)
+            )
 
     def _check_progress(self, window: Window, cp: Checkpoint, page: Page, where: str) -> None:
         """Stop a list that does not end, before its page is published.
@@ -740,7 +345,7 @@ class Harvester:
             )
         token = page.resumption_token
         if token is not None:
-            token_digest = _digest(token)
+            token_digest = short_digest(token)
             if token_digest in cp.seen_tokens:
                 raise ResumptionLoopError(
                     f"{stop}resumption token {token[:200]!r} in {where} was already used in this window{why}"
@@ -848,11 +453,6 @@ class Harvester:
             yield HarvestedPage(key, page, n, from_store=True)
         if window is not None and listed == 0:
             self._note_empty(window, server, {"replay": self.window_prefix(window)})
-
-
-def _request_text(request: dict[str, str]) -> str:
-    """A request's parameters as `k=v` words (the verb is said by the message)."""
-    return " ".join(f"{k}={v}" for k, v in request.items() if k != "verb")
 
 
 def _explain_getrecord_error(page: Page, arxiv_id: str, body: bytes) -> None:

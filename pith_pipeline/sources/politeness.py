@@ -11,7 +11,7 @@ with `status_code` and `headers` (httpx and requests responses both do).
 Across runs and processes: a backfill opens a client per window, Airflow runs mapped
 harvests in separate task processes, and an operator may start a CLI backfill beside
 the daily DAG. So the gate also takes its turn from a small state file per endpoint
-(`PITH_POLITENESS_DIR`, default `~/.cache/pith-pipeline/politeness`), under an
+(the `politeness_dir` setting, default `~/.cache/pith-pipeline/politeness`), under an
 exclusive `flock` held for the request: the file holds the wall-clock time before
 which nobody on this machine may ask that endpoint again. Machines that harvest the
 same endpoint should share that directory (or, better, one harvesting machine).
@@ -37,23 +37,20 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from pith_pipeline import __version__
-from pith_pipeline.config import env_name, from_env
+from pith_pipeline.config import Settings
 from pith_pipeline.errors import TransientError
 
 log = logging.getLogger(__name__)
 
 #: arXiv's published limit: one request every 3 seconds.
 ARXIV_MIN_INTERVAL = 3.0
-USER_AGENT_ENV = env_name("user_agent")
-CONTACT_ENV = env_name("contact")
-POLITENESS_DIR_ENV = env_name("politeness_dir")
 #: a delta-seconds `Retry-After` with more digits than this is taken as "forever"
 _RETRY_AFTER_DIGITS = 15
 
 
-def politeness_dir() -> Path:
-    """Where the per-endpoint turn files live (shared by every process of a user)."""
-    explicit = from_env("politeness_dir")
+def politeness_dir(explicit: str | Path | None = None) -> Path:
+    """Where the per-endpoint turn files live (shared by every process of a user):
+    `explicit` (the `politeness_dir` setting), else the user's cache directory."""
     if explicit:
         return Path(explicit)
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -116,12 +113,11 @@ class SharedTurn:
             os.close(fd)  # closing releases the flock
 
 
-def default_user_agent() -> str:
-    """Name, version and purpose; a contact address when `PITH_CONTACT` is set."""
-    override = from_env("user_agent")
-    if override:
-        return override
-    contact = from_env("contact")
+def default_user_agent(user_agent: str | None = None, contact: str | None = None) -> str:
+    """`user_agent` (the setting) when given, else name, version and purpose, with the
+    `contact` address when given."""
+    if user_agent:
+        return user_agent
     tail = f"; mailto:{contact}" if contact else ""
     return (
         f"pith-pipeline/{__version__} (arXiv metadata harvester for Pith bundles; "
@@ -181,10 +177,24 @@ class Politeness:
     max_wait: float = 3600.0
     timeout: float = 60.0
     user_agent: str = field(default_factory=default_user_agent)
+    #: the directory of the turn files shared between processes (None: `politeness_dir()`)
+    shared_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.min_interval < 0 or self.backoff_initial <= 0 or self.max_retries < 0:
             raise ValueError("politeness limits must be positive")
+
+    @classmethod
+    def of(cls, settings: Settings, **limits: Any) -> Politeness:
+        """The run's limits from its settings: `user_agent` / `contact`, `politeness_dir`
+        and `oai_min_interval` (unset: arXiv's policy); `limits` override them."""
+        base: dict[str, Any] = {
+            "user_agent": default_user_agent(settings.user_agent, settings.contact),
+            "shared_dir": Path(settings.politeness_dir) if settings.politeness_dir else None,
+        }
+        if settings.oai_min_interval is not None:
+            base["min_interval"] = settings.oai_min_interval
+        return cls(**{**base, **limits})
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Jittered exponential backoff: uniform in [b/2, b], b = initial * 2^attempt."""
@@ -218,7 +228,7 @@ class Gate:
         self._lock = threading.Lock()
         self._not_before = float("-inf")
         self._shared: dict[str, SharedTurn] = {}
-        self.shared_dir = shared_dir
+        self.shared_dir = shared_dir or self.policy.shared_dir
         self.requests = 0
         self.retries = 0
         self.waited = 0.0

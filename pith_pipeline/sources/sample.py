@@ -25,7 +25,7 @@ from lxml import etree
 
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.timeutil import parse_rfc2822
-from pith_pipeline.sources.arxivraw import ARXIVRAW_NS, OAI_ID_PREFIX, OAI_NS
+from pith_pipeline.sources.arxivraw_record import ARXIVRAW_NS, OAI_ID_PREFIX, OAI_NS
 from pith_pipeline.sources.jsonl import iter_jsonl
 
 SAMPLE_URL = "http://sample.invalid/oai"

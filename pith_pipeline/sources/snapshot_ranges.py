@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
+from pith_pipeline.core.timeutil import parse_rfc2822
+from pith_pipeline.sources.jsonl import check_start, line_items, open_input, open_stream, read_line
 from pith_pipeline.window import Window
 
 if TYPE_CHECKING:
@@ -27,8 +29,6 @@ def record_datestamp(rec: ArxivRecord) -> date:
             return date.fromisoformat(rec.update_date[:10])
         except ValueError:
             pass
-    from pith_pipeline.core.timeutil import parse_rfc2822
-
     latest = max(rec.versions, key=lambda v: v.number)
     return parse_rfc2822(latest.created).date()
 
@@ -41,8 +41,6 @@ def iter_snapshot_range(chunk: Mapping[str, Any], *, limits: InputLimits = DEFAU
     truncated or corrupt `.gz`) is one `DamagedInputError` naming it and the byte
     reached, never a bare `EOFError` (which the CLI would report as Ctrl-C).
     """
-    from pith_pipeline.sources.jsonl import check_start, line_items, open_input, open_stream, read_line
-
     path = Path(chunk["path"])
     window = Window.from_json(chunk["window"])
     start, end = int(chunk["start"]), chunk["end"]

@@ -12,16 +12,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pith_pipeline.config import env_name, from_env
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.errors import IntegrityError
+from pith_pipeline.storage.factory import open_existing_store, open_store
 from pith_pipeline.tlog import merkle
 from pith_pipeline.tlog.entry import entry_event_hex
 from pith_pipeline.tlog.log import CHECKPOINT, LOG_PREFIX, Fetch, TileReader, http_fetch, store_fetch
 from pith_pipeline.tlog.note import Checkpoint, Verifier, open_checkpoint
-from pith_pipeline.tlog.pipeline import KEY_DOCUMENT, LOG_WITNESS, lookup, verifier_from_key_doc
-
-LOG_VKEY_ENV = env_name("log_vkey")
+from pith_pipeline.tlog.pending import PENDING, run_of
+from pith_pipeline.tlog.pipeline import (
+    KEY_DOCUMENT,
+    LOG_WITNESS,
+    check_log_matches_event_store,
+    has_had_log,
+    lookup,
+    verifier_from_key_doc,
+)
 
 
 @dataclass(slots=True)
@@ -46,9 +52,6 @@ class LogLocation:
             parent = base.rsplit("/", 1)[0]
             beside = http_fetch(parent)
             return cls(http_fetch(base), base, lambda: beside(KEY_DOCUMENT), objects=beside)
-        from pith_pipeline.storage.factory import open_existing_store
-        from pith_pipeline.tlog.pending import PENDING, run_of
-
         store = open_existing_store(location)  # a log to read: a missing store is an error
         return cls(
             store_fetch(store),
@@ -59,8 +62,8 @@ class LogLocation:
         )
 
     def verifier(self, vkey: str | None = None) -> Verifier:
-        """The pinned key (`vkey`, else `PITH_LOG_VKEY`), else the one the registry names."""
-        vkey = vkey or from_env("log_vkey")
+        """The pinned key `vkey` (the `log_vkey` setting: --vkey, `PITH_LOG_VKEY`), else
+        the one the registry names."""
         if vkey:
             try:
                 return Verifier.parse(vkey)
@@ -120,21 +123,22 @@ def bundle_event_ids(path: Path) -> tuple[str, list[str]]:
         raise IntegrityError(f"{path}: unreadable bundle ({type(exc).__name__})") from None
 
 
-def verify_with_log(paths: Iterable[str], files: Iterable[Path], log: str | None) -> list[str]:
+def verify_with_log(
+    paths: Iterable[str], files: Iterable[Path], log: str | None, vkey: str | None = None
+) -> list[str]:
     """`verify ... --log URL|STORE`: one line per problem, [] when all is logged.
+
+    `vkey`: the log's verifier key to pin (the `log_vkey` setting), else the one the
+    registry's key document names.
 
     Every event of every bundle in `files` must be in the log given (`log`). Every
     store among `paths` that keeps a log, or kept one (`has_had_log`: a lost `log/` is
     named, not taken for a store without a log), must hold exactly its event store's
     events in it (checked even without `--log`).
     """
-    from pith_pipeline.tlog.pipeline import check_log_matches_event_store, has_had_log
-
     problems: list[str] = []
     for p in paths:
         if p.startswith("s3://"):  # a bucket that keeps (or kept) a log: the same check
-            from pith_pipeline.storage.factory import open_store
-
             st = open_store(p)
             if has_had_log(st):
                 problems += [f"log: {x}" for x in check_log_matches_event_store(st)]
@@ -143,6 +147,7 @@ def verify_with_log(paths: Iterable[str], files: Iterable[Path], log: str | None
             or Path(p, KEY_DOCUMENT).is_file()
             or Path(p, LOG_WITNESS).is_file()
         ):
+            # lazy: storage.local adds 14 ms to `log status URL`, which reads no directory
             from pith_pipeline.storage.local import LocalStore
 
             st = LocalStore(p)
@@ -152,7 +157,7 @@ def verify_with_log(paths: Iterable[str], files: Iterable[Path], log: str | None
         return problems
     try:
         loc = LogLocation.open(log)
-        cp, _raw = loc.checkpoint(loc.verifier())
+        cp, _raw = loc.checkpoint(loc.verifier(vkey))
     except IntegrityError as exc:
         return [*problems, f"log: {exc}"]
     reader = TileReader(loc.fetch, cp.size, loc.where)

@@ -26,7 +26,7 @@ needs its log key given (an Ed25519 KMS key, `kms:alias/...`, or a key file), or
 `--no-log`; the run says so before anything is published.
 
 The decision reaches the end of the run (`tlog.pipeline.log_run`) as the run's
-`log_signer` setting (`config.given`), and the key document names the log key from
+log key spec (`RunLog.spec`), and the key document names the log key from
 the run's first write on (`Publisher.log_key`), so a run killed before its append
 still leaves a store that knows it keeps a log.
 """
@@ -41,7 +41,8 @@ from typing import Any
 
 from pith_pipeline.config import env_name
 from pith_pipeline.errors import KeyFileError, TerminalError
-from pith_pipeline.signing.local import DEFAULT_KEY_DIR, LOG_KEY_FILE
+from pith_pipeline.signing.guard import local_store_root, refuse_key_file_inside, spec_key_file
+from pith_pipeline.signing.local import DEFAULT_KEY_DIR, LOG_KEY_FILE, create_key_file_once
 from pith_pipeline.storage.base import Store
 from pith_pipeline.tlog.pipeline import (
     KEY_DOCUMENT,
@@ -82,8 +83,6 @@ def default_log_key(signer_spec: str | None) -> Path | None:
 
     `signer_spec` None: the embedded default's directory (`./pith-keys/`). A signer
     with no local key file (KMS, a KMS envelope) has none: None."""
-    from pith_pipeline.signing.guard import spec_key_file
-
     if not signer_spec:
         return DEFAULT_KEY_DIR / LOG_KEY_FILE
     path = spec_key_file(signer_spec)
@@ -187,8 +186,6 @@ def prepare_run_log(
                 "without a log"
             )
         else:
-            from pith_pipeline.signing.local import create_key_file_once
-
             if generate and create_key_file_once(path, "pith-log"):
                 made = path
                 if notice is not None:
@@ -217,21 +214,24 @@ def prepare_run_log(
 
 
 def log_key_for_command(
-    store: Store, explicit: str | None, *, create: bool, notice: Callable[[str], None]
+    store: Store,
+    explicit: str | None,
+    *,
+    create: bool,
+    notice: Callable[[str], None],
+    registry_signer: str | None = None,
 ) -> str:
     """The log key spec of `log sync` / `log rebuild`: the one given, else the file
-    beside the registry key (`PITH_SIGNER`'s key file, else `./pith-keys/`).
+    beside the registry key (`registry_signer`'s key file: the `signer` setting the
+    command resolved; else `./pith-keys/`).
 
     `create` (`log rebuild`): a `file:` key that is missing is made there, for a
     store that has never had a log (this is how an existing store starts one, the
     command a run without a log names); for a store that has one it must exist."""
-    from pith_pipeline.config import from_env
-    from pith_pipeline.signing.guard import spec_key_file
-
     if explicit:
         spec, path = explicit, spec_key_file(explicit)
     else:
-        path = default_log_key(from_env("signer"))
+        path = default_log_key(registry_signer)
         if path is None:
             raise LogNotConfiguredError(
                 f"no log key given: give it with --log-signer SPEC or {LOG_SIGNER_ENV} (the "
@@ -240,9 +240,6 @@ def log_key_for_command(
         spec = f"file:{path}"
     if path is not None and not path.exists():
         if create and not has_had_log(store):
-            from pith_pipeline.signing.guard import local_store_root, refuse_key_file_inside
-            from pith_pipeline.signing.local import create_key_file_once
-
             root = local_store_root(store)
             if root is not None:  # checked before a key is made there: it would be served
                 refuse_key_file_inside(path.absolute(), root)

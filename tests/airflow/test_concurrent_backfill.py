@@ -218,7 +218,7 @@ def served_subjects(days: dict[str, list[bytes]]) -> dict[str, dict[int, str]]:
 
     from pith_pipeline.core.arxiv_record import ArxivRecord
     from pith_pipeline.core.builder import Identity
-    from pith_pipeline.sources.arxivraw import parse_record
+    from pith_pipeline.sources.arxivraw_record import parse_record
 
     out: dict[str, dict[int, str]] = {}
     for records in days.values():

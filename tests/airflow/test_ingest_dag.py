@@ -30,7 +30,7 @@ def expected_subjects(records: list[bytes]) -> dict[str, str]:
 
     from pith_pipeline.core.arxiv_record import ArxivRecord
     from pith_pipeline.core.builder import Identity
-    from pith_pipeline.sources.arxivraw import parse_record
+    from pith_pipeline.sources.arxivraw_record import parse_record
 
     out = {}
     for raw in records:

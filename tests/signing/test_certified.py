@@ -160,13 +160,33 @@ def test_certified_by_a_kms_root_via_cli(
 
 
 @pytest.mark.parametrize("hours", ["-1", "0", "nan", "inf", "-inf", "1e300", "x"])
-def test_an_unusable_certificate_validity_is_refused_before_signing(
-    hours: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_unusable_certificate_validity_is_refused_before_signing(hours: str, tmp_path: Path) -> None:
     """PITH_CERT_HOURS=-1 published certificates whose window ends before it starts,
-    so every bundle of the run failed `verify`; nan, inf and 1e300 were tracebacks."""
+    so every bundle of the run failed `verify`; nan, inf and 1e300 were tracebacks.
+    The setting is refused in one line when the run's settings are read, and a window
+    given directly is checked by the signer."""
+    from pith_pipeline.config import SettingError, load_settings
     from pith_pipeline.errors import KeyFileError
 
-    monkeypatch.setenv("PITH_CERT_HOURS", hours)
-    with pytest.raises(KeyFileError, match="PITH_CERT_HOURS"):
-        CertifiedSigner(Ed25519Signer(bytes(32), "pith-root"))
+    with pytest.raises(SettingError, match=f"^PITH_CERT_HOURS={hours!r}: expected"):
+        load_settings(env={"PITH_CERT_HOURS": hours})
+    if hours in ("-1", "0"):
+        with pytest.raises(KeyFileError, match="PITH_CERT_HOURS"):
+            CertifiedSigner(Ed25519Signer(bytes(32), "pith-root"), validity=timedelta(hours=float(hours)))
+
+
+def test_the_run_id_and_validity_come_from_the_settings(file_key: Path) -> None:
+    """`certified:` takes the run's settings (`run_id`, `cert_hours`): the signer reads
+    no environment."""
+    from pith_pipeline.config import load_settings
+    from pith_pipeline.signing.factory import open_signer
+
+    settings = load_settings(env={"PITH_RUN_ID": "run-7", "PITH_CERT_HOURS": "2"})
+    signer = open_signer(f"certified:file:{file_key}", settings=settings)
+    assert isinstance(signer, CertifiedSigner)
+    assert signer.run_id == "run-7" and signer.certificate["run_id"] == "run-7"
+    start = datetime.fromisoformat(signer.certificate["not_before"].replace("Z", "+00:00"))
+    end = datetime.fromisoformat(signer.certificate["not_after"].replace("Z", "+00:00"))
+    assert end - start == timedelta(hours=2, minutes=5)  # backdated five minutes
+    default = open_signer(f"certified:file:{file_key}", settings=load_settings(env={}))
+    assert isinstance(default, CertifiedSigner) and default.run_id != "run-7"

@@ -172,7 +172,7 @@ def test_replaying_an_empty_weekday_warns_again(
 def test_only_weekdays_that_are_over_can_be_empty() -> None:
     from datetime import date
 
-    from pith_pipeline.sources.oai import weekdays
+    from pith_pipeline.sources.oai_pages import weekdays
     from pith_pipeline.window import Window
 
     week = Window(date(2024, 1, 5), date(2024, 1, 10))  # Friday to Tuesday
@@ -191,7 +191,7 @@ def test_only_weekdays_that_are_over_can_be_empty() -> None:
     ],
 )
 def test_a_server_is_named_without_credentials(url: str, shown: str) -> None:
-    from pith_pipeline.sources.oai import public_url
+    from pith_pipeline.sources.oai_pages import public_url
 
     assert public_url(url) == shown
 

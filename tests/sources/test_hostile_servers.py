@@ -23,7 +23,7 @@ from pith_pipeline.ingest import Ingest
 from pith_pipeline.runs.windows import window_from_options
 from pith_pipeline.signing.local import generate_key, load_signer
 from pith_pipeline.sources.arxiv_api import ArxivAPI
-from pith_pipeline.sources.oai import OAIClient
+from pith_pipeline.sources.oai_client import OAIClient
 from pith_pipeline.sources.politeness import Gate, Politeness
 from pith_pipeline.storage.local import LocalStore
 

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
+from pith_pipeline.config import load_settings
 from pith_pipeline.errors import TransientError
 from pith_pipeline.sources.politeness import (
     ARXIV_MIN_INTERVAL,
@@ -29,9 +31,28 @@ def test_production_defaults_are_arxivs() -> None:
     assert p.user_agent.startswith("pith-pipeline/") and "harvester" in p.user_agent
 
 
-def test_user_agent_contact(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PITH_CONTACT", "ops@example.org")
-    assert "mailto:ops@example.org" in default_user_agent()
+def test_user_agent_contact() -> None:
+    assert "mailto:ops@example.org" in default_user_agent(contact="ops@example.org")
+    assert default_user_agent("mine/1.0", contact="ops@example.org") == "mine/1.0"
+
+
+def test_politeness_comes_from_the_settings(tmp_path: Path) -> None:
+    """The run's settings, resolved at the edge, give the User-Agent, the shared turn
+    directory and the interval; the module reads no environment."""
+    env = {
+        "PITH_CONTACT": "ops@example.org",
+        "PITH_POLITENESS_DIR": str(tmp_path / "turns"),
+        "PITH_OAI_MIN_INTERVAL": "0.5",
+    }
+    p = Politeness.of(load_settings(env=env))
+    assert "mailto:ops@example.org" in p.user_agent and p.min_interval == 0.5
+    assert p.shared_dir == tmp_path / "turns"
+    assert Gate(p).shared_dir == tmp_path / "turns"
+    assert (
+        Politeness.of(load_settings(env={"PITH_USER_AGENT": "ua/2"}), min_interval=0.0).user_agent == "ua/2"
+    )
+    assert Politeness.of(load_settings(env={})).min_interval == ARXIV_MIN_INTERVAL
+    assert "mailto" not in Politeness().user_agent  # no settings: none of the environment's
 
 
 def test_parse_retry_after_both_forms() -> None:
