@@ -1,0 +1,437 @@
+"""The stored documents, typed: events, bundles, states, arXiv pointers, the key document.
+
+Each model has one rule, `parse(raw, key)`, which refuses what breaks it with an
+`IntegrityError` naming the object's key and what is wrong (one line), and one
+`to_bytes()`, the bytes the publisher writes for it. Every reader of a stored
+document (the publisher, the store audit, `verify`) goes through `parse`, so they
+agree on what is damaged.
+
+Why views over the parsed JSON rather than fields decoded into structs: a
+document's bytes are what is published and hashed, and the registry's files put
+their members in an order of their own (insertion order, not sorted), so each
+model keeps the JSON value it was parsed from (`doc`) and serialises exactly it.
+The typed fields are read from it once, after its checks. Parsing costs one
+`orjson` parse plus the checks (tests/perf/documents_timing.py times them).
+
+What each rule covers:
+- an event: exactly the fields of spec section 6, each of its JSON type, the
+  signer and signature blocks exactly their string fields. Its hash, id and
+  signature are the merge's and `check_stored_event`'s (they need the keys).
+- a bundle and a state: a JSON object without repeated members; their content is
+  checked by `verify_bundle`'s named checks (spec section 9), which report every
+  failure rather than the first.
+- an arXiv pointer ([ours]; spec section 3: the `arxiv` alias resolves to the
+  newest version): the arXiv id its key names, at least one record (a pointer is
+  written with the first record of its paper; with none it would name no newest
+  version), each record exactly its five fields, no Pith number twice, and
+  `latest` the newest record by `pointer_sort_key`.
+- the key document (spec section 5): `core.keys.read_key_document`'s rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pith_pipeline.core.canonical_json import MAX_SAFE_INT, dumps_compact, dumps_pretty, loads
+from pith_pipeline.core.keys import PublicKey, read_key_document
+from pith_pipeline.core.layout import POINTERS, pointer_key
+from pith_pipeline.core.pith_record import PithNumber
+from pith_pipeline.core.signature_blocks import EVENT_SIGNATURE_FIELDS, block_problem
+from pith_pipeline.errors import IntegrityError
+
+__all__ = [
+    "ArxivPointer",
+    "Bundle",
+    "Event",
+    "KeyDocument",
+    "PointerRecord",
+    "State",
+    "json_object",
+    "pointer_sort_key",
+]
+
+#: An event's members (spec section 6) and the JSON type of each.
+EVENT_MEMBERS: dict[str, type | tuple[type, ...]] = {
+    "event_type": str,
+    "subject_pith_number": str,
+    "target": str,
+    "payload": dict,
+    "signer": dict,
+    "created_at": str,
+    "supersedes": list,
+    "prev_event": (str, type(None)),
+    "schema_version": str,
+    "content_sha256": str,
+    "event_id": str,
+    "signature": dict,
+}
+SIGNER_FIELDS = frozenset({"signer_id", "signer_type", "key_id", "public_key_fingerprint"})
+_EVENT_ID = re.compile(r"sha256:[0-9a-f]{64}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def json_object(raw: bytes, key: str, what: str | None) -> dict[str, Any]:
+    """`raw` parsed as one JSON object without repeated members, or an
+    `IntegrityError` naming `key`: "unreadable <what> (<why>)", or for an event
+    (`what` None) the why alone ("not valid JSON (...)", "not a JSON object")."""
+    try:
+        doc = loads(raw)
+    except RecursionError:
+        why = "not valid JSON (nested too deeply)" if what is None else "nested too deeply"
+        raise IntegrityError(why if what is None else f"unreadable {what} ({why})", key=key) from None
+    except ValueError as exc:  # orjson's errors, duplicate keys, non-UTF-8
+        why = str(exc)[:160]
+        raise IntegrityError(
+            f"not valid JSON ({why})" if what is None else f"unreadable {what} ({why})", key=key
+        ) from None
+    if type(doc) is not dict:
+        why = "not a JSON object"
+        raise IntegrityError(why if what is None else f"unreadable {what} ({why})", key=key)
+    return doc
+
+
+def _short(value: Any) -> str:
+    return repr(value)[:80]
+
+
+# -- events ------------------------------------------------------------------
+
+
+_EVENT_KEYS = frozenset(EVENT_MEMBERS)
+_STR_MEMBERS = tuple(k for k, t in EVENT_MEMBERS.items() if t is str)
+
+
+def _sound(doc: Mapping[str, Any]) -> bool:
+    """The event rule's fast path (every stored event is read through it): True when
+    nothing is wrong; `event_problem` then names what is."""
+    if doc.keys() != _EVENT_KEYS:
+        return False
+    for name in _STR_MEMBERS:
+        if type(doc[name]) is not str:
+            return False
+    signer, sig, prev = doc["signer"], doc["signature"], doc["prev_event"]
+    return (
+        type(doc["payload"]) is dict
+        and type(signer) is dict
+        and type(sig) is dict
+        and type(doc["supersedes"]) is list
+        and (prev is None or type(prev) is str)
+        and signer.keys() == SIGNER_FIELDS
+        and sig.keys() == EVENT_SIGNATURE_FIELDS
+        and all(type(v) is str for v in signer.values())
+        and all(type(v) is str for v in sig.values())
+        and all(type(s) is str for s in doc["supersedes"])
+    )
+
+
+def event_problem(doc: Mapping[str, Any]) -> str | None:
+    """Why a parsed event breaks the event rule, or None (for `Event.parse` and
+    `check_stored_event`, which names the object with it)."""
+    if _sound(doc):
+        return None
+    extra = sorted(str(k) for k in doc if k not in EVENT_MEMBERS)
+    if extra:
+        return f"unknown field {extra[0][:80]!r}"
+    for name, typ in EVENT_MEMBERS.items():
+        if name not in doc:
+            return f"field {name!r} missing"
+        value = doc[name]
+        if not isinstance(value, typ) or type(value) is bool:
+            return f"field {name!r} is {type(value).__name__}, not of its type"
+    why = block_problem(doc["signer"], SIGNER_FIELDS, "signer")
+    if why:
+        return why
+    why = block_problem(doc["signature"], EVENT_SIGNATURE_FIELDS, "signature")
+    if why:
+        return why
+    return "supersedes lists a non-string"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One stored event object (`events/<ID>/<content_sha256>[.sig-<key>].json`).
+
+    Its members are read from `doc` on demand: every stored event of a paper is
+    parsed on each of its re-publications, and most are only hashed and verified."""
+
+    doc: dict[str, Any]
+
+    @classmethod
+    def parse(cls, raw: bytes, key: str) -> Event:
+        doc = json_object(raw, key, None)
+        why = event_problem(doc)
+        if why:
+            raise IntegrityError(f"malformed event ({why})", key=key)
+        return cls(doc)
+
+    @property
+    def event_id(self) -> str:
+        return str(self.doc["event_id"])
+
+    @property
+    def event_type(self) -> str:
+        return str(self.doc["event_type"])
+
+    @property
+    def subject(self) -> str:
+        return str(self.doc["subject_pith_number"])
+
+    @property
+    def created_at(self) -> str:
+        return str(self.doc["created_at"])
+
+    def to_bytes(self) -> bytes:
+        """Compact JSON in the event's own member order, as the publisher writes it."""
+        return dumps_compact(self.doc)
+
+
+# -- bundles and states --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    """A published bundle (`pith/<ID>/bundle.json`, and its `.well-known` copy)."""
+
+    doc: dict[str, Any]
+
+    @classmethod
+    def parse(cls, raw: bytes, key: str) -> Bundle:
+        return cls(json_object(raw, key, "bundle"))
+
+    @property
+    def pith_number(self) -> str | None:
+        pn = self.doc.get("pith_number")
+        return pn if isinstance(pn, str) else None
+
+    @property
+    def events(self) -> list[Any] | None:
+        events = self.doc.get("events")
+        return events if isinstance(events, list) else None
+
+    @property
+    def arxiv_source(self) -> tuple[str, Any] | None:
+        """(arXiv id, version) its `source` names, when it is an arXiv record."""
+        src = self.doc.get("source")
+        if isinstance(src, dict) and src.get("kind") == "arxiv" and isinstance(src.get("id"), str):
+            return src["id"], src.get("version")
+        return None
+
+    def to_bytes(self) -> bytes:
+        return dumps_compact(self.doc)
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """A record's merged state (`pith/<ID>/state.json`): the bundle's `state`, alone."""
+
+    doc: dict[str, Any]
+
+    @classmethod
+    def parse(cls, raw: bytes, key: str) -> State:
+        return cls(json_object(raw, key, "state"))
+
+    def to_bytes(self) -> bytes:
+        return dumps_compact(self.doc)
+
+
+# -- arXiv pointers ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PointerRecord:
+    """One version of a paper in its arXiv pointer: the record and its creation."""
+
+    version: int
+    pith_number: str
+    record_created: str
+    created_at: str
+    canonical_sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "pith_number": self.pith_number,
+            "record_created": self.record_created,
+            "created_at": self.created_at,
+            "canonical_sha256": self.canonical_sha256,
+        }
+
+    @property
+    def body(self) -> str:
+        return PithNumber.parse(self.pith_number).body
+
+
+_RECORD_FIELDS = frozenset(PointerRecord.__slots__)
+
+
+def pointer_sort_key(record: PointerRecord) -> tuple[int, str, str]:
+    """The order of a paper's versions: (version, created_at, pith_number); the
+    last is the newest, the one `latest` names and the `arxiv` alias resolves to."""
+    return (record.version, record.created_at, record.pith_number)
+
+
+def _pointer_record(entry: Any) -> PointerRecord:
+    if type(entry) is not dict:
+        raise ValueError("records must be objects")
+    extra = sorted(str(k) for k in entry if k not in _RECORD_FIELDS)
+    missing = sorted(_RECORD_FIELDS - set(entry))
+    if extra or missing:
+        raise ValueError(
+            "a record has " + ("unknown field " + repr(extra[0][:80]) if extra else f"no {missing[0]}")
+        )
+    version = entry["version"]
+    if type(version) is not int or not 1 <= version <= MAX_SAFE_INT:
+        raise ValueError(f"version {_short(version)} is not a positive integer")
+    for name in ("pith_number", "record_created", "created_at", "canonical_sha256"):
+        if type(entry[name]) is not str:
+            raise ValueError(f"{name} {_short(entry[name])} is not a string")
+    try:
+        PithNumber.parse(entry["pith_number"])
+    except ValueError:
+        raise ValueError(f"lists {entry['pith_number'][:80]!r}, not a Pith number") from None
+    if not _EVENT_ID.fullmatch(entry["record_created"]):
+        raise ValueError(f"record_created {entry['record_created'][:80]!r} is not an event id")
+    if not _HEX64.fullmatch(entry["canonical_sha256"]):
+        raise ValueError(f"canonical_sha256 {entry['canonical_sha256'][:80]!r} is not a SHA-256")
+    return PointerRecord(**entry)
+
+
+def arxiv_id_of_pointer(key: str) -> str | None:
+    """The arXiv id a pointer's key names (`arxiv/<id>.json`), or None."""
+    if not key.startswith(POINTERS) or not key.endswith(".json"):
+        return None
+    arxiv_id = key[len(POINTERS) : -len(".json")]
+    return arxiv_id if arxiv_id and pointer_key(arxiv_id) == key else None
+
+
+@dataclass(frozen=True, slots=True)
+class ArxivPointer:
+    """`arxiv/<id>.json`: every record of one arXiv paper, oldest first, and the newest.
+
+    Not signed: a reader trusts a record in it only as far as that record's stored
+    `record_created` says (the publisher and the audit both check it).
+    """
+
+    arxiv_id: str
+    records: tuple[PointerRecord, ...]
+
+    @classmethod
+    def parse(cls, raw: bytes, key: str) -> ArxivPointer:
+        doc = json_object(raw, key, "arXiv pointer")
+        try:
+            return cls._checked(doc, arxiv_id_of_pointer(key))
+        except ValueError as exc:
+            raise IntegrityError(f"unreadable arXiv pointer ({str(exc)[:200]})", key=key) from None
+
+    @classmethod
+    def _checked(cls, doc: dict[str, Any], arxiv_id: str | None) -> ArxivPointer:
+        extra = sorted(str(k) for k in doc if k not in ("arxiv_id", "records", "latest"))
+        if extra:
+            raise ValueError(f"unknown field {extra[0][:80]!r}")
+        if doc.get("arxiv_id") != arxiv_id or arxiv_id is None:
+            raise ValueError(f"arxiv_id is {_short(doc.get('arxiv_id'))}, not the id its key names")
+        entries = doc.get("records")
+        if type(entries) is not list or not entries:
+            raise ValueError("records must be a non-empty list")
+        records = tuple(_pointer_record(e) for e in entries)
+        if len({r.pith_number for r in records}) != len(records):
+            raise ValueError("a Pith number is listed twice")
+        pointer = cls(arxiv_id, records)
+        if doc.get("latest") != pointer.latest:
+            raise ValueError(f"latest is {_short(doc.get('latest'))}, not the newest record")
+        return pointer
+
+    @classmethod
+    def of(cls, arxiv_id: str, records: Iterable[PointerRecord]) -> ArxivPointer:
+        """A pointer listing `records` in their order (`pointer_sort_key`); at least one."""
+        ordered = tuple(sorted(records, key=pointer_sort_key))
+        if not ordered:
+            raise ValueError(f"an arXiv pointer of {arxiv_id} needs a record")
+        return cls(arxiv_id, ordered)
+
+    @property
+    def latest(self) -> str:
+        """The Pith number of the newest record."""
+        return max(self.records, key=pointer_sort_key).pith_number
+
+    def lists(self, pith_number: str) -> bool:
+        return any(r.pith_number == pith_number for r in self.records)
+
+    def with_record(self, record: PointerRecord) -> ArxivPointer:
+        """This pointer with `record` added (itself when its Pith number is listed)."""
+        if self.lists(record.pith_number):
+            return self
+        return ArxivPointer.of(self.arxiv_id, (*self.records, record))
+
+    def newest_at_or_below(self, version: int, *, besides: str) -> PointerRecord | None:
+        """The newest record of a version up to `version` other than `besides`."""
+        older = [r for r in self.records if r.pith_number != besides and r.version <= version]
+        return max(older, key=pointer_sort_key) if older else None
+
+    def to_bytes(self) -> bytes:
+        doc = {
+            "arxiv_id": self.arxiv_id,
+            "records": [r.to_json() for r in self.records],
+            "latest": self.latest,
+        }
+        return dumps_pretty(doc) + b"\n"
+
+
+# -- the key document ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KeyDocument:
+    """`pith-signing-key.json`: the head key, every key that signed here, and the
+    transparency log's member (`log`) when the store keeps a log."""
+
+    doc: dict[str, Any]
+    keys: tuple[PublicKey, ...]
+
+    @classmethod
+    def parse(cls, raw: bytes, key: str) -> KeyDocument:
+        keys = read_key_document(raw, key)  # the rule, and its IntegrityError
+        return cls(json_object(raw, key, "key document"), tuple(keys))
+
+    @classmethod
+    def of(cls, head: PublicKey, keys: Iterable[PublicKey], log: Any = None) -> KeyDocument:
+        """The document a writer publishes: `head` (spec section 5) and `keys`."""
+        listed = tuple(keys)
+        doc: dict[str, Any] = {**head.to_json(), "keys": [k.to_json() for k in listed]}
+        if log is not None:
+            doc["log"] = log
+        return cls(doc, listed)
+
+    @property
+    def log(self) -> dict[str, Any] | None:
+        member = self.doc.get("log")
+        return member if isinstance(member, dict) else None
+
+    def to_bytes(self) -> bytes:
+        return dumps_pretty(self.doc) + b"\n"
+
+
+def listed_bodies(raw: bytes | None) -> set[str]:
+    """The record IDs a stored pointer's records name, as far as it parses.
+
+    For the readers that must see what a damaged pointer still names (the audit
+    checks those subjects too; `rebuild` does not re-derive a pointer that names a
+    paper it cannot account for); everyone else reads `ArxivPointer.parse`.
+    """
+    try:
+        doc = loads(raw) if raw else None
+    except ValueError:
+        return set()
+    found: set[str] = set()
+    entries = doc.get("records") if isinstance(doc, dict) else None
+    for r in entries if isinstance(entries, list) else []:
+        pn = r.get("pith_number") if isinstance(r, dict) else None
+        if isinstance(pn, str):
+            try:
+                found.add(PithNumber.parse(pn).body)
+            except ValueError:
+                continue
+    return found
