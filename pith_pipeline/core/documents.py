@@ -299,6 +299,76 @@ def _pointer_record(entry: Any) -> PointerRecord:
     return PointerRecord(**entry)
 
 
+def first_record_created(
+    events: Iterable[Mapping[str, Any]], subject: str | None = None
+) -> Mapping[str, Any] | None:
+    """The record_created a subject's state applies: the first by (created_at,
+    event_id), the merge's order (spec section 7, step 3). `subject`: only its events."""
+    creations = [
+        e
+        for e in events
+        if e.get("event_type") == "record_created"
+        and (subject is None or e.get("subject_pith_number") == subject)
+    ]
+    return min(creations, key=lambda e: (e["created_at"], e["event_id"])) if creations else None
+
+
+def pointer_entry(creation: Mapping[str, Any]) -> tuple[str, PointerRecord] | None:
+    """(arXiv id, its pointer's record) of a verified `record_created` of an arXiv
+    record, or None for a record of another source: what the publisher adds to a
+    pointer and what `rebuild` re-derives pointers from."""
+    payload = creation.get("payload")
+    record = payload.get("canonical_record") if isinstance(payload, dict) else None
+    source = record.get("source") if isinstance(record, dict) else None
+    if not isinstance(source, dict) or source.get("kind") != "arxiv":
+        return None
+    arxiv_id, version = source.get("id"), source.get("version")
+    if not isinstance(arxiv_id, str) or type(version) is not int:
+        return None
+    assert isinstance(payload, dict)
+    entry = PointerRecord(
+        version=version,
+        pith_number=str(creation["subject_pith_number"]),
+        record_created=str(creation["event_id"]),
+        created_at=str(creation["created_at"]),
+        canonical_sha256=str(payload["canonical_sha256"]),
+    )
+    return arxiv_id, entry
+
+
+def pointer_record_problem(
+    arxiv_id: str, record: PointerRecord, events: Iterable[Mapping[str, Any]]
+) -> str | None:
+    """Why a pointer's record is not backed by its subject's verified stored events
+    (`events`), or None.
+
+    Why: the pointer is not signed, and what it lists becomes signed data (the
+    `supersedes` of a new version, a `correction` of an older one). A record must
+    name a verified `record_created` of its Pith number whose record is that version
+    of this arXiv id; a genuine record of another paper is refused.
+    """
+    for ev in events:
+        if ev.get("event_id") != record.record_created or ev.get("event_type") != "record_created":
+            continue
+        payload = ev.get("payload")
+        canonical = payload.get("canonical_record") if isinstance(payload, dict) else None
+        source = canonical.get("source") if isinstance(canonical, dict) else None
+        if ev.get("subject_pith_number") == record.pith_number and source == {
+            "kind": "arxiv",
+            "id": arxiv_id,
+            "version": record.version,
+        }:
+            return None
+        return (
+            f"lists {record.pith_number} as version {record.version} of {arxiv_id}, but its "
+            f"record_created is of {source!r}"
+        )
+    return (
+        f"lists {record.pith_number} with record_created {record.record_created}, "
+        "which is not a stored event of it"
+    )
+
+
 def arxiv_id_of_pointer(key: str) -> str | None:
     """The arXiv id a pointer's key names (`arxiv/<id>.json`), or None."""
     if not key.startswith(POINTERS) or not key.endswith(".json"):

@@ -23,7 +23,10 @@ from pith_pipeline.core.documents import (
     KeyDocument,
     PointerRecord,
     State,
+    first_record_created,
     listed_bodies,
+    pointer_entry,
+    pointer_record_problem,
     pointer_sort_key,
 )
 from pith_pipeline.core.keys import Ed25519Signer
@@ -79,7 +82,7 @@ def test_the_registry_bundle_its_state_and_events_round_trip_to_identical_bytes(
         (".well-known/pith/*/bundle.json", Bundle),
         ("pith/*/state.json", State),
         ("events/*/*.json", Event),
-        ("arxiv/*.json", ArxivPointer),
+        ("arxiv/**/*.json", ArxivPointer),
         ("pith-signing-key.json", KeyDocument),
     ],
 )
@@ -89,10 +92,51 @@ def test_every_document_of_the_sample_store_round_trips(sample_store: Path, patt
 
 
 def test_a_pointer_rebuilt_from_its_records_is_the_stored_pointer(sample_store: Path) -> None:
-    for key, raw in _objects(sample_store, "arxiv/*.json"):
+    for key, raw in _objects(sample_store, "arxiv/**/*.json"):
         parsed = ArxivPointer.parse(raw, key)
         shuffled = reversed(parsed.records)
         assert ArxivPointer.of(parsed.arxiv_id, shuffled).to_bytes() == raw
+
+
+def _stored_events(root: Path) -> dict[str, list[dict[str, Any]]]:
+    by_body: dict[str, list[dict[str, Any]]] = {}
+    for key, raw in _objects(root, "events/*/*.json"):
+        by_body.setdefault(key.split("/")[1], []).append(Event.parse(raw, key).doc)
+    return by_body
+
+
+def test_pointers_re_derived_from_the_events_are_the_stored_pointers(sample_store: Path) -> None:
+    """What `rebuild` writes from the verified events is what the publisher wrote."""
+    records: dict[str, list[PointerRecord]] = {}
+    for events in _stored_events(sample_store).values():
+        creation = first_record_created(events)
+        assert creation is not None
+        got = pointer_entry(creation)
+        assert got is not None
+        records.setdefault(got[0], []).append(got[1])
+    stored = dict(_objects(sample_store, "arxiv/**/*.json"))
+    assert {f"arxiv/{a}.json" for a in records} == set(stored)
+    for arxiv_id, entries in records.items():
+        assert ArxivPointer.of(arxiv_id, entries).to_bytes() == stored[f"arxiv/{arxiv_id}.json"]
+
+
+def test_a_pointer_record_counts_only_as_far_as_its_stored_record_created_says(sample_store: Path) -> None:
+    events = _stored_events(sample_store)
+    key, raw = _objects(sample_store, "arxiv/**/*.json")[0]
+    pointer = ArxivPointer.parse(raw, key)
+    record = pointer.records[0]
+    own = events[record.body]
+    assert pointer_record_problem(pointer.arxiv_id, record, own) is None
+    wrong_version = PointerRecord(record.version + 1, *astuple_tail(record))
+    assert "but its record_created is of" in str(pointer_record_problem(pointer.arxiv_id, wrong_version, own))
+    other_paper = pointer_record_problem("0000.00000", record, own)
+    assert other_paper is not None and "as version" in other_paper
+    assert "not a stored event" in str(pointer_record_problem(pointer.arxiv_id, record, []))
+    assert first_record_created([]) is None
+
+
+def astuple_tail(record: PointerRecord) -> tuple[str, str, str, str]:
+    return (record.pith_number, record.record_created, record.created_at, record.canonical_sha256)
 
 
 def test_the_key_document_built_by_a_writer_is_the_stored_one(sample_store: Path) -> None:

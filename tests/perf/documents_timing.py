@@ -55,7 +55,7 @@ def main() -> None:
         "bundle": _files(store, "pith/*/bundle.json"),
         "state": _files(store, "pith/*/state.json"),
         "event": _files(store, "events/*/*.json"),
-        "pointer": _files(store, "arxiv/*.json"),
+        "pointer": _files(store, "arxiv/**/*.json"),
         "key document": [("pith-signing-key.json", key_raw)] * 50,
     }
     if documents is not None:
