@@ -15,7 +15,8 @@ from pith_pipeline.audit.findings import (
     in_order,
     publisher_bytes,
 )
-from pith_pipeline.core.documents import ArxivPointer, Bundle, State, arxiv_id_of_pointer, listed_bodies
+from pith_pipeline.core.arxiv_pointer import ArxivPointer, arxiv_id_of_pointer, listed_bodies
+from pith_pipeline.core.documents import Bundle, State
 from pith_pipeline.core.keys import PublicKey
 from pith_pipeline.core.layout import POINTERS, bundle_paths, event_prefix, page_key, pointer_key
 from pith_pipeline.core.stored_events import KeyRing

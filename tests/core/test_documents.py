@@ -15,20 +15,17 @@ from typing import Any
 import pytest
 from testclock import StepClock
 
-from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty
-from pith_pipeline.core.documents import (
+from pith_pipeline.core.arxiv_pointer import (
     ArxivPointer,
-    Bundle,
-    Event,
-    KeyDocument,
     PointerRecord,
-    State,
     first_record_created,
     listed_bodies,
     pointer_entry,
     pointer_record_problem,
     pointer_sort_key,
 )
+from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty
+from pith_pipeline.core.documents import Bundle, Event, KeyDocument, State
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.errors import IntegrityError
 from pith_pipeline.pipeline import BuildConfig, Publisher

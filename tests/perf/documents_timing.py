@@ -24,6 +24,7 @@ from pith_pipeline.core.keys import read_key_document
 
 try:
     from pith_pipeline.core import documents
+    from pith_pipeline.core.arxiv_pointer import ArxivPointer
     from pith_pipeline.core.stored_events import KeyRing, check_stored_event
 except ImportError:  # the tree before the models
     documents = None  # type: ignore[assignment]
@@ -64,7 +65,7 @@ def main() -> None:
             "bundle": documents.Bundle,
             "state": documents.State,
             "event": documents.Event,
-            "pointer": documents.ArxivPointer,
+            "pointer": ArxivPointer,
             "key document": documents.KeyDocument,
         }
     pretty = {"pointer", "key document"}
