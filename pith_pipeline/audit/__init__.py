@@ -6,7 +6,7 @@ must therefore be found before anything derived is trusted or re-derived, so thi
 module serves two callers:
 
 - the publisher (`build`, `ingest`, `rebuild`), through `subject_events`: a
-  subject's stored events, each checked (`core.verify.check_stored_event`), and
+  subject's stored events, each checked (`core.stored_events.check_stored_event`), and
   the problems by object; a subject with problems is not published from;
 - `verify STORE` and `status --deep`, through `audit_store`: one `Finding` per
   damaged object, named by its path, the walk going on through the rest.
