@@ -200,6 +200,17 @@ def test_pointers(store: LocalStore) -> None:
     assert by_key[rel(store, gone)].startswith("missing, but bundles exist")
 
 
+def test_a_pointer_with_no_records_is_named_as_the_publisher_refuses_it(store: LocalStore) -> None:
+    """One rule (`ArxivPointer.parse`): an empty record list names no newest version."""
+    path = sorted(store.root.glob("arxiv/*.json"))[0]
+    doc = json.loads(path.read_bytes())
+    path.write_bytes(json.dumps({"arxiv_id": doc["arxiv_id"], "records": []}).encode())
+    findings, _ = audit(store)
+    assert [f.line() for f in findings] == [
+        f"{rel(store, path)}: unreadable arXiv pointer (records must be a non-empty list)"
+    ]
+
+
 def test_key_document(store: LocalStore) -> None:
     (store.root / "pith-signing-key.json").unlink()
     findings, _ = audit(store)

@@ -184,31 +184,7 @@ class ArxivRecord:
         for c in cats:
             if not CATEGORY.fullmatch(c):
                 raise bad("categories", f"bad category {shown(c)} in {shown(self.categories)}")
-        if not isinstance(self.versions, tuple) or not self.versions:
-            raise bad("versions", "no versions")
-        numbers = []
-        for v in self.versions:
-            if (
-                not isinstance(v, Version)
-                or not isinstance(v.version, str)
-                or not isinstance(v.created, str)
-                or not VERSION.fullmatch(v.version)
-            ):
-                label = v.version if isinstance(v, Version) else v
-                raise bad(
-                    "versions",
-                    f"bad version label {shown(label)} (expected v1 .. v{limits.max_version}, ASCII digits)",
-                )
-            numbers.append(v.number)
-            created = _size(v.created, f"versions[{v.version}].created", bad)
-            if created > limits.field_limit("created"):
-                raise bad(
-                    f"versions[{v.version}].created",
-                    f"{created} bytes, over the limit of {limits.field_limit('created')}",
-                )
-            total += len(v.version) + created
-        if len(set(numbers)) != len(numbers):
-            raise bad("versions", f"duplicate version numbers {numbers}")
+        total += _check_versions(self.versions, limits, bad)
         if self.authors_parsed is not None:
             for entry in self.authors_parsed:
                 for part in entry:
@@ -217,31 +193,8 @@ class ArxivRecord:
                     total += _size(part, "authors_parsed", bad)
         if total > limits.record_bytes:
             raise bad("record", f"{total} bytes of text, over the limit of {limits.record_bytes}")
-        dates = {}
-        for v in self.versions:
-            try:
-                dates[v.version] = parse_rfc2822(v.created)
-            except ValueError as exc:
-                raise bad(f"versions[{v.version}].created", str(exc)) from None
-            if dates[v.version].date() < limits.earliest_date:
-                raise bad(
-                    f"versions[{v.version}].created",
-                    f"{v.created!r} is before arXiv existed ({limits.earliest_date.year})",
-                )
-        if self.update_date is not None:
-            try:
-                day = parse_iso_day(self.update_date)
-            except ValueError as exc:
-                raise bad("update_date", str(exc)) from None
-            if day < limits.earliest_date:
-                raise bad(
-                    "update_date",
-                    f"{self.update_date!r} is before arXiv existed ({limits.earliest_date.year})",
-                )
+        dates, newest = _check_dates(self, limits, bad)
         first = min(self.versions, key=lambda v: v.number)
-        newest = max(d.date() for d in dates.values())
-        if self.update_date is not None:
-            newest = max(newest, day)
         object.__setattr__(self, "_newest", newest)
         object.__setattr__(self, "_category_list", cats)
         object.__setattr__(self, "_submitted", dates[first.version])
@@ -406,3 +359,67 @@ class ArxivRecord:
             if self.authors_parsed is not None
             else None,
         }
+
+
+def _check_versions(versions: Any, limits: InputLimits, bad: Callable[[str, str], InputError]) -> int:
+    """Each version's label and creation date text (within its limit), no number twice;
+    returns their UTF-8 size toward the record's total."""
+    total = 0
+    if not isinstance(versions, tuple) or not versions:
+        raise bad("versions", "no versions")
+    numbers = []
+    for v in versions:
+        if (
+            not isinstance(v, Version)
+            or not isinstance(v.version, str)
+            or not isinstance(v.created, str)
+            or not VERSION.fullmatch(v.version)
+        ):
+            label = v.version if isinstance(v, Version) else v
+            raise bad(
+                "versions",
+                f"bad version label {shown(label)} (expected v1 .. v{limits.max_version}, ASCII digits)",
+            )
+        numbers.append(v.number)
+        created = _size(v.created, f"versions[{v.version}].created", bad)
+        if created > limits.field_limit("created"):
+            raise bad(
+                f"versions[{v.version}].created",
+                f"{created} bytes, over the limit of {limits.field_limit('created')}",
+            )
+        total += len(v.version) + created
+    if len(set(numbers)) != len(numbers):
+        raise bad("versions", f"duplicate version numbers {numbers}")
+    return total
+
+
+def _check_dates(
+    rec: ArxivRecord, limits: InputLimits, bad: Callable[[str, str], InputError]
+) -> tuple[dict[str, datetime], date]:
+    """Every version's creation time and the update day parse and are not before arXiv;
+    returns the times by version label and the newest day the record names."""
+    dates = {}
+    for v in rec.versions:
+        try:
+            dates[v.version] = parse_rfc2822(v.created)
+        except ValueError as exc:
+            raise bad(f"versions[{v.version}].created", str(exc)) from None
+        if dates[v.version].date() < limits.earliest_date:
+            raise bad(
+                f"versions[{v.version}].created",
+                f"{v.created!r} is before arXiv existed ({limits.earliest_date.year})",
+            )
+    if rec.update_date is not None:
+        try:
+            day = parse_iso_day(rec.update_date)
+        except ValueError as exc:
+            raise bad("update_date", str(exc)) from None
+        if day < limits.earliest_date:
+            raise bad(
+                "update_date",
+                f"{rec.update_date!r} is before arXiv existed ({limits.earliest_date.year})",
+            )
+    newest = max(d.date() for d in dates.values())
+    if rec.update_date is not None:
+        newest = max(newest, day)
+    return dates, newest

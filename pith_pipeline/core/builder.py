@@ -16,7 +16,8 @@ from typing import Any
 
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.bundle import BUNDLE_TYPE, BUNDLE_VERSION, Site, build_bundle
-from pith_pipeline.core.canonical_json import dumps_compact, dumps_trusted, fast_safe
+from pith_pipeline.core.canonical_json import dumps_trusted, fast_safe
+from pith_pipeline.core.documents import Bundle, Event, State
 from pith_pipeline.core.events import (
     BUILDER_VERSION,
     BUNDLE_SIGNED_MESSAGE,
@@ -287,15 +288,14 @@ class FreshBuilder:
             )
         else:
             bundle = self._bundle(identity, created, snapshot, built.aliases, bundle_now)
-        state_bytes = dumps_compact(bundle["state"])
         return FreshBuild(
             identity,
             events,
             built.aliases,
             bundle,
-            [dumps_compact(e) for e in events],
-            dumps_compact(bundle),
-            state_bytes,
+            [Event(e).to_bytes() for e in events],
+            Bundle(bundle).to_bytes(),
+            State(bundle["state"]).to_bytes(),
         )
 
     def _state(

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import rfc8785
 
-from pith_pipeline.errors import CanonicalJSONError
+from pith_pipeline.errors import CanonicalJSONError, IntegrityError
 
 MAX_SAFE_INT = 2**53 - 1
 _ORJSON_OPTS = orjson.OPT_SORT_KEYS
@@ -173,8 +173,6 @@ def loads_stored(data: bytes, key: str) -> Any:
     For readers that cannot go on without the object (a run manifest, a staged chunk,
     a bundle to re-sign); readers that report and go on catch `ValueError` instead.
     """
-    from pith_pipeline.errors import IntegrityError
-
     try:
         return loads(data)
     except (ValueError, RecursionError) as exc:

@@ -18,6 +18,9 @@ from typing import Any
 import nacl.exceptions
 import nacl.signing
 
+from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.errors import IntegrityError, SigningError
+
 DEFAULT_KEY_NOTES = (
     "Ed25519 key used to sign canonical record SHA-256 digests, event and bundle digests. "
     "Verify with: ed25519_verify(public_key, message=digest_bytes, "
@@ -146,8 +149,6 @@ class Signer(ABC):
     def sign_message(self, message: bytes) -> bytes:
         """Sign arbitrary bytes: a transparency log checkpoint (a C2SP signed note is
         Ed25519 over its text, not over a digest). Back ends that cannot refuse."""
-        from pith_pipeline.errors import SigningError
-
         raise SigningError(f"a {type(self).__name__} cannot sign transparency log checkpoints")
 
     @property
@@ -215,9 +216,6 @@ def read_key_document(data: bytes, where: str) -> list[PublicKey]:
     an `IntegrityError` naming `where`. It decides whose signatures count, so a damaged
     one is never read around, whoever reads it (a run, `verify`, the audit, a monitor).
     """
-    from pith_pipeline.core.canonical_json import loads
-    from pith_pipeline.errors import IntegrityError
-
     try:
         doc = loads(data)
         entries = doc.get("keys", [doc]) if isinstance(doc, dict) else None

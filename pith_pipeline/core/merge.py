@@ -158,22 +158,12 @@ def normalize_aliases(aliases: Iterable[Mapping[str, Any]]) -> list[dict[str, An
     return [dict(a) for a in aliases]
 
 
-def merge(
-    events: Iterable[Any],
-    aliases: Iterable[Mapping[str, Any]],
-    keys: Iterable[PublicKey],
-    subject: str,
-    *,
-    trusted: Collection[Any] = (),
-) -> dict[str, Any]:
-    """Compute the state of `subject` from its events, aliases and trusted keys.
-
-    `trusted`: event objects (by identity, not id) the caller built and signed
-    itself; they skip re-hashing and signature verification. The state is the same.
-    """
-    key_map = {k.key_id: k for k in keys}
-    trusted_ids = {id(e) for e in trusted}
-    # 1. distinct ids; the first verifying copy of an id wins
+def _validated(
+    events: Iterable[Any], subject: str, key_map: Mapping[str, PublicKey], trusted_ids: set[int]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str], list[str]]:
+    """Step 1: distinct ids, the first verifying copy of an id winning. Returns the
+    valid events by id, the reason of each invalid id, and the reasons of events
+    without an id."""
     valid: dict[str, dict[str, Any]] = {}
     invalid: dict[str, str] = {}
     anonymous: list[str] = []
@@ -190,28 +180,32 @@ def merge(
             invalid.pop(eid, None)
         else:
             invalid.setdefault(eid, reason)
-    # 2. order
-    ordered = sorted(valid.values(), key=_order_key)
-    # 3. one record_created; the rest are equivocations
-    creations = [e for e in ordered if e["event_type"] == "record_created"]
-    applied_creation = creations[0] if creations else None
-    equivocations: list[dict[str, Any]] = []
+    return valid, invalid, anonymous
+
+
+def _equivocations(ordered: list[dict[str, Any]], creations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Step 3: every valid record_created after the first, and two events of one
+    signer continuing the same `prev_event`."""
+    found: list[dict[str, Any]] = []
     if len(creations) > 1:
-        equivocations.append(
-            {"kind": "conflicting_record", "event_ids": sorted(e["event_id"] for e in creations)}
-        )
+        found.append({"kind": "conflicting_record", "event_ids": sorted(e["event_id"] for e in creations)})
     forks: dict[tuple[str, str], list[str]] = {}
     for e in ordered:
         if e["prev_event"] is not None:
             forks.setdefault((e["signer"]["signer_id"], e["prev_event"]), []).append(e["event_id"])
     for (_sid, _prev), ids in sorted(forks.items()):
         if len(ids) > 1:
-            equivocations.append({"kind": "fork", "event_ids": sorted(ids)})
-    applied = [e for e in ordered if e["event_type"] != "record_created" or e is applied_creation]
-    # 4. supersedes drop events from the current lists
+            found.append({"kind": "fork", "event_ids": sorted(ids)})
+    return found
+
+
+def _current(
+    applied: list[dict[str, Any]], creation: dict[str, Any] | None, aliases: Iterable[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Steps 4 and 5: the state's `current` lists, without what an applied event supersedes."""
     superseded = {s for e in applied for s in e["supersedes"]}
     current: dict[str, Any] = {
-        "canonical_record": applied_creation["payload"].get("canonical_record") if applied_creation else None,
+        "canonical_record": creation["payload"].get("canonical_record") if creation else None,
         "source_aliases": normalize_aliases(aliases),
     }
     for name in CURRENT_LISTS:
@@ -221,10 +215,32 @@ def merge(
         if list_name is not None and e["event_id"] not in superseded:
             current[list_name].append(state_entry(e))
     current["record_created"] = (
-        state_entry(applied_creation)
-        if applied_creation and applied_creation["event_id"] not in superseded
-        else None
+        state_entry(creation) if creation and creation["event_id"] not in superseded else None
     )
+    return current
+
+
+def merge(
+    events: Iterable[Any],
+    aliases: Iterable[Mapping[str, Any]],
+    keys: Iterable[PublicKey],
+    subject: str,
+    *,
+    trusted: Collection[Any] = (),
+) -> dict[str, Any]:
+    """Compute the state of `subject` from its events, aliases and trusted keys.
+
+    `trusted`: event objects (by identity, not id) the caller built and signed
+    itself; they skip re-hashing and signature verification. The state is the same.
+    """
+    trusted_ids = {id(e) for e in trusted}
+    valid, invalid, anonymous = _validated(events, subject, {k.key_id: k for k in keys}, trusted_ids)
+    ordered = sorted(valid.values(), key=_order_key)  # 2. order
+    creations = [e for e in ordered if e["event_type"] == "record_created"]
+    applied_creation = creations[0] if creations else None
+    equivocations = _equivocations(ordered, creations)
+    applied = [e for e in ordered if e["event_type"] != "record_created" or e is applied_creation]
+    current = _current(applied, applied_creation, aliases)
     invalid_list: list[dict[str, str | None]] = [
         {"event_id": eid, "reason": r} for eid, r in sorted(invalid.items())
     ]

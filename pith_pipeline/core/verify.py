@@ -13,19 +13,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pith_pipeline.core.bundle import bundle_sha256
-from pith_pipeline.core.canonical_json import dumps, dumps_compact, loads
-from pith_pipeline.core.certificate import certificate_problem, within_window
+from pith_pipeline.core.canonical_json import dumps
 from pith_pipeline.core.events import (
     BUNDLE_SIGNED_MESSAGE,
     RECEIPT_SIGNED_MESSAGE,
     SIGNATURE_STATUS,
 )
+from pith_pipeline.core.key_trust import RECEIPT_REISSUED as RECEIPT_REISSUED  # reissue.py imports it here
+from pith_pipeline.core.key_trust import pin_ok, signatures_relied_on, trust_problems
 from pith_pipeline.core.keys import PublicKey, verify_signature
-from pith_pipeline.core.layout import EVENT_OBJECT as EVENT_OBJECT
-from pith_pipeline.core.layout import resigned_suffix
 from pith_pipeline.core.merge import merge, validate_event
 from pith_pipeline.core.pith_record import PithNumber, arxiv_doi
-from pith_pipeline.errors import CanonicalJSONError
+from pith_pipeline.core.signature_blocks import (
+    BUNDLE_SIGNATURE_FIELDS,
+    EVENT_SIGNATURE_FIELDS,
+    RECEIPT_FIELDS,
+    block_problem,
+)
+from pith_pipeline.core.stored_events import MALFORMED as _MALFORMED
+from pith_pipeline.core.stored_events import KeyRing as KeyRing  # the publisher's import (pipeline.py)
 
 OK, FAIL, WARN, SKIP = "ok", "fail", "warn", "skip"
 CHECKS = (
@@ -55,59 +61,6 @@ CHECKS = (
 PAGE_CHECKS = ("bundle", "key_document", *CHECKS, "text_hashes", "log")
 #: The page's verdict when its own script failed: never `verified`.
 PAGE_SCRIPT_FAILURE = "script"
-RECEIPT_REISSUED = "receipt_reissued"
-
-# Signature blocks carry exactly these fields, every one a string. A block is not
-# open for extension: a field no check reads is a place for a forger to put claims
-# that some other reader may believe.
-EVENT_SIGNATURE_FIELDS = frozenset(
-    {
-        "signature_status",
-        "algorithm",
-        "key_id",
-        "public_key_fingerprint",
-        "signature_b64",
-        "signed_message",
-        "signed_at",
-    }
-)
-BUNDLE_SIGNATURE_FIELDS = EVENT_SIGNATURE_FIELDS | {"bundle_sha256"}
-RECEIPT_FIELDS = EVENT_SIGNATURE_FIELDS | {
-    "kind",
-    "builder_version",
-    "receipt_version",
-    "canonical_sha256",
-    "last_reissued_at",
-    "first_computed_at",
-}
-#: What a malformed hostile value may raise inside a check; each becomes a FAIL.
-_MALFORMED = (
-    ValueError,
-    TypeError,
-    KeyError,
-    AttributeError,
-    IndexError,
-    OverflowError,
-    RecursionError,
-    CanonicalJSONError,
-)
-
-
-def block_problem(block: Any, fields: frozenset[str], what: str) -> str | None:
-    """Why a signature block is not exactly `fields` with string values, or None."""
-    if not isinstance(block, dict):
-        return f"{what} is not an object"
-    extra = sorted(str(k) for k in block if k not in fields)
-    missing = sorted(fields - set(block))
-    parts = []
-    if extra:
-        parts.append("unknown fields " + ", ".join(extra))
-    if missing:
-        parts.append("missing fields " + ", ".join(missing))
-    not_str = sorted(k for k in fields if k in block and not isinstance(block[k], str))
-    if not_str:
-        parts.append("non-string " + ", ".join(not_str))
-    return f"{what}: " + "; ".join(parts) if parts else None
 
 
 def _exact(block: Any, fields: frozenset[str], what: str) -> dict[str, Any]:
@@ -116,6 +69,19 @@ def _exact(block: Any, fields: frozenset[str], what: str) -> dict[str, Any]:
         raise _Bad(why)
     result: dict[str, Any] = block
     return result
+
+
+def _receipt_block(block: Any, what: str) -> dict[str, Any]:
+    """A receipt's block: exactly its fields, and the kind, algorithm and message it signs."""
+    r = _exact(block, RECEIPT_FIELDS, what)
+    if (
+        r.get("kind") != "pith_receipt"
+        or r.get("algorithm") != "ed25519"
+        or r.get("signed_message") != RECEIPT_SIGNED_MESSAGE
+        or r.get("signature_status") != SIGNATURE_STATUS
+    ):
+        raise _Bad(f"{what} kind, algorithm, signed_message or signature_status unexpected")
+    return r
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,17 +245,10 @@ class _Verifier:
         rec = _obj(payload.get("canonical_record"), "payload.canonical_record")
         if dumps(rec) != dumps(_obj(self.b.get("canonical_record"), "canonical_record")):
             raise _Bad("record_created carries a different canonical record than the bundle")
-        r = _exact(payload.get("receipt"), RECEIPT_FIELDS, "receipt")
+        r = _receipt_block(payload.get("receipt"), "receipt")
         digest = _str(r.get("canonical_sha256"), "receipt.canonical_sha256")
         if digest != self.b.get("canonical_sha256") or payload.get("canonical_sha256") != digest:
             raise _Bad("receipt is for a different canonical_sha256")
-        if (
-            r.get("kind") != "pith_receipt"
-            or r.get("algorithm") != "ed25519"
-            or r.get("signed_message") != RECEIPT_SIGNED_MESSAGE
-            or r.get("signature_status") != SIGNATURE_STATUS
-        ):
-            raise _Bad("receipt kind, algorithm, signed_message or signature_status unexpected")
         key = self._key(r.get("key_id"), r.get("public_key_fingerprint"), "receipt")
         if not verify_signature(
             key.public_key, digest, _str(r.get("signature_b64"), "receipt.signature_b64")
@@ -322,14 +281,7 @@ class _Verifier:
                 continue
             if payload.get("record_created") != creation.get("event_id"):
                 raise _Bad(f"re-issued receipt {entry.get('event_id')} names another record_created event")
-            r = _exact(payload.get("receipt"), RECEIPT_FIELDS, "re-issued receipt")
-            if (
-                r.get("kind") != "pith_receipt"
-                or r.get("algorithm") != "ed25519"
-                or r.get("signed_message") != RECEIPT_SIGNED_MESSAGE
-                or r.get("signature_status") != SIGNATURE_STATUS
-            ):
-                raise _Bad("re-issued receipt kind, algorithm, signed_message or signature_status unexpected")
+            r = _receipt_block(payload.get("receipt"), "re-issued receipt")
             if r.get("canonical_sha256") != original.get("canonical_sha256"):
                 raise _Bad("re-issued receipt is for a different canonical_sha256")
             if r.get("first_computed_at") != original.get("first_computed_at"):
@@ -379,6 +331,12 @@ class _Verifier:
         if warns:
             return WARN, "invalid events accounted for in the state: " + "; ".join(warns)
         return OK, f"{len(events)} events: {label}"
+
+    def event_hashes(self) -> tuple[str, str]:
+        return self._event_check(("malformed", "bad_content_hash", "unknown_event_type"), "hashes recompute")
+
+    def event_ids(self) -> tuple[str, str]:
+        return self._event_check(("bad_event_id", "subject_mismatch"), "ids match content hashes")
 
     def event_signatures(self) -> tuple[str, str]:
         status, detail = self._event_check(("bad_signature", "unknown_key"), "signatures verify")
@@ -454,103 +412,22 @@ class _Verifier:
         )
 
     def _pin_use(self, what: str, key: PublicKey) -> None:
-        if self.pinned and not self._pin_ok(key):
+        if self.pinned and not pin_ok(self.pinned, self.keys, key):
             self.pin_failures.append(f"{what} uses {key.key_id} ({key.fingerprint})")
-
-    def _pin_ok(self, key: PublicKey | None) -> bool:
-        """The pinned key itself, or a key it certified (a short-lived backfill key)."""
-        if key is None:
-            return False
-        if key.fingerprint == self.pinned:
-            return True
-        cert = key.certificate
-        if cert is None or cert.get("issuer_fingerprint") != self.pinned:
-            return False
-        issuer = self.keys.get(str(cert.get("issuer_key_id")))
-        return issuer is not None and certificate_problem(key, {issuer.key_id: issuer}) is None
 
     trusted: dict[str, PublicKey] | None
 
-    def _signatures(self) -> list[tuple[str, Any, Any]]:
-        """(where, key_id, when) of every registry signature the bundle relies on.
-
-        `when` comes from signed data only: a receipt's `signed_at` is inside its
-        event's hashed payload, an event's `signed_at` inside the bundle's hash, and
-        the bundle signature's own `signed_at`, which nothing covers, is replaced by
-        the bundle's `built_at`.
-        """
-        out: list[tuple[str, Any, Any]] = []
-        merged = self._merged()
-        valid_ids = set(merged["applied_event_ids"]) | {
-            eid for eq in merged["equivocations"] for eid in eq["event_ids"]
-        }
-        for i, ev in enumerate(_list(self.b.get("events"), "events")):
-            if (
-                isinstance(ev, dict)
-                and ev.get("event_id") in valid_ids
-                and isinstance(ev.get("signature"), dict)
-            ):
-                out.append((f"events[{i}]", ev["signature"].get("key_id"), ev["signature"].get("signed_at")))
-                payload = ev.get("payload")
-                if (
-                    ev.get("event_type") == "record_created"
-                    and isinstance(payload, dict)
-                    and isinstance(payload.get("receipt"), dict)
-                ):
-                    r = payload["receipt"]
-                    out.append((f"events[{i}] receipt", r.get("key_id"), r.get("signed_at")))
-                if (
-                    isinstance(payload, dict)
-                    and payload.get("kind") == RECEIPT_REISSUED
-                    and isinstance(payload.get("receipt"), dict)
-                ):
-                    r = payload["receipt"]
-                    out.append((f"events[{i}] re-issued receipt", r.get("key_id"), r.get("signed_at")))
-        sig = _obj(self.b.get("bundle_signature"), "bundle_signature")
-        # the bundle's own signed_at is outside every hash: the signed built_at decides
-        out.append(("bundle_signature", sig.get("key_id"), self.b.get("built_at")))
-        return out
-
     def key_trust(self) -> str:
-        """Certificates, rotation windows and, with a trusted key document, trust roots.
-
-        A certified key counts only through a valid certificate from a root key (one
-        in the trusted document when given, else one listed in the bundle); every
-        signature must fall inside its key's window (certificate validity, and before
-        `rotates_at` — the trusted document's value wins, since a bundle built before
-        a rotation cannot know it).
-        """
-        roots = {k.key_id: k for k in (self.trusted or self.keys).values() if k.certificate is None}
-        problems: list[str] = []
+        """Certificates, rotation windows and, with a trusted key document, trust roots
+        (`key_trust.trust_problems`)."""
         certified = [k for k in self.keys.values() if k.certificate is not None]
-        for k in certified:
-            why = certificate_problem(k, roots)
-            if why:
-                problems.append(why)
-        used: set[str] = set()
-        for what, kid, signed_at in self._signatures():
-            key = self.keys.get(kid) if isinstance(kid, str) else None
-            if key is None:
-                continue  # keys_listed reports it
-            used.add(key.key_id)
-            known = (self.trusted or {}).get(key.key_id)
-            if known is not None and known.public_key == key.public_key:
-                key = PublicKey(
-                    key.key_id, key.public_key, rotates_at=known.rotates_at, certificate=key.certificate
-                )
-            if not within_window(key, signed_at):
-                problems.append(f"{what}: signed at {signed_at}, outside the validity of key {key.key_id}")
-        if self.trusted is not None:
-            for kid in sorted(used):
-                key = self.keys[kid]
-                known = self.trusted.get(kid)
-                if known is not None and known.public_key == key.public_key and known.certificate is None:
-                    continue
-                if key.certificate is not None and certificate_problem(key, roots) is None:
-                    continue
-                problems.append(
-                    f"key {kid} is neither in the trusted key document nor certified by a key in it"
-                )
+        relied_on = signatures_relied_on(
+            _list(self.b.get("events"), "events"),
+            _obj(self.b.get("bundle_signature"), "bundle_signature"),
+            self.b.get("built_at"),
+            self._merged(),
+        )
+        problems = trust_problems(self.keys, self.trusted, relied_on)
         if problems:
             raise _Bad("; ".join(problems))
         parts = [
@@ -574,8 +451,8 @@ class _Verifier:
                 self._merged()["applied_event_ids"]
             ):
                 sig = ev.get("signature") or {}
-                if sig.get("public_key_fingerprint") != self.pinned and not self._pin_ok(
-                    self.keys.get(str(sig.get("key_id")))
+                if sig.get("public_key_fingerprint") != self.pinned and not pin_ok(
+                    self.pinned, self.keys, self.keys.get(str(sig.get("key_id")))
                 ):
                     fails.append(f"events[{i}] signed with {sig.get('public_key_fingerprint')}")
         if fails:
@@ -612,143 +489,6 @@ def verify_bundle(
             status, detail = FAIL, f"malformed bundle ({type(exc).__name__}: {str(exc)[:200]})"
         report.checks.append(Check(name, status, detail))
 
-    run("canonical_hash", v.canonical_hash)
-    run("pith_number", v.pith_number)
-    run("source_aliases", v.source_aliases)
-    run("public_keys", v.public_keys)
-    run("receipt", v.receipt)
-    run(
-        "event_hashes",
-        lambda: v._event_check(("malformed", "bad_content_hash", "unknown_event_type"), "hashes recompute"),
-    )
-    run("event_ids", lambda: v._event_check(("bad_event_id", "subject_mismatch"), "ids match content hashes"))
-    run("event_signatures", v.event_signatures)
-    run("bundle_hash", v.bundle_hash)
-    run("bundle_signature", v.bundle_signature)
-    run("state", v.state_check)
-    run("keys_listed", v.keys_listed)
-    run("pinned_key", v.pinned_key)
-    run("key_trust", v.key_trust)
+    for name in CHECKS:  # each check is the method of its name (`state`: `state_check`)
+        run(name, getattr(v, "state_check" if name == "state" else name))
     return report
-
-
-# -- the event store (objects at events/<ID>/<content_sha256>[.sig-<key>].json) --------
-
-
-class KeyRing:
-    """The keys whose signatures count on stored events: those the store's key
-    document lists (or a trusted document). A certified key counts only through a
-    valid certificate from an uncertified key of the ring; checked once per key."""
-
-    def __init__(self, keys: Iterable[PublicKey]) -> None:
-        self.keys: dict[str, PublicKey] = {}
-        for k in keys:
-            self.keys.setdefault(k.key_id, k)
-        self._roots = {kid: k for kid, k in self.keys.items() if k.certificate is None}
-        self._cert_problems: dict[str, str | None] = {}
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __repr__(self) -> str:
-        return f"KeyRing({sorted(self.keys)})"
-
-    def certificate_problem(self, key: PublicKey) -> str | None:
-        if key.certificate is None:
-            return None
-        if key.key_id not in self._cert_problems:
-            self._cert_problems[key.key_id] = certificate_problem(key, self._roots)
-        return self._cert_problems[key.key_id]
-
-
-def check_stored_event(key: str, data: bytes, keyring: KeyRing) -> tuple[dict[str, Any] | None, str | None]:
-    """Check one object of the event store; `(event, None)` when it is sound.
-
-    Otherwise `(event or None, reason)`, the reason one line. Sound means: the name
-    is `events/<ID>/<content_sha256>.json` (or `.sig-<key id>.json` for a copy
-    re-signed after a rotation), the bytes are JSON without duplicate keys, the
-    content hash and event id recompute, the subject is this directory's, the
-    signature block holds exactly its fields and verifies with a key of the ring,
-    and the key was not retired (rotated, or outside its certificate) before the
-    event's signed `created_at`. Pure: the caller reads the bytes.
-    """
-    m = EVENT_OBJECT.fullmatch(key)
-    if m is None:
-        return None, "not an event object name (events/<ID>/<content sha256>.json)"
-    body, name_hash, suffix = m.groups()
-    try:
-        event = loads(data)
-    except ValueError as exc:
-        return None, f"not valid JSON ({str(exc)[:160]})"
-    except RecursionError:
-        return None, "not valid JSON (nested too deeply)"
-    if not isinstance(event, dict):
-        return None, "not a JSON object"
-    subject = event.get("subject_pith_number")
-    if not isinstance(subject, str):
-        return event, "malformed event (no subject_pith_number)"
-    try:
-        reason = validate_event(event, subject, keyring.keys)
-    except _MALFORMED as exc:
-        reason = f"malformed ({type(exc).__name__})"
-    if reason is not None:
-        return event, _EVENT_REASONS.get(reason, reason)
-    try:
-        if PithNumber.parse(subject).body != body:
-            return event, f"event of {subject} stored under events/{body}/"
-    except ValueError:
-        return event, f"subject {subject[:80]!r} is not a Pith number"
-    if event["content_sha256"] != name_hash:
-        return event, f"named {name_hash[:16]}... but its content hashes to {event['content_sha256'][:16]}..."
-    sig = event["signature"]
-    why = block_problem(sig, EVENT_SIGNATURE_FIELDS, "signature")
-    if why:
-        return event, why
-    if suffix is not None and suffix != resigned_suffix(sig["key_id"]):
-        return event, f"named as re-signed by {suffix} but signed by {sig['key_id']}"
-    pk = keyring.keys[sig["key_id"]]
-    cert_why = keyring.certificate_problem(pk)
-    if cert_why:
-        return event, cert_why
-    created = event["created_at"]
-    # created_at is hashed and signed; signed_at is not. A re-signed copy is signed
-    # after its content was made, so only the end of its key's validity applies.
-    bound = pk if suffix is None else PublicKey(pk.key_id, pk.public_key, rotates_at=_retired_at(pk))
-    if not within_window(bound, created):
-        return event, f"created at {created}, outside the validity of key {pk.key_id}"
-    if dumps_compact(event) != data:
-        # same content, other bytes: harmless to the hash, but not what any publisher
-        # wrote, so someone rewrote the object (and could have meant more)
-        return (
-            event,
-            f"re-serialised: not the compact JSON the publisher writes ({_first_difference(event, data)})",
-        )
-    return event, None
-
-
-def _first_difference(event: dict[str, Any], data: bytes) -> str:
-    """Where the stored bytes first differ from the publisher's form, for the finding."""
-    want = dumps_compact(event)
-    at = next(
-        (i for i, (a, b) in enumerate(zip(want, data, strict=False)) if a != b), min(len(want), len(data))
-    )
-    return f"byte {at} of {len(data)}"
-
-
-_EVENT_REASONS = {
-    "malformed": "malformed event (a field missing or of the wrong type)",
-    "unknown_event_type": "unknown event type",
-    "bad_content_hash": "content_sha256 does not recompute (the content was changed)",
-    "bad_event_id": "event_id does not match the content hash",
-    "unknown_key": "signed by a key the key document does not list (or with a wrong fingerprint)",
-    "bad_signature": "signature does not verify with the listed key",
-}
-
-
-def _retired_at(key: PublicKey) -> str | None:
-    """When a key stopped counting: its rotation, or its certificate's end."""
-    if key.rotates_at:
-        return key.rotates_at
-    cert = key.certificate
-    end = cert.get("not_after") if isinstance(cert, dict) else None
-    return end if isinstance(end, str) else None

@@ -249,41 +249,13 @@ def _dl(rows: Iterable[tuple[str, str]]) -> str:
     return "<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
 
 
-def record_page(bundle: dict[str, Any], *, log_prefix: str | None) -> bytes:
-    """The page of the record whose bundle is `bundle` (the dict of its bundle.json).
-
-    `log_prefix`: the store key prefix of its transparency log (`log/`), named on the
-    page for the browser's checks, or None when the store keeps no log. The bytes
-    depend on nothing else. A bundle of unexpected shape renders what it has (the
-    audit checks the bundle itself; the page is checked against what it holds).
-    """
+def _facts(bundle: dict[str, Any], metadata: dict[str, Any], here: str) -> list[tuple[str, str]]:
+    """The record's facts: its numbers, arXiv versions, dates, categories, licence."""
     pith_number = _str(bundle.get("pith_number"))
-    body = _body_of(pith_number) or "_"
-    here = page_key(body)
-    bkey, skey, wkey = bundle_paths(body)
-    metadata = _dict(_dict(bundle.get("canonical_record")).get("metadata"))
-    paper = _paper(bundle)
-    title = _str(paper.get("title")) or pith_number
-    authors = _str(paper.get("authors_text"))
-    abstract = _str(paper.get("abstract_excerpt"))
-    source = _dict(bundle.get("source"))
     cats = [_str(metadata.get("primary_cat"))] + [
         _str(c) for c in _list(metadata.get("cross_cats_sorted")) if _str(c)
     ]
-    attrs = {
-        "lang": "en",
-        "data-pith-verdict": "pending",
-        "data-pith-bundle": _rel(here, bkey),
-        "data-pith-keys": _rel(here, PUBLIC_KEY_FILE),
-    }
-    if log_prefix is not None:
-        attrs["data-pith-log"] = _rel(here, log_prefix)
-    superseded = [
-        f'<p class="notice">A newer version of this paper has its own record: '
-        f"{_record_link(_str(c.get('pith_number')), here)}.</p>"
-        for c in _corrections(bundle)[-1:]
-    ]
-    facts = [
+    return [
         ("Pith number", f"<code>{_text(pith_number)}</code>"),
         ("Short number", f"<code>{_text(bundle.get('short_pith_number'))}</code>"),
         ("arXiv", _arxiv_versions(bundle, here)),
@@ -297,6 +269,11 @@ def record_page(bundle: dict[str, Any], *, log_prefix: str | None) -> bytes:
         ),
         ("Licence", _licence(metadata.get("license"))),
     ]
+
+
+def _files(bundle: dict[str, Any], body: str, log_prefix: str | None) -> list[tuple[str, str]]:
+    """The store objects the page links to: the bundle, its copies, keys, log, pointer."""
+    bkey, skey, wkey = bundle_paths(body)
     files = [
         (bkey, "the bundle (record, events, signatures, merged state)"),
         (skey, "the merged state"),
@@ -305,9 +282,27 @@ def record_page(bundle: dict[str, Any], *, log_prefix: str | None) -> bytes:
     ]
     if log_prefix is not None:
         files.append((log_prefix + "checkpoint", "the transparency log's signed checkpoint"))
+    source = _dict(bundle.get("source"))
     if source.get("kind") == "arxiv" and is_arxiv_id(_str(source.get("id"))):
         files.append((pointer_key(_str(source.get("id"))), "every record of this arXiv paper"))
-    out = [
+    return files
+
+
+def _head(
+    pith_number: str, body: str, title: str, abstract: str, metadata: dict[str, Any], log_prefix: str | None
+) -> list[str]:
+    """The document's start: the `<html>` element (what the page's script checks
+    against) and the `<head>`."""
+    here, bkey = page_key(body), bundle_paths(body)[0]
+    attrs = {
+        "lang": "en",
+        "data-pith-verdict": "pending",
+        "data-pith-bundle": _rel(here, bkey),
+        "data-pith-keys": _rel(here, PUBLIC_KEY_FILE),
+    }
+    if log_prefix is not None:
+        attrs["data-pith-log"] = _rel(here, log_prefix)
+    return [
         "<!DOCTYPE html>",
         "<html " + " ".join(f'{k}="{_text(v)}"' for k, v in attrs.items()) + ">",
         "<head>",
@@ -321,6 +316,32 @@ def record_page(bundle: dict[str, Any], *, log_prefix: str | None) -> bytes:
         f'<link rel="alternate" type="application/json" href="{_text(_rel(here, bkey))}">',
         f'<script type="module" src="{_text(_rel(here, asset_key(VERIFY_SCRIPT)))}"></script>',
         "</head>",
+    ]
+
+
+def record_page(bundle: dict[str, Any], *, log_prefix: str | None) -> bytes:
+    """The page of the record whose bundle is `bundle` (the dict of its bundle.json).
+
+    `log_prefix`: the store key prefix of its transparency log (`log/`), named on the
+    page for the browser's checks, or None when the store keeps no log. The bytes
+    depend on nothing else. A bundle of unexpected shape renders what it has (the
+    audit checks the bundle itself; the page is checked against what it holds).
+    """
+    pith_number = _str(bundle.get("pith_number"))
+    body = _body_of(pith_number) or "_"
+    here = page_key(body)
+    metadata = _dict(_dict(bundle.get("canonical_record")).get("metadata"))
+    paper = _paper(bundle)
+    title = _str(paper.get("title")) or pith_number
+    authors = _str(paper.get("authors_text"))
+    abstract = _str(paper.get("abstract_excerpt"))
+    superseded = [
+        f'<p class="notice">A newer version of this paper has its own record: '
+        f"{_record_link(_str(c.get('pith_number')), here)}.</p>"
+        for c in _corrections(bundle)[-1:]
+    ]
+    out = [
+        *_head(pith_number, body, title, abstract, metadata, log_prefix),
         "<body>",
         f'<header><a href="{_text(_rel(here, HOME_PAGE))}">Home</a> · Pith record</header>',
         "<main>",
@@ -335,7 +356,7 @@ def record_page(bundle: dict[str, Any], *, log_prefix: str | None) -> bytes:
         '<ol id="pith-checks"></ol>',
         "</section>",
         '<section aria-labelledby="record-h"><h2 id="record-h">Record</h2>',
-        _dl(facts),
+        _dl(_facts(bundle, metadata, here)),
         "</section>",
     ]
     if abstract:
@@ -354,7 +375,7 @@ def record_page(bundle: dict[str, Any], *, log_prefix: str | None) -> bytes:
         '<section aria-labelledby="files-h"><h2 id="files-h">Files</h2><ul>',
         *(
             f'<li><a href="{_text(_rel(here, key))}"><code>{_text(key)}</code></a>: {what}</li>'
-            for key, what in files
+            for key, what in _files(bundle, body, log_prefix)
         ),
         "</ul></section>",
         "</main>",

@@ -13,7 +13,7 @@ from pith_pipeline.core.builder import Identity, build_record_events
 from pith_pipeline.core.canonical_json import dumps_compact
 from pith_pipeline.core.events import finalize_event, sign_event
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey
-from pith_pipeline.core.verify import KeyRing, check_stored_event
+from pith_pipeline.core.stored_events import KeyRing, check_stored_event
 
 SIGNER = Ed25519Signer(b"\x07" * 32, "pith-test")
 OTHER = Ed25519Signer(b"\x08" * 32, "pith-other")
