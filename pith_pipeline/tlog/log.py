@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from pith_pipeline.core.keys import Signer
@@ -156,6 +156,28 @@ class TileReader:
 
     def consistency_proof(self, old: int) -> list[bytes]:
         return merkle.consistency_proof(old, self.size, self.mth)
+
+
+def iter_entries(reader: TileReader, start: int = 0) -> Iterator[tuple[int, bytes]]:
+    """(leaf index, entry) from `start` to the tree's end, each bundle checked against
+    the tree's hashes first, so an entry that does not match the tree is named."""
+    for b in range(start // TILE_WIDTH, (reader.size + TILE_WIDTH - 1) // TILE_WIDTH):
+        lo = b * TILE_WIDTH
+        hi = min(lo + TILE_WIDTH, reader.size)
+        bundle = reader.entries(b)
+        if merkle.root_of([merkle.leaf_hash(e) for e in bundle]) != reader.mth(lo, hi):
+            bad = next(
+                (
+                    lo + i
+                    for i, e in enumerate(bundle)
+                    if merkle.leaf_hash(e) != reader.hashes(0, lo + i, lo + i + 1)[0]
+                ),
+                lo,
+            )
+            raise IntegrityError(f"log entry {bad} does not match the tree the checkpoint signs")
+        for i, e in enumerate(bundle):
+            if lo + i >= start:
+                yield lo + i, e
 
 
 def read_checkpoint(fetch: Fetch, verifier: Verifier, where: str = "log") -> Checkpoint | None:
