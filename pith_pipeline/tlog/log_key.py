@@ -1,7 +1,8 @@
 """The log's key: opening it from a signer spec, naming it in the store's key
 document, and reading the verifier key the key document names.
 
-`log_from_env`: the run's log key from the `log_signer` setting.
+Nothing here reads the environment: the log key's spec and the log's origin are
+resolved at the edge (the command's or task's settings) and passed in.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from pith_pipeline.config import env_name, from_env
+from pith_pipeline.config import env_name
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.layout import PUBLIC_KEY_FILE
 from pith_pipeline.errors import IntegrityError, KeyFileError, TerminalError
@@ -46,9 +47,10 @@ def key_document(store: Store) -> dict[str, Any]:
 
 
 def open_log_signer(spec: str, store: Store, origin: str | None = None, *, key_url: str = "") -> LogSigner:
-    """The log's signer from a signer spec; the origin from, in order: `origin`,
-    `PITH_LOG_ORIGIN`, the one the store's key document already names, its URL, and
-    `key_url` (where the key document will be served: a new store has none yet).
+    """The log's signer from a signer spec; the origin from, in order: `origin` (the
+    `log_origin` setting, `PITH_LOG_ORIGIN`, resolved by the caller), the one the
+    store's key document already names, its URL, and `key_url` (where the key
+    document will be served: a new store has none yet).
 
     A log key file inside a local store is refused here, the one place every command
     opens a log key: like the signing key, it would be served with the bundles."""
@@ -57,7 +59,6 @@ def open_log_signer(spec: str, store: Store, origin: str | None = None, *, key_u
     listed = doc.get("log") if isinstance(doc.get("log"), dict) else None
     origin = (
         origin
-        or from_env("log_origin")
         or (str(listed["origin"]) if listed and listed.get("origin") else None)
         or default_origin(str(doc.get("url", "")) or key_url)
     )
@@ -66,9 +67,11 @@ def open_log_signer(spec: str, store: Store, origin: str | None = None, *, key_u
     return LogSigner.from_signer(signer, origin)
 
 
-def log_from_env(store: Store) -> LogSigner | None:
-    spec = from_env("log_signer")
-    return open_log_signer(spec, store) if spec else None
+def log_signer_for(spec: str | None, store: Store, origin: str | None = None) -> LogSigner | None:
+    """The log signer a run appends with, from its settings (`log_signer`,
+    `log_origin`) as the edge resolved them; None when no log key is given (a run
+    without a log: `log_run` then refuses a store that keeps one)."""
+    return open_log_signer(spec, store, origin) if spec else None
 
 
 def log_key_member(log: LogSigner) -> dict[str, Any]:

@@ -10,6 +10,9 @@
 - A run without the log key on a store that keeps a log is refused in one line
   naming what to do (`refuse_unlogged_run`).
 
+The log key and origin are parameters: the edge resolves them from its settings
+(`tlog.log_key.log_signer_for`); nothing here reads the environment.
+
 The other names below are the log's interface for the modules outside `tlog` that
 import them from this path (cli/log.py, cli/signing.py, runs/manifest.py,
 pages/site.py, tlog/run_log.py, tlog/client.py); they live in the modules named.
@@ -48,8 +51,8 @@ from pith_pipeline.tlog.log_key import (
     LOG_SIGNER_ENV,
     LogNotConfiguredError,
     key_document,
-    log_from_env,
     log_key_member,
+    log_signer_for,
     open_log_signer,
     verifier_from_key_doc,
 )
@@ -75,6 +78,7 @@ __all__ = [
     "key_document",
     "log_key_member",
     "log_run",
+    "log_signer_for",
     "lookup",
     "open_log_signer",
     "rebuild_log",
@@ -161,7 +165,7 @@ def _merged(first: LogRun, then: LogRun) -> LogRun:
 def log_run(
     store: Store,
     written: Iterable[str],
-    log: LogSigner | None = None,
+    log: LogSigner | None,
     *,
     entries: EntrySource | None = None,
     pending: Iterable[str] = (),
@@ -169,13 +173,13 @@ def log_run(
 ) -> LogRun | None:
     """The pipeline's one call at the end of a run (before its run manifest).
 
-    `log` defaults to `PITH_LOG_SIGNER`. Without a log key a store with no log stays
-    without one (the run's pending markers are deleted: nothing is owed to a log);
-    a store that has a log refuses to finish the run unlogged (the run's events stay
-    published, its markers stay, and the next run with the key appends them).
+    `log`: the run's log signer (`log_key.log_signer_for` of its settings), None when
+    the run was given no log key. Without one a store with no log stays without one
+    (the run's pending markers are deleted: nothing is owed to a log); a store that
+    has a log refuses to finish the run unlogged (the run's events stay published,
+    its markers stay, and the next run with the key appends them).
     `pending`, `run_id`: see `sync_log`.
     """
-    log = log or log_from_env(store)
     if log is None:
         if has_had_log(store):
             refuse_unlogged_run(store, published=True)

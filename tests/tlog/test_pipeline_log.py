@@ -319,3 +319,47 @@ def test_a_copy_of_an_event_under_a_look_alike_key_is_not_logged(
     entries = logged_entries(store)
     assert len(set(entries)) == len(entries) == len(genuine)
     assert planted not in set(event_store_keys(store))
+
+
+def test_the_log_key_and_origin_are_what_the_caller_passes_not_the_environment(
+    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The edge resolves `log_signer` and `log_origin` from its settings and passes
+    them: a variable set here reaches nothing in the log's code."""
+    from pith_pipeline.signing.local import generate_key
+    from pith_pipeline.tlog.log_key import log_signer_for
+
+    priv, _pub, _doc = generate_key(tmp_path / "logkey")
+    monkeypatch.setenv("PITH_LOG_SIGNER", f"file:{priv}")
+    monkeypatch.setenv("PITH_LOG_ORIGIN", "from-the-environment.test/log")
+    store = MemoryStore()
+    summary = publish(store, sample_lines[:2], tmp_path)
+    assert log_run(store, summary.written, None) is None  # no key passed: no log
+    assert not store.exists("log/checkpoint")
+    assert log_signer_for(None, store) is None
+    derived = log_signer_for(f"file:{priv}", store)  # no origin passed: the key document's host
+    assert derived is not None and not derived.origin.startswith("from-the-environment")
+    log = log_signer_for(f"file:{priv}", store, "given.test/log")
+    assert log is not None and log.origin == "given.test/log"
+    log_run(store, summary.written, log)
+    assert (store.get("log/checkpoint") or b"").startswith(b"given.test/log\n")
+    again = log_signer_for(f"file:{priv}", store)  # the key document names the origin now
+    assert again is not None and again.origin == "given.test/log"
+
+
+def test_no_module_of_the_log_reads_the_environment() -> None:
+    """Settings are resolved at the edge: the log's modules take them as parameters
+    (`tlog.run_log` and `tlog.client` take theirs from the command's settings)."""
+    import ast
+
+    import pith_pipeline.tlog as tlog
+
+    readers = []
+    for path in sorted(Path(tlog.__file__).parent.glob("*.py")):
+        if path.stem in ("run_log", "client"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+            if name in ("from_env", "environ", "getenv", "flag"):
+                readers.append(f"{path.name}:{node.lineno} {name}")
+    assert readers == []
