@@ -20,7 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pith_pipeline._internal.disk_backed import SpillList
 from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.events import content_sha256
-from pith_pipeline.errors import IntegrityError
+from pith_pipeline.errors import CanonicalJSONError, IntegrityError
 from pith_pipeline.storage.base import Store
 from pith_pipeline.tlog import merkle
 from pith_pipeline.tlog.entry import entry_event_hex, parse_committed
@@ -221,7 +221,7 @@ class Hints:
             return isinstance(ev, dict) and content_sha256(ev) == hex_id == str(
                 ev.get("event_id", "")
             ).removeprefix("sha256:")
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, CanonicalJSONError):
             return False
 
 

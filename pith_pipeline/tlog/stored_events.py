@@ -18,7 +18,7 @@ from pith_pipeline.core.canonical_json import dumps, dumps_trusted, loads
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.core.layout import EVENT_OBJECT, EVENTS
-from pith_pipeline.errors import IntegrityError
+from pith_pipeline.errors import CanonicalJSONError, IntegrityError
 from pith_pipeline.storage.base import Store
 from pith_pipeline.tlog.entry import Committed, log_entry, parse_committed
 
@@ -57,7 +57,7 @@ def event_entry(data: bytes, where: str, written_sha256: str | None = None) -> t
                 and ev.get("event_id") == "sha256:" + digest
             ):
                 return dumps_trusted(ev), digest, created
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, CanonicalJSONError, AttributeError):
             pass  # not what the builder makes: the full check names it
     try:
         ev = loads(data)
@@ -70,7 +70,7 @@ def event_entry(data: bytes, where: str, written_sha256: str | None = None) -> t
         if not isinstance(created, str):
             raise ValueError("created_at missing")
         return dumps(ev), digest, created
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, CanonicalJSONError) as exc:
         raise IntegrityError(f"not logged: {exc}", key=where) from None
 
 
@@ -137,7 +137,7 @@ def entry_problem(
         if dumps(ev) != entry:
             return "not canonical JSON (RFC 8785)"
         digest = content_sha256(ev)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, CanonicalJSONError) as exc:
         return f"unreadable ({type(exc).__name__})"
     if ev.get("content_sha256") != digest:
         return "content_sha256 is not the hash of its content"

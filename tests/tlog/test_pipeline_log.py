@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -363,3 +364,26 @@ def test_no_module_of_the_log_reads_the_environment() -> None:
             if name in ("from_env", "environ", "getenv", "flag"):
                 readers.append(f"{path.name}:{node.lineno} {name}")
     assert readers == []
+
+
+@pytest.mark.parametrize("value", [1.5, 2**60], ids=["float", "integer-beyond-2**53"])
+def test_a_stored_event_canonical_json_cannot_hold_is_named_and_the_rest_logged(
+    tmp_path: Path, sample_lines: list[str], value: object
+) -> None:
+    """A value RFC 8785 here refuses (a float, an integer beyond 2**53), planted in a
+    stored event under its own id, is one named problem: the append goes on, and the
+    log check names the event as missing rather than failing whole."""
+    store = MemoryStore()
+    summary = publish(store, sample_lines[:3], tmp_path)
+    bad = next(k for k in summary.written if event_key_id(k))
+    ev = loads(store.get(bad) or b"")
+    ev["planted"] = value
+    planted = json.dumps(ev, separators=(",", ":"), sort_keys=True).encode()
+    store.objects[bad] = planted  # its id still names it; the content changed
+    run = sync_log(store, log_signer(), list(event_store_keys(store)))
+    assert [p for p in run.problems if bad in p and "not logged" in p]
+    assert run.result is not None and run.result.size == sum(1 for _ in event_store_keys(store)) - 1
+    assert [p for p in check_log_matches_event_store(store) if bad in p] == [
+        f"{store.url}/{bad}: event is not in the log"
+    ]
+    assert entry_problem(planted, {}) is not None
