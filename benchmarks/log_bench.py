@@ -38,7 +38,9 @@ from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.local import LocalStore
 from pith_pipeline.storage.memory import MemoryStore
 from pith_pipeline.tlog.log import LogSigner, TileReader, append_entries, store_fetch
-from pith_pipeline.tlog.pipeline import event_store_keys, log_run, lookup
+from pith_pipeline.tlog.lookup import lookup
+from pith_pipeline.tlog.pipeline import log_run
+from pith_pipeline.tlog.stored_events import event_store_keys
 
 
 class TreeBytes(NamedTuple):

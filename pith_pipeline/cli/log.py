@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from pith_pipeline.cli.options import envvar, lease_notice, signer_setting, store_option, wait_option
+from pith_pipeline.cli.options import (
+    command_settings,
+    envvar,
+    lease_notice,
+    signer_setting,
+    store_option,
+    wait_option,
+)
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.errors import IntegrityError
 
@@ -253,7 +260,8 @@ def sync(store: str, log_signer: str | None, lease_wait: float) -> None:
     )
     lease = LogLease("log sync", wait=lease_wait, on_wait=lease_notice)
     had = has_had_log(st)
-    _report(sync_log(st, open_log_signer(spec, st), event_store_keys(st), lease=lease, everything=True))
+    log = open_log_signer(spec, st, command_settings().log_origin)
+    _report(sync_log(st, log, event_store_keys(st), lease=lease, everything=True))
     _pages_name_a_new_log(st, had)
 
 
@@ -277,7 +285,7 @@ def rebuild(store: str, log_signer: str | None, lease_wait: float) -> None:
     )
     lease = LogLease("log rebuild", wait=lease_wait, on_wait=lease_notice)
     had = has_had_log(st)
-    _report(rebuild_log(st, open_log_signer(spec, st), lease=lease))
+    _report(rebuild_log(st, open_log_signer(spec, st, command_settings().log_origin), lease=lease))
     _pages_name_a_new_log(st, had)
 
 

@@ -181,11 +181,11 @@ def reissue(
         total = len(r.subjects())
         with tqdm(total=total, desc="reissue", unit="rec", disable=None) as bar:
             summary = r.run(workers=workers, progress=bar.update)
-    from pith_pipeline.tlog.pipeline import log_run
+    from pith_pipeline.tlog.pipeline import log_run, log_signer_for
 
     # the new correction events into the transparency log, if the store has one
-    with config.given(log_signer=run_log.spec):
-        log_run(st, r.pub.summary.written, pending=r.pub.summary.log_pending, run_id=r.pub.summary.run_id)
+    log = log_signer_for(run_log.spec, st, config.from_env("log_origin"))
+    log_run(st, r.pub.summary.written, log, pending=r.pub.summary.log_pending, run_id=r.pub.summary.run_id)
     click.echo(summary.line())
     if summary.rotated:
         click.echo(

@@ -154,10 +154,12 @@ def write_manifest(
     written to a temporary file and stored from there, so its size (about 1 KB per
     paper) never has to fit in memory.
     """
-    from pith_pipeline.tlog.pipeline import log_run  # the run's events into the transparency log
+    from pith_pipeline.config import from_env
+    from pith_pipeline.tlog.pipeline import log_run, log_signer_for  # the run's events into the log
 
+    log = log_signer_for(from_env("log_signer"), store, from_env("log_origin"))
     logged = log_run(
-        store, summary.written, entries=log_entries, pending=summary.log_pending, run_id=summary.run_id
+        store, summary.written, log, entries=log_entries, pending=summary.log_pending, run_id=summary.run_id
     )
     doc: dict[str, Any] = {
         "format": RUN_MANIFEST_FORMAT,

@@ -12,15 +12,17 @@ unreferenced until it moves, so a crashed append leaves nothing a reader can see
 
 from __future__ import annotations
 
+import base64
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import IntegrityError
 from pith_pipeline.storage.base import Store, barrier
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.tlog import merkle
-from pith_pipeline.tlog.note import Checkpoint, Verifier, open_checkpoint, sign_note
+from pith_pipeline.tlog.note import Checkpoint, Verifier, open_checkpoint, sign_note, verifier_key
 from pith_pipeline.tlog.tiles import (
     MAX_ENTRY,
     TILE_HEIGHT,
@@ -46,7 +48,7 @@ def store_fetch(store: Store, prefix: str = LOG_PREFIX) -> Fetch:
 
 def http_fetch(url: str, *, timeout: float = 30.0) -> Fetch:
     """GET `<url>/<path>`; 404 is None, anything else unexpected is an IntegrityError."""
-    import requests
+    import requests  # lazy: 44 ms more to import the log (python -X importtime); only a URL needs it
 
     base = url.rstrip("/")
     session = requests.Session()
@@ -69,8 +71,6 @@ def open_fetch(location: str) -> tuple[Fetch, str]:
     """A log reader for `http(s)://...` (the log prefix URL) or a store location."""
     if location.startswith(("http://", "https://")):
         return http_fetch(location), location.rstrip("/")
-    from pith_pipeline.storage.factory import open_store
-
     store = open_store(location)
     return store_fetch(store), f"{store.url.rstrip('/')}/{LOG_PREFIX.rstrip('/')}"
 
@@ -158,6 +158,28 @@ class TileReader:
         return merkle.consistency_proof(old, self.size, self.mth)
 
 
+def iter_entries(reader: TileReader, start: int = 0) -> Iterator[tuple[int, bytes]]:
+    """(leaf index, entry) from `start` to the tree's end, each bundle checked against
+    the tree's hashes first, so an entry that does not match the tree is named."""
+    for b in range(start // TILE_WIDTH, (reader.size + TILE_WIDTH - 1) // TILE_WIDTH):
+        lo = b * TILE_WIDTH
+        hi = min(lo + TILE_WIDTH, reader.size)
+        bundle = reader.entries(b)
+        if merkle.root_of([merkle.leaf_hash(e) for e in bundle]) != reader.mth(lo, hi):
+            bad = next(
+                (
+                    lo + i
+                    for i, e in enumerate(bundle)
+                    if merkle.leaf_hash(e) != reader.hashes(0, lo + i, lo + i + 1)[0]
+                ),
+                lo,
+            )
+            raise IntegrityError(f"log entry {bad} does not match the tree the checkpoint signs")
+        for i, e in enumerate(bundle):
+            if lo + i >= start:
+                yield lo + i, e
+
+
 def read_checkpoint(fetch: Fetch, verifier: Verifier, where: str = "log") -> Checkpoint | None:
     """The verified current checkpoint, or None for a log that does not exist yet."""
     data = fetch(CHECKPOINT)
@@ -192,8 +214,6 @@ class LogSigner:
 
 
 def _vkey(origin: str, public_key: bytes) -> str:
-    from pith_pipeline.tlog.note import verifier_key
-
     return verifier_key(origin, public_key)
 
 
@@ -214,8 +234,6 @@ class AppendResult:
 
     @property
     def root_b64(self) -> str:
-        import base64
-
         return base64.b64encode(self.root).decode()
 
 
@@ -244,78 +262,24 @@ def append_entries(
     the newer checkpoint names.
     """
     started = time.perf_counter()
-    fetch = store_fetch(store, prefix)
     where = f"{store.url.rstrip('/')}/{prefix.rstrip('/')}"
     tagged = store.get_tagged(prefix + CHECKPOINT)
-    old = Checkpoint(log.origin, 0, merkle.EMPTY_ROOT)
-    if tagged is not None:
-        try:
-            old = open_checkpoint(tagged[0], log.verifier, log.origin)
-        except ValueError as exc:
-            raise IntegrityError(f"{where}/{CHECKPOINT}: {exc}") from None
-    reader = TileReader(fetch, old.size, where)
-    if reader.root() != old.root:
-        raise IntegrityError(f"{where}: the stored tiles do not hash to the checkpoint's root")
+    old, reader = _current_tree(store, log, prefix, where, tagged[0] if tagged else None)
     if extends is not None:
         refuse_fork(reader, old, extends, where)
-    size = old.size
-    # the right edge: the partial tile of each level, and the partial entry bundle
-    levels: list[list[bytes]] = []
-    level = 0
-    while size >> (TILE_HEIGHT * level):
-        index = (size >> (TILE_HEIGHT * level)) // TILE_WIDTH
-        levels.append(list(reader.tile(level, index)) if tile_width(level, index, size) else [])
-        level += 1
-    bundle: list[bytes] = reader.entries(size // TILE_WIDTH) if size % TILE_WIDTH else []
-    written = 0
-
-    def put(path: str, data: bytes) -> None:
-        nonlocal written
-        # every path written here lies past the current checkpoint, so no reader can
-        # see it yet; a replace heals the leftovers of an append that crashed
-        store.put(prefix + path, data, content_type="application/octet-stream")
-        written += 1
-        if on_write is not None:
-            on_write(prefix + path, data)
-
-    def push(level: int, h: bytes, index: int) -> None:
-        """Add hash number `index` of `level`; a tile that fills is written, and its
-        root climbs one level."""
-        while len(levels) <= level:
-            levels.append([])
-        levels[level].append(h)
-        if len(levels[level]) == TILE_WIDTH:
-            put(tile_path(level, index // TILE_WIDTH), b"".join(levels[level]))
-            full = levels[level]
-            levels[level] = []
-            push(level + 1, merkle.root_of(full), index // TILE_WIDTH)
-
+    writer = _TileWriter(store, prefix, on_write, reader, old.size)
     for entry in entries:
         if len(entry) > MAX_ENTRY:  # before anything of it is written (`tlog.entry` avoids it)
             raise IntegrityError(
-                f"{where}: log entry {size} is {len(entry)} bytes, more than a bundle holds ({MAX_ENTRY}); "
-                "nothing was appended"
+                f"{where}: log entry {writer.size} is {len(entry)} bytes, more than a bundle holds "
+                f"({MAX_ENTRY}); nothing was appended"
             )
-        bundle.append(entry)
-        push(0, merkle.leaf_hash(entry), size)
-        if len(bundle) == TILE_WIDTH:
-            put(entries_path(size // TILE_WIDTH), _bundle(bundle))
-            bundle = []
-        size += 1
-    if size == old.size:
-        return AppendResult(old.size, size, old.root, tagged[0] if tagged else b"", 0, 0.0)
-    if bundle:
-        put(entries_path(size // TILE_WIDTH, len(bundle)), _bundle(bundle))
-    new = TileReader(fetch, size, where)
-    for level, hashes in enumerate(levels):
-        index = (size >> (TILE_HEIGHT * level)) // TILE_WIDTH
-        if hashes:
-            if (index, len(hashes)) != _edge(old.size, level):  # an unchanged tile stays as it is
-                put(tile_path(level, index, len(hashes)), b"".join(hashes))
-            new.preload(level, index, hashes)
-    cp = Checkpoint(log.origin, size, new.root())
+        writer.add(entry)
+    if writer.size == old.size:
+        return AppendResult(old.size, old.size, old.root, tagged[0] if tagged else b"", 0, 0.0)
+    cp = Checkpoint(log.origin, writer.size, writer.finish(old.size).root())
     if before_checkpoint is not None:
-        before_checkpoint(old.size, size)
+        before_checkpoint(old.size, cp.size)
     signed = log.sign_checkpoint(cp)
     barrier(store)  # tiles, entries and the events they log are durable before the checkpoint
     if not store.put_if_match(
@@ -327,7 +291,93 @@ def append_entries(
         )
     if on_write is not None:
         on_write(prefix + CHECKPOINT, signed)
-    return AppendResult(old.size, size, cp.root, signed, written + 1, time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    return AppendResult(old.size, cp.size, cp.root, signed, writer.written + 1, elapsed)
+
+
+def _current_tree(
+    store: Store, log: LogSigner, prefix: str, where: str, signed: bytes | None
+) -> tuple[Checkpoint, TileReader]:
+    """The checkpoint an append starts from (`signed`, verified; an empty tree when
+    None) and a reader of its tree; IntegrityError when the tiles do not hash to it."""
+    old = Checkpoint(log.origin, 0, merkle.EMPTY_ROOT)
+    if signed is not None:
+        try:
+            old = open_checkpoint(signed, log.verifier, log.origin)
+        except ValueError as exc:
+            raise IntegrityError(f"{where}/{CHECKPOINT}: {exc}") from None
+    reader = TileReader(store_fetch(store, prefix), old.size, where)
+    if reader.root() != old.root:
+        raise IntegrityError(f"{where}: the stored tiles do not hash to the checkpoint's root")
+    return old, reader
+
+
+class _TileWriter:
+    """The right edge of a growing tree: the partial tile of each level and the
+    partial entry bundle, written as each fills (one tile per level in memory).
+
+    Every path written lies past the current checkpoint, so no reader can see it
+    yet; a replace heals the leftovers of an append that crashed."""
+
+    def __init__(
+        self,
+        store: Store,
+        prefix: str,
+        on_write: Callable[[str, bytes], None] | None,
+        reader: TileReader,
+        size: int,
+    ) -> None:
+        self.store, self.prefix, self.on_write, self.reader = store, prefix, on_write, reader
+        self.size = size
+        self.written = 0
+        self.levels: list[list[bytes]] = []
+        level = 0
+        while size >> (TILE_HEIGHT * level):
+            index = (size >> (TILE_HEIGHT * level)) // TILE_WIDTH
+            self.levels.append(list(reader.tile(level, index)) if tile_width(level, index, size) else [])
+            level += 1
+        self.bundle: list[bytes] = reader.entries(size // TILE_WIDTH) if size % TILE_WIDTH else []
+
+    def put(self, path: str, data: bytes) -> None:
+        self.store.put(self.prefix + path, data, content_type="application/octet-stream")
+        self.written += 1
+        if self.on_write is not None:
+            self.on_write(self.prefix + path, data)
+
+    def push(self, level: int, h: bytes, index: int) -> None:
+        """Add hash number `index` of `level`; a tile that fills is written, and its
+        root climbs one level."""
+        while len(self.levels) <= level:
+            self.levels.append([])
+        self.levels[level].append(h)
+        if len(self.levels[level]) == TILE_WIDTH:
+            full = self.levels[level]
+            self.put(tile_path(level, index // TILE_WIDTH), b"".join(full))
+            self.levels[level] = []
+            self.push(level + 1, merkle.root_of(full), index // TILE_WIDTH)
+
+    def add(self, entry: bytes) -> None:
+        self.bundle.append(entry)
+        self.push(0, merkle.leaf_hash(entry), self.size)
+        if len(self.bundle) == TILE_WIDTH:
+            self.put(entries_path(self.size // TILE_WIDTH), _bundle(self.bundle))
+            self.bundle = []
+        self.size += 1
+
+    def finish(self, old_size: int) -> TileReader:
+        """Write the partial bundle and tiles (a level's tile that did not change
+        stays as it is); a reader of the new tree, its edge already in memory."""
+        size = self.size
+        if self.bundle:
+            self.put(entries_path(size // TILE_WIDTH, len(self.bundle)), _bundle(self.bundle))
+        new = TileReader(self.reader.fetch, size, self.reader.where)
+        for level, hashes in enumerate(self.levels):
+            index = (size >> (TILE_HEIGHT * level)) // TILE_WIDTH
+            if hashes:
+                if (index, len(hashes)) != _edge(old_size, level):
+                    self.put(tile_path(level, index, len(hashes)), b"".join(hashes))
+                new.preload(level, index, hashes)
+        return new
 
 
 class ForkError(IntegrityError):

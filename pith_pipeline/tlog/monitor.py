@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from pith_pipeline.core.canonical_json import loads
-from pith_pipeline.core.keys import PublicKey
+from pith_pipeline.core.keys import PublicKey, read_key_document
 from pith_pipeline.errors import IntegrityError, TerminalError
 from pith_pipeline.tlog import merkle
-from pith_pipeline.tlog.log import CHECKPOINT, Fetch, TileReader
+from pith_pipeline.tlog.log import CHECKPOINT, Fetch, TileReader, iter_entries
+from pith_pipeline.tlog.log_key import KEY_DOCUMENT, verifier_from_key_doc
 from pith_pipeline.tlog.note import Verifier, open_checkpoint
-from pith_pipeline.tlog.pipeline import KEY_DOCUMENT, entry_problem, iter_entries, verifier_from_key_doc
+from pith_pipeline.tlog.stored_events import entry_problem
 
 STATE_FORMAT = "pith-log-monitor-state-v1"
 
@@ -74,8 +75,6 @@ def _write_state(path: Path, state: dict[str, Any]) -> None:
 
 
 def registry_keys(key_doc_fetch: Callable[[], bytes | None], where: str) -> dict[str, PublicKey]:
-    from pith_pipeline.core.keys import read_key_document
-
     raw = key_doc_fetch()
     if raw is None:
         raise IntegrityError(f"{where}: the registry's key document is missing")

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pith_pipeline.config import env_name
+from pith_pipeline.config import env_name, from_env
 from pith_pipeline.errors import KeyFileError, TerminalError
 from pith_pipeline.signing.guard import local_store_root, refuse_key_file_inside, spec_key_file
 from pith_pipeline.signing.local import DEFAULT_KEY_DIR, LOG_KEY_FILE, create_key_file_once
@@ -200,7 +200,8 @@ def prepare_run_log(
                     f"give the log key with --log-signer or {LOG_SIGNER_ENV}"
                 )
             spec = f"file:{path}"
-    log = open_log_signer(spec, store, key_url=f"{base_url.rstrip('/')}/{KEY_DOCUMENT}" if base_url else "")
+    key_url = f"{base_url.rstrip('/')}/{KEY_DOCUMENT}" if base_url else ""
+    log = open_log_signer(spec, store, from_env("log_origin"), key_url=key_url)
     listed = key_document(store).get("log")
     named = listed.get("vkey") if isinstance(listed, dict) else None
     if named and named != log.verifier.vkey:

@@ -24,9 +24,9 @@ from test_log_cli import run
 from pith_pipeline.core.canonical_json import dumps, loads
 from pith_pipeline.storage.local import LocalStore
 from pith_pipeline.tlog.entry import committed_entry, log_entry, parse_committed
-from pith_pipeline.tlog.log import TileReader, store_fetch
+from pith_pipeline.tlog.log import TileReader, iter_entries, store_fetch
 from pith_pipeline.tlog.monitor import registry_keys
-from pith_pipeline.tlog.pipeline import entry_problem, iter_entries
+from pith_pipeline.tlog.stored_events import entry_problem
 from pith_pipeline.tlog.tiles import MAX_ENTRY, decode_bundle, encode_bundle
 
 LOG_SIGNER = ("--log-signer", "logkey/pith-private-key.json")
@@ -43,7 +43,7 @@ def collaboration(record: dict[str, Any], n: int) -> dict[str, Any]:
 
 def entries_of(store_dir: Path) -> list[bytes]:
     from pith_pipeline.tlog.log import read_checkpoint
-    from pith_pipeline.tlog.pipeline import store_verifier
+    from pith_pipeline.tlog.log_key import store_verifier
 
     store = LocalStore(str(store_dir))
     cp = read_checkpoint(store_fetch(store), store_verifier(store))

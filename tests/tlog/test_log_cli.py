@@ -264,23 +264,25 @@ def test_the_log_lease_names_the_command_and_run_that_hold_it(
 
     from pith_pipeline.cli import cli
     from pith_pipeline.storage.local import LocalStore
-    from pith_pipeline.tlog import pipeline
+    from pith_pipeline.tlog import append
+    from pith_pipeline.tlog.log_key import open_log_signer
+    from pith_pipeline.tlog.pipeline import log_run
 
     store = LocalStore(logged_store / "out")
     owners: list[dict[str, object]] = []
-    current = pipeline.current_checkpoint
+    current = append.current_checkpoint
 
     def spy(st, verifier):  # type: ignore[no-untyped-def]
         owners.append(loads(store.get("leases/log.json") or b"{}")["owner"])
         return current(st, verifier)
 
-    monkeypatch.setattr(pipeline, "current_checkpoint", spy)
+    monkeypatch.setattr(append, "current_checkpoint", spy)
     monkeypatch.chdir(logged_store)
     argv = ["log", "sync", "--store", "out", "--log-signer", "logkey/pith-private-key.json"]
     r = CliRunner().invoke(cli, argv)
     assert r.exit_code == 0, r.output
     assert owners and {o["command"] for o in owners} == {"log sync"}
     owners.clear()
-    signer = pipeline.open_log_signer("file:logkey/pith-private-key.json", store)
-    pipeline.log_run(store, [], signer, run_id="build-20261203T000000Z-abc")
+    signer = open_log_signer("file:logkey/pith-private-key.json", store)
+    log_run(store, [], signer, run_id="build-20261203T000000Z-abc")
     assert owners and {o["run_id"] for o in owners} == {"build-20261203T000000Z-abc"}

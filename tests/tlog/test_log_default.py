@@ -401,7 +401,7 @@ def test_lookup_objects_are_written_several_at_once_on_s3_and_errors_are_not_los
     done, the first error raised."""
     import threading
 
-    from pith_pipeline.tlog.pipeline import _in_flight
+    from pith_pipeline.tlog.lookup import in_flight as _in_flight
 
     barrier = threading.Barrier(4, timeout=30)  # passes only with 4 in flight at once
     done: list[int] = []

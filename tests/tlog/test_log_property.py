@@ -55,15 +55,12 @@ from test_go_interop import check_with_go, interop  # noqa: F401  (the fixture)
 from test_large_entries import collaboration
 
 from pith_pipeline.storage.local import LocalStore
+from pith_pipeline.tlog.check import check_log_matches_event_store
 from pith_pipeline.tlog.entry import entry_event_hex
-from pith_pipeline.tlog.log import TileReader, read_checkpoint, store_fetch
+from pith_pipeline.tlog.log import TileReader, iter_entries, read_checkpoint, store_fetch
+from pith_pipeline.tlog.log_key import store_verifier
 from pith_pipeline.tlog.merkle import verify_consistency
-from pith_pipeline.tlog.pipeline import (
-    check_log_matches_event_store,
-    event_store_keys,
-    iter_entries,
-    store_verifier,
-)
+from pith_pipeline.tlog.stored_events import event_store_keys
 from pith_pipeline.tlog.tiles import entries_path, tile_path, tiles_for_size
 
 SAMPLE = Path(__file__).parent.parent / "data" / "arxiv-sample.jsonl"

@@ -22,15 +22,12 @@ from pith_pipeline.errors import IntegrityError
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.memory import MemoryStore
+from pith_pipeline.tlog.check import check_log_matches_event_store
 from pith_pipeline.tlog.log import TileReader, store_fetch
-from pith_pipeline.tlog.pipeline import (
-    check_log_matches_event_store,
-    event_store_keys,
-    log_run,
-    lookup,
-    rebuild_log,
-    sync_log,
-)
+from pith_pipeline.tlog.lookup import lookup
+from pith_pipeline.tlog.pipeline import log_run, sync_log
+from pith_pipeline.tlog.recovery import rebuild_log
+from pith_pipeline.tlog.stored_events import event_store_keys
 
 
 def publish(store: Any, lines: list[str], tmp_path: Path, name: str = "a.jsonl") -> Any:
@@ -141,7 +138,7 @@ def test_a_lost_log_is_noticed_by_runs_sync_and_verify_and_rebuild_recovers_it(
         store.delete(k)
     third = publish(store, sample_lines[7:9], tmp_path, "c.jsonl")
     with pytest.raises(IntegrityError, match=r"lost.*log rebuild"):
-        log_run(store, third.written)  # without the key
+        log_run(store, third.written, None)  # without the key
     with pytest.raises(IntegrityError, match=r"lost.*log rebuild"):
         _run(store, third)  # with the key: a new log would be a fork
     with pytest.raises(IntegrityError, match=r"lost.*log rebuild"):

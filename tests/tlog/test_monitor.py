@@ -38,8 +38,7 @@ def watch(store: MemoryStore, state: Path) -> object:
 
 
 def entries_of(store: MemoryStore) -> list[bytes]:
-    from pith_pipeline.tlog.log import TileReader
-    from pith_pipeline.tlog.pipeline import iter_entries
+    from pith_pipeline.tlog.log import TileReader, iter_entries
 
     size = int(store.objects["log/checkpoint"].split(b"\n")[1])
     return [e for _i, e in iter_entries(TileReader(store_fetch(store), size))]

@@ -19,9 +19,10 @@ from pith_pipeline.runs.manifest import write_manifest
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.lease import WriterLease, default_owner, shard_lease
 from pith_pipeline.storage.memory import MemoryStore
+from pith_pipeline.tlog.check import check_log_matches_event_store
 from pith_pipeline.tlog.log import LogSigner
 from pith_pipeline.tlog.pending import PENDING
-from pith_pipeline.tlog.pipeline import check_log_matches_event_store, log_run
+from pith_pipeline.tlog.pipeline import log_run
 
 SIGNER = Ed25519Signer(bytes(range(32)), "pipeline-test")
 LOG = LogSigner.from_signer(Ed25519Signer(bytes(range(1, 33)), "log"), "pith.example.org/log")
@@ -186,7 +187,7 @@ def test_without_a_log_a_run_leaves_no_marker(
     store = MemoryStore()
     summary = publish(store, sample_lines[:3], tmp_path, "a.jsonl")
     write_manifest(store, summary)  # the run's end: no log key, no log
-    assert log_run(store, summary.written, pending=summary.log_pending, run_id=summary.run_id) is None
+    assert log_run(store, summary.written, None, pending=summary.log_pending, run_id=summary.run_id) is None
     assert pending(store) == []
     # the first run with a log key then logs every event the store holds (earlier
     # runs finished here: their manifests say so)

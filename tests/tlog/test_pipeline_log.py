@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -10,29 +12,23 @@ import pytest
 from store_doubles import counting_gets
 from testclock import StepClock
 
-from pith_pipeline.core.canonical_json import dumps, loads
+from pith_pipeline.core.canonical_json import dumps, dumps_trusted, loads
+from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.errors import IntegrityError, KeyFileError
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.memory import MemoryStore
 from pith_pipeline.tlog import merkle
-from pith_pipeline.tlog.log import LogSigner, TileReader, store_fetch
-from pith_pipeline.tlog.pipeline import (
-    LogNotConfiguredError,
-    _Hints,
-    append_events,
-    check_log_matches_event_store,
-    current_checkpoint,
-    entry_problem,
-    event_store_keys,
-    iter_entries,
-    log_run,
-    lookup,
-    rebuild_log,
-    store_verifier,
-    sync_log,
-)
+from pith_pipeline.tlog.append import append_events
+from pith_pipeline.tlog.check import check_log_matches_event_store
+from pith_pipeline.tlog.checkpoints import current_checkpoint
+from pith_pipeline.tlog.log import LogSigner, TileReader, iter_entries, store_fetch
+from pith_pipeline.tlog.log_key import LogNotConfiguredError, store_verifier
+from pith_pipeline.tlog.lookup import Hints, IdFilter, logged_ids, lookup, not_logged
+from pith_pipeline.tlog.pipeline import log_run, sync_log
+from pith_pipeline.tlog.recovery import rebuild_log
+from pith_pipeline.tlog.stored_events import entry_problem, event_entry, event_key_id, event_store_keys
 
 SIGNER = Ed25519Signer(bytes(range(32)), "pipeline-test")
 LOG_KEY = Ed25519Signer(bytes(range(1, 33)), "log")
@@ -110,15 +106,14 @@ def test_a_run_that_died_before_appending_is_healed_by_the_next(
 
 
 def test_a_store_with_a_log_refuses_an_unlogged_run_and_a_second_log_key(
-    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sample_lines: list[str]
 ) -> None:
-    monkeypatch.delenv("PITH_LOG_SIGNER", raising=False)
     store = MemoryStore()
     summary = publish(store, sample_lines[:2], tmp_path)
-    assert log_run(store, summary.written) is None  # no log, no key: stays without one
+    assert log_run(store, summary.written, None) is None  # no log, no key: stays without one
     log_run(store, summary.written, log_signer())
     with pytest.raises(LogNotConfiguredError, match="--log-signer"):
-        log_run(store, summary.written)
+        log_run(store, summary.written, None)
     with pytest.raises(KeyFileError, match="a log keeps its key"):
         log_run(store, summary.written, log_signer(Ed25519Signer.generate("other")))
 
@@ -186,30 +181,34 @@ def test_finish_run_appends_and_records_the_checkpoint_in_the_run_manifest(
 
 
 def test_the_runs_own_events_are_appended_without_the_per_value_check(
-    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sample_lines: list[str]
 ) -> None:
     """Events whose stored bytes are the ones the run wrote (its ledger) skip the
-    per-value canonical check and give the same log; any other event is checked."""
-    import pith_pipeline.tlog.pipeline as tp
+    per-value canonical check and give the same log; any other event is checked.
 
-    checked: list[bool] = []
-    real = tp.content_sha256
-
-    def counting(event: dict[str, Any], *, trusted: bool = False) -> str:
-        if not trusted:
-            checked.append(True)
-        return real(event, trusted=trusted)
-
+    Which path ran shows in what only the full check orders right: keys beyond
+    U+D800 (the builder never writes one) sort one way on the fast path and another
+    canonically (UTF-16), so an event whose id was made on the fast path passes with
+    the ledger's hash and is refused without it (or with another hash)."""
     first, second = MemoryStore(), MemoryStore()
     summary = publish(first, sample_lines[:5], tmp_path)
     publish(second, sample_lines[:5], tmp_path)
-    monkeypatch.setattr(tp, "content_sha256", counting)
     fast = append_events(first, log_signer(), summary.written)  # the ledger: key -> sha256
-    assert checked == [] and fast.result is not None and fast.result.appended > 5
     slow = append_events(second, log_signer(), list(event_store_keys(second)))  # keys only
-    assert slow.result is not None and len(checked) == slow.result.appended
+    assert fast.result is not None and slow.result is not None and fast.result.appended > 5
     assert logged_entries(first) == logged_entries(second)
     assert fast.result.root == slow.result.root
+
+    key = next(k for k in summary.written if event_key_id(k))
+    ev = loads(first.get(key) or b"")
+    ev["\ue000"], ev["\U0001f600"] = "private use", "astral"
+    digest = content_sha256(ev, trusted=True)
+    ev["content_sha256"], ev["event_id"] = digest, "sha256:" + digest
+    data = dumps_trusted(ev)
+    assert event_entry(data, key, hashlib.sha256(data).hexdigest())[1] == digest
+    for ledger in (None, "0" * 64):
+        with pytest.raises(IntegrityError, match="not logged"):
+            event_entry(data, key, ledger)
 
 
 def test_a_run_with_a_row_sink_logs_its_events_without_reading_them_back(
@@ -248,12 +247,10 @@ def test_a_run_with_a_row_sink_logs_its_events_without_reading_them_back(
 def test_the_id_filter_holds_ids_compactly_and_the_lookup_confirms_full_ids(
     tmp_path: Path, sample_lines: list[str]
 ) -> None:
-    """`IdFilter` keeps 64 bits an id: no false negatives, and `_logged` answers on
+    """`IdFilter` keeps 64 bits an id: no false negatives, and `logged_ids` answers on
     full ids, so an id sharing its first 64 bits with a logged one is not taken as
     logged."""
     import hashlib
-
-    from pith_pipeline.tlog.pipeline import IdFilter, _logged
 
     ids = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(5000)]
     f = IdFilter(ids[:4000])
@@ -268,7 +265,7 @@ def test_the_id_filter_holds_ids_compactly_and_the_lookup_confirms_full_ids(
     twin = logged[0][:16] + ("0" if logged[0][16] != "0" else "1") + logged[0][17:]
     wanted = IdFilter([twin, logged[1], ids[0]])
     assert twin in wanted and logged[0] in wanted  # the filter alone cannot tell them apart
-    out = _logged(store, wanted, _Hints(store, current_checkpoint(store, log_signer().verifier)))
+    out = logged_ids(store, wanted, Hints(store, current_checkpoint(store, log_signer().verifier)))
     # asked on full ids: the twin is not logged, the logged id is, the stranger is not
     assert twin not in out and logged[1] in out and ids[0] not in out
 
@@ -279,8 +276,6 @@ def test_the_keys_the_log_lacks_are_found_one_lookup_object_at_a_time(
     """The whole-store comparison (`log sync`, a dead run's marker) goes through the
     keys sorted by lookup object, so it holds one object's ids at a time, never a set
     of every logged id; each lookup object is read once."""
-    from pith_pipeline.tlog.pipeline import _not_logged
-
     store = MemoryStore()
     first = publish(store, sample_lines[:6], tmp_path)
     run = log_run(store, first.written, log_signer())
@@ -290,15 +285,15 @@ def test_the_keys_the_log_lacks_are_found_one_lookup_object_at_a_time(
     logged = {k for k in first.written if k.startswith("events/")}
     with counting_gets(store) as reads:
         lacking = list(
-            _not_logged(
-                store, every + every[:3], _Hints(store, current_checkpoint(store, log_signer().verifier))
+            not_logged(
+                store, every + every[:3], Hints(store, current_checkpoint(store, log_signer().verifier))
             )
         )  # repeats: once
     assert sorted(lacking) == sorted(set(every) - logged) != []
     index_reads = [k for k in reads if k.startswith("log/index/")]
     assert len(index_reads) == len(set(index_reads)) == len({k.split("/")[2][:2] for k in every})
     assert (
-        list(_not_logged(store, every, _Hints(store, None))) == every
+        list(not_logged(store, every, Hints(store, None))) == every
     )  # an empty log lacks them all (no read)
 
 
@@ -325,3 +320,70 @@ def test_a_copy_of_an_event_under_a_look_alike_key_is_not_logged(
     entries = logged_entries(store)
     assert len(set(entries)) == len(entries) == len(genuine)
     assert planted not in set(event_store_keys(store))
+
+
+def test_the_log_key_and_origin_are_what_the_caller_passes_not_the_environment(
+    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The edge resolves `log_signer` and `log_origin` from its settings and passes
+    them: a variable set here reaches nothing in the log's code."""
+    from pith_pipeline.signing.local import generate_key
+    from pith_pipeline.tlog.log_key import log_signer_for
+
+    priv, _pub, _doc = generate_key(tmp_path / "logkey")
+    monkeypatch.setenv("PITH_LOG_SIGNER", f"file:{priv}")
+    monkeypatch.setenv("PITH_LOG_ORIGIN", "from-the-environment.test/log")
+    store = MemoryStore()
+    summary = publish(store, sample_lines[:2], tmp_path)
+    assert log_run(store, summary.written, None) is None  # no key passed: no log
+    assert not store.exists("log/checkpoint")
+    assert log_signer_for(None, store) is None
+    derived = log_signer_for(f"file:{priv}", store)  # no origin passed: the key document's host
+    assert derived is not None and not derived.origin.startswith("from-the-environment")
+    log = log_signer_for(f"file:{priv}", store, "given.test/log")
+    assert log is not None and log.origin == "given.test/log"
+    log_run(store, summary.written, log)
+    assert (store.get("log/checkpoint") or b"").startswith(b"given.test/log\n")
+    again = log_signer_for(f"file:{priv}", store)  # the key document names the origin now
+    assert again is not None and again.origin == "given.test/log"
+
+
+def test_no_module_of_the_log_reads_the_environment() -> None:
+    """Settings are resolved at the edge: the log's modules take them as parameters
+    (`tlog.run_log` and `tlog.client` take theirs from the command's settings)."""
+    import ast
+
+    import pith_pipeline.tlog as tlog
+
+    readers = []
+    for path in sorted(Path(tlog.__file__).parent.glob("*.py")):
+        if path.stem in ("run_log", "client"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+            if name in ("from_env", "environ", "getenv", "flag"):
+                readers.append(f"{path.name}:{node.lineno} {name}")
+    assert readers == []
+
+
+@pytest.mark.parametrize("value", [1.5, 2**60], ids=["float", "integer-beyond-2**53"])
+def test_a_stored_event_canonical_json_cannot_hold_is_named_and_the_rest_logged(
+    tmp_path: Path, sample_lines: list[str], value: object
+) -> None:
+    """A value RFC 8785 here refuses (a float, an integer beyond 2**53), planted in a
+    stored event under its own id, is one named problem: the append goes on, and the
+    log check names the event as missing rather than failing whole."""
+    store = MemoryStore()
+    summary = publish(store, sample_lines[:3], tmp_path)
+    bad = next(k for k in summary.written if event_key_id(k))
+    ev = loads(store.get(bad) or b"")
+    ev["planted"] = value
+    planted = json.dumps(ev, separators=(",", ":"), sort_keys=True).encode()
+    store.objects[bad] = planted  # its id still names it; the content changed
+    run = sync_log(store, log_signer(), list(event_store_keys(store)))
+    assert [p for p in run.problems if bad in p and "not logged" in p]
+    assert run.result is not None and run.result.size == sum(1 for _ in event_store_keys(store)) - 1
+    assert [p for p in check_log_matches_event_store(store) if bad in p] == [
+        f"{store.url}/{bad}: event is not in the log"
+    ]
+    assert entry_problem(planted, {}) is not None
