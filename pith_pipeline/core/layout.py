@@ -36,6 +36,9 @@ INDEX = "index/"
 ASSETS = "assets/"
 #: The store's home page (at its root: `/` on a static host with an index document).
 HOME_PAGE = "index.html"
+#: Reserved for a store's own temporary files (a local store writes each object there
+#: first): no object key starts with it.
+TEMPORARY = ".tmp/"
 #: The name of a record's page inside `pith/<ID>/`, so `/pith/<ID>/` serves it.
 PAGE_NAME = "index.html"
 

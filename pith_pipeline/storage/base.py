@@ -28,7 +28,32 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from pith_pipeline.errors import IntegrityError
+from pith_pipeline.core.layout import TEMPORARY
+from pith_pipeline.errors import IntegrityError, StorageError
+
+_RESERVED = TEMPORARY.rstrip("/")
+
+
+def check_key(key: str) -> str:
+    """`key`, or `StorageError` when it is not a plain relative key: empty, absolute,
+    with an empty, `.` or `..` part, a backslash or a NUL, or under the store's own
+    temporary directory.
+
+    One rule for every back end, so a key valid on one is valid on all (a bucket
+    synced to a directory holds the same objects), and a path outside the store can
+    never be named.
+    """
+    parts = key.split("/")
+    if (
+        not key
+        or key[0] == "/"
+        or "\\" in key
+        or "\x00" in key
+        or parts[0] == _RESERVED
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise StorageError(f"invalid storage key {key!r}")
+    return key
 
 
 @runtime_checkable

@@ -44,6 +44,7 @@ from typing import Any
 from pith_pipeline._internal.error_text import os_error_hint
 from pith_pipeline.config import flag
 from pith_pipeline.errors import IntegrityError, StorageError, WriteConflictError
+from pith_pipeline.storage.base import check_key
 
 #: The directory (under the store root) that holds every temporary file.
 TMP_DIR = ".tmp"
@@ -183,15 +184,7 @@ class LocalStore:
     def _fs(self, key: str) -> str:
         """The file's path for a key; a key that is not a plain relative path (or
         names the temporary directory) is refused."""
-        parts = key.split("/") if key else []
-        if (
-            not key
-            or key[0] == "/"
-            or any(p in ("", ".", "..") for p in parts)
-            or parts[0] == TMP_DIR
-            or "\x00" in key
-        ):
-            raise StorageError(f"invalid storage key {key!r}")
+        check_key(key)
         return f"{self._root}/{key}"
 
     def _path(self, key: str) -> Path:

@@ -28,7 +28,7 @@ from typing import Any
 from pith_pipeline._internal.aws_env import region_from_env
 from pith_pipeline._internal.aws_errors import classify
 from pith_pipeline.errors import StorageError, WriteConflictError
-from pith_pipeline.storage.base import Digest
+from pith_pipeline.storage.base import Digest, check_key
 
 #: botocore's own connection pool size, kept unless a loader asks for more.
 DEFAULT_MAX_CONNECTIONS = 10
@@ -111,8 +111,7 @@ class S3Store:
         return self._max_connections
 
     def _key(self, key: str) -> str:
-        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in key.split("/")):
-            raise StorageError(f"invalid storage key {key!r}")
+        check_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _fail(self, op: str, key: str, exc: Exception) -> StorageError:

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pith_pipeline.errors import StorageError, WriteConflictError
+from pith_pipeline.errors import WriteConflictError
+from pith_pipeline.storage.base import check_key
 
 if TYPE_CHECKING:
     from pith_pipeline.storage.base import Store
@@ -33,25 +34,18 @@ class StagingStore:
     def __repr__(self) -> str:
         return f"StagingStore({self.base!r}, {len(self.writes)} writes)"
 
-    @staticmethod
-    def _check(key: str) -> str:
-        """The same key rule as every back end, so a bad key fails here, not at publish."""
-        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in key.split("/")):
-            raise StorageError(f"invalid storage key {key!r}")
-        return key
-
     def get(self, key: str) -> bytes | None:
-        if self._check(key) in self.writes:
+        if check_key(key) in self.writes:
             return self.writes[key][0]
         return self.base.get(key)
 
     def exists(self, key: str) -> bool:
-        if self._check(key) in self.writes:
+        if check_key(key) in self.writes:
             return self.writes[key][0] is not None
         return self.base.exists(key)
 
     def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
-        once = self.writes.get(self._check(key), (b"", False))[1]
+        once = self.writes.get(check_key(key), (b"", False))[1]
         self.writes[key] = (bytes(data), once)
 
     def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
@@ -77,7 +71,7 @@ class StagingStore:
         return iter(sorted(k for k in keys if self.writes.get(k, (b"", False))[0] is not None))
 
     def delete(self, key: str) -> None:
-        self.writes[self._check(key)] = (None, False)
+        self.writes[check_key(key)] = (None, False)
 
     def get_tagged(self, key: str) -> tuple[bytes, str] | None:
         data = self.get(key)
