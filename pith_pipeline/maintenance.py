@@ -33,10 +33,7 @@ def compact_indexes(
     with writer_lease(
         store, command="airflow compact", papers=False, index=True, wait=settings.lease_wait_seconds
     ):
-        from pith_pipeline.storage.local import LocalStore
-
-        if isinstance(store, LocalStore):  # a killed writer's leftovers, wherever they are
-            store.sweep_temporary(published=True)
+        store.sweep_temporary(published=True)  # a killed writer's leftovers, wherever they are
         update = compact(store, retention_hours=hours)
     return {
         "versions": dict(update.versions),
@@ -166,10 +163,9 @@ def _stored_manifest_scope(store: Store, key: str, scope: Scope) -> Scope:
     import tempfile
 
     from pith_pipeline.core.canonical_json import loads, loads_stored
-    from pith_pipeline.storage.base import read_into
 
     with tempfile.TemporaryFile(prefix="pith-manifest-") as fh:
-        if not read_into(store, key, fh):
+        if not store.read_into(key, fh):
             return scope  # deleted since listed: nothing it touched can be named from it
         size = fh.tell()
         fh.seek(0)
@@ -202,7 +198,7 @@ def drift_sample(store: Store, size: int, seed: str) -> list[str]:
     if size <= 0:
         return []
     rng = random.Random(seed)
-    lister = getattr(store, "list_after", None)
+    lister = store.list_after
     found: set[str] = set()
     small = True
     for prefix in _SUBJECT_PREFIXES[:2]:

@@ -9,7 +9,7 @@ this module, so the interface depends on no back end. boto3 is imported only whe
 from __future__ import annotations
 
 from pith_pipeline.errors import UnreadableInputError
-from pith_pipeline.storage.base import Store, iter_unsorted
+from pith_pipeline.storage.base import Store
 
 
 def open_store(location: str) -> Store:
@@ -47,14 +47,12 @@ def open_existing_store(location: str) -> Store:
     empty directories), are `MissingStoreError`, one line naming the location.
     """
     store = open_store(location)
-    from pith_pipeline.storage.local import LocalStore
-
-    if isinstance(store, LocalStore):
-        root = store.root
+    root = store.local_root()
+    if root is not None:
         if root.is_dir():
             return store
         why = "it is a file, not a directory" if root.exists() else "the directory does not exist"
         raise MissingStoreError(f"{store.url}: no store here ({why}); {MAKE_A_STORE}")
-    if next(iter_unsorted(store, ""), None) is not None:
+    if next(iter(store.iter_unsorted("")), None) is not None:
         return store
     raise MissingStoreError(f"{store.url}: no store here (the prefix holds no objects); {MAKE_A_STORE}")

@@ -43,7 +43,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -53,7 +53,7 @@ from pith_pipeline import config
 from pith_pipeline.config import LeaseConfigError as LeaseConfigError
 from pith_pipeline.config import wait_seconds as wait_seconds
 from pith_pipeline.errors import StorageError, TransientError, WriteConflictError
-from pith_pipeline.storage.base import Store, barrier
+from pith_pipeline.storage.base import Store, StoreWrapper, barrier
 
 log = logging.getLogger(__name__)
 
@@ -311,9 +311,7 @@ class WriterLease:
             raise
         # the next writer removes what killed ones left in the store's `.tmp/` (a local
         # store; only files of writers that are gone: `LocalStore.sweep_temporary`)
-        sweep = getattr(self.store, "sweep_temporary", None)
-        if sweep is not None:
-            sweep()
+        self.store.sweep_temporary()
         return self
 
     def _acquire_one(self, name: str, deadline: float) -> _Held:
@@ -476,11 +474,7 @@ class WriterLease:
         return LeasedStore(store, self.check)
 
 
-#: Methods of a store (required and optional) that write, delete or replace objects.
-_WRITES = frozenset({"put", "put_once", "put_if_match", "delete", "put_copy", "put_file", "put_once_file"})
-
-
-class LeasedStore:
+class LeasedStore(StoreWrapper):
     """A store whose every write first checks a writer's lease (`check` raises
     `LeaseLostError` once it is lost or expired); reads pass through.
 
@@ -488,57 +482,15 @@ class LeasedStore:
     that only sees a store (the log append writes tiles, lookup objects and the
     checkpoint through it), so a writer that was suspended past its TTL and resumes
     stops before its next write instead of overwriting what another writer's
-    checkpoint names. `inner` is the real store (`index.delta.location` unwraps it).
+    checkpoint names.
     """
 
     def __init__(self, inner: Store, check: Callable[[], None]) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.check = check
 
-    def __repr__(self) -> str:
-        return f"LeasedStore({self.inner!r})"
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if name not in _WRITES:
-            return attr
-
-        def checked(*args: Any, **kwargs: Any) -> Any:
-            self.check()
-            return attr(*args, **kwargs)
-
-        return checked
-
-    def get(self, key: str) -> bytes | None:
-        return self.inner.get(key)
-
-    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
-        return self.inner.get_tagged(key)
-
-    def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
-
-    def list(self, prefix: str) -> Iterator[str]:
-        return self.inner.list(prefix)
-
-    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
+    def before_write(self, key: str) -> None:
         self.check()
-        self.inner.put(key, data, content_type=content_type)
-
-    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
-        self.check()
-        return self.inner.put_once(key, data, content_type=content_type)
-
-    def put_if_match(
-        self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
-    ) -> bool:
-        self.check()
-        return self.inner.put_if_match(key, data, tag, content_type=content_type)
-
-    def delete(self, key: str) -> None:
-        self.check()
-        self.inner.delete(key)
 
 
 #: Leases this process holds now (from `acquire` to `release`), for `check_writes`.
@@ -553,12 +505,9 @@ def check_writes(store: Store) -> None:
     version notes are made by deltalake from the store's location), so they too stop
     before their next write once the writer's lease is lost or expired; a writer with
     no lease on the store (a test, a read-only command) is not stopped."""
-    url = store.url
-    seen = 0
-    while seen < 8 and getattr(store, "inner", None) is not None:
-        store, seen = store.inner, seen + 1  # type: ignore[attr-defined]
+    urls = (store.url, store.unwrapped().url)
     with _ACTIVE_LOCK:
-        mine = [held for held in _ACTIVE if held.store.url in (url, store.url)]
+        mine = [held for held in _ACTIVE if held.store.url in urls]
     for held in mine:
         held.check()
 

@@ -44,7 +44,7 @@ from typing import Any
 from pith_pipeline._internal.error_text import os_error_hint
 from pith_pipeline.config import flag
 from pith_pipeline.errors import IntegrityError, StorageError, WriteConflictError
-from pith_pipeline.storage.base import check_key
+from pith_pipeline.storage.base import Store, StoreLocation, Writable, check_key, file_sha256, too_large
 
 #: The directory (under the store root) that holds every temporary file.
 TMP_DIR = ".tmp"
@@ -143,7 +143,7 @@ def _sync_at_exit() -> None:
             store.sync()
 
 
-class LocalStore:
+class LocalStore(Store):
     """Objects are files under `root`; writes go to `.tmp/`, then rename or link;
     durable together at `sync()`."""
 
@@ -180,6 +180,17 @@ class LocalStore:
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.root)!r})"
+
+    def local_root(self) -> Path:
+        return self.root
+
+    def location(self) -> StoreLocation:
+        return StoreLocation(self._root, {}, True, self)
+
+    def arrow_filesystem(self) -> tuple[Any, str]:
+        from pyarrow import fs as pafs  # pyarrow only for a reader of Parquet
+
+        return pafs.LocalFileSystem(), self._root
 
     def _fs(self, key: str) -> str:
         """The file's path for a key; a key that is not a plain relative path (or
@@ -259,7 +270,7 @@ class LocalStore:
         finally:
             os.close(fd)
 
-    def read_into(self, key: str, out: Any) -> bool:
+    def read_into(self, key: str, out: Writable) -> bool:
         """`base.read_into`: the object's bytes to `out.write`, 1 MiB at a time."""
         opened = self._open_object(key)
         if opened is None:
@@ -276,8 +287,6 @@ class LocalStore:
 
     def get_capped(self, key: str, limit: int) -> bytes | None:
         """Like `get`, but an object over `limit` bytes is refused unread (`base.get_capped`)."""
-        from pith_pipeline.storage.base import too_large
-
         opened = self._open_object(key)
         if opened is None:
             return None
@@ -527,8 +536,6 @@ class LocalStore:
         self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"
     ) -> bool:
         """`put_once` of a file, copied in chunks (never read whole)."""
-        from pith_pipeline.storage.base import file_sha256
-
         path = self._fs(key)
         self._parent(path)
         return self._link_once(

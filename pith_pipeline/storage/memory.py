@@ -14,10 +14,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from pith_pipeline.errors import WriteConflictError
-from pith_pipeline.storage.base import check_key
+from pith_pipeline.storage.base import Store, check_key
 
 
-class MemoryStore:
+class MemoryStore(Store):
     """Objects in memory; thread-safe, so worker threads may share one."""
 
     def __init__(self, url: str = "memory://") -> None:

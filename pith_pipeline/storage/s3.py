@@ -28,7 +28,15 @@ from typing import Any
 from pith_pipeline._internal.aws_env import region_from_env
 from pith_pipeline._internal.aws_errors import classify
 from pith_pipeline.errors import StorageError, WriteConflictError
-from pith_pipeline.storage.base import Digest, check_key
+from pith_pipeline.storage.base import (
+    Digest,
+    Store,
+    StoreLocation,
+    Writable,
+    check_key,
+    file_sha256,
+    too_large,
+)
 
 #: botocore's own connection pool size, kept unless a loader asks for more.
 DEFAULT_MAX_CONNECTIONS = 10
@@ -53,7 +61,7 @@ def _error_code(exc: Exception) -> tuple[str, int]:
     return code, status
 
 
-class S3Store:
+class S3Store(Store):
     """Objects under `s3://bucket/prefix/`; keys are relative to the prefix."""
 
     def __init__(self, bucket: str, prefix: str = "", *, client: Any | None = None) -> None:
@@ -178,7 +186,7 @@ class S3Store:
         got = self.get_tagged(key)
         return None if got is None else got[0]
 
-    def read_into(self, key: str, out: Any) -> bool:
+    def read_into(self, key: str, out: Writable) -> bool:
         """`base.read_into`: the object's body to `out.write`, 1 MiB at a time."""
         from botocore.exceptions import BotoCoreError
 
@@ -199,8 +207,6 @@ class S3Store:
         """Like `get`, but an object over `limit` bytes is refused by its
         Content-Length, its body never read (`base.get_capped`)."""
         from botocore.exceptions import BotoCoreError
-
-        from pith_pipeline.storage.base import too_large
 
         resp = self._get_object(key)
         if resp is None:
@@ -309,8 +315,6 @@ class S3Store:
         self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"
     ) -> bool:
         """`put_once` of a file, streamed from disk by botocore (up to S3's 5 GB PUT)."""
-        from pith_pipeline.storage.base import file_sha256
-
         return self._put_once(
             key,
             content_type,
@@ -400,33 +404,75 @@ class S3Store:
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("DELETE", key, exc) from None
 
-    # -- for readers that scan Parquet directly --------------------------------
+    # -- for readers and writers that reach the objects themselves -------------
+    def _frozen_credentials(self) -> Any | None:
+        """The credentials boto3 uses, resolved once by botocore's chain (frozen: a
+        refreshable role's current set), or None for anonymous access."""
+        if self._session is None:
+            self.client  # noqa: B018 - makes the session with the client
+        if self._session is None:  # a client given to the constructor
+            import boto3
+
+            self._session = boto3.session.Session()
+        creds = self._session.get_credentials()
+        return None if creds is None else creds.get_frozen_credentials()
+
+    def _custom_endpoint(self) -> str | None:
+        """The endpoint when one is configured (`AWS_ENDPOINT_URL[_S3]`), else None."""
+        if os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
+            return str(self.client.meta.endpoint_url)
+        return None
+
+    def object_store_options(self) -> dict[str, str]:
+        """The storage options (object_store's names, as deltalake takes them) that
+        reach this bucket with the same endpoint, region and credentials as boto3.
+
+        Why handed over in memory: deltalake and boto3 then always agree on who is
+        writing. The values are secrets: never log or show them.
+        """
+        opts: dict[str, str] = {"AWS_REGION": self.client.meta.region_name or "us-east-1"}
+        frozen = self._frozen_credentials()
+        if frozen is not None:
+            opts["AWS_ACCESS_KEY_ID"] = frozen.access_key
+            opts["AWS_SECRET_ACCESS_KEY"] = frozen.secret_key
+            if frozen.token:
+                opts["AWS_SESSION_TOKEN"] = frozen.token
+        else:
+            opts["AWS_SKIP_SIGNATURE"] = "true"
+        endpoint = self._custom_endpoint()
+        if endpoint is not None:
+            opts["AWS_ENDPOINT_URL"] = endpoint
+            opts["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"  # path style, as boto3 uses for MinIO/moto
+            if endpoint.startswith("http://"):
+                opts["AWS_ALLOW_HTTP"] = "true"
+        return opts
+
+    def _root(self) -> str:
+        return f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
+
+    def location(self) -> StoreLocation:
+        return StoreLocation(f"s3://{self._root()}", self.object_store_options(), False, self)
+
     def arrow_filesystem(self) -> tuple[Any, str]:
         """A pyarrow S3FileSystem on the same endpoint, region and credentials, and the root.
 
         Credentials are resolved once by botocore's chain and handed over in memory,
         so pyarrow and boto3 always agree on who is reading.
         """
-        from pyarrow import fs as pafs
+        from pyarrow import fs as pafs  # pyarrow only for a reader of Parquet
 
-        client = self.client
-        if self._session is None:
-            import boto3
-
-            self._session = boto3.session.Session()
-        creds = self._session.get_credentials()
-        kwargs: dict[str, Any] = {"region": client.meta.region_name or "us-east-1"}
-        if creds is not None:
-            frozen = creds.get_frozen_credentials()
+        kwargs: dict[str, Any] = {"region": self.client.meta.region_name or "us-east-1"}
+        frozen = self._frozen_credentials()
+        if frozen is not None:
             kwargs.update(
                 access_key=frozen.access_key, secret_key=frozen.secret_key, session_token=frozen.token
             )
         else:
             kwargs["anonymous"] = True
-        if os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
-            kwargs["endpoint_override"] = client.meta.endpoint_url
-        root = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
-        return pafs.S3FileSystem(**kwargs), root
+        endpoint = self._custom_endpoint()
+        if endpoint is not None:
+            kwargs["endpoint_override"] = endpoint
+        return pafs.S3FileSystem(**kwargs), self._root()
 
 
 def _retried(exc: Exception) -> bool:

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pith_pipeline.errors import WriteConflictError
-from pith_pipeline.storage.base import check_key
-
-if TYPE_CHECKING:
-    from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.base import Store, check_key
 
 
-class StagingStore:
+class StagingStore(Store):
     """Reads through to the published store; keeps every write in memory.
 
     Building against it sees exactly what a direct publish would, yet publishes
@@ -60,11 +55,10 @@ class StagingStore:
         self.writes[key] = (bytes(data), True)
         return True
 
-    def put_once_file(
-        self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"
-    ) -> bool:
-        """Staged writes are held in memory, so the file is read whole."""
-        return self.put_once(key, Path(src).read_bytes(), content_type=content_type)
+    def local_root(self) -> Path | None:
+        """The directory below: a key file inside it would be published with what
+        this build stages (`signing.guard`)."""
+        return self.base.local_root()
 
     def list(self, prefix: str) -> Iterator[str]:
         keys = set(self.base.list(prefix)) | {k for k in self.writes if k.startswith(prefix)}
