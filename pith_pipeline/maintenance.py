@@ -12,6 +12,19 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pith_pipeline.core.layout import (
+    BUNDLES,
+    EVENTS,
+    RUNS,
+    SUBJECTS,
+    VERIFY_WATERMARK,
+    event_prefix,
+    is_derived,
+    is_run_manifest,
+    pointer_id,
+    subject_of,
+)
+
 if TYPE_CHECKING:
     from pith_pipeline.audit import Finding
     from pith_pipeline.config import Settings
@@ -77,17 +90,17 @@ def rebuild_from_events(
 
 
 def published_bundle_keys(store: Store) -> list[str]:
-    return [k for k in store.list("pith/") if k.endswith("/bundle.json") and k.count("/") == 2]
+    return [k for k in store.list(BUNDLES) if k.endswith("/bundle.json") and k.count("/") == 2]
 
 
 #: The check's watermark: the run manifests already checked (written with the store's
 #: compare-and-swap, as the other small mutable documents are).
-WATERMARK_KEY = "maintenance/verify-watermark.json"
+WATERMARK_KEY = VERIFY_WATERMARK
 WATERMARK_FORMAT = "pith-maintenance-verify-v1"
 #: Problems named one per line in the error; the count is always exact.
 MAX_LISTED = 50
 #: Where published papers live (an event, bundle, state or copy names its record ID).
-_SUBJECT_PREFIXES = ("events/", "pith/", ".well-known/pith/")
+_SUBJECT_PREFIXES = SUBJECTS
 
 
 def _watermark(store: Store) -> tuple[set[str], str | None]:
@@ -121,14 +134,15 @@ class Scope:
         self.bodies.add(pith_number.rsplit(":", 1)[-1])
 
     def add_object(self, key: str, manifest: str) -> None:
-        if key.startswith("arxiv/") and key.endswith(".json"):
-            self.arxiv_ids.add(key[len("arxiv/") : -len(".json")])
-        for prefix in _SUBJECT_PREFIXES:
-            if key.startswith(prefix):
-                body = key[len(prefix) :].split("/", 1)[0]
-                self.bodies.add(body)
-                if prefix == "events/":
-                    self.events.setdefault(body, manifest)
+        arxiv_id = pointer_id(key)
+        if arxiv_id is not None:
+            self.arxiv_ids.add(arxiv_id)
+        subject = subject_of(key)
+        if subject is not None:
+            prefix, body = subject
+            self.bodies.add(body)
+            if prefix == EVENTS:
+                self.events.setdefault(body, manifest)
 
 
 def manifest_scope(manifest: Any, key: str, scope: Scope | None = None) -> Scope:
@@ -237,7 +251,7 @@ def _listed(keys: Iterable[str], prefix: str) -> Iterator[str]:
 def _is_derived(key: str) -> bool:
     """A finding `rebuild` can fix: a bundle, state, .well-known copy, page, page asset
     or arXiv pointer."""
-    return key.startswith(("pith/", ".well-known/pith/", "arxiv/", "assets/"))
+    return is_derived(key)
 
 
 def verify_changes(
@@ -266,7 +280,6 @@ def verify_changes(
     from pith_pipeline.audit import audit_subjects
     from pith_pipeline.clock import system_clock
     from pith_pipeline.core.canonical_json import dumps_compact
-    from pith_pipeline.core.layout import is_run_manifest
     from pith_pipeline.core.timeutil import iso_seconds
     from pith_pipeline.runs.steps import run_store
 
@@ -275,7 +288,7 @@ def verify_changes(
             raise ValueError("verify_changes needs settings or a store")
         store = run_store(settings)
     checked, tag = _watermark(store)
-    manifests = sorted(k for k in store.list("runs/") if is_run_manifest(k))
+    manifests = sorted(k for k in store.list(RUNS) if is_run_manifest(k))
     new = [k for k in manifests if k not in checked]
     scope = Scope()
     for key in new:
@@ -317,7 +330,6 @@ def _vanished(store: Store, scope: Scope) -> Iterator[Finding]:
     The audit cannot see it (nothing of it is left to check), but the manifest says
     it was published; events are write-once, so this is loss, not a change."""
     from pith_pipeline.audit import Finding
-    from pith_pipeline.core.layout import event_prefix
 
     for body, manifest in sorted(scope.events.items()):
         if next(iter(store.list(event_prefix(body))), None) is None:

@@ -52,6 +52,7 @@ from typing import Any
 from pith_pipeline import config
 from pith_pipeline.config import LeaseConfigError as LeaseConfigError
 from pith_pipeline.config import wait_seconds as wait_seconds
+from pith_pipeline.core.layout import LEASES, lease_key
 from pith_pipeline.errors import StorageError, TransientError, WriteConflictError
 from pith_pipeline.storage.base import Store, StoreWrapper, barrier
 
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 #: Papers are split into this many shards by a stable hash of the arXiv id. Fixed for
 #: every store: two writers must agree on which papers a shard holds.
 SHARDS = 16
-LEASE_PREFIX = "leases/"
+LEASE_PREFIX = LEASES
 INDEX_LEASE = "index"
 #: The transparency log's lease: held from reading the log to moving its checkpoint.
 LOG_LEASE = "log"
@@ -315,7 +316,7 @@ class WriterLease:
         return self
 
     def _acquire_one(self, name: str, deadline: float) -> _Held:
-        key = f"{LEASE_PREFIX}{name}.json"
+        key = lease_key(name)
         token = secrets.token_hex(16)
         announced = False
         while True:

@@ -43,11 +43,12 @@ from typing import Any
 
 from pith_pipeline._internal.error_text import os_error_hint
 from pith_pipeline.config import flag
+from pith_pipeline.core.layout import TEMPORARY
 from pith_pipeline.errors import IntegrityError, StorageError, WriteConflictError
 from pith_pipeline.storage.base import Store, StoreLocation, Writable, check_key, file_sha256, too_large
 
 #: The directory (under the store root) that holds every temporary file.
-TMP_DIR = ".tmp"
+TMP_DIR = TEMPORARY.rstrip("/")
 #: A temporary file older than this is stale whoever wrote it.
 STALE_SECONDS = 3600.0
 #: Without syncfs, a barrier fsyncs every file written since the last one: past this

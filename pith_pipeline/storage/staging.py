@@ -6,8 +6,12 @@ import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from pith_pipeline.core.layout import staged_key, staged_rejects_key, staging_prefix
 from pith_pipeline.errors import WriteConflictError
 from pith_pipeline.storage.base import Store, check_key
+
+#: the staged keys' names, spelled by `core.layout` (runs/steps.py imports them from here)
+__all__ = ["StagingStore", "staged_key", "staged_rejects_key", "staging_prefix"]
 
 
 class StagingStore(Store):
@@ -79,19 +83,3 @@ class StagingStore(Store):
             return False
         self.put(key, data)
         return True
-
-
-def staging_prefix(run_id: str) -> str:
-    return f"staging/{run_id}/"
-
-
-def staged_rejects_key(staged: str) -> str:
-    """Where the staged chunk `staged` keeps its quarantine entries: an object of its
-    own, so the header (read by every later task) stays small however much was rejected."""
-    return staged.removesuffix(".jsonl") + ".rejects.jsonl"
-
-
-def staged_key(run_id: str, index: int, token: str = "") -> str:
-    """`token` (each build its own) keeps apart two runs of one window building at
-    once: each reads and deletes only the staged chunks it wrote."""
-    return f"{staging_prefix(run_id)}chunk-{index:04d}{'-' + token if token else ''}.jsonl"
