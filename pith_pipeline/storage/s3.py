@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from pith_pipeline._internal.aws_env import region_from_env
 from pith_pipeline._internal.aws_errors import classify
 from pith_pipeline.errors import StorageError, WriteConflictError
 from pith_pipeline.storage.base import (
@@ -37,28 +36,12 @@ from pith_pipeline.storage.base import (
     file_sha256,
     too_large,
 )
+from pith_pipeline.storage.s3_client import content_type_for, error_code, make_client, retried
 
 #: botocore's own connection pool size, kept unless a loader asks for more.
 DEFAULT_MAX_CONNECTIONS = 10
 #: Conditional writes that race another writer (HTTP 409) are retried this many times.
 CONFLICT_RETRIES = 5
-
-
-def content_type_for(key: str, default: str) -> str:
-    if key.endswith(".parquet"):
-        return "application/vnd.apache.parquet"
-    if key.endswith(".jsonl"):
-        return "application/x-ndjson"
-    if key.endswith(".json"):
-        return "application/json"
-    return default
-
-
-def _error_code(exc: Exception) -> tuple[str, int]:
-    response: dict[str, Any] = getattr(exc, "response", None) or {}
-    code = str(response.get("Error", {}).get("Code", ""))
-    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    return code, status
 
 
 class S3Store(Store):
@@ -163,7 +146,7 @@ class S3Store(Store):
         try:
             resp: dict[str, Any] = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
         except ClientError as exc:
-            code, status = _error_code(exc)
+            code, status = error_code(exc)
             if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
                 return None
             raise self._fail("GET", key, exc) from None
@@ -232,7 +215,7 @@ class S3Store(Store):
             self.client.head_object(Bucket=self.bucket, Key=self._key(key))
             return True
         except ClientError as exc:
-            code, status = _error_code(exc)
+            code, status = error_code(exc)
             if status == 404 and code != "NoSuchBucket":
                 return False
             raise self._fail("HEAD", key, exc) from None
@@ -341,14 +324,14 @@ class S3Store(Store):
                     self._put_object(key, data, content_type, IfNoneMatch="*")
                 return True
             except ClientError as exc:
-                code, status = _error_code(exc)
+                code, status = error_code(exc)
                 if status == 412 or code == "PreconditionFailed":
                     found = self._stored_sha256(key)
                     if found is None:  # deleted in between: try again
                         continue
                     if same(found):
                         # ours when botocore had sent it before (the response was lost)
-                        return _retried(exc)
+                        return retried(exc)
                     raise WriteConflictError(
                         f"{key} already exists in {self.url} with different content; "
                         "write-once objects are never overwritten"
@@ -384,7 +367,7 @@ class S3Store(Store):
             self._put_object(key, data, content_type, **extra)
             return True
         except ClientError as exc:
-            code, status = _error_code(exc)
+            code, status = error_code(exc)
             if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
                 # a 412 whose stored bytes are ours: our own write, applied by S3 and
                 # retried by botocore after its response was lost (lease documents
@@ -473,40 +456,3 @@ class S3Store(Store):
         if endpoint is not None:
             kwargs["endpoint_override"] = endpoint
         return pafs.S3FileSystem(**kwargs), self._root()
-
-
-def _retried(exc: Exception) -> bool:
-    """Whether botocore sent the request more than once before this error: an
-    earlier attempt may have been applied by S3 and only its response lost."""
-    response = getattr(exc, "response", None) or {}
-    meta = response.get("ResponseMetadata") if isinstance(response, dict) else None
-    attempts = meta.get("RetryAttempts") if isinstance(meta, dict) else None
-    return isinstance(attempts, int) and attempts > 0
-
-
-def make_client(*, max_connections: int = 10) -> tuple[Any, Any]:
-    """A boto3 session and its S3 client: standard retry mode, bounded timeouts, a
-    connection pool of `max_connections` (one per request in flight)."""
-    try:
-        import boto3
-        from botocore.config import Config
-    except ImportError as exc:  # pragma: no cover - boto3 is a dependency
-        raise StorageError("s3:// stores need boto3 (pip install boto3)") from exc
-    custom_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    try:  # the standard variable, which an explicit retries config would otherwise hide
-        attempts = max(1, int(os.environ.get("AWS_MAX_ATTEMPTS", "5")))
-    except ValueError:
-        attempts = 5
-    config = Config(
-        retries={"mode": "standard", "max_attempts": attempts},
-        connect_timeout=10,
-        read_timeout=60,
-        max_pool_connections=max_connections,
-        # S3-compatible servers (MinIO, moto) rarely serve virtual-host names
-        s3={"addressing_style": "path"} if custom_endpoint else {},
-    )
-    try:
-        session = boto3.session.Session()
-        return session, session.client("s3", region_name=region_from_env(), config=config)
-    except Exception as exc:  # region/profile misconfiguration: name it, no secrets
-        raise StorageError(f"cannot create an S3 client: {type(exc).__name__}: {exc}") from None
