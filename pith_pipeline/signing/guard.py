@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pith_pipeline.core.bundle import PUBLIC_KEY_FILE
-from pith_pipeline.core.keys import PublicKey
+from pith_pipeline.core.keys import PublicKey, read_key_document
 from pith_pipeline.errors import KeyFileError
 from pith_pipeline.storage.base import Store
 
@@ -137,8 +137,6 @@ def refuse_lost_default_key(store: Any, key_file: Path) -> None:
     lists keys, making a new one would only lead to the refusal above, with a fresh
     unused key left behind. Say what to do instead.
     """
-    from pith_pipeline.core.keys import read_key_document
-
     data = store.get(PUBLIC_KEY_FILE)
     if not data:
         return

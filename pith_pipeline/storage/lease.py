@@ -53,15 +53,17 @@ from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.layout import LEASES, lease_key
 from pith_pipeline.errors import StorageError, TransientError, WriteConflictError
 from pith_pipeline.storage.base import Store, StoreWrapper, barrier
+
+# runs/, tlog/ and cli/ import these two from here
+from pith_pipeline.storage.lease_holders import default_owner as default_owner
 from pith_pipeline.storage.lease_holders import (
-    default_owner,
     describe_owner,
     holder_is_dead,
     iso,
     one_line,
     parse_iso,
 )
-from pith_pipeline.storage.lease_holders import live_run_ids as live_run_ids  # runs/, cli/ import it here
+from pith_pipeline.storage.lease_holders import live_run_ids as live_run_ids
 
 log = logging.getLogger(__name__)
 
