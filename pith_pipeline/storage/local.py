@@ -65,7 +65,7 @@ T = TypeVar("T")
 MAX_PENDING = 4096
 #: Directories known to exist, per store; cleared past this size (memory stays flat).
 MAX_KNOWN_DIRS = 4096
-#: Mode of every published file, as before: readable by all, written by the owner.
+#: Mode of every published file: readable by all, written by the owner.
 FILE_MODE = 0o644
 
 

@@ -49,7 +49,7 @@ def unlistable(exc: OSError) -> None:
     """`os.walk`'s error handler: a directory that cannot be read fails the listing.
 
     Why not skip it (the default): a listing that silently leaves out an unreadable
-    `events/<ID>/` made `verify` report its events deleted, and a rebuild would drop
+    `events/<ID>/` would make `verify` report its events deleted, and a rebuild drop
     them. A directory removed while the walk runs (a concurrent `delete`) was empty.
     """
     if isinstance(exc, FileNotFoundError | NotADirectoryError):
@@ -178,9 +178,9 @@ def sweep_temporary(root: str, *, max_age: float, published: bool) -> tuple[str,
     is no longer alive, or when it is older than `max_age` whoever wrote it.
 
     `published`: also walk every published directory for `.tmp-*` files (and the
-    `.tmp-lock-*` files) that versions before `.tmp/` left beside the objects they
-    replaced when killed. Nothing writes there any more, so each is a leftover,
-    unless its name carries the pid of a live writer of this host. A walk of the
+    `.tmp-lock-*` files) a writer killed beside the objects it replaced may have left
+    in a store written by an older pith-pipeline. Nothing writes there now, so each is
+    a leftover, unless its name carries the pid of a live writer of this host. A walk of the
     whole store: `compact` does it, not every run.
     """
     removed: list[str] = []
@@ -212,7 +212,7 @@ def wrong_kind(root: str, path: str) -> IntegrityError | None:
     Why: a directory where an object goes, or a file where one of its directories
     goes, is one damaged object of one paper (a tampered or unlucky store), not a
     failure of the store: as a `StorageError` (`cannot create ...: File exists`)
-    it stopped the whole run, where the paper alone must stop, named.
+    it would stop the whole run, where the paper alone must stop, named.
     """
     key = path[len(root) + 1 :]
     if os.path.isdir(path) and not os.path.islink(path):
@@ -339,7 +339,7 @@ def walk_keys(base: Path, prefix: str) -> Iterator[str]:
             dirs[:] = [d for d in dirs if d != TMP_DIR]
         rel_dir = dirpath[cut:].replace(os.sep, "/") if dirpath != root else ""
         for name in files:
-            if name.startswith(".tmp-"):  # older versions wrote temporaries in place
+            if name.startswith(".tmp-"):  # a leftover beside an object, never an object
                 continue
             rel = f"{rel_dir}/{name}" if rel_dir else name
             if rel.startswith(prefix):
