@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pith_pipeline.errors import StorageError
+from pith_pipeline.storage.base import Store, StoreWrapper
 
 #: The prefixes a run publishes under (events, bundles, their copies, pointers).
 PUBLISHED = ("events/", "pith/", ".well-known/", "arxiv/")
@@ -65,15 +66,13 @@ class WriteBudget:
             raise StorageError(f"PUT {key}: SlowDown (HTTP 503)", transient=True)
 
 
-class FailingStore:
+class FailingStore(StoreWrapper):
     """A real store whose writes fail as S3's do (SlowDown, transient) by a `WriteBudget`;
     reads and everything else pass through."""
 
-    def __init__(self, inner: Any, budget: WriteBudget) -> None:
-        self.inner, self.budget, self.url = inner, budget, inner.url
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    def __init__(self, inner: Store, budget: WriteBudget) -> None:
+        super().__init__(inner)
+        self.budget = budget
 
     def put(self, key: str, data: bytes, **kw: Any) -> None:
         self.budget.tick(key)
@@ -93,18 +92,16 @@ class Killed(BaseException):
     below catches it (it is not an `Exception`)."""
 
 
-class DyingStore:
+class DyingStore(StoreWrapper):
     """A real store whose process is killed at its `at`-th write (0-based) of a key
     under `only`: that write and every later one never happen. Each write step of a
     log append is a kill point: walk `at` over 0..N to kill between every two."""
 
-    def __init__(self, inner: Any, at: int, only: tuple[str, ...] = ("log/",)) -> None:
-        self.inner, self.at, self.only, self.url = inner, at, only, inner.url
+    def __init__(self, inner: Store, at: int, only: tuple[str, ...] = ("log/",)) -> None:
+        super().__init__(inner)
+        self.at, self.only = at, only
         self.writes = 0
         self.dead = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     def _tick(self, key: str) -> None:
         if self.dead:

@@ -180,7 +180,22 @@ def test_the_private_name_check_sees_both_forms() -> None:
 
 
 #: The top of every key a store holds (`core/layout.py` spells them).
-STORE_PREFIXES = ("events/", "pith/", ".well-known/", "arxiv/", "quarantine/", "runs/", "keys/certs/")
+STORE_PREFIXES = (
+    "events/",
+    "pith/",
+    ".well-known/",
+    "arxiv/",
+    "quarantine/",
+    "runs/",
+    "keys/certs/",
+    "assets/",
+    "log/",
+    "leases/",
+    "staging/",
+    "raw/",
+    "maintenance/",
+    ".tmp/",
+)
 
 
 def test_store_keys_are_built_only_by_the_layout_module() -> None:

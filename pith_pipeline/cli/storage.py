@@ -266,9 +266,6 @@ def compact(store: str, retention_hours: float, z_order: bool, lease_wait: float
         writer_lease(st, command="compact", papers=False, index=True, wait=lease_wait, on_wait=lease_notice),
         tqdm(desc="compact", unit="table", disable=None) as bar,
     ):
-        from pith_pipeline.storage.local import LocalStore
-
-        if isinstance(st, LocalStore):  # a killed writer's leftovers, wherever they are
-            st.sweep_temporary(published=True)
+        st.sweep_temporary(published=True)  # a killed writer's leftovers, wherever they are
         update = do_compact(st, retention_hours=retention_hours, z_order=z_order, progress=bar.update)
     click.echo(update.compact_line())

@@ -18,7 +18,14 @@ functions (the core imports no I/O), so the layout can be read on its own:
     quarantine/<run_id>.jsonl                   a run's rejected input, with reasons
     runs/<run_id>/manifest.json                 a finished run (written last)
     runs/backfill/<run_id>/chunk-<NNNN>.json    a backfill's finished chunks
-    index/<table>/...                           the Delta index tables
+    index/<table>/...                           the Delta index tables (each with its
+                                                _delta_log/ of version notes)
+    log/...                                     the transparency log (tiles, checkpoint)
+    leases/<name>.json                          writer leases (which process writes what)
+    staging/<run_id>/chunk-<NNNN>.jsonl         a window's staged build, until published
+    raw/<source>/...                            harvested input, kept as it came
+    maintenance/verify-watermark.json           the run manifests already checked
+    .tmp/                                       a local store's temporary files (no key)
 """
 
 from __future__ import annotations
@@ -34,8 +41,24 @@ QUARANTINE = "quarantine/"
 RUNS = "runs/"
 INDEX = "index/"
 ASSETS = "assets/"
+LOG = "log/"
+LEASES = "leases/"
+STAGING = "staging/"
+RAW = "raw/"
+MAINTENANCE = "maintenance/"
+CERTIFICATES = "keys/certs/"
+#: The check's watermark (`maintenance.verify_changes`).
+VERIFY_WATERMARK = f"{MAINTENANCE}verify-watermark.json"
+#: Objects derived from the events, which a rebuild re-derives: bundles, states,
+#: pages, their `.well-known` copies, page assets and arXiv pointers.
+DERIVED = (BUNDLES, WELL_KNOWN, POINTERS, ASSETS)
+#: Where a paper's objects are, each under `<prefix><ID>/`.
+SUBJECTS = (EVENTS, BUNDLES, WELL_KNOWN)
 #: The store's home page (at its root: `/` on a static host with an index document).
 HOME_PAGE = "index.html"
+#: Reserved for a store's own temporary files (a local store writes each object there
+#: first): no object key starts with it.
+TEMPORARY = ".tmp/"
 #: The name of a record's page inside `pith/<ID>/`, so `/pith/<ID>/` serves it.
 PAGE_NAME = "index.html"
 
@@ -96,7 +119,7 @@ def pointer_key(arxiv_id: str) -> str:
 
 def certificate_key(key_id: str) -> str:
     """The certificate of a short-lived (certified) key, beside the key document."""
-    return f"keys/certs/{key_id}.json"
+    return f"{CERTIFICATES}{key_id}.json"
 
 
 def quarantine_key(run_id: str) -> str:
@@ -127,3 +150,49 @@ def backfill_prefix(run_id: str) -> str:
 def backfill_chunk_key(run_id: str, index: int) -> str:
     """One finished chunk of a backfill."""
     return f"{backfill_prefix(run_id)}chunk-{index:04d}.json"
+
+
+def lease_key(name: str) -> str:
+    """A writer lease's object (`storage.lease`)."""
+    return f"{LEASES}{name}.json"
+
+
+def staging_prefix(run_id: str) -> str:
+    """Where a window's staged build lives until it is published."""
+    return f"{STAGING}{run_id}/"
+
+
+def staged_key(run_id: str, index: int, token: str = "") -> str:
+    """A staged chunk. `token` (each build its own) keeps apart two runs of one window
+    building at once: each reads and deletes only the staged chunks it wrote."""
+    return f"{staging_prefix(run_id)}chunk-{index:04d}{'-' + token if token else ''}.jsonl"
+
+
+def staged_rejects_key(staged: str) -> str:
+    """Where the staged chunk `staged` keeps its quarantine entries: an object of its
+    own, so the header (read by every later task) stays small however much was rejected."""
+    return staged.removesuffix(".jsonl") + ".rejects.jsonl"
+
+
+# -- parsing keys back ------------------------------------------------------------
+
+
+def pointer_id(key: str) -> str | None:
+    """The arXiv id a pointer key names (`pointer_key`'s inverse), or None."""
+    if key.startswith(POINTERS) and key.endswith(".json"):
+        return key[len(POINTERS) : -len(".json")]
+    return None
+
+
+def subject_of(key: str) -> tuple[str, str] | None:
+    """(prefix, record ID) of a key under one of `SUBJECTS` (`events/<ID>/...`,
+    `pith/<ID>/...`, `.well-known/pith/<ID>/...`), or None."""
+    for prefix in SUBJECTS:
+        if key.startswith(prefix):
+            return prefix, key[len(prefix) :].split("/", 1)[0]
+    return None
+
+
+def is_derived(key: str) -> bool:
+    """Whether a rebuild re-derives the object (`DERIVED`)."""
+    return key.startswith(DERIVED)

@@ -15,24 +15,16 @@ from typing import Any
 import pyarrow as pa
 
 from pith_pipeline.errors import StorageError
-from pith_pipeline.index.delta import Location, unwrap
+from pith_pipeline.index.delta import Location
 from pith_pipeline.index.schema import TableSpec
 from pith_pipeline.storage.base import Store
 
 
 def arrow_source(store: Store) -> tuple[Any, str]:
     """(pyarrow filesystem, root path) of a local or S3 store."""
-    from pith_pipeline.storage.local import LocalStore
-
-    real = unwrap(store)
-    if isinstance(real, LocalStore):
-        from pyarrow import fs as pafs
-
-        return pafs.LocalFileSystem(), str(real.root)
-    opener = getattr(real, "arrow_filesystem", None)
-    if callable(opener):
-        result: tuple[Any, str] = opener()
-        return result
+    found = store.arrow_filesystem()
+    if found is not None:
+        return found
     raise StorageError(f"{store.url}: the index can only be read from a local directory or an s3:// store")
 
 

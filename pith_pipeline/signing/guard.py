@@ -25,24 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from pith_pipeline.core.bundle import PUBLIC_KEY_FILE
-from pith_pipeline.core.keys import PublicKey
+from pith_pipeline.core.keys import PublicKey, read_key_document
 from pith_pipeline.errors import KeyFileError
+from pith_pipeline.storage.base import Store
 
 MAX_LISTED = 3  # keys named in the refusal; a long history is summarised
 
 
-def local_store_root(store: Any) -> Path | None:
-    """The directory of a local store, looking through wrappers that read through to
-    one (`StagingStore.base`); None for S3 and other remote stores."""
-    from pith_pipeline.storage.local import LocalStore
-
-    for _depth in range(8):  # wrappers nest shallowly; a cycle must not hang
-        if isinstance(store, LocalStore):
-            return store.root
-        store = getattr(store, "base", None)
-        if store is None:
-            return None
-    return None
+def local_store_root(store: Store) -> Path | None:
+    """The directory of a local store, through wrappers that read through to one
+    (`Store.local_root`); None for S3 and other remote stores."""
+    return store.local_root()
 
 
 def signer_key_files(signer: Any) -> list[Path]:
@@ -70,7 +63,7 @@ def refuse_key_file_inside(key_file: Path, store_root: Path) -> None:
         )
 
 
-def refuse_key_inside_store(signer: Any, store: Any) -> None:
+def refuse_key_inside_store(signer: Any, store: Store) -> None:
     """Refuse a signer whose local key file lives in a local store's directory."""
     root = local_store_root(store)
     if root is None:
@@ -93,7 +86,7 @@ def spec_key_file(spec: str | None) -> Path | None:
     return Path(rest) if not sep or "/" in scheme or scheme.startswith(".") else None
 
 
-def refuse_key_spec_inside_store(spec: str | None, store: Any) -> None:
+def refuse_key_spec_inside_store(spec: str | None, store: Store) -> None:
     """Refuse a signer spec (the log's, which is opened only when a run ends) whose
     local key file lives in a local store's directory, before anything is written."""
     root = local_store_root(store)
@@ -144,8 +137,6 @@ def refuse_lost_default_key(store: Any, key_file: Path) -> None:
     lists keys, making a new one would only lead to the refusal above, with a fresh
     unused key left behind. Say what to do instead.
     """
-    from pith_pipeline.core.keys import read_key_document
-
     data = store.get(PUBLIC_KEY_FILE)
     if not data:
         return

@@ -35,6 +35,4 @@ def check_io_concurrency(n: int) -> int:
 def reserve_connections(store: Store, n: int) -> None:
     """Let the store keep `n` connections open (S3: boto3's `max_pool_connections`),
     so that `n` requests in flight do not queue for, or churn, a smaller pool."""
-    method = getattr(store, "reserve_connections", None)
-    if method is not None:
-        method(n)
+    store.reserve_connections(n)

@@ -36,31 +36,41 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
 import secrets
-import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
 from pith_pipeline import config
 from pith_pipeline.config import LeaseConfigError as LeaseConfigError
 from pith_pipeline.config import wait_seconds as wait_seconds
+from pith_pipeline.core.canonical_json import dumps_pretty, loads
+from pith_pipeline.core.layout import LEASES, lease_key
 from pith_pipeline.errors import StorageError, TransientError, WriteConflictError
-from pith_pipeline.storage.base import Store, barrier
+from pith_pipeline.storage.base import Store, StoreWrapper, barrier
+
+# runs/, tlog/ and cli/ import these two from here
+from pith_pipeline.storage.lease_holders import default_owner as default_owner
+from pith_pipeline.storage.lease_holders import (
+    describe_owner,
+    holder_is_dead,
+    iso,
+    one_line,
+    parse_iso,
+)
+from pith_pipeline.storage.lease_holders import live_run_ids as live_run_ids
 
 log = logging.getLogger(__name__)
 
 #: Papers are split into this many shards by a stable hash of the arXiv id. Fixed for
 #: every store: two writers must agree on which papers a shard holds.
 SHARDS = 16
-LEASE_PREFIX = "leases/"
+LEASE_PREFIX = LEASES
 INDEX_LEASE = "index"
 #: The transparency log's lease: held from reading the log to moving its checkpoint.
 LOG_LEASE = "log"
@@ -139,82 +149,6 @@ class LeaseLostError(TransientError):
     """This writer's lease expired or was taken over: it must stop writing."""
 
 
-def _one_line(exc: BaseException) -> str:
-    """An exception as one line: its message, else its type (never a traceback)."""
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse_iso(text: Any) -> float | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
-
-
-def _boot_id() -> str:
-    """This machine's boot id (Linux): with the host name, it tells whether a lease's
-    holder ran on this very machine since its last boot, so its pid can be checked."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-
-
-def default_owner(run_id: str = "", command: str = "") -> dict[str, Any]:
-    """Who holds a lease, for the message another writer sees (never a secret)."""
-    return {
-        "host": socket.gethostname(),
-        "boot_id": _boot_id(),
-        "pid": os.getpid(),
-        "run_id": run_id,
-        "command": command,
-    }
-
-
-def holder_is_dead(doc: dict[str, Any]) -> bool:
-    """Whether the lease's holder is a process of this machine that no longer runs.
-
-    Why: a writer killed with SIGKILL leaves its lease until the TTL runs out; on the
-    same machine (same host name and boot id) we can see at once that its process is
-    gone, so the next run (an operator's rerun, Airflow's retry) need not wait.
-    """
-    owner = doc.get("owner")
-    if not isinstance(owner, dict):
-        return False
-    boot = _boot_id()
-    pid = owner.get("pid")
-    if not boot or owner.get("boot_id") != boot or owner.get("host") != socket.gethostname():
-        return False
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
-def describe_owner(doc: dict[str, Any]) -> str:
-    owner = doc.get("owner") if isinstance(doc.get("owner"), dict) else {}
-    assert isinstance(owner, dict)
-    parts = [f"{owner.get('host', '?')} pid {owner.get('pid', '?')}"]
-    if owner.get("command"):
-        parts.append(str(owner["command"]))
-    if owner.get("run_id"):
-        parts.append(f"run {owner['run_id']}")
-    return ", ".join(parts)
-
-
 @dataclass(slots=True)
 class _Held:
     name: str
@@ -267,14 +201,12 @@ class WriterLease:
 
     # -- documents ---------------------------------------------------------------
     def _doc(self, name: str, token: str, acquired: float, expires: float) -> bytes:
-        from pith_pipeline.core.canonical_json import dumps_pretty
-
         doc = {
             "lease": name,
             "owner": self.owner,
             "token": token,
-            "acquired_at": _iso(acquired),
-            "expires_at": _iso(expires),
+            "acquired_at": iso(acquired),
+            "expires_at": iso(expires),
         }
         return dumps_pretty(doc) + b"\n"
 
@@ -285,8 +217,6 @@ class WriterLease:
             return None
         data, tag = got
         try:
-            from pith_pipeline.core.canonical_json import loads
-
             doc = loads(data)
         except ValueError:
             return None, tag
@@ -311,13 +241,11 @@ class WriterLease:
             raise
         # the next writer removes what killed ones left in the store's `.tmp/` (a local
         # store; only files of writers that are gone: `LocalStore.sweep_temporary`)
-        sweep = getattr(self.store, "sweep_temporary", None)
-        if sweep is not None:
-            sweep()
+        self.store.sweep_temporary()
         return self
 
     def _acquire_one(self, name: str, deadline: float) -> _Held:
-        key = f"{LEASE_PREFIX}{name}.json"
+        key = lease_key(name)
         token = secrets.token_hex(16)
         announced = False
         while True:
@@ -336,7 +264,7 @@ class WriterLease:
             if current is None:
                 continue  # released in between: try again at once
             doc, tag = current
-            expires = _parse_iso(doc.get("expires_at")) if doc else None
+            expires = parse_iso(doc.get("expires_at")) if doc else None
             dead = doc is not None and holder_is_dead(doc)
             if doc is None or expires is None or expires < self.now() or dead:
                 if doc is not None:
@@ -409,7 +337,7 @@ class WriterLease:
             try:
                 self.renew()
             except BaseException as exc:  # recorded, never a traceback: `check` stops the run
-                self._lose(f"lease could not be renewed ({_one_line(exc)})")
+                self._lose(f"lease could not be renewed ({one_line(exc)})")
                 return
 
     def _lose(self, why: str) -> None:
@@ -436,12 +364,12 @@ class WriterLease:
                     h.tag, h.expires_at = got[1], start + self.ttl
                 except StorageError as exc:
                     if not exc.transient:
-                        self._lose(f"lease {h.key} could not be renewed ({_one_line(exc)})")
+                        self._lose(f"lease {h.key} could not be renewed ({one_line(exc)})")
                         return
                     # a transient failure: keep trying until it expires (`check`)
                     log.warning("could not renew lease %s: %s", h.key, exc)
                 except Exception as exc:  # anything else is a loss, recorded for `check`
-                    self._lose(f"lease {h.key} could not be renewed ({_one_line(exc)})")
+                    self._lose(f"lease {h.key} could not be renewed ({one_line(exc)})")
                     return
 
     def valid_until(self) -> float:
@@ -463,7 +391,7 @@ class WriterLease:
         """Raise `LeaseLostError` when this writer may no longer write."""
         if self._lost is None and self._held and self.now() > self.valid_until():
             soonest = min(h.expires_at for h in self._held)
-            self._lost = f"lease expired at {_iso(soonest)} without renewal"
+            self._lost = f"lease expired at {iso(soonest)} without renewal"
         if self._lost is not None:
             raise LeaseLostError(f"{self.store.url}: {self._lost}; stopped writing (run again to finish)")
 
@@ -476,11 +404,7 @@ class WriterLease:
         return LeasedStore(store, self.check)
 
 
-#: Methods of a store (required and optional) that write, delete or replace objects.
-_WRITES = frozenset({"put", "put_once", "put_if_match", "delete", "put_copy", "put_file", "put_once_file"})
-
-
-class LeasedStore:
+class LeasedStore(StoreWrapper):
     """A store whose every write first checks a writer's lease (`check` raises
     `LeaseLostError` once it is lost or expired); reads pass through.
 
@@ -488,57 +412,15 @@ class LeasedStore:
     that only sees a store (the log append writes tiles, lookup objects and the
     checkpoint through it), so a writer that was suspended past its TTL and resumes
     stops before its next write instead of overwriting what another writer's
-    checkpoint names. `inner` is the real store (`index.delta.location` unwraps it).
+    checkpoint names.
     """
 
     def __init__(self, inner: Store, check: Callable[[], None]) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.check = check
 
-    def __repr__(self) -> str:
-        return f"LeasedStore({self.inner!r})"
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if name not in _WRITES:
-            return attr
-
-        def checked(*args: Any, **kwargs: Any) -> Any:
-            self.check()
-            return attr(*args, **kwargs)
-
-        return checked
-
-    def get(self, key: str) -> bytes | None:
-        return self.inner.get(key)
-
-    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
-        return self.inner.get_tagged(key)
-
-    def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
-
-    def list(self, prefix: str) -> Iterator[str]:
-        return self.inner.list(prefix)
-
-    def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
+    def before_write(self, key: str) -> None:
         self.check()
-        self.inner.put(key, data, content_type=content_type)
-
-    def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
-        self.check()
-        return self.inner.put_once(key, data, content_type=content_type)
-
-    def put_if_match(
-        self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
-    ) -> bool:
-        self.check()
-        return self.inner.put_if_match(key, data, tag, content_type=content_type)
-
-    def delete(self, key: str) -> None:
-        self.check()
-        self.inner.delete(key)
 
 
 #: Leases this process holds now (from `acquire` to `release`), for `check_writes`.
@@ -553,49 +435,11 @@ def check_writes(store: Store) -> None:
     version notes are made by deltalake from the store's location), so they too stop
     before their next write once the writer's lease is lost or expired; a writer with
     no lease on the store (a test, a read-only command) is not stopped."""
-    url = store.url
-    seen = 0
-    while seen < 8 and getattr(store, "inner", None) is not None:
-        store, seen = store.inner, seen + 1  # type: ignore[attr-defined]
+    urls = (store.url, store.unwrapped().url)
     with _ACTIVE_LOCK:
-        mine = [held for held in _ACTIVE if held.store.url in (url, store.url)]
+        mine = [held for held in _ACTIVE if held.store.url in urls]
     for held in mine:
         held.check()
-
-
-def held_leases(store: Store) -> list[dict[str, Any]]:
-    """Every lease object in the store, as written (for `status`)."""
-    from pith_pipeline.core.canonical_json import loads
-
-    out = []
-    for key in store.list(LEASE_PREFIX):
-        data = store.get(key)
-        if data is None:
-            continue
-        try:
-            doc = loads(data)
-        except ValueError:
-            doc = {"lease": key, "unreadable": True}
-        if isinstance(doc, dict):
-            out.append(doc)
-    return out
-
-
-def live_run_ids(store: Store, now: Callable[[], float] = time.time) -> set[str]:
-    """Run ids of writers holding a lease right now: not expired, and not a process of
-    this machine that is gone (`holder_is_dead`). A run between two of its steps (an
-    Airflow window between tasks) holds none and is not in the set."""
-    out: set[str] = set()
-    t = now()
-    for doc in held_leases(store):
-        expires = _parse_iso(doc.get("expires_at"))
-        owner = doc.get("owner")
-        if expires is None or expires < t or holder_is_dead(doc) or not isinstance(owner, dict):
-            continue
-        run_id = owner.get("run_id")
-        if isinstance(run_id, str) and run_id:
-            out.add(run_id)
-    return out
 
 
 def writer_lease(

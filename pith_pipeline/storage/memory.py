@@ -13,10 +13,11 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from pith_pipeline.errors import StorageError, WriteConflictError
+from pith_pipeline.errors import WriteConflictError
+from pith_pipeline.storage.base import Store, check_key
 
 
-class MemoryStore:
+class MemoryStore(Store):
     """Objects in memory; thread-safe, so worker threads may share one."""
 
     def __init__(self, url: str = "memory://") -> None:
@@ -27,25 +28,19 @@ class MemoryStore:
     def __repr__(self) -> str:
         return f"MemoryStore({self.url!r}, {len(self.objects)} objects)"
 
-    @staticmethod
-    def _check(key: str) -> str:
-        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in key.split("/")):
-            raise StorageError(f"invalid storage key {key!r}")
-        return key
-
     def get(self, key: str) -> bytes | None:
-        return self.objects.get(self._check(key))
+        return self.objects.get(check_key(key))
 
     def exists(self, key: str) -> bool:
-        return self._check(key) in self.objects
+        return check_key(key) in self.objects
 
     def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
         with self._lock:
-            self.objects[self._check(key)] = bytes(data)
+            self.objects[check_key(key)] = bytes(data)
 
     def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
         with self._lock:
-            have = self.objects.get(self._check(key))
+            have = self.objects.get(check_key(key))
             if have is None:
                 self.objects[key] = bytes(data)
                 return True
@@ -72,7 +67,7 @@ class MemoryStore:
 
     def delete(self, key: str) -> None:
         with self._lock:
-            self.objects.pop(self._check(key), None)
+            self.objects.pop(check_key(key), None)
 
     def get_tagged(self, key: str) -> tuple[bytes, str] | None:
         data = self.get(key)
@@ -82,7 +77,7 @@ class MemoryStore:
         self, key: str, data: bytes, tag: str | None, *, content_type: str = "application/json"
     ) -> bool:
         with self._lock:
-            have = self.objects.get(self._check(key))
+            have = self.objects.get(check_key(key))
             current = None if have is None else hashlib.sha256(have).hexdigest()
             if current != tag:
                 return False

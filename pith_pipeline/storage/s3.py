@@ -25,10 +25,18 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from pith_pipeline._internal.aws_env import region_from_env
 from pith_pipeline._internal.aws_errors import classify
 from pith_pipeline.errors import StorageError, WriteConflictError
-from pith_pipeline.storage.base import Digest
+from pith_pipeline.storage.base import (
+    Digest,
+    Store,
+    StoreLocation,
+    Writable,
+    check_key,
+    file_sha256,
+    too_large,
+)
+from pith_pipeline.storage.s3_client import content_type_for, error_code, make_client, retried
 
 #: botocore's own connection pool size, kept unless a loader asks for more.
 DEFAULT_MAX_CONNECTIONS = 10
@@ -36,24 +44,7 @@ DEFAULT_MAX_CONNECTIONS = 10
 CONFLICT_RETRIES = 5
 
 
-def content_type_for(key: str, default: str) -> str:
-    if key.endswith(".parquet"):
-        return "application/vnd.apache.parquet"
-    if key.endswith(".jsonl"):
-        return "application/x-ndjson"
-    if key.endswith(".json"):
-        return "application/json"
-    return default
-
-
-def _error_code(exc: Exception) -> tuple[str, int]:
-    response: dict[str, Any] = getattr(exc, "response", None) or {}
-    code = str(response.get("Error", {}).get("Code", ""))
-    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    return code, status
-
-
-class S3Store:
+class S3Store(Store):
     """Objects under `s3://bucket/prefix/`; keys are relative to the prefix."""
 
     def __init__(self, bucket: str, prefix: str = "", *, client: Any | None = None) -> None:
@@ -111,8 +102,7 @@ class S3Store:
         return self._max_connections
 
     def _key(self, key: str) -> str:
-        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in key.split("/")):
-            raise StorageError(f"invalid storage key {key!r}")
+        check_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _fail(self, op: str, key: str, exc: Exception) -> StorageError:
@@ -156,7 +146,7 @@ class S3Store:
         try:
             resp: dict[str, Any] = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
         except ClientError as exc:
-            code, status = _error_code(exc)
+            code, status = error_code(exc)
             if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
                 return None
             raise self._fail("GET", key, exc) from None
@@ -179,7 +169,7 @@ class S3Store:
         got = self.get_tagged(key)
         return None if got is None else got[0]
 
-    def read_into(self, key: str, out: Any) -> bool:
+    def read_into(self, key: str, out: Writable) -> bool:
         """`base.read_into`: the object's body to `out.write`, 1 MiB at a time."""
         from botocore.exceptions import BotoCoreError
 
@@ -200,8 +190,6 @@ class S3Store:
         """Like `get`, but an object over `limit` bytes is refused by its
         Content-Length, its body never read (`base.get_capped`)."""
         from botocore.exceptions import BotoCoreError
-
-        from pith_pipeline.storage.base import too_large
 
         resp = self._get_object(key)
         if resp is None:
@@ -227,7 +215,7 @@ class S3Store:
             self.client.head_object(Bucket=self.bucket, Key=self._key(key))
             return True
         except ClientError as exc:
-            code, status = _error_code(exc)
+            code, status = error_code(exc)
             if status == 404 and code != "NoSuchBucket":
                 return False
             raise self._fail("HEAD", key, exc) from None
@@ -310,8 +298,6 @@ class S3Store:
         self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"
     ) -> bool:
         """`put_once` of a file, streamed from disk by botocore (up to S3's 5 GB PUT)."""
-        from pith_pipeline.storage.base import file_sha256
-
         return self._put_once(
             key,
             content_type,
@@ -338,14 +324,14 @@ class S3Store:
                     self._put_object(key, data, content_type, IfNoneMatch="*")
                 return True
             except ClientError as exc:
-                code, status = _error_code(exc)
+                code, status = error_code(exc)
                 if status == 412 or code == "PreconditionFailed":
                     found = self._stored_sha256(key)
                     if found is None:  # deleted in between: try again
                         continue
                     if same(found):
                         # ours when botocore had sent it before (the response was lost)
-                        return _retried(exc)
+                        return retried(exc)
                     raise WriteConflictError(
                         f"{key} already exists in {self.url} with different content; "
                         "write-once objects are never overwritten"
@@ -381,7 +367,7 @@ class S3Store:
             self._put_object(key, data, content_type, **extra)
             return True
         except ClientError as exc:
-            code, status = _error_code(exc)
+            code, status = error_code(exc)
             if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
                 # a 412 whose stored bytes are ours: our own write, applied by S3 and
                 # retried by botocore after its response was lost (lease documents
@@ -401,67 +387,72 @@ class S3Store:
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("DELETE", key, exc) from None
 
-    # -- for readers that scan Parquet directly --------------------------------
+    # -- for readers and writers that reach the objects themselves -------------
+    def _frozen_credentials(self) -> Any | None:
+        """The credentials boto3 uses, resolved once by botocore's chain (frozen: a
+        refreshable role's current set), or None for anonymous access."""
+        if self._session is None:
+            self.client  # noqa: B018 - makes the session with the client
+        if self._session is None:  # a client given to the constructor
+            import boto3
+
+            self._session = boto3.session.Session()
+        creds = self._session.get_credentials()
+        return None if creds is None else creds.get_frozen_credentials()
+
+    def _custom_endpoint(self) -> str | None:
+        """The endpoint when one is configured (`AWS_ENDPOINT_URL[_S3]`), else None."""
+        if os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
+            return str(self.client.meta.endpoint_url)
+        return None
+
+    def object_store_options(self) -> dict[str, str]:
+        """The storage options (object_store's names, as deltalake takes them) that
+        reach this bucket with the same endpoint, region and credentials as boto3.
+
+        Why handed over in memory: deltalake and boto3 then always agree on who is
+        writing. The values are secrets: never log or show them.
+        """
+        opts: dict[str, str] = {"AWS_REGION": self.client.meta.region_name or "us-east-1"}
+        frozen = self._frozen_credentials()
+        if frozen is not None:
+            opts["AWS_ACCESS_KEY_ID"] = frozen.access_key
+            opts["AWS_SECRET_ACCESS_KEY"] = frozen.secret_key
+            if frozen.token:
+                opts["AWS_SESSION_TOKEN"] = frozen.token
+        else:
+            opts["AWS_SKIP_SIGNATURE"] = "true"
+        endpoint = self._custom_endpoint()
+        if endpoint is not None:
+            opts["AWS_ENDPOINT_URL"] = endpoint
+            opts["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"  # path style, as boto3 uses for MinIO/moto
+            if endpoint.startswith("http://"):
+                opts["AWS_ALLOW_HTTP"] = "true"
+        return opts
+
+    def _root(self) -> str:
+        return f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
+
+    def location(self) -> StoreLocation:
+        return StoreLocation(f"s3://{self._root()}", self.object_store_options(), False, self)
+
     def arrow_filesystem(self) -> tuple[Any, str]:
         """A pyarrow S3FileSystem on the same endpoint, region and credentials, and the root.
 
         Credentials are resolved once by botocore's chain and handed over in memory,
         so pyarrow and boto3 always agree on who is reading.
         """
-        from pyarrow import fs as pafs
+        from pyarrow import fs as pafs  # pyarrow only for a reader of Parquet
 
-        client = self.client
-        if self._session is None:
-            import boto3
-
-            self._session = boto3.session.Session()
-        creds = self._session.get_credentials()
-        kwargs: dict[str, Any] = {"region": client.meta.region_name or "us-east-1"}
-        if creds is not None:
-            frozen = creds.get_frozen_credentials()
+        kwargs: dict[str, Any] = {"region": self.client.meta.region_name or "us-east-1"}
+        frozen = self._frozen_credentials()
+        if frozen is not None:
             kwargs.update(
                 access_key=frozen.access_key, secret_key=frozen.secret_key, session_token=frozen.token
             )
         else:
             kwargs["anonymous"] = True
-        if os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
-            kwargs["endpoint_override"] = client.meta.endpoint_url
-        root = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
-        return pafs.S3FileSystem(**kwargs), root
-
-
-def _retried(exc: Exception) -> bool:
-    """Whether botocore sent the request more than once before this error: an
-    earlier attempt may have been applied by S3 and only its response lost."""
-    response = getattr(exc, "response", None) or {}
-    meta = response.get("ResponseMetadata") if isinstance(response, dict) else None
-    attempts = meta.get("RetryAttempts") if isinstance(meta, dict) else None
-    return isinstance(attempts, int) and attempts > 0
-
-
-def make_client(*, max_connections: int = 10) -> tuple[Any, Any]:
-    """A boto3 session and its S3 client: standard retry mode, bounded timeouts, a
-    connection pool of `max_connections` (one per request in flight)."""
-    try:
-        import boto3
-        from botocore.config import Config
-    except ImportError as exc:  # pragma: no cover - boto3 is a dependency
-        raise StorageError("s3:// stores need boto3 (pip install boto3)") from exc
-    custom_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    try:  # the standard variable, which an explicit retries config would otherwise hide
-        attempts = max(1, int(os.environ.get("AWS_MAX_ATTEMPTS", "5")))
-    except ValueError:
-        attempts = 5
-    config = Config(
-        retries={"mode": "standard", "max_attempts": attempts},
-        connect_timeout=10,
-        read_timeout=60,
-        max_pool_connections=max_connections,
-        # S3-compatible servers (MinIO, moto) rarely serve virtual-host names
-        s3={"addressing_style": "path"} if custom_endpoint else {},
-    )
-    try:
-        session = boto3.session.Session()
-        return session, session.client("s3", region_name=region_from_env(), config=config)
-    except Exception as exc:  # region/profile misconfiguration: name it, no secrets
-        raise StorageError(f"cannot create an S3 client: {type(exc).__name__}: {exc}") from None
+        endpoint = self._custom_endpoint()
+        if endpoint is not None:
+            kwargs["endpoint_override"] = endpoint
+        return pafs.S3FileSystem(**kwargs), self._root()

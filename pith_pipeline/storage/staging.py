@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from pith_pipeline.errors import StorageError, WriteConflictError
+from pith_pipeline.core.layout import staged_key, staged_rejects_key, staging_prefix
+from pith_pipeline.errors import WriteConflictError
+from pith_pipeline.storage.base import Store, check_key
 
-if TYPE_CHECKING:
-    from pith_pipeline.storage.base import Store
+#: the staged keys' names, spelled by `core.layout` (runs/steps.py imports them from here)
+__all__ = ["StagingStore", "staged_key", "staged_rejects_key", "staging_prefix"]
 
 
-class StagingStore:
+class StagingStore(Store):
     """Reads through to the published store; keeps every write in memory.
 
     Building against it sees exactly what a direct publish would, yet publishes
@@ -33,25 +33,18 @@ class StagingStore:
     def __repr__(self) -> str:
         return f"StagingStore({self.base!r}, {len(self.writes)} writes)"
 
-    @staticmethod
-    def _check(key: str) -> str:
-        """The same key rule as every back end, so a bad key fails here, not at publish."""
-        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in key.split("/")):
-            raise StorageError(f"invalid storage key {key!r}")
-        return key
-
     def get(self, key: str) -> bytes | None:
-        if self._check(key) in self.writes:
+        if check_key(key) in self.writes:
             return self.writes[key][0]
         return self.base.get(key)
 
     def exists(self, key: str) -> bool:
-        if self._check(key) in self.writes:
+        if check_key(key) in self.writes:
             return self.writes[key][0] is not None
         return self.base.exists(key)
 
     def put(self, key: str, data: bytes, *, content_type: str = "application/json") -> None:
-        once = self.writes.get(self._check(key), (b"", False))[1]
+        once = self.writes.get(check_key(key), (b"", False))[1]
         self.writes[key] = (bytes(data), once)
 
     def put_once(self, key: str, data: bytes, *, content_type: str = "application/json") -> bool:
@@ -66,18 +59,17 @@ class StagingStore:
         self.writes[key] = (bytes(data), True)
         return True
 
-    def put_once_file(
-        self, key: str, src: str | os.PathLike[str], *, content_type: str = "application/json"
-    ) -> bool:
-        """Staged writes are held in memory, so the file is read whole."""
-        return self.put_once(key, Path(src).read_bytes(), content_type=content_type)
+    def local_root(self) -> Path | None:
+        """The directory below: a key file inside it would be published with what
+        this build stages (`signing.guard`)."""
+        return self.base.local_root()
 
     def list(self, prefix: str) -> Iterator[str]:
         keys = set(self.base.list(prefix)) | {k for k in self.writes if k.startswith(prefix)}
         return iter(sorted(k for k in keys if self.writes.get(k, (b"", False))[0] is not None))
 
     def delete(self, key: str) -> None:
-        self.writes[self._check(key)] = (None, False)
+        self.writes[check_key(key)] = (None, False)
 
     def get_tagged(self, key: str) -> tuple[bytes, str] | None:
         data = self.get(key)
@@ -91,19 +83,3 @@ class StagingStore:
             return False
         self.put(key, data)
         return True
-
-
-def staging_prefix(run_id: str) -> str:
-    return f"staging/{run_id}/"
-
-
-def staged_rejects_key(staged: str) -> str:
-    """Where the staged chunk `staged` keeps its quarantine entries: an object of its
-    own, so the header (read by every later task) stays small however much was rejected."""
-    return staged.removesuffix(".jsonl") + ".rejects.jsonl"
-
-
-def staged_key(run_id: str, index: int, token: str = "") -> str:
-    """`token` (each build its own) keeps apart two runs of one window building at
-    once: each reads and deletes only the staged chunks it wrote."""
-    return f"{staging_prefix(run_id)}chunk-{index:04d}{'-' + token if token else ''}.jsonl"

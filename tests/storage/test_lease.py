@@ -21,13 +21,12 @@ from pith_pipeline.storage.lease import (
     LeaseLostError,
     WriterLease,
     default_owner,
-    held_leases,
-    holder_is_dead,
     parse_shards,
     shard_leases,
     shard_of,
     writer_lease,
 )
+from pith_pipeline.storage.lease_holders import held_leases, holder_is_dead
 
 
 @pytest.fixture(params=["local", "s3"])

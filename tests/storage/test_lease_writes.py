@@ -14,7 +14,7 @@ from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.pipeline import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage import lease as lease_mod
-from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.base import Store, StoreWrapper
 from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import LeaseLostError, WriterLease
 from pith_pipeline.tlog.log import LogSigner
@@ -34,16 +34,14 @@ class Clock:
         return time.time() + self.skew
 
 
-class PausesAtFirstWrite:
+class PausesAtFirstWrite(StoreWrapper):
     """Passes every call to `inner`; at the first write under `prefix`, the writer
     "pauses" for longer than its lease (the lease's clock jumps past its TTL)."""
 
     def __init__(self, inner: Store, prefix: str, clock: Clock) -> None:
-        self.inner, self.url, self.prefix, self.clock = inner, inner.url, prefix, clock
+        super().__init__(inner)
+        self.prefix, self.clock = prefix, clock
         self.writes: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     def _wrote(self, key: str) -> None:
         if key.startswith(self.prefix):

@@ -138,7 +138,7 @@ def test_the_next_writing_command_sweeps_a_killed_writers_temporary_files(tmp_pa
     """Issue 16 item 11: only `compact` swept `.tmp/`, though the next run must too.
     Every command that writes sweeps once it holds its lease; a live writer's file
     (a running process of this host) is kept."""
-    from pith_pipeline.storage.local import _host_tag
+    from pith_pipeline.storage.local_fs import host_tag as _host_tag
 
     store = tmp_path / "store"
     proc = subprocess.run([sys.executable, "-c", KILLED, str(store)], check=False)

@@ -129,7 +129,6 @@ def test_the_region_comes_from_aws_region_then_aws_default_region(
     the S3 client, the Delta tables and pyarrow all used us-east-1 while the operator
     had named another region. The same client is used everywhere, and the endpoint
     still comes from AWS_ENDPOINT_URL."""
-    from pith_pipeline.index.delta import s3_options
     from pith_pipeline.signing.kms import make_kms_client
 
     monkeypatch.delenv("AWS_REGION", raising=False)
@@ -140,7 +139,7 @@ def test_the_region_comes_from_aws_region_then_aws_default_region(
     assert isinstance(store, S3Store)
     assert store.client.meta.region_name == region
     assert store.client.meta.endpoint_url == s3_env
-    assert s3_options(store)["AWS_REGION"] == region
+    assert store.object_store_options()["AWS_REGION"] == region
     assert store.arrow_filesystem()[0].region == region
     assert make_kms_client().meta.region_name == region
     assert make_kms_client(region="ap-south-1").meta.region_name == "ap-south-1"  # an explicit one wins
