@@ -72,7 +72,7 @@ def _following_step(store: Any, subjects: list[str], io: int) -> int:
 
 def run_mode(bucket: str, items: list[Item], io: int, proxy: str, mode: str) -> dict[str, Any]:
     from pith_pipeline.loader import Loader
-    from pith_pipeline.pipeline import BuildConfig, Publisher
+    from pith_pipeline.publish import BuildConfig, Publisher
     from pith_pipeline.storage.concurrency import reserve_connections
     from pith_pipeline.storage.lease import writer_lease
     from pith_pipeline.storage.s3 import S3Store

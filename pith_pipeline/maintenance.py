@@ -52,7 +52,7 @@ def rebuild_from_events(
     """Re-derive bundles from the event store (when `bundles`), then the indexes."""
     from pith_pipeline.errors import IncompleteRunError
     from pith_pipeline.index.writer import reindex
-    from pith_pipeline.pipeline import BuildConfig, rebuild
+    from pith_pipeline.publish import BuildConfig, rebuild
     from pith_pipeline.runs.steps import run_signer, run_store
     from pith_pipeline.storage.lease import writer_lease
 

@@ -11,7 +11,7 @@ import click
 
 from pith_pipeline import config
 from pith_pipeline.errors import IncompleteRunError
-from pith_pipeline.pipeline import BuildConfig, RunSummary
+from pith_pipeline.publish import BuildConfig, RunSummary
 
 F = TypeVar("F", bound=Callable[..., Any])
 

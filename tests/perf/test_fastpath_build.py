@@ -19,7 +19,6 @@ import pytest
 import rfc8785
 from store_doubles import without_markers
 
-from pith_pipeline import pipeline as pipeline_mod
 from pith_pipeline.core import bundle as bundle_mod
 from pith_pipeline.core import canonical_json
 from pith_pipeline.core import events as events_mod
@@ -32,7 +31,7 @@ from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.merge import merge
 from pith_pipeline.errors import SigningError
 from pith_pipeline.items import Rejected
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import CANONICAL, EVENTS_THEN_BUNDLE, ONE_PASS, BuildConfig, Codec, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl, parse_line
 from pith_pipeline.storage.local import LocalStore
 from pith_pipeline.storage.memory import MemoryStore
@@ -54,8 +53,26 @@ def _ref_h(value: Any) -> str:
     return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
 
 
-def use_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """From here on (until monkeypatch undoes it), the build path is the straightforward one."""
+#: what the reference path writes with: `json.dumps`, not the canonical fast serializer
+REFERENCE_CODEC = Codec(
+    compact=lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode(),
+    pretty=lambda v: json.dumps(v, ensure_ascii=False, indent=2).encode(),
+)
+
+
+def reference_publisher(store: Any, config: BuildConfig, **kw: Any) -> Publisher:
+    """A publisher on the reference path: events then bundle, written with `json.dumps`."""
+    return Publisher(store, SIGNER, config, builder=EVENTS_THEN_BUNDLE, codec=REFERENCE_CODEC, **kw)
+
+
+def fast_publisher(store: Any, config: BuildConfig, **kw: Any) -> Publisher:
+    """A publisher as every run makes it (the defaults, named)."""
+    return Publisher(store, SIGNER, config, builder=ONE_PASS, codec=CANONICAL, **kw)
+
+
+def use_reference_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on (until monkeypatch undoes it), the core's hashing and merging are
+    the straightforward ones (the publisher's part is injected: `reference_publisher`)."""
     original_merge = merge_mod.merge
 
     def ref_merge(*args: Any, trusted: Any = (), **kw: Any) -> dict[str, Any]:
@@ -72,13 +89,6 @@ def use_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
         (bundle_mod, "dumps_trusted", rfc8785.dumps),
         (bundle_mod, "fast_safe", lambda v: False),
         (bundle_mod, "merge", ref_merge),
-        (
-            pipeline_mod,
-            "dumps_compact",
-            lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode(),
-        ),
-        (pipeline_mod, "dumps_pretty", lambda v: json.dumps(v, ensure_ascii=False, indent=2).encode()),
-        (Publisher, "fresh_path", False),
     ]:
         monkeypatch.setattr(mod, name, value)
     monkeypatch.setattr(
@@ -113,12 +123,10 @@ def hostile_records(sample_lines: list[str]) -> list[str]:
     return out
 
 
-def publish_lines(lines: list[str], path: Path) -> dict[str, bytes]:
+def publish_lines(lines: list[str], path: Path, make: Any = fast_publisher) -> dict[str, bytes]:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     store = MemoryStore()
-    pub = Publisher(
-        store, SIGNER, BuildConfig(registry_name="Test \u2028 Registry"), clock=Clock(), run_id="run-1"
-    )
+    pub = make(store, BuildConfig(registry_name="Test \u2028 Registry"), clock=Clock(), run_id="run-1")
     summary = pub.publish(iter_jsonl(path))
     assert summary.quarantined == 0
     return without_markers(store.objects)
@@ -135,9 +143,9 @@ def test_fast_path_writes_the_reference_bytes(
     lines = sample_lines + hostile_records(sample_lines)
     assert bundle_mod.dumps_trusted is canonical_json.dumps_trusted  # the fast path, first
     fast_output = publish_lines(lines, tmp_path / "in.jsonl")
-    use_reference_path(monkeypatch)
+    use_reference_core(monkeypatch)
     assert bundle_mod.dumps_trusted is rfc8785.dumps
-    ref = publish_lines(lines, tmp_path / "ref.jsonl")
+    ref = publish_lines(lines, tmp_path / "ref.jsonl", reference_publisher)
     assert sorted(ref) == sorted(fast_output)
     for key, data in ref.items():
         assert fast_output[key] == data, key
@@ -164,18 +172,18 @@ def test_superseding_run_writes_the_reference_bytes(
         versions=[*obj["versions"], {"version": "v2", "created": obj["versions"][0]["created"]}],
     )
 
-    def two_runs() -> dict[str, bytes]:
+    def two_runs(make: Any) -> dict[str, bytes]:
         store = MemoryStore()
         clock = Clock()
         for i, rec in enumerate((obj, v2)):
             p = tmp_path / f"run{i}.jsonl"
             p.write_text(json.dumps(rec) + "\n", encoding="utf-8")
-            Publisher(store, SIGNER, BuildConfig(), clock=clock, run_id=f"r{i}").publish(iter_jsonl(p))
+            make(store, BuildConfig(), clock=clock, run_id=f"r{i}").publish(iter_jsonl(p))
         return without_markers(store.objects)
 
-    fast = two_runs()
-    use_reference_path(monkeypatch)
-    ref = two_runs()
+    fast = two_runs(fast_publisher)
+    use_reference_core(monkeypatch)
+    ref = two_runs(reference_publisher)
     assert sorted(fast) == sorted(ref)
     for key, data in ref.items():
         assert fast[key] == data, key
