@@ -55,7 +55,7 @@ from pith_pipeline.core import pith_record as record_mod
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import FreshBuilder, Identity, build_record_events, sign_bundle
 from pith_pipeline.core.keys import Ed25519Signer, Signer
-from pith_pipeline.publish import EVENTS_THEN_BUNDLE, ONE_PASS, BuildConfig, Codec, Publisher, RecordBuilder
+from pith_pipeline.publish import ONE_PASS, REFERENCE, BuildConfig, Codec, Publisher, RecordBuilder
 from pith_pipeline.sources.jsonl import parse_line
 from pith_pipeline.tlog.pending import PENDING
 
@@ -177,7 +177,7 @@ def run_project(
     records: list[ArxivRecord], signer: Signer, digest: bool = False, reference: bool = False
 ) -> DigestStore:
     store = DigestStore(digest)
-    builder: RecordBuilder = EVENTS_THEN_BUNDLE if reference else ONE_PASS
+    builder: RecordBuilder = REFERENCE if reference else ONE_PASS
     codec = REFERENCE_CODEC if reference else Codec()
     pub = Publisher(
         store, signer, BuildConfig(), clock=lambda: NOW, run_id="bench", builder=builder, codec=codec

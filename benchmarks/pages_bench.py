@@ -81,8 +81,8 @@ def run_mode(bucket: str, items: list[Item], io: int, proxy: str, mode: str) -> 
     signer = Ed25519Signer(bytes(range(32)), "bench-key")
     pub = Publisher(store, signer, BuildConfig(), io_concurrency=io)
     if mode != "inside":  # the store without pages
-        pub._put_page = lambda *a, **k: None  # type: ignore[method-assign]
-        pub.ensure_page = lambda *a, **k: False  # type: ignore[method-assign]
+        pub.writer.put_page = lambda *a, **k: None  # type: ignore[method-assign]
+        pub.writer.ensure_page = lambda *a, **k: False  # type: ignore[method-assign]
         pub.publish_assets = lambda: None  # type: ignore[method-assign]
     proxy_counts(proxy)
     with writer_lease(store, command="bench", run_id=pub.summary.run_id) as lease:

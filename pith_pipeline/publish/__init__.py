@@ -13,7 +13,7 @@ the serializer), `keys` (the key document), `known` (what is known absent),
 coordinator) and `rebuild`.
 """
 
-from pith_pipeline.publish.build import EVENTS_THEN_BUNDLE, ONE_PASS, RecordBuilder
+from pith_pipeline.publish.build import EVENTS_THEN_BUNDLE, ONE_PASS, REFERENCE, RecordBuilder
 from pith_pipeline.publish.context import CANONICAL, Codec, Paper
 from pith_pipeline.publish.publisher import Publisher
 from pith_pipeline.publish.rebuild import rebuild
@@ -32,6 +32,7 @@ __all__ = [
     "EVENTS_THEN_BUNDLE",
     "MAX_PROBLEMS",
     "ONE_PASS",
+    "REFERENCE",
     "BuildConfig",
     "Codec",
     "LeaseCheck",

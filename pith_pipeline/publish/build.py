@@ -1,11 +1,14 @@
 """Building and writing a record the store has no `record_created` of yet.
 
-Two ways give the same bytes, and a `Publisher` is given one (`builder=`):
+The ways give the same bytes, and a `Publisher` is given one (`builder=`):
 - `ONE_PASS` (every run): a paper with no stored event is built, hashed and signed
   in one pass by the core's `FreshBuilder`, its per-run parts made once per run;
-- `EVENTS_THEN_BUNDLE` (the reference): the record's events are built, then its
-  bundle is merged from them like any other; a paper with stored events always goes
-  this way. Tests and `benchmarks/build_bench.py` run it to check the first.
+- `EVENTS_THEN_BUNDLE`: the record's events are built, then its bundle is merged
+  from them and the stored ones, trusting the events it just signed; a paper with
+  stored events always goes this way;
+- `REFERENCE`: the same, trusting nothing (every event re-hashed and re-verified in
+  the merge, the bundle hashed on the slow path). Tests and
+  `benchmarks/build_bench.py` run it to check the others.
 
 Either way the signer's first signature is verified and the bundle's index rows are
 checked before any object of the record is written.
@@ -109,10 +112,13 @@ def events_then_bundle(
     now: datetime,
     supersedes: list[str],
     existing: list[dict[str, Any]] | None = None,
+    *,
+    trust_own: bool = True,
 ) -> list[dict[str, Any]]:
-    """`RecordBuilder` of the reference path, and the way of a paper with stored events
-    (`existing`): the record's events are built, its bundle merged from them and the
-    stored ones, and its index rows checked before any of its events is written."""
+    """`RecordBuilder` of a paper with stored events (`existing`): the record's events
+    are built, its bundle merged from them and the stored ones, and its index rows
+    checked before any of its events is written. `trust_own`: the merge skips
+    re-hashing and re-verifying the events just signed (False: the reference)."""
     built = build_record_events(
         ident,
         parts.signer,
@@ -122,8 +128,9 @@ def events_then_bundle(
         builder_version=parts.config.builder_version,
     )
     parts.keys.check_signer(built.events[0])
+    trusted = built.events if trust_own else None
     bundle = parts.bundles.signed(
-        ident.subject, (existing or []) + built.events, built.aliases, trusted=built.events
+        ident.subject, (existing or []) + built.events, built.aliases, trusted=trusted
     )
     parts.writer.remember_checked_rows(bundle, check_index_rows(bundle))
     for ev in built.events:
@@ -133,7 +140,17 @@ def events_then_bundle(
     return built.events
 
 
+def reference(
+    parts: BuildParts, paper: Paper, ident: Identity, now: datetime, supersedes: list[str]
+) -> list[dict[str, Any]]:
+    """`RecordBuilder` of the straightforward reference: events then bundle, nothing
+    trusted."""
+    return events_then_bundle(parts, paper, ident, now, supersedes, trust_own=False)
+
+
 #: the builder of every run
 ONE_PASS: RecordBuilder = one_pass
-#: the straightforward reference (tests and benchmarks compare the two)
+#: events, then the bundle merged from them (as for a paper with stored events)
 EVENTS_THEN_BUNDLE: RecordBuilder = events_then_bundle
+#: the straightforward reference (tests and benchmarks compare it with the others)
+REFERENCE: RecordBuilder = reference

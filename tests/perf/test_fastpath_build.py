@@ -31,7 +31,7 @@ from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.merge import merge
 from pith_pipeline.errors import SigningError
 from pith_pipeline.items import Rejected
-from pith_pipeline.publish import CANONICAL, EVENTS_THEN_BUNDLE, ONE_PASS, BuildConfig, Codec, Publisher
+from pith_pipeline.publish import CANONICAL, ONE_PASS, REFERENCE, BuildConfig, Codec, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl, parse_line
 from pith_pipeline.storage.local import LocalStore
 from pith_pipeline.storage.memory import MemoryStore
@@ -61,8 +61,9 @@ REFERENCE_CODEC = Codec(
 
 
 def reference_publisher(store: Any, config: BuildConfig, **kw: Any) -> Publisher:
-    """A publisher on the reference path: events then bundle, written with `json.dumps`."""
-    return Publisher(store, SIGNER, config, builder=EVENTS_THEN_BUNDLE, codec=REFERENCE_CODEC, **kw)
+    """A publisher on the reference path: events then bundle, nothing trusted, written
+    with `json.dumps`."""
+    return Publisher(store, SIGNER, config, builder=REFERENCE, codec=REFERENCE_CODEC, **kw)
 
 
 def fast_publisher(store: Any, config: BuildConfig, **kw: Any) -> Publisher:
@@ -71,13 +72,9 @@ def fast_publisher(store: Any, config: BuildConfig, **kw: Any) -> Publisher:
 
 
 def use_reference_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    """From here on (until monkeypatch undoes it), the core's hashing and merging are
-    the straightforward ones (the publisher's part is injected: `reference_publisher`)."""
-    original_merge = merge_mod.merge
-
-    def ref_merge(*args: Any, trusted: Any = (), **kw: Any) -> dict[str, Any]:
-        return original_merge(*args, **kw)
-
+    """From here on (until monkeypatch undoes it), the core's hashing is the
+    straightforward one (rfc8785). The publisher's part, nothing trusted and `json.dumps`
+    output, is injected (`reference_publisher`)."""
     for mod, name, value in [
         (record_mod, "dumps_trusted", rfc8785.dumps),
         (events_mod, "canonical_sha256", _ref_h),
@@ -86,9 +83,6 @@ def use_reference_core(monkeypatch: pytest.MonkeyPatch) -> None:
         (merge_mod, "dumps_trusted", rfc8785.dumps),
         (merge_mod, "fast_safe", lambda v: False),
         (bundle_mod, "dumps", rfc8785.dumps),
-        (bundle_mod, "dumps_trusted", rfc8785.dumps),
-        (bundle_mod, "fast_safe", lambda v: False),
-        (bundle_mod, "merge", ref_merge),
     ]:
         monkeypatch.setattr(mod, name, value)
     monkeypatch.setattr(
@@ -141,10 +135,10 @@ def test_fast_path_writes_the_reference_bytes(
     tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lines = sample_lines + hostile_records(sample_lines)
-    assert bundle_mod.dumps_trusted is canonical_json.dumps_trusted  # the fast path, first
+    assert bundle_mod.dumps is canonical_json.dumps  # the fast path, first
     fast_output = publish_lines(lines, tmp_path / "in.jsonl")
     use_reference_core(monkeypatch)
-    assert bundle_mod.dumps_trusted is rfc8785.dumps
+    assert bundle_mod.dumps is rfc8785.dumps
     ref = publish_lines(lines, tmp_path / "ref.jsonl", reference_publisher)
     assert sorted(ref) == sorted(fast_output)
     for key, data in ref.items():
