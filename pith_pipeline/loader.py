@@ -303,7 +303,7 @@ class UntilDamaged(Iterator[T]):
 
     Why: a reader raises `DamagedInputError` (a truncated `.gz`, see `sources/jsonl.py`)
     in the middle of a batch (`batches` reads 256 ahead); raised through the loop, it
-    dropped the records read before it, never published, and every reject, never
+    would drop the records read before it, never published, and every reject, never
     quarantined. The loop ends at the damage as at the end of the input, publishes
     what it read, and the caller raises `damage` afterwards.
     """

@@ -72,6 +72,8 @@ def rotate_keys(pub: Publisher, now: str) -> list[str]:
 
 @dataclass(slots=True)
 class ReissueSummary:
+    """What a re-issue did: records (subjects) seen, and what it re-signed."""
+
     subjects: int = 0
     events_resigned: int = 0
     receipts_reissued: int = 0
@@ -108,9 +110,12 @@ class Reissuer:
         self.summary = ReissueSummary()
 
     def subjects(self) -> list[str]:
+        """The ids of every subject with stored events (`events/<ID>/`), sorted."""
         return sorted({k.split("/")[1] for k in self.store.list("events/")})
 
     def run(self, *, workers: int = 8, progress: Callable[[int], None] | None = None) -> ReissueSummary:
+        """Rotate the store's other root keys, then re-issue every subject on `workers`
+        threads (`progress(1)` after each); safe to run again."""
         self.summary.rotated = rotate_keys(self.pub, iso_micros(self.clock()))
         bodies = self.subjects()
 
@@ -128,10 +133,13 @@ class Reissuer:
         return self.summary
 
     def _ours(self, ev: dict[str, Any]) -> bool:
+        """An event signed by this registry with a key of the store's."""
         signer = ev.get("signer") or {}
         return signer.get("signer_type") == "pith_registry" and signer.get("key_id") in self.pub.keys
 
     def reissue_body(self, body: str) -> None:
+        """Re-sign one subject's events, re-issue its receipts and re-sign its bundles,
+        each write fenced by the run's lease; what is already done is left alone."""
         if self.pub.lease is not None:  # a writer whose lease is gone stops here
             self.pub.lease.check()
         events = self.pub.subject_events(body)
@@ -181,11 +189,12 @@ class Reissuer:
         self.summary.subjects += 1
 
     def _bundle_signed_by_me(self, subject: str) -> bool:
-
-        raw = self.store.get(bundle_paths(PithNumber.parse(subject).body)[0])
+        """The subject's published bundle is signed by the new key."""
+        key = bundle_paths(PithNumber.parse(subject).body)[0]
+        raw = self.store.get(key)
         if raw is None:
             return False
-        bundle = loads_stored(raw, bundle_paths(PithNumber.parse(subject).body)[0])
+        bundle = loads_stored(raw, key)
         sig = bundle.get("bundle_signature") if isinstance(bundle, dict) else None
         return isinstance(sig, dict) and sig.get("key_id") == self.signer.key_id
 

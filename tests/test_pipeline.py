@@ -827,3 +827,24 @@ def test_a_build_never_rewrites_a_deleted_pointer_without_the_papers_other_versi
     list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
     assert failures == [] and pointer.read_bytes() == genuine
     assert list(audit_store(LocalStore(store))) == []
+
+
+def test_a_log_key_given_inside_the_store_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log key is handed to the publisher (`log_signer_spec`), not read from the
+    environment deep inside: given, a key file inside the store is refused at once;
+    only in the environment, the publisher does not see it (the command's edge does)."""
+    from pith_pipeline.errors import KeyFileError
+    from pith_pipeline.publish import rebuild
+
+    store = tmp_path / "store"
+    inside = store / "log-keys" / "pith-private-key.json"
+    with pytest.raises(KeyFileError, match="inside the store"):
+        Publisher(LocalStore(store), SIGNER, BuildConfig(), log_signer_spec=f"file:{inside}")
+    with pytest.raises(KeyFileError, match="inside the store"):
+        list(rebuild(LocalStore(store), SIGNER, BuildConfig(), log_signer_spec=str(inside)))
+    assert not store.exists() or not any(store.rglob("*.json"))
+    monkeypatch.setenv("PITH_LOG_SIGNER", str(inside))
+    Publisher(LocalStore(store), SIGNER, BuildConfig()).publish_key_document()
+    assert (store / "pith-signing-key.json").is_file()
