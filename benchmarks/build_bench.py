@@ -48,7 +48,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gen_records import generate
 
-from pith_pipeline import pipeline as pipeline_mod
 from pith_pipeline.core import bundle as bundle_mod
 from pith_pipeline.core import events as events_mod
 from pith_pipeline.core import merge as merge_mod
@@ -56,7 +55,7 @@ from pith_pipeline.core import pith_record as record_mod
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import FreshBuilder, Identity, build_record_events, sign_bundle
 from pith_pipeline.core.keys import Ed25519Signer, Signer
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import ONE_PASS, REFERENCE, BuildConfig, Codec, Publisher, RecordBuilder
 from pith_pipeline.sources.jsonl import parse_line
 from pith_pipeline.tlog.pending import PENDING
 
@@ -140,7 +139,8 @@ _ORIGINAL_MERGE = merge_mod.merge
 
 @contextlib.contextmanager
 def reference_path() -> Iterator[None]:
-    """Swap every fast path for the straightforward one (rfc8785, json, no trust)."""
+    """Swap the core's fast paths for the straightforward ones (rfc8785, no trust); the
+    publisher's part is injected (`run_project(..., reference=True)`)."""
     patches: list[tuple[Any, str, Any]] = [
         (record_mod, "dumps_trusted", rfc8785.dumps),
         (events_mod, "canonical_sha256", _ref_h),
@@ -152,9 +152,6 @@ def reference_path() -> Iterator[None]:
         (bundle_mod, "dumps_trusted", rfc8785.dumps),
         (bundle_mod, "fast_safe", lambda v: False),
         (bundle_mod, "merge", _ref_merge),
-        (pipeline_mod, "dumps_compact", _ref_compact),
-        (pipeline_mod, "dumps_pretty", _ref_pretty),
-        (Publisher, "fresh_path", False),
     ]
     saved = [(m, name, getattr(m, name)) for m, name, _ in patches]
     try:
@@ -172,9 +169,19 @@ def reference_path() -> Iterator[None]:
 
 
 # -- the three measured paths ----------------------------------------------------
-def run_project(records: list[ArxivRecord], signer: Signer, digest: bool = False) -> DigestStore:
+#: what the reference path writes with (json, not the canonical fast serializer)
+REFERENCE_CODEC = Codec(compact=_ref_compact, pretty=_ref_pretty)
+
+
+def run_project(
+    records: list[ArxivRecord], signer: Signer, digest: bool = False, reference: bool = False
+) -> DigestStore:
     store = DigestStore(digest)
-    pub = Publisher(store, signer, BuildConfig(), clock=lambda: NOW, run_id="bench")
+    builder: RecordBuilder = REFERENCE if reference else ONE_PASS
+    codec = REFERENCE_CODEC if reference else Codec()
+    pub = Publisher(
+        store, signer, BuildConfig(), clock=lambda: NOW, run_id="bench", builder=builder, codec=codec
+    )
     for rec in records:
         pub.publish_record(rec)
         pub.summary.written.clear()  # the run's ledger is not what is measured here
@@ -183,7 +190,7 @@ def run_project(records: list[ArxivRecord], signer: Signer, digest: bool = False
 
 def run_reference(records: list[ArxivRecord], signer: Signer, digest: bool = False) -> DigestStore:
     with reference_path():
-        return run_project(records, signer, digest)
+        return run_project(records, signer, digest, reference=True)
 
 
 def _fold(h: Any, parts: list[bytes]) -> None:

@@ -55,7 +55,7 @@ def straightforward(input_path: Path, out: Path, key_path: str) -> int:
     from pith_pipeline.clock import system_clock
     from pith_pipeline.core.builder import Identity, build_record_events, sign_bundle
     from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths
-    from pith_pipeline.pipeline import BuildConfig
+    from pith_pipeline.publish import BuildConfig
     from pith_pipeline.signing.factory import open_signer
     from pith_pipeline.sources.jsonl import Rejected, parse_line
 

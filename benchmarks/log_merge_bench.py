@@ -48,7 +48,7 @@ def templates(papers: int) -> list[tuple[str, str, str, bytes]]:
 
     from pith_pipeline.core.keys import Ed25519Signer
     from pith_pipeline.index.sink import log_entries_of
-    from pith_pipeline.pipeline import BuildConfig, Publisher
+    from pith_pipeline.publish import BuildConfig, Publisher
     from pith_pipeline.sources.jsonl import iter_jsonl
     from pith_pipeline.storage.memory import MemoryStore
 

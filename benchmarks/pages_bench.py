@@ -72,7 +72,7 @@ def _following_step(store: Any, subjects: list[str], io: int) -> int:
 
 def run_mode(bucket: str, items: list[Item], io: int, proxy: str, mode: str) -> dict[str, Any]:
     from pith_pipeline.loader import Loader
-    from pith_pipeline.pipeline import BuildConfig, Publisher
+    from pith_pipeline.publish import BuildConfig, Publisher
     from pith_pipeline.storage.concurrency import reserve_connections
     from pith_pipeline.storage.lease import writer_lease
     from pith_pipeline.storage.s3 import S3Store
@@ -81,8 +81,8 @@ def run_mode(bucket: str, items: list[Item], io: int, proxy: str, mode: str) -> 
     signer = Ed25519Signer(bytes(range(32)), "bench-key")
     pub = Publisher(store, signer, BuildConfig(), io_concurrency=io)
     if mode != "inside":  # the store without pages
-        pub._put_page = lambda *a, **k: None  # type: ignore[method-assign]
-        pub.ensure_page = lambda *a, **k: False  # type: ignore[method-assign]
+        pub.writer.put_page = lambda *a, **k: None  # type: ignore[method-assign]
+        pub.writer.ensure_page = lambda *a, **k: False  # type: ignore[method-assign]
         pub.publish_assets = lambda: None  # type: ignore[method-assign]
     proxy_counts(proxy)
     with writer_lease(store, command="bench", run_id=pub.summary.run_id) as lease:

@@ -176,7 +176,7 @@ def run_mode(
 ) -> dict[str, Any]:
     """Publish `items` into a fresh prefix as `build` does; time and count requests."""
     from pith_pipeline.loader import Loader
-    from pith_pipeline.pipeline import BuildConfig, Publisher
+    from pith_pipeline.publish import BuildConfig, Publisher
     from pith_pipeline.runs.manifest import finish_run
     from pith_pipeline.storage.lease import writer_lease
     from pith_pipeline.storage.s3 import S3Store

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.core.layout import backfill_chunk_key, backfill_prefix
-from pith_pipeline.pipeline import RunSummary
+from pith_pipeline.publish import RunSummary
 from pith_pipeline.runs.backfill_plan import harvest_for, plan_backfill, plan_chunks_for
 from pith_pipeline.storage.base import Store
 

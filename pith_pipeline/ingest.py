@@ -23,7 +23,7 @@ from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.items import Rejected
 from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
-from pith_pipeline.pipeline import BuildConfig, LeaseCheck, Publisher, RunSummary
+from pith_pipeline.publish import BuildConfig, LeaseCheck, Publisher, RunSummary
 from pith_pipeline.runs.windows import window_from_options
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.sources.oai import (

@@ -62,7 +62,7 @@ T = TypeVar("T")
 
 
 class Tally(Protocol):
-    """A run's counts as the loop sees them (`pipeline.RunSummary`): each paper a
+    """A run's counts as the loop sees them (`publish.RunSummary`): each paper a
     thread publishes is counted on its own and added to the run's by the loop."""
 
     def add(self, other: Self, /) -> object: ...
@@ -76,7 +76,7 @@ Done = tuple[int, "dict[str, Any] | None", S | None, BaseException | None]
 
 
 class Publishing(Protocol[S_co]):
-    """What the loop asks of the publisher it drives (`pipeline.Publisher`).
+    """What the loop asks of the publisher it drives (`publish.Publisher`).
 
     The contract: `publish_item` and `publish_counted` decide what happens to one
     record, and may run on several threads at once for different papers (never two
@@ -188,7 +188,7 @@ class _Concurrent(Generic[S]):
     """One concurrent loop: a thread pool, per-paper queues, and a results queue.
 
     Only the calling thread touches the run's summary and calls `progress`: each
-    paper is counted in a summary of its own (`Publisher.counting`) that the calling
+    paper is counted in a summary of its own (`Publisher.publish_counted`) that the calling
     thread adds to the run's (`RunSummary.add`), so spilled ledgers and progress
     bars are only ever used from the thread that made them.
     """
@@ -303,7 +303,7 @@ class UntilDamaged(Iterator[T]):
 
     Why: a reader raises `DamagedInputError` (a truncated `.gz`, see `sources/jsonl.py`)
     in the middle of a batch (`batches` reads 256 ahead); raised through the loop, it
-    dropped the records read before it, never published, and every reject, never
+    would drop the records read before it, never published, and every reject, never
     quarantined. The loop ends at the damage as at the end of the input, publishes
     what it read, and the caller raises `damage` afterwards.
     """

@@ -69,7 +69,7 @@ def rebuild_from_events(
     """Re-derive bundles from the event store (when `bundles`), then the indexes."""
     # lazy: the index 240 ms, the publisher 80 ms at import (python -X importtime)
     from pith_pipeline.index.writer import reindex
-    from pith_pipeline.pipeline import BuildConfig, rebuild
+    from pith_pipeline.publish import BuildConfig, rebuild
     from pith_pipeline.runs.steps import run_signer, run_store
 
     store = store or run_store(settings)

@@ -49,7 +49,7 @@ from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import InputError, TransientError
 from pith_pipeline.items import Item, Rejected
 from pith_pipeline.loader import Loader, UntilDamaged
-from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
+from pith_pipeline.publish import BuildConfig, Publisher, RunSummary
 from pith_pipeline.storage.base import Store, barrier
 from pith_pipeline.storage.lease import LeaseLostError
 

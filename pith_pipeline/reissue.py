@@ -1,5 +1,5 @@
 """Key rotation and receipt re-issue: the loader re-signing a store (beside
-`pipeline.Publisher`, which it drives; `signing/` holds only the signers).
+`publish.Publisher`, which it drives; `signing/` holds only the signers).
 
 Rotation: the store's `pith-signing-key.json` lists every key that ever signed
 there; rotating to a new key sets `rotates_at` on the keys it replaces (their
@@ -17,7 +17,7 @@ turn the old and the new `record_created` into an equivocation. So re-issue:
    is write-once, so the re-signed copy is a new object beside the original:
    `events/<ID>/<content_sha256>.sig-<key_id>.json`. The merge keeps the first
    copy of an id whose signature verifies; bundles carry the most recently signed
-   copy (`pipeline._dedupe_sorted`).
+   copy (`publish.bundles.dedupe_sorted`).
 2. publishes the re-issued receipt (new `key_id`, `signature_b64`, `signed_at`,
    `last_reissued_at`; the same `canonical_sha256` and `first_computed_at`) in a
    new `correction` event, payload `{"kind": "receipt_reissued", "record_created":
@@ -53,7 +53,7 @@ from pith_pipeline.core.layout import bundle_paths, event_key, resigned_event_ke
 from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.core.timeutil import Clock, iso_micros, iso_seconds
 from pith_pipeline.core.verify import RECEIPT_REISSUED
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.storage.base import Store
 
 
@@ -72,6 +72,8 @@ def rotate_keys(pub: Publisher, now: str) -> list[str]:
 
 @dataclass(slots=True)
 class ReissueSummary:
+    """What a re-issue did: records (subjects) seen, and what it re-signed."""
+
     subjects: int = 0
     events_resigned: int = 0
     receipts_reissued: int = 0
@@ -90,18 +92,30 @@ class Reissuer:
     """Re-signs one store's events, receipts and bundles with a new key."""
 
     def __init__(
-        self, store: Store, signer: Signer, config: BuildConfig | None = None, *, clock: Clock = system_clock
+        self,
+        store: Store,
+        signer: Signer,
+        config: BuildConfig | None = None,
+        *,
+        clock: Clock = system_clock,
+        log_signer_spec: str | None = None,
     ) -> None:
-        self.pub = Publisher(store, signer, config, clock=clock, rotating=True)
+        """`log_signer_spec`: the log key the command ends with (as for `Publisher`)."""
+        self.pub = Publisher(
+            store, signer, config, clock=clock, rotating=True, log_signer_spec=log_signer_spec
+        )
         self.store = store
         self.signer = signer
         self.clock = clock
         self.summary = ReissueSummary()
 
     def subjects(self) -> list[str]:
+        """The ids of every subject with stored events (`events/<ID>/`), sorted."""
         return sorted({k.split("/")[1] for k in self.store.list("events/")})
 
     def run(self, *, workers: int = 8, progress: Callable[[int], None] | None = None) -> ReissueSummary:
+        """Rotate the store's other root keys, then re-issue every subject on `workers`
+        threads (`progress(1)` after each); safe to run again."""
         self.summary.rotated = rotate_keys(self.pub, iso_micros(self.clock()))
         bodies = self.subjects()
 
@@ -119,10 +133,13 @@ class Reissuer:
         return self.summary
 
     def _ours(self, ev: dict[str, Any]) -> bool:
+        """An event signed by this registry with a key of the store's."""
         signer = ev.get("signer") or {}
         return signer.get("signer_type") == "pith_registry" and signer.get("key_id") in self.pub.keys
 
     def reissue_body(self, body: str) -> None:
+        """Re-sign one subject's events, re-issue its receipts and re-sign its bundles,
+        each write fenced by the run's lease; what is already done is left alone."""
         if self.pub.lease is not None:  # a writer whose lease is gone stops here
             self.pub.lease.check()
         events = self.pub.subject_events(body)
@@ -150,7 +167,7 @@ class Reissuer:
                     base64.b64encode(sig).decode("ascii"),
                 ),
             }
-            self.pub._put_once(
+            self.pub.put_once(
                 resigned_event_key(body, e["content_sha256"], self.signer.key_id), dumps_compact(copy)
             )
             events.append(copy)
@@ -160,7 +177,7 @@ class Reissuer:
             mine = [e for e in events if e["subject_pith_number"] == subject]
             extra = self._reissue_receipt(subject, mine, now)
             if extra is not None:
-                self.pub._put_once(event_key(body, extra["content_sha256"]), dumps_compact(extra))
+                self.pub.put_once(event_key(body, extra["content_sha256"]), dumps_compact(extra))
                 mine.append(extra)
                 events.append(extra)
                 self.summary.receipts_reissued += 1
@@ -172,11 +189,12 @@ class Reissuer:
         self.summary.subjects += 1
 
     def _bundle_signed_by_me(self, subject: str) -> bool:
-
-        raw = self.store.get(bundle_paths(PithNumber.parse(subject).body)[0])
+        """The subject's published bundle is signed by the new key."""
+        key = bundle_paths(PithNumber.parse(subject).body)[0]
+        raw = self.store.get(key)
         if raw is None:
             return False
-        bundle = loads_stored(raw, bundle_paths(PithNumber.parse(subject).body)[0])
+        bundle = loads_stored(raw, key)
         sig = bundle.get("bundle_signature") if isinstance(bundle, dict) else None
         return isinstance(sig, dict) and sig.get("key_id") == self.signer.key_id
 
@@ -229,6 +247,8 @@ def reissue(
     clock: Clock = system_clock,
     workers: int = 8,
     progress: Callable[[int], None] | None = None,
+    log_signer_spec: str | None = None,
 ) -> ReissueSummary:
     """Rotate to `signer` and re-sign every receipt, event and bundle in `store`."""
-    return Reissuer(store, signer, config, clock=clock).run(workers=workers, progress=progress)
+    reissuer = Reissuer(store, signer, config, clock=clock, log_signer_spec=log_signer_spec)
+    return reissuer.run(workers=workers, progress=progress)

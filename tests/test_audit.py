@@ -24,7 +24,7 @@ from pith_pipeline.core.canonical_json import dumps_compact
 from pith_pipeline.core.events import finalize_event, sign_event
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.verify import Report
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.local import LocalStore
 

@@ -307,7 +307,7 @@ def test_log_signer_reaches_the_run_end_without_the_environment(monkeypatch: pyt
 
 def test_cli_defaults_are_the_table_defaults() -> None:
     from pith_pipeline.parallel import DEFAULT_CHUNK
-    from pith_pipeline.pipeline import BuildConfig
+    from pith_pipeline.publish import BuildConfig
 
     assert str(DEFAULT_CHUNK) == BY_NAME["worker_chunk"].default
     b = BuildConfig()

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from pith_pipeline._internal.disk_backed import Ledger, SpillList, iter_sorted, sorted_unique
-from pith_pipeline.pipeline import RunSummary
+from pith_pipeline.publish import RunSummary
 
 WORDS = ["pith:2019:B", "pith:2019:A", "\u00e9", "\u4e2d", "\U0001f600", "Z", "a", "pith:2019:A"]
 

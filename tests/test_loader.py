@@ -19,7 +19,7 @@ from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.verify import verify_bundle
 from pith_pipeline.errors import InputError, StorageError
 from pith_pipeline.loader import Loader
-from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
+from pith_pipeline.publish import BuildConfig, Publisher, RunSummary
 from pith_pipeline.sources.jsonl import Item, parse_line
 from pith_pipeline.storage.concurrency import check_io_concurrency, default_io_concurrency
 from pith_pipeline.storage.memory import MemoryStore

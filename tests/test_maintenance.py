@@ -21,7 +21,7 @@ from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.errors import VerificationError
 from pith_pipeline.maintenance import WATERMARK_KEY, verify_changes, verify_sample
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.runs.manifest import finish_run
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.local import LocalStore

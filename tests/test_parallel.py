@@ -21,7 +21,7 @@ from pith_pipeline.clock import system_clock
 from pith_pipeline.errors import KeyFileError, StorageError
 from pith_pipeline.ingest import Ingest
 from pith_pipeline.parallel import ParallelPublisher, sequential_reason, worker_for
-from pith_pipeline.pipeline import Publisher
+from pith_pipeline.publish import Publisher
 from pith_pipeline.signing.local import generate_key, load_signer
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.local import LocalStore

@@ -13,7 +13,7 @@ from testclock import StepClock
 from pith_pipeline.core.canonical_json import dumps_compact
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.verify import verify_bundle
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import EVENTS_THEN_BUNDLE, ONE_PASS, BuildConfig, Publisher, RecordBuilder
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.local import LocalStore
 
@@ -28,13 +28,14 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
     }
 
 
-def publish(root: Path, path: Path, start: datetime | None = None) -> Any:
+def publish(root: Path, path: Path, start: datetime | None = None, builder: RecordBuilder = ONE_PASS) -> Any:
     pub = Publisher(
         LocalStore(root),
         SIGNER,
         BuildConfig(),
         clock=StepClock(start or datetime(2026, 7, 1, tzinfo=UTC)),
         run_id="run-1",
+        builder=builder,
     )
     return pub.publish(iter_jsonl(path))
 
@@ -220,7 +221,6 @@ def test_a_newer_version_built_first_is_still_linked_when_the_older_arrives(
 def test_an_unexpected_error_in_one_record_quarantines_it_and_builds_the_rest(
     tmp_path: Path, sample_lines: list[str], monkeypatch: Any
 ) -> None:
-    from pith_pipeline import pipeline
     from pith_pipeline.core.builder import Identity
 
     victim = json.loads(sample_lines[1])["id"]
@@ -231,7 +231,7 @@ def test_an_unexpected_error_in_one_record_quarantines_it_and_builds_the_rest(
             raise OverflowError("integer beyond what the canonical form allows")
         return real(rec)
 
-    monkeypatch.setattr(pipeline.Identity, "of", staticmethod(hostile))
+    monkeypatch.setattr(Identity, "of", staticmethod(hostile))
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(sample_lines[:3]) + "\n")
     summary = publish(tmp_path / "store", path)
@@ -329,17 +329,15 @@ def test_a_correction_stored_but_not_yet_in_its_bundle_is_added_on_rerun(
     assert verify_bundle(json.loads((store / "pith" / old_body / "bundle.json").read_bytes())).ok
 
 
-@pytest.mark.parametrize("fresh_path", [True, False], ids=["one-pass", "events-then-bundle"])
+@pytest.mark.parametrize("builder", [ONE_PASS, EVENTS_THEN_BUNDLE], ids=["one-pass", "events-then-bundle"])
 def test_a_record_whose_index_row_does_not_fit_is_quarantined_before_publishing(
-    tmp_path: Path, asset: Any, monkeypatch: Any, fresh_path: bool
+    tmp_path: Path, asset: Any, monkeypatch: Any, builder: RecordBuilder
 ) -> None:
     """Index rows are checked against the schemas before anything of a record is
     published, on either way of building it: one record can never make the index
     unbuildable."""
     from pith_pipeline.errors import InputError
     from pith_pipeline.index import rows
-
-    monkeypatch.setattr(Publisher, "fresh_path", fresh_path)
 
     real = rows.check_bundle
 
@@ -348,11 +346,11 @@ def test_a_record_whose_index_row_does_not_fit_is_quarantined_before_publishing(
             raise InputError("value out of range for int32", field="version")
         return real(bundle)
 
-    first = publish(tmp_path / "probe", asset("arxiv-sample.jsonl"))
+    first = publish(tmp_path / "probe", asset("arxiv-sample.jsonl"), builder=builder)
     victim = [sorted(first.pith_numbers)[3]]
     monkeypatch.setattr(rows, "check_bundle", check)
     store = tmp_path / "store"
-    summary = publish(store, asset("arxiv-sample.jsonl"))
+    summary = publish(store, asset("arxiv-sample.jsonl"), builder=builder)
     assert (summary.built, summary.quarantined) == (29, 1)
     body = victim[0].split(":")[2]
     assert not (store / "events" / body).exists() and not (store / "pith" / body).exists()
@@ -482,7 +480,7 @@ def test_a_deleted_stored_event_is_never_dropped_by_a_rebuild(
 ) -> None:
     """The published bundle lists an event the store lost: `rebuild` stops that paper,
     names the bundle, and re-signs nothing without the event."""
-    from pith_pipeline.pipeline import rebuild
+    from pith_pipeline.publish import rebuild
 
     store, _path, gone = _published_then_lost(tmp_path, sample_lines, "graph_snapshot")
     body = gone.parent.name
@@ -580,7 +578,7 @@ def test_a_command_touching_a_damaged_paper_never_ends_clean_while_verify_report
     that touches the paper either repairs it or names it and fails; it never ends
     clean leaving the damage (and never replaces the paper's bundle)."""
     from pith_pipeline.audit import audit_store
-    from pith_pipeline.pipeline import rebuild
+    from pith_pipeline.publish import rebuild
 
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(sample_lines[:3]) + "\n")
@@ -685,7 +683,7 @@ def test_rebuild_re_derives_a_tampered_arxiv_pointer_from_the_events(
     """arXiv pointers are derived from the event store, like bundles: `rebuild` writes
     the bytes the publisher wrote (it exited 0 leaving a pointer `verify` reported)."""
     from pith_pipeline.audit import audit_store
-    from pith_pipeline.pipeline import rebuild
+    from pith_pipeline.publish import rebuild
 
     obj = json.loads(sample_lines[-1])
     v1, v2 = tmp_path / "v1.jsonl", tmp_path / "v2.jsonl"
@@ -725,7 +723,7 @@ def test_rebuild_names_a_pointer_listing_a_paper_whose_events_are_gone(
     its bundle): that would drop the paper silently; it is named, and left."""
     import shutil
 
-    from pith_pipeline.pipeline import rebuild
+    from pith_pipeline.publish import rebuild
 
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(sample_lines[:3]) + "\n")
@@ -746,7 +744,7 @@ def test_rebuild_names_a_pointer_listing_a_paper_whose_events_are_gone(
 def test_rebuild_names_a_pointer_it_cannot_write_and_goes_on(tmp_path: Path, sample_lines: list[str]) -> None:
     """`arxiv/<archive>` a file where the pointer's directory goes: the pointer is named
     (exit 3 at the command line), not a store error that ends the rebuild."""
-    from pith_pipeline.pipeline import rebuild
+    from pith_pipeline.publish import rebuild
 
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(sample_lines[:3]) + "\n")
@@ -810,7 +808,7 @@ def test_a_build_never_rewrites_a_deleted_pointer_without_the_papers_other_versi
     name the other version (`supersedes`, a `correction`), so the pointer is named
     instead, and `rebuild` re-derives it whole."""
     from pith_pipeline.audit import audit_store
-    from pith_pipeline.pipeline import rebuild
+    from pith_pipeline.publish import rebuild
 
     obj = json.loads(sample_lines[-1])
     v1, v2 = tmp_path / "v1.jsonl", tmp_path / "v2.jsonl"
@@ -829,3 +827,24 @@ def test_a_build_never_rewrites_a_deleted_pointer_without_the_papers_other_versi
     list(rebuild(LocalStore(store), SIGNER, BuildConfig(), failures=failures))
     assert failures == [] and pointer.read_bytes() == genuine
     assert list(audit_store(LocalStore(store))) == []
+
+
+def test_a_log_key_given_inside_the_store_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log key is handed to the publisher (`log_signer_spec`), not read from the
+    environment deep inside: given, a key file inside the store is refused at once;
+    only in the environment, the publisher does not see it (the command's edge does)."""
+    from pith_pipeline.errors import KeyFileError
+    from pith_pipeline.publish import rebuild
+
+    store = tmp_path / "store"
+    inside = store / "log-keys" / "pith-private-key.json"
+    with pytest.raises(KeyFileError, match="inside the store"):
+        Publisher(LocalStore(store), SIGNER, BuildConfig(), log_signer_spec=f"file:{inside}")
+    with pytest.raises(KeyFileError, match="inside the store"):
+        list(rebuild(LocalStore(store), SIGNER, BuildConfig(), log_signer_spec=str(inside)))
+    assert not store.exists() or not any(store.rglob("*.json"))
+    monkeypatch.setenv("PITH_LOG_SIGNER", str(inside))
+    Publisher(LocalStore(store), SIGNER, BuildConfig()).publish_key_document()
+    assert (store / "pith-signing-key.json").is_file()

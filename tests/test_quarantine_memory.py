@@ -12,7 +12,7 @@ from pathlib import Path
 from pith_pipeline.core.canonical_json import dumps_compact
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.items import Item, Rejected
-from pith_pipeline.pipeline import Publisher
+from pith_pipeline.publish import Publisher
 from pith_pipeline.storage.local import LocalStore
 
 SIGNER = Ed25519Signer(bytes(range(32)), "quarantine-test")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pith_pipeline.backfill import BackfillResult
-from pith_pipeline.pipeline import MAX_PROBLEMS, RunSummary
+from pith_pipeline.publish import MAX_PROBLEMS, RunSummary
 
 
 def test_run_summaries_add_up() -> None:

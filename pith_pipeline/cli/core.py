@@ -34,7 +34,7 @@ from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import PublicKey
 from pith_pipeline.core.merge import merge
 from pith_pipeline.core.verify import FAIL, Report, verify_bundle
-from pith_pipeline.pipeline import Publisher, RunSummary
+from pith_pipeline.publish import Publisher, RunSummary
 from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.factory import open_store

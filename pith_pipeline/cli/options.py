@@ -13,7 +13,7 @@ import click
 from pith_pipeline import config
 from pith_pipeline.errors import IncompleteRunError
 from pith_pipeline.parallel import DEFAULT_CHUNK, usable_cores
-from pith_pipeline.pipeline import BuildConfig, RunSummary
+from pith_pipeline.publish import BuildConfig, RunSummary
 from pith_pipeline.storage.concurrency import MAX_IO_CONCURRENCY
 from pith_pipeline.storage.lease import LeaseConfigError, wait_seconds, writer_lease
 

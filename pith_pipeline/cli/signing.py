@@ -92,7 +92,7 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
     """
     from pith_pipeline.clock import system_clock
     from pith_pipeline.core.timeutil import iso_micros
-    from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.publish import Publisher
     from pith_pipeline.reissue import rotate_keys
     from pith_pipeline.signing.factory import open_signer
 

@@ -159,7 +159,7 @@ def rebuild(
       pith-pipeline rebuild --signer pith-keys/pith-private-key.json
     """
     from pith_pipeline.index import reindex as do_reindex
-    from pith_pipeline.pipeline import rebuild as do_rebuild
+    from pith_pipeline.publish import rebuild as do_rebuild
     from pith_pipeline.signing.factory import open_signer
 
     st = open_existing_store(store)

@@ -23,7 +23,7 @@ from pith_pipeline.core.timeutil import Clock, iso_seconds
 from pith_pipeline.errors import WriteConflictError
 from pith_pipeline.index.sink import RowSink
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
-from pith_pipeline.pipeline import RunSummary
+from pith_pipeline.publish import RunSummary
 from pith_pipeline.storage.base import Store, barrier, put_once_file
 
 

@@ -109,7 +109,7 @@ def build_chunk(
     from pith_pipeline.core.canonical_json import dumps_compact
     from pith_pipeline.items import Rejected
     from pith_pipeline.loader import Loader, numbered
-    from pith_pipeline.pipeline import BuildConfig, Publisher
+    from pith_pipeline.publish import BuildConfig, Publisher
     from pith_pipeline.storage.lease import parse_shards, writer_lease
 
     base = store or run_store(settings)
@@ -266,7 +266,7 @@ def publish_staged(
 
 def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any:
     """The window's `RunSummary`, rebuilt from its staged chunks (same on every retry)."""
-    from pith_pipeline.pipeline import RunSummary
+    from pith_pipeline.publish import RunSummary
 
     summary = RunSummary(run_id)
     headers: list[dict[str, Any]] = []

@@ -26,7 +26,7 @@ HEAVY = (
     "nacl",
     "httpx2",
     "pith_pipeline.index",
-    "pith_pipeline.pipeline",
+    "pith_pipeline.publish",
     "pith_pipeline.storage.s3",
     "pith_pipeline.sources.oai",
 )

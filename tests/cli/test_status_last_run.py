@@ -18,7 +18,7 @@ import pytest
 from cli_in_process import run_cli
 
 from pith_pipeline.index.status import status
-from pith_pipeline.pipeline import RunSummary
+from pith_pipeline.publish import RunSummary
 from pith_pipeline.runs.manifest import write_manifest
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.local import LocalStore

@@ -28,7 +28,7 @@ from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty
 from pith_pipeline.core.documents import Bundle, Event, KeyDocument, State
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.errors import IntegrityError
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.local import LocalStore
 

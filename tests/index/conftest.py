@@ -10,7 +10,7 @@ import pytest
 from index_helpers import Runner, fixed_clock
 
 from pith_pipeline.core.keys import Ed25519Signer
-from pith_pipeline.pipeline import Publisher, RunSummary
+from pith_pipeline.publish import Publisher, RunSummary
 from pith_pipeline.runs.manifest import finish_run
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.base import Store

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from pith_pipeline.pipeline import RunSummary
+from pith_pipeline.publish import RunSummary
 from pith_pipeline.storage.base import Store
 
 FIXED = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)

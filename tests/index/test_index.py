@@ -200,7 +200,7 @@ def test_rows_the_run_has_are_not_read_back(tmp_path: Path, sample: list[str], s
     from index_helpers import fixed_clock
 
     from pith_pipeline.index import RowSink
-    from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.publish import Publisher
     from pith_pipeline.runs.manifest import finish_run
     from pith_pipeline.sources.jsonl import iter_jsonl
 
@@ -235,7 +235,7 @@ def test_a_fresh_bundles_rows_are_made_once(
     import pith_pipeline.index.rows as rows_mod
     import pith_pipeline.index.sink as sink_mod
     from pith_pipeline.index import RowSink
-    from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.publish import Publisher
     from pith_pipeline.sources.jsonl import iter_jsonl
 
     calls: list[str] = []
@@ -602,7 +602,7 @@ def test_log_entries_merge_many_files_in_order_with_bounded_fan_in(
 
     import pith_pipeline.index.sink as sink_mod
     from pith_pipeline.index import RowSink
-    from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.publish import Publisher
     from pith_pipeline.sources.jsonl import iter_jsonl
 
     monkeypatch.setattr(sink_mod, "ENTRY_FAN_IN", 3)

@@ -19,7 +19,7 @@ from pith_pipeline.core.verify import verify_bundle
 from pith_pipeline.errors import StorageError, WriteConflictError
 from pith_pipeline.index import compact, run_query, status
 from pith_pipeline.index.writer import commit_key
-from pith_pipeline.pipeline import Publisher
+from pith_pipeline.publish import Publisher
 from pith_pipeline.runs.manifest import finish_run
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.base import Store
@@ -243,9 +243,10 @@ def test_finish_run_is_safe_to_repeat(any_store: Store, sample: list[str], run: 
 
 @pytest.mark.parametrize("n", [0, 1, 7])
 def test_run_manifest_streamed_equals_plain_json(tmp_path: Any, n: int) -> None:
+    from pith_pipeline._internal.disk_backed import Ledger
     from pith_pipeline.core.canonical_json import dumps_pretty
     from pith_pipeline.index.writer import IndexUpdate
-    from pith_pipeline.pipeline import Ledger, RunSummary
+    from pith_pipeline.publish import RunSummary
     from pith_pipeline.runs.manifest import write_manifest
 
     written = Ledger(limit=2)  # spilled to SQLite, as in a large run

@@ -403,7 +403,7 @@ def _listed(b: dict[str, Any]) -> list[PublicKey]:
 
 def signing_cases(work: Path) -> dict[str, Case]:
     """The rotation and certificate cases, on stores built here from the sample."""
-    from pith_pipeline.pipeline import BuildConfig, Publisher
+    from pith_pipeline.publish import BuildConfig, Publisher
     from pith_pipeline.reissue import reissue
     from pith_pipeline.signing.certified import CertifiedSigner
     from pith_pipeline.sources.jsonl import iter_jsonl

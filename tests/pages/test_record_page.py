@@ -18,7 +18,7 @@ from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.layout import page_key
 from pith_pipeline.pages.render import record_page
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import parse_line
 from pith_pipeline.storage.memory import MemoryStore
 

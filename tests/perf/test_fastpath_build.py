@@ -19,7 +19,6 @@ import pytest
 import rfc8785
 from store_doubles import without_markers
 
-from pith_pipeline import pipeline as pipeline_mod
 from pith_pipeline.core import bundle as bundle_mod
 from pith_pipeline.core import canonical_json
 from pith_pipeline.core import events as events_mod
@@ -32,7 +31,7 @@ from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.merge import merge
 from pith_pipeline.errors import SigningError
 from pith_pipeline.items import Rejected
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import CANONICAL, ONE_PASS, REFERENCE, BuildConfig, Codec, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl, parse_line
 from pith_pipeline.storage.local import LocalStore
 from pith_pipeline.storage.memory import MemoryStore
@@ -54,13 +53,28 @@ def _ref_h(value: Any) -> str:
     return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
 
 
-def use_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """From here on (until monkeypatch undoes it), the build path is the straightforward one."""
-    original_merge = merge_mod.merge
+#: what the reference path writes with: `json.dumps`, not the canonical fast serializer
+REFERENCE_CODEC = Codec(
+    compact=lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode(),
+    pretty=lambda v: json.dumps(v, ensure_ascii=False, indent=2).encode(),
+)
 
-    def ref_merge(*args: Any, trusted: Any = (), **kw: Any) -> dict[str, Any]:
-        return original_merge(*args, **kw)
 
+def reference_publisher(store: Any, config: BuildConfig, **kw: Any) -> Publisher:
+    """A publisher on the reference path: events then bundle, nothing trusted, written
+    with `json.dumps`."""
+    return Publisher(store, SIGNER, config, builder=REFERENCE, codec=REFERENCE_CODEC, **kw)
+
+
+def fast_publisher(store: Any, config: BuildConfig, **kw: Any) -> Publisher:
+    """A publisher as every run makes it (the defaults, named)."""
+    return Publisher(store, SIGNER, config, builder=ONE_PASS, codec=CANONICAL, **kw)
+
+
+def use_reference_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on (until monkeypatch undoes it), the core's hashing is the
+    straightforward one (rfc8785). The publisher's part, nothing trusted and `json.dumps`
+    output, is injected (`reference_publisher`)."""
     for mod, name, value in [
         (record_mod, "dumps_trusted", rfc8785.dumps),
         (events_mod, "canonical_sha256", _ref_h),
@@ -69,16 +83,6 @@ def use_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
         (merge_mod, "dumps_trusted", rfc8785.dumps),
         (merge_mod, "fast_safe", lambda v: False),
         (bundle_mod, "dumps", rfc8785.dumps),
-        (bundle_mod, "dumps_trusted", rfc8785.dumps),
-        (bundle_mod, "fast_safe", lambda v: False),
-        (bundle_mod, "merge", ref_merge),
-        (
-            pipeline_mod,
-            "dumps_compact",
-            lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode(),
-        ),
-        (pipeline_mod, "dumps_pretty", lambda v: json.dumps(v, ensure_ascii=False, indent=2).encode()),
-        (Publisher, "fresh_path", False),
     ]:
         monkeypatch.setattr(mod, name, value)
     monkeypatch.setattr(
@@ -113,12 +117,10 @@ def hostile_records(sample_lines: list[str]) -> list[str]:
     return out
 
 
-def publish_lines(lines: list[str], path: Path) -> dict[str, bytes]:
+def publish_lines(lines: list[str], path: Path, make: Any = fast_publisher) -> dict[str, bytes]:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     store = MemoryStore()
-    pub = Publisher(
-        store, SIGNER, BuildConfig(registry_name="Test \u2028 Registry"), clock=Clock(), run_id="run-1"
-    )
+    pub = make(store, BuildConfig(registry_name="Test \u2028 Registry"), clock=Clock(), run_id="run-1")
     summary = pub.publish(iter_jsonl(path))
     assert summary.quarantined == 0
     return without_markers(store.objects)
@@ -133,11 +135,11 @@ def test_fast_path_writes_the_reference_bytes(
     tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lines = sample_lines + hostile_records(sample_lines)
-    assert bundle_mod.dumps_trusted is canonical_json.dumps_trusted  # the fast path, first
+    assert bundle_mod.dumps is canonical_json.dumps  # the fast path, first
     fast_output = publish_lines(lines, tmp_path / "in.jsonl")
-    use_reference_path(monkeypatch)
-    assert bundle_mod.dumps_trusted is rfc8785.dumps
-    ref = publish_lines(lines, tmp_path / "ref.jsonl")
+    use_reference_core(monkeypatch)
+    assert bundle_mod.dumps is rfc8785.dumps
+    ref = publish_lines(lines, tmp_path / "ref.jsonl", reference_publisher)
     assert sorted(ref) == sorted(fast_output)
     for key, data in ref.items():
         assert fast_output[key] == data, key
@@ -164,18 +166,18 @@ def test_superseding_run_writes_the_reference_bytes(
         versions=[*obj["versions"], {"version": "v2", "created": obj["versions"][0]["created"]}],
     )
 
-    def two_runs() -> dict[str, bytes]:
+    def two_runs(make: Any) -> dict[str, bytes]:
         store = MemoryStore()
         clock = Clock()
         for i, rec in enumerate((obj, v2)):
             p = tmp_path / f"run{i}.jsonl"
             p.write_text(json.dumps(rec) + "\n", encoding="utf-8")
-            Publisher(store, SIGNER, BuildConfig(), clock=clock, run_id=f"r{i}").publish(iter_jsonl(p))
+            make(store, BuildConfig(), clock=clock, run_id=f"r{i}").publish(iter_jsonl(p))
         return without_markers(store.objects)
 
-    fast = two_runs()
-    use_reference_path(monkeypatch)
-    ref = two_runs()
+    fast = two_runs(fast_publisher)
+    use_reference_core(monkeypatch)
+    ref = two_runs(reference_publisher)
     assert sorted(fast) == sorted(ref)
     for key, data in ref.items():
         assert fast[key] == data, key

@@ -6,7 +6,8 @@ import pickle
 
 import pytest
 
-from pith_pipeline.pipeline import Ledger, RunSummary
+from pith_pipeline._internal.disk_backed import Ledger
+from pith_pipeline.publish import RunSummary
 
 
 @pytest.mark.parametrize("limit", [3, 10_000])

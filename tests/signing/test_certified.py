@@ -16,7 +16,7 @@ from testclock import StepClock
 from pith_pipeline.core.certificate import certificate_problem
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, read_key_document
 from pith_pipeline.core.verify import verify_bundle
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.signing.certified import CertifiedSigner
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.local import LocalStore

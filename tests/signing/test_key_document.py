@@ -10,7 +10,7 @@ from pith_pipeline.audit import keyring_of_store
 from pith_pipeline.cli import main
 from pith_pipeline.core.keys import read_key_document
 from pith_pipeline.errors import IntegrityError
-from pith_pipeline.pipeline import Publisher
+from pith_pipeline.publish import Publisher
 from pith_pipeline.signing.local import generate_key, load_signer
 from pith_pipeline.storage.local import LocalStore
 from pith_pipeline.storage.memory import MemoryStore

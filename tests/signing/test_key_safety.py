@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pith_pipeline.errors import KeyFileError
-from pith_pipeline.pipeline import Publisher
+from pith_pipeline.publish import Publisher
 from pith_pipeline.signing.local import PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, generate_key, load_signer
 from pith_pipeline.storage.local import LocalStore
 

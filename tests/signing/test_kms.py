@@ -195,7 +195,7 @@ def test_papers_in_flight_sign_with_kms_at_once(local_kms: LocalKmsServer) -> No
     (its rate limiter and call counter are locked), and every bundle verifies."""
     from pith_pipeline.core.canonical_json import loads
     from pith_pipeline.core.verify import verify_bundle
-    from pith_pipeline.pipeline import Publisher
+    from pith_pipeline.publish import Publisher
     from pith_pipeline.sources.jsonl import iter_jsonl
     from pith_pipeline.storage.memory import MemoryStore
 

@@ -17,7 +17,7 @@ from pith_pipeline.core.bundle import build_bundle
 from pith_pipeline.core.keys import Ed25519Signer, PublicKey, read_key_document
 from pith_pipeline.core.verify import verify_bundle
 from pith_pipeline.errors import InputError
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.reissue import reissue
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.local import LocalStore

@@ -15,7 +15,7 @@ from testclock import StepClock
 
 from pith_pipeline.cli import cli
 from pith_pipeline.core.keys import Ed25519Signer
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.signing.local import generate_key
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.memory import MemoryStore

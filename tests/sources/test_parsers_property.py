@@ -33,7 +33,7 @@ from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.pith_record import canonical_record
 from pith_pipeline.errors import InputError
 from pith_pipeline.items import Rejected
-from pith_pipeline.pipeline import Publisher
+from pith_pipeline.publish import Publisher
 from pith_pipeline.sources.arxivraw import Deleted, MalformedPageError, parse_page
 from pith_pipeline.sources.jsonl import parse_line
 from pith_pipeline.storage.memory import MemoryStore

@@ -15,7 +15,7 @@ import pytest
 from testclock import StepClock
 
 from pith_pipeline.core.keys import Ed25519Signer
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.factory import open_store
 

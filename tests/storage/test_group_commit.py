@@ -28,7 +28,7 @@ from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.layout import bundle_paths, is_run_manifest
 from pith_pipeline.core.pith_record import PithNumber
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage import local
 from pith_pipeline.storage.base import barrier

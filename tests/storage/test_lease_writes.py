@@ -11,7 +11,7 @@ import pytest
 from testclock import StepClock
 
 from pith_pipeline.core.keys import Ed25519Signer
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage import lease as lease_mod
 from pith_pipeline.storage.base import Store, StoreWrapper

@@ -75,7 +75,7 @@ def test_the_log_checkpoint_swap_survives_a_lost_response(
 
     from testclock import StepClock
 
-    from pith_pipeline.pipeline import BuildConfig, Publisher
+    from pith_pipeline.publish import BuildConfig, Publisher
     from pith_pipeline.sources.jsonl import iter_jsonl
     from pith_pipeline.tlog.log import LogSigner
     from pith_pipeline.tlog.pipeline import append_events, check_log_matches_event_store, event_store_keys

@@ -19,7 +19,7 @@ from testclock import StepClock
 
 from pith_pipeline.core.canonical_json import dumps, loads
 from pith_pipeline.errors import IntegrityError
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.memory import MemoryStore
 from pith_pipeline.tlog.check import check_log_matches_event_store

@@ -11,7 +11,7 @@ from testclock import StepClock
 
 from pith_pipeline.core.canonical_json import dumps, loads
 from pith_pipeline.core.keys import Ed25519Signer
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.memory import MemoryStore
 from pith_pipeline.tlog.log import LogSigner, append_entries, store_fetch

@@ -14,7 +14,7 @@ from typing import Any
 from testclock import StepClock
 
 from pith_pipeline.core.keys import Ed25519Signer
-from pith_pipeline.pipeline import BuildConfig, Publisher, RunSummary
+from pith_pipeline.publish import BuildConfig, Publisher, RunSummary
 from pith_pipeline.runs.manifest import write_manifest
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.lease import WriterLease, default_owner, shard_lease

@@ -16,7 +16,7 @@ from pith_pipeline.core.canonical_json import dumps, dumps_trusted, loads
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.errors import IntegrityError, KeyFileError
-from pith_pipeline.pipeline import BuildConfig, Publisher
+from pith_pipeline.publish import BuildConfig, Publisher
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.memory import MemoryStore
 from pith_pipeline.tlog import merkle

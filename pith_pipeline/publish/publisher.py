@@ -1,0 +1,310 @@
+"""`Publisher`: publishes records into a store with one signer, one instance per run.
+
+It decides what happens to one record (`publish_item`) and hands each paper an
+explicit context (`Paper`) through the parts that do the work: the key document
+(`keys`), checked reads (`reading`), fenced writes (`writing`), bundles and their
+repair (`bundles`), versions and supersession (`supersession`), new records (`build`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable
+from datetime import date
+from typing import Any
+
+from pith_pipeline._internal.quarantine_spool import QuarantineSpool
+from pith_pipeline.clock import system_clock
+from pith_pipeline.core.arxiv_record import ArxivRecord
+from pith_pipeline.core.builder import Identity
+from pith_pipeline.core.keys import PublicKey, Signer
+from pith_pipeline.core.layout import quarantine_key
+from pith_pipeline.core.timeutil import Clock
+from pith_pipeline.errors import IntegrityError, is_record_problem
+from pith_pipeline.items import Item, Rejected
+from pith_pipeline.loader import Loader
+from pith_pipeline.pages.site import publish_assets
+from pith_pipeline.publish.build import ONE_PASS, BuildParts, RecordBuilder, events_then_bundle
+from pith_pipeline.publish.bundles import Bundles
+from pith_pipeline.publish.context import CANONICAL, Codec, Paper
+from pith_pipeline.publish.keys import KeyBook
+from pith_pipeline.publish.known import KnownAbsent
+from pith_pipeline.publish.reading import StoredState
+from pith_pipeline.publish.rejects import build_failure, utc_today
+from pith_pipeline.publish.summary import BuildConfig, LeaseCheck, RunSummary, new_run_id
+from pith_pipeline.publish.supersession import Versions
+from pith_pipeline.publish.writing import OnBundle, Writer
+from pith_pipeline.storage.base import Store, file_sha256, put_once_file
+from pith_pipeline.storage.concurrency import check_io_concurrency, default_io_concurrency
+from pith_pipeline.storage.lease import shard_of
+
+
+class Publisher:
+    """Publishes records into a store with one signer; one instance per run.
+
+    `lease`: the run's writer lease, checked before every paper and every write.
+    `shards`: publish only papers of these shards (others are counted as skipped).
+    `rotating`: the signer may be a key the store does not list yet (`keys rotate`,
+    `receipts reissue`). `today`: the real date, for refusing records dated after
+    tomorrow (not the build clock, which SOURCE_DATE_EPOCH pins). `io_concurrency`:
+    papers published at once by `publish`; None: the store's default.
+    `on_bundle(key, bundle, sha256, rows)`: told of each bundle written (its index
+    rows where they were checked before publishing, else None). `page_log`: what the
+    run's pages name as the store's log, as another publisher of the run decided it.
+    `log_signer_spec`: the log key the run ends with, refused now if it lies inside
+    the store. `builder`: how a new record is built (`build.ONE_PASS`, or the
+    reference `build.EVENTS_THEN_BUNDLE`); `codec`: the serializer of what is written.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        signer: Signer,
+        config: BuildConfig | None = None,
+        *,
+        clock: Clock = system_clock,
+        run_id: str | None = None,
+        lease: LeaseCheck | None = None,
+        shards: frozenset[int] | None = None,
+        rotating: bool = False,
+        today: Callable[[], date] | None = None,
+        io_concurrency: int | None = None,
+        on_bundle: OnBundle | None = None,
+        page_log: tuple[str | None] | None = None,
+        log_signer_spec: str | None = None,
+        builder: RecordBuilder = ONE_PASS,
+        codec: Codec = CANONICAL,
+    ) -> None:
+        self.store, self.signer, self.clock, self.shards = store, signer, clock, shards
+        self.config = config or BuildConfig()
+        self.site = self.config.site
+        self.rotating = rotating
+        self.today = today or utc_today
+        n = io_concurrency if io_concurrency is not None else default_io_concurrency(store)
+        self.io_concurrency = check_io_concurrency(n)
+        summary = RunSummary(run_id or new_run_id(clock()))
+        self.writer = Writer(
+            store,
+            codec,
+            summary,
+            lease=lease,
+            on_bundle=on_bundle,
+            page_log=page_log,
+            log_signer_spec=log_signer_spec,
+        )
+        #: the run's rejects, spilled to disk as they come (`flush_quarantine` stores them)
+        self.quarantine = QuarantineSpool()
+        self._quarantine_stored = 0
+        self.keybook = KeyBook(
+            store, signer, self.site, clock, rotating=rotating, log_signer_spec=log_signer_spec
+        )
+        self.known = KnownAbsent(store, shards)
+        self.reader = StoredState(store, self.keybook, self.known)
+        self.bundles = Bundles(signer, self.site, clock, self.keybook, self.reader, self.writer)
+        self.versions = Versions(signer, self.config.signer_id, clock, self.bundles)
+        self.builder = builder
+        self.parts = BuildParts(
+            signer, self.config, self.site, clock, self.keybook, self.writer, self.bundles
+        )
+
+    # -- the run's state, kept by its parts -----------------------------------
+    @property
+    def summary(self) -> RunSummary:
+        """The run's summary (a worker process replaces it per chunk)."""
+        return self.writer.summary
+
+    @summary.setter
+    def summary(self, value: RunSummary) -> None:
+        self.writer.summary = value
+
+    @property
+    def lease(self) -> LeaseCheck | None:
+        """The run's writer lease (may be attached once taken, before publishing)."""
+        return self.writer.lease
+
+    @lease.setter
+    def lease(self, value: LeaseCheck | None) -> None:
+        self.writer.lease = value
+
+    @property
+    def on_bundle(self) -> OnBundle | None:
+        return self.writer.on_bundle
+
+    @on_bundle.setter
+    def on_bundle(self, value: OnBundle | None) -> None:
+        self.writer.on_bundle = value
+
+    @property
+    def log_key(self) -> dict[str, Any] | None:
+        """The key document's `log` member for this run's log key (`tlog.run_log`):
+        named before the first event, so a store knows it keeps a log even when its
+        first run dies before appending."""
+        return self.writer.log_key
+
+    @log_key.setter
+    def log_key(self, value: dict[str, Any] | None) -> None:
+        self.writer.log_key = value
+
+    @property
+    def keys(self) -> dict[str, PublicKey]:
+        """Every key the run knows, by id (`keys rotate` marks some rotated)."""
+        return self.keybook.keys
+
+    @property
+    def primary_key_id(self) -> str:
+        return self.keybook.primary_key_id
+
+    def run_paper(self) -> Paper:
+        """The context of a store-wide write (counted in the run's summary, no cache)."""
+        return Paper(self.summary)
+
+    # -- store-wide objects ---------------------------------------------------
+    def publish_key_document(self) -> None:
+        """Publish the key document (compare-and-swap, `KeyBook.publish`) and the pages'
+        assets: the store-wide objects a run writes before its papers."""
+        self.keybook.publish(self.writer, self.run_paper(), self.writer.codec, self.log_key)
+        self.publish_assets()
+
+    def publish_assets(self) -> None:
+        """The pages' stylesheet and scripts (`assets/<file>`), where their bytes differ
+        from the package's (`pages.site.publish_assets`)."""
+        self.writer.fence()
+        paper = self.run_paper()
+        publish_assets(self.store, lambda key, data: self.writer.record(paper, key, data))
+
+    def put_once(self, key: str, data: bytes) -> None:
+        """Write a write-once object (an event, or its re-signed copy) under the run's
+        lease, entered in the run's ledger; nothing is written when it is stored."""
+        self.writer.put_once(self.run_paper(), key, data)
+
+    def page_log_prefix(self) -> tuple[str | None]:
+        """The log prefix this run's pages name (`Writer.page_log_prefix`)."""
+        return self.writer.page_log_prefix()
+
+    def ensure_page(self, body: str, bundle: dict[str, Any]) -> bool:
+        """Write a published bundle's page where it is missing or stale; True when written."""
+        return self.writer.ensure_page(self.run_paper(), body, bundle)
+
+    # -- what the run knows without asking the store -----------------------------
+    def learn_new(self, records: Iterable[Item], *, busy: Container[str] = ()) -> int:
+        """Learn which of these papers the store has never seen (`KnownAbsent.learn`);
+        returns the LIST requests it took."""
+        return self.known.learn(records, busy=busy)
+
+    def forget_learned(self) -> None:
+        """Drop what `learn_new` learned (a loop's end: another may write meanwhile)."""
+        self.known.forget()
+
+    def subject_events(self, body: str) -> list[dict[str, Any]]:
+        """Every stored event of a subject, each checked (`StoredState.subject_events`)."""
+        return self.reader.subject_events(self.run_paper(), body)
+
+    # -- the run -----------------------------------------------------------
+    def reject(self, item: Rejected) -> None:
+        self.quarantine.append(self.rejection(item))
+
+    def rejection(self, item: Rejected, summary: RunSummary | None = None) -> dict[str, Any]:
+        """Count a reject (in `summary`, else the run's) and return its quarantine entry."""
+        summary = summary or self.summary
+        summary.quarantined += 1
+        return {"run_id": summary.run_id, **item.to_json()}
+
+    def publish_item(self, item: Item, summary: RunSummary | None = None) -> dict[str, Any] | None:
+        """Publish one input item, counted in `summary` (else the run's): the one place
+        every loop (one process, worker processes, Airflow tasks) decides what
+        happens to a record.
+
+        Returns the quarantine entry of a record that could not be built (the caller
+        keeps entries in input order); a paper whose stored objects fail their checks
+        is counted as failed and named; store, signer and lease errors stop the run.
+        """
+        summary = summary or self.summary
+        summary.fetched += 1
+        if isinstance(item, Rejected):
+            return self.rejection(item, summary)
+        if self.shards is not None and shard_of(item.id) not in self.shards:
+            summary.skipped += 1
+            return None
+        if self.lease is not None:
+            self.lease.check()
+        try:
+            item.check_dates(today=self.today())
+            self.publish_paper(Paper.caching(summary), item)
+        except IntegrityError as exc:
+            summary.fail(f"{item.id}v{item.version}: {exc}")
+        except Exception as exc:
+            if not is_record_problem(exc):
+                raise
+            return self.rejection(build_failure(item, exc), summary)
+        return None
+
+    def publish_counted(self, item: Item) -> tuple[dict[str, Any] | None, RunSummary]:
+        """`publish_item`, counted in a summary of its own that the caller adds to the
+        run's: what a `Loader` thread runs, so that threads never update one summary."""
+        part = RunSummary.part(self.summary.run_id)
+        return self.publish_item(item, part), part
+
+    def publish(
+        self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None, flush: bool = True
+    ) -> RunSummary:
+        """Build, sign and publish every record; quarantine every reject (the `Loader`).
+
+        `flush`: store the quarantine at the end (False: the caller publishes more
+        items in this run and calls `flush_quarantine` once, at its end)."""
+        return Loader(self).publish(items, progress=progress, flush=flush)
+
+    def flush_quarantine(self) -> None:
+        """Store the run's quarantine, `quarantine/<run_id>.jsonl`, streamed from the
+        spill file (write-once: call it at the end of the run; again with no new
+        reject, it does nothing). Streamed: its entries keep their raw input, so a
+        hostile input makes a quarantine far larger than memory."""
+        if len(self.quarantine) == self._quarantine_stored:
+            return
+        key = quarantine_key(self.summary.run_id)
+        with self.quarantine.ordered_file() as path:
+            self.writer.fence()
+            if put_once_file(self.store, key, path, content_type="application/x-ndjson"):
+                self.summary.written[key] = file_sha256(path)
+        self._quarantine_stored = len(self.quarantine)
+
+    def publish_record(self, rec: ArxivRecord) -> Identity:
+        """Publish one record, counted in the run's summary (`publish_paper`)."""
+        return self.publish_paper(Paper.caching(self.summary), rec)
+
+    def publish_paper(self, paper: Paper, rec: ArxivRecord) -> Identity:
+        """Publish one record in the context of its paper: a published record is
+        repaired where a killed run left it (`Bundles.ensure`), a new one is built
+        (`builder`); either way its pointer and supersession follow."""
+        ident = self.known.identity(rec)
+        existing = self.reader.subject_events(paper, ident.body)
+        summary = paper.summary
+        if any(e.get("event_type") == "record_created" for e in existing):
+            existing = self.versions.complete_snapshot(paper, ident, existing)
+            self.bundles.ensure(paper, ident.subject, existing)
+            self.versions.update_pointer(paper, ident, existing)
+            # counted (and indexed) once its own objects are sound: a paper stopped on
+            # one of them is counted failed only, and its bundle is not read for the index
+            summary.unchanged += 1
+            summary.seen.append(ident.subject)
+            summary.superseded += self.versions.reconcile(paper, rec.id)
+            return ident
+        if not existing:
+            self.reader.refuse_orphan(ident.body)
+        now = self.clock()
+        previous = self.versions.previous(paper, ident)
+        supersedes = [previous["record_created"]] if previous else []
+        if not existing:  # the common case
+            built = self.builder(self.parts, paper, ident, now, supersedes)
+        else:
+            built = events_then_bundle(self.parts, paper, ident, now, supersedes, existing)
+        summary.built += 1
+        summary.pith_numbers.append(ident.subject)
+        summary.seen.append(ident.subject)
+        self.versions.update_pointer(paper, ident, existing + built)
+        summary.superseded += self.versions.reconcile(paper, rec.id)
+        return ident
+
+    # -- bundles (re-issue and rebuild) ---------------------------------------
+    def write_bundle(self, subject: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+        """(Re)build a subject's bundle from its checked events and write it, unless that
+        would drop an event its published bundle lists (`Bundles.write`)."""
+        return self.bundles.write(self.run_paper(), subject, events)
