@@ -33,6 +33,7 @@ def _setting_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _airflow_lookup() -> Variable:
     """Airflow Variables, read the way DAG tasks read them; one clear line if they cannot be."""
     try:
+        # lazy: the airflow extra is optional; its absence is the one-line error below
         from pith_pipeline.airflow_tasks import airflow_variable
     except ImportError as exc:  # pragma: no cover - the airflow extra is installed in CI
         raise click.ClickException(f"cannot read Airflow Variables: {exc}") from None

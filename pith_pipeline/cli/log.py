@@ -21,6 +21,25 @@ from pith_pipeline.cli.options import (
 )
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.errors import IntegrityError
+from pith_pipeline.pages.site import refresh_pages
+from pith_pipeline.storage.factory import open_existing_store
+from pith_pipeline.tlog import merkle
+from pith_pipeline.tlog.client import LogLocation, bundle_event_ids, prove_event
+from pith_pipeline.tlog.log import LOG_PREFIX, TileReader
+from pith_pipeline.tlog.monitor import LogProblem, monitor
+from pith_pipeline.tlog.note import Verifier, open_checkpoint
+from pith_pipeline.tlog.pipeline import (
+    APPENDED,
+    LogLease,
+    LogRun,
+    check_log_matches_event_store,
+    event_store_keys,
+    has_had_log,
+    open_log_signer,
+    rebuild_log,
+    sync_log,
+)
+from pith_pipeline.tlog.run_log import log_key_for_command
 
 if TYPE_CHECKING:
     from pith_pipeline.storage.base import Store
@@ -65,9 +84,6 @@ def status(location: str, vkey: str | None) -> None:
     The age is the writer's own note of when it last appended (log/appended.json):
     a checkpoint carries no time, so the age is the one line the signature does not
     cover, and it says so."""
-    from pith_pipeline.tlog.client import LogLocation
-    from pith_pipeline.tlog.log import LOG_PREFIX
-    from pith_pipeline.tlog.pipeline import APPENDED
 
     loc = LogLocation.open(location)
     verifier = loc.verifier(vkey)
@@ -113,8 +129,6 @@ def status(location: str, vkey: str | None) -> None:
 def prove(what: str, location: str, vkey: str | None) -> None:
     """An inclusion proof of an event (EVENT_ID) or of every event of a BUNDLE file,
     against the current checkpoint, as JSON. Exit 1 when an event is not in the log."""
-    from pith_pipeline.tlog.client import LogLocation, bundle_event_ids, prove_event
-    from pith_pipeline.tlog.log import TileReader
 
     loc = LogLocation.open(location)
     cp, raw = loc.checkpoint(loc.verifier(vkey))
@@ -139,10 +153,6 @@ def prove(what: str, location: str, vkey: str | None) -> None:
 def consistency(old_checkpoint: Path, location: str, vkey: str | None) -> None:
     """Prove that today's tree extends an OLD_CHECKPOINT you kept (a signed checkpoint
     file). Exit 1 naming the problem when it does not (a fork or a shrink)."""
-    from pith_pipeline.tlog import merkle
-    from pith_pipeline.tlog.client import LogLocation
-    from pith_pipeline.tlog.log import TileReader
-    from pith_pipeline.tlog.note import open_checkpoint
 
     loc = LogLocation.open(location)
     verifier = loc.verifier(vkey)
@@ -189,9 +199,6 @@ def monitor_cmd(location: str, state_path: Path, vkey: str | None) -> None:
     the registry publishes). Exit 1 naming the problem: forked, shrunk, bad entry."""
     from tqdm import tqdm
 
-    from pith_pipeline.tlog.client import LogLocation
-    from pith_pipeline.tlog.monitor import LogProblem, monitor
-
     loc = LogLocation.open(location)
     try:
         with tqdm(desc="entries", unit="entry", disable=None) as bar:
@@ -227,7 +234,6 @@ def _log_signer_option(fn: F) -> F:
 
 
 def _report(run: object) -> None:
-    from pith_pipeline.tlog.pipeline import LogRun
 
     assert isinstance(run, LogRun)
     for p in run.problems:
@@ -250,9 +256,6 @@ def sync(store: str, log_signer: str | None, lease_wait: float) -> None:
 
     Appends under the store's `log` lease: while another writer appends, it fails
     naming that writer (exit 75), or waits with --wait SECONDS."""
-    from pith_pipeline.storage.factory import open_existing_store
-    from pith_pipeline.tlog.pipeline import LogLease, event_store_keys, has_had_log, open_log_signer, sync_log
-    from pith_pipeline.tlog.run_log import log_key_for_command
 
     st = open_existing_store(store)
     spec = log_key_for_command(
@@ -275,9 +278,6 @@ def rebuild(store: str, log_signer: str | None, lease_wait: float) -> None:
     made, mode 0600), or recover a lost or rolled-back one without signing a fork.
     Refuses to rewrite an existing log. Holds the `log` lease as `log sync` does
     (--wait)."""
-    from pith_pipeline.storage.factory import open_existing_store
-    from pith_pipeline.tlog.pipeline import LogLease, has_had_log, open_log_signer, rebuild_log
-    from pith_pipeline.tlog.run_log import log_key_for_command
 
     st = open_existing_store(store)
     spec = log_key_for_command(
@@ -292,8 +292,6 @@ def rebuild(store: str, log_signer: str | None, lease_wait: float) -> None:
 def _pages_name_a_new_log(st: Store, had_log: bool) -> None:
     """A log just started on a store with record pages: the pages are written again
     to name it (`pages.site.refresh_pages`), so the store verifies right away."""
-    from pith_pipeline.pages.site import refresh_pages
-    from pith_pipeline.tlog.pipeline import has_had_log
 
     if not had_log and has_had_log(st):
         click.echo(f"record pages: {refresh_pages(st)} written (they name the new log)")
@@ -305,9 +303,6 @@ def _pages_name_a_new_log(st: Store, had_log: bool) -> None:
 def verify_store(store: str, vkey: str | None) -> None:
     """Check the log holds exactly the event store's events, each once, and that
     every entry matches the signed tree (also part of `pith-pipeline verify STORE`)."""
-    from pith_pipeline.storage.factory import open_existing_store
-    from pith_pipeline.tlog.note import Verifier
-    from pith_pipeline.tlog.pipeline import check_log_matches_event_store
 
     st = open_existing_store(store)
     problems = check_log_matches_event_store(st, Verifier.parse(vkey) if vkey else None)

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from pith_pipeline.cli.options import store_option
+from pith_pipeline.report import report_html
 from pith_pipeline.storage.factory import open_existing_store
 
 DEFAULT_OUT = "pith-report.html"
@@ -70,7 +71,6 @@ def report(store: str, out: Path) -> None:
         raise click.ClickException(
             "report: matplotlib is not installed; install it with: pip install 'pith-pipeline[report]'"
         ) from None
-    from pith_pipeline.report import report_html
 
     page = report_html(open_existing_store(store))
     if str(out) == "-":
