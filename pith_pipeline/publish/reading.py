@@ -12,9 +12,9 @@ import logging
 from typing import Any
 
 from pith_pipeline.audit import SubjectEvents, subject_events
-from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.core.arxiv_pointer import ArxivPointer, PointerRecord, pointer_record_problem
+from pith_pipeline.core.arxiv_pointer import pointer_sort_key as core_sort_key
 from pith_pipeline.core.layout import event_prefix, pointer_key
-from pith_pipeline.core.pith_record import PithNumber
 from pith_pipeline.errors import IntegrityError
 from pith_pipeline.publish.context import Paper
 from pith_pipeline.publish.keys import KeyBook
@@ -24,9 +24,10 @@ from pith_pipeline.storage.base import Store
 _logger = logging.getLogger(__name__)
 
 
-def pointer_sort_key(entry: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """A pointer's records in order: (version, created_at, pith_number)."""
-    return (entry["version"], entry["created_at"], entry["pith_number"])
+def pointer_sort_key(entry: dict[str, Any]) -> tuple[int, str, str]:
+    """A pointer's record, as the publisher holds it (its JSON object), in the one
+    order of a paper's versions (`core.arxiv_pointer.pointer_sort_key`)."""
+    return core_sort_key(PointerRecord(**entry))
 
 
 class StoredState:
@@ -86,65 +87,32 @@ class StoredState:
         return pointer
 
     def read_pointer(self, paper: Paper, arxiv_id: str) -> dict[str, Any]:
-        """The stored pointer (an empty one when there is none), or `IntegrityError`."""
+        """The stored pointer as its JSON object (an empty one when there is none), or
+        `IntegrityError`: the document's one rule (`ArxivPointer.parse`, as the audit
+        reads it), and each record backed by its stored events (`check_pointer_record`)."""
         key = pointer_key(arxiv_id)
         raw = None if self.known.take(key) else self.store.get(key)
         if not raw:
             return {"arxiv_id": arxiv_id, "records": []}
         try:
-            pointer = loads(raw)
-            records = pointer["records"]
-            if not isinstance(records, list) or not all(
-                isinstance(r, dict)
-                and type(r.get("version")) is int
-                and isinstance(r.get("pith_number"), str)
-                and isinstance(r.get("record_created"), str)
-                and isinstance(r.get("created_at"), str)
-                for r in records
-            ):
-                raise ValueError("records must be a list of version entries")
-            if pointer.get("arxiv_id") != arxiv_id:
-                raise ValueError(f"arxiv_id is {str(pointer.get('arxiv_id'))[:80]!r}")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise IntegrityError(f"unreadable arXiv pointer ({exc}); run `rebuild`", key=key) from None
-        for r in records:
-            self.check_pointer_record(paper, key, arxiv_id, r)
-        result: dict[str, Any] = pointer
-        return result
+            pointer = ArxivPointer.parse(raw, key)
+        except IntegrityError as exc:
+            raise IntegrityError(f"{exc.message}; run `rebuild`", key=key) from None
+        for record in pointer.records:
+            self.check_pointer_record(paper, key, arxiv_id, record)
+        return {
+            "arxiv_id": arxiv_id,
+            "records": [r.to_json() for r in pointer.records],
+            "latest": pointer.latest,
+        }
 
-    def check_pointer_record(self, paper: Paper, key: str, arxiv_id: str, entry: dict[str, Any]) -> None:
-        """A pointer's record is trusted only as far as its stored events say.
-
-        Why: the pointer is not signed, and what it lists becomes signed data. An
-        entry must name a verified `record_created` of its Pith number whose record is
-        that version of this arXiv id; a genuine record of another paper is refused.
-        """
-        try:
-            body = PithNumber.parse(entry["pith_number"]).body
-        except ValueError:
-            raise IntegrityError(f"lists {entry['pith_number'][:80]!r}, not a Pith number", key=key) from None
-        for ev in self.subject_events(paper, body):
-            if ev.get("event_id") != entry["record_created"] or ev.get("event_type") != "record_created":
-                continue
-            payload = ev.get("payload")
-            record = payload.get("canonical_record") if isinstance(payload, dict) else None
-            source = record.get("source") if isinstance(record, dict) else None
-            if ev.get("subject_pith_number") == entry["pith_number"] and source == {
-                "kind": "arxiv",
-                "id": arxiv_id,
-                "version": entry["version"],
-            }:
-                return
-            raise IntegrityError(
-                f"lists {entry['pith_number']} as version {entry['version']} of {arxiv_id}, but its "
-                f"record_created is of {source!r}; run `verify` on the store",
-                key=key,
-            )
-        raise IntegrityError(
-            f"lists {entry['pith_number']} with record_created {entry['record_created']}, which is "
-            f"not a stored event of it; run `verify` on the store",
-            key=key,
-        )
+    def check_pointer_record(self, paper: Paper, key: str, arxiv_id: str, record: PointerRecord) -> None:
+        """A pointer's record is trusted only as far as its stored events say
+        (`pointer_record_problem`: the pointer is not signed, and what it lists
+        becomes signed data)."""
+        problem = pointer_record_problem(arxiv_id, record, self.subject_events(paper, record.body))
+        if problem is not None:
+            raise IntegrityError(f"{problem}; run `verify` on the store", key=key)
 
     def refuse_orphan(self, body: str) -> None:
         """Stop a paper with no stored event whose bundle, state or `.well-known` copy
