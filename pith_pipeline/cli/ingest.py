@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,16 +14,13 @@ from tqdm import tqdm
 from pith_pipeline import config
 from pith_pipeline.cli.options import (
     FiniteFloat,
-    build_config,
     command_settings,
     fail_if_incomplete,
     io_concurrency_option,
     lease_notice,
-    run_index_lease,
     shards_option,
     signer_option,
     site_options,
-    start_run_log,
     store_option,
     wait_option,
     workers_option,
@@ -33,7 +31,6 @@ from pith_pipeline.runs.windows import until_notice, window_from_options, window
 from pith_pipeline.signing.local import DEFAULT_KEY_DIR
 from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
 from pith_pipeline.storage.factory import open_store
-from pith_pipeline.storage.lease import parse_shards, writer_lease
 from pith_pipeline.window import Window
 
 if TYPE_CHECKING:  # the harvesting clients (HTTP libraries): imported when `ingest` runs
@@ -320,47 +317,43 @@ def ingest(
     else:
         signer = _open(signer_spec)
     st = open_store(store)
-    run_log = start_run_log(st, signer_spec, base_url)  # before anything is published
-    with config.given(log_signer=run_log.spec):  # the run's end appends with this key
-        _ingest(
-            st,
-            signer,
-            signer_spec,
-            run_log.member,
-            window=window,
-            window_given=window_given,
-            chosen=chosen,
-            window_days=window_days,
-            ids=ids,
-            query=query,
-            max_results=max_results,
-            snapshot=snapshot,
-            categories=categories,
-            replay=replay,
-            sample=sample,
-            incremental=incremental,
-            refresh=refresh,
-            oai_url=oai_url,
-            api_url=api_url,
-            min_interval=min_interval,
-            store=store,
-            workers=workers,
-            worker_chunk=worker_chunk,
-            io_concurrency=io_concurrency,
-            shards_spec=shards_spec,
-            set_spec=set_spec,
-            lease_wait=lease_wait,
-            base_url=base_url,
-            registry_name=registry_name,
-            signer_id=signer_id,
-        )
+    _ingest(
+        st,
+        signer,
+        signer_spec,
+        window=window,
+        window_given=window_given,
+        chosen=chosen,
+        window_days=window_days,
+        ids=ids,
+        query=query,
+        max_results=max_results,
+        snapshot=snapshot,
+        categories=categories,
+        replay=replay,
+        sample=sample,
+        incremental=incremental,
+        refresh=refresh,
+        oai_url=oai_url,
+        api_url=api_url,
+        min_interval=min_interval,
+        store=store,
+        workers=workers,
+        worker_chunk=worker_chunk,
+        io_concurrency=io_concurrency,
+        shards_spec=shards_spec,
+        set_spec=set_spec,
+        lease_wait=lease_wait,
+        base_url=base_url,
+        registry_name=registry_name,
+        signer_id=signer_id,
+    )
 
 
 def _ingest(
     st: Any,
     signer: Signer,
     signer_spec: str,
-    log_key: dict[str, Any] | None,
     *,
     window: Window,
     window_given: bool,
@@ -391,47 +384,32 @@ def _ingest(
 ) -> None:
     """The run of `ingest`, once its signer and log key are chosen."""
     politeness = Politeness.of(command_settings(), min_interval=min_interval)
-    shards = parse_shards(shards_spec) if shards_spec else None
-    from pith_pipeline.index.sink import RowSink
+    # lazy: runs.run and ingest (pyarrow, HTTP clients) add 195 ms and more to every
+    # command's start (python -X importtime -m pith_pipeline --help)
     from pith_pipeline.ingest import Ingest
+    from pith_pipeline.runs.run import Run
 
-    rows = RowSink()  # index rows of what the run writes: no bundle is read back
-    click.get_current_context().call_on_close(rows.close)
+    settings = dataclasses.replace(command_settings(), signer=signer_spec, shards=shards_spec)
+    with Run.open(
+        settings,
+        command="ingest",
+        store=st,
+        signer=signer,
+        lease_wait=lease_wait,
+        notice=lease_notice,
+        index_progress=lambda: tqdm(desc="index", unit="rec", disable=None),
+    ) as run:
+        with tqdm(desc="ingest", unit="rec", disable=None) as bar:
 
-    with tqdm(desc="ingest", unit="rec", disable=None) as bar:
+            def on_page(hp: HarvestedPage) -> None:
+                if hp.complete_list_size and bar.total != hp.complete_list_size:
+                    bar.total = hp.complete_list_size
+                    bar.refresh()
+                bar.set_postfix_str(f"page {hp.number}", refresh=False)
 
-        def on_page(hp: HarvestedPage) -> None:
-            if hp.complete_list_size and bar.total != hp.complete_list_size:
-                bar.total = hp.complete_list_size
-                bar.refresh()
-            bar.set_postfix_str(f"page {hp.number}", refresh=False)
-
-        with Ingest(
-            st,
-            signer,
-            build_config(base_url, registry_name, signer_id),
-            progress=bar.update,
-            on_page=on_page,
-            workers=workers,
-            signer_spec=signer_spec,
-            chunk_size=worker_chunk,
-            shards=shards,
-            io_concurrency=io_concurrency,
-            rows=rows,
-        ) as run:
-            lease = writer_lease(
-                st,
-                command="ingest",
-                run_id=run.run_id,
-                shards=shards,
-                wait=lease_wait,
-                on_wait=lease_notice,
-            )
-            run.publisher.lease = lease
-            run.publisher.log_key = log_key
-            with lease:
+            with Ingest.of_run(run, progress=bar.update, on_page=on_page) as ing:
                 report = _run(
-                    run,
+                    ing,
                     window=window,
                     dates_given=window_given,
                     window_days=window_days,
@@ -448,29 +426,17 @@ def _ingest(
                     api_url=api_url,
                     politeness=politeness,
                 )
-    from pith_pipeline.runs.manifest import finish_run  # pyarrow: only once there is work to index
-
-    manifest_window = {  # until exclusive, as everywhere (docs/pages/date-ranges.md)
-        "source": (chosen or ["--replay"])[0],
-        "from": window.oai_from,
-        "until": None if window.end is None else window.end.isoformat(),
-        "set": set_spec,
-        "replay": replay,
-    }
-    rows.flush()
-    with (
-        run_index_lease(st, "ingest", run.run_id, lease_wait),
-        tqdm(desc="index", unit="rec", disable=None) as bar,
-    ):
-        manifest_key = finish_run(
-            st,
-            report.summary,
-            manifest_window,
-            clock=run.publisher.clock,
-            progress=bar.update,
-            rows=rows,
+        run.record(
+            {  # until exclusive, as everywhere (docs/pages/date-ranges.md)
+                "source": (chosen or ["--replay"])[0],
+                "from": window.oai_from,
+                "until": None if window.end is None else window.end.isoformat(),
+                "set": set_spec,
+                "replay": replay,
+            },
             **report.manifest_notes(),
         )
+    manifest_key = run.manifest_key
     _print_report(report, st.url)
     click.echo(f"run manifest: {manifest_key}")
     if sample:

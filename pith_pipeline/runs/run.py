@@ -87,6 +87,16 @@ class Run:
         self.summary: RunSummary = publisher.summary
         #: the run manifest's key, set when the run ends in success
         self.manifest_key: str | None = None
+        #: what `finish_run` records beside the counts (`record`)
+        self.manifest_extra: dict[str, Any] = {}
+
+    def record(self, notes: Mapping[str, Any] | None = None, **extra: Any) -> None:
+        """What the run manifest records beside the counts: `notes` (its window: the
+        input, the source and dates) and `finish_run`'s keywords (`extra_counts`,
+        `warnings`, `outside_window`); recorded when the run ends in success."""
+        if notes is not None:
+            self.notes = dict(notes)
+        self.manifest_extra.update(extra)
 
     @property
     def run_id(self) -> str:
@@ -179,6 +189,7 @@ class Run:
                     clock=publisher.clock,
                     progress=_reporter(bar),
                     rows=rows,
+                    **run.manifest_extra,
                 )
 
     def publish(self, records: Iterable[Any], *, progress: Progress | None = None) -> RunSummary:
