@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -399,49 +400,61 @@ def _ingest(
         notice=lease_notice,
         index_progress=lambda: tqdm(desc="index", unit="rec", disable=None),
     ) as run:
-        with tqdm(desc="ingest", unit="rec", disable=None) as bar:
-
-            def on_page(hp: HarvestedPage) -> None:
-                if hp.complete_list_size and bar.total != hp.complete_list_size:
-                    bar.total = hp.complete_list_size
-                    bar.refresh()
-                bar.set_postfix_str(f"page {hp.number}", refresh=False)
-
-            with Ingest.of_run(run, progress=bar.update, on_page=on_page) as ing:
-                report = _run(
-                    ing,
-                    window=window,
-                    dates_given=window_given,
-                    window_days=window_days,
-                    ids=ids,
-                    query=query,
-                    max_results=max_results,
-                    snapshot=snapshot,
-                    categories=categories,
-                    replay=replay,
-                    sample=sample,
-                    incremental=incremental,
-                    refresh=refresh,
-                    oai_url=oai_url,
-                    api_url=api_url,
-                    politeness=politeness,
-                )
-        run.record(
-            {  # until exclusive, as everywhere (docs/pages/date-ranges.md)
-                "source": (chosen or ["--replay"])[0],
-                "from": window.oai_from,
-                "until": None if window.end is None else window.end.isoformat(),
-                "set": set_spec,
-                "replay": replay,
-            },
-            **report.manifest_notes(),
-        )
+        with (
+            tqdm(desc="ingest", unit="rec", disable=None) as bar,
+            Ingest.of_run(run, progress=bar.update, on_page=_page_shower(bar)) as ing,
+        ):
+            report = _run(
+                ing,
+                window=window,
+                dates_given=window_given,
+                window_days=window_days,
+                ids=ids,
+                query=query,
+                max_results=max_results,
+                snapshot=snapshot,
+                categories=categories,
+                replay=replay,
+                sample=sample,
+                incremental=incremental,
+                refresh=refresh,
+                oai_url=oai_url,
+                api_url=api_url,
+                politeness=politeness,
+            )
+        run.record(_manifest_window(chosen, window, set_spec, replay=replay), **report.manifest_notes())
     manifest_key = run.manifest_key
     _print_report(report, st.url)
     click.echo(f"run manifest: {manifest_key}")
     if sample:
         click.echo(f"published under {st.url}; check them with: pith-pipeline verify {store}")
     fail_if_incomplete(report.summary, st.url)
+
+
+def _page_shower(bar: Any) -> Callable[[HarvestedPage], None]:
+    """Show the harvest's page number, and its total once the server names it, on `bar`."""
+
+    def on_page(hp: HarvestedPage) -> None:
+        if hp.complete_list_size and bar.total != hp.complete_list_size:
+            bar.total = hp.complete_list_size
+            bar.refresh()
+        bar.set_postfix_str(f"page {hp.number}", refresh=False)
+
+    return on_page
+
+
+def _manifest_window(
+    chosen: list[str], window: Window, set_spec: str | None, *, replay: bool
+) -> dict[str, Any]:
+    """What the run manifest records of an ingest's source and dates (until exclusive,
+    as everywhere: docs/pages/date-ranges.md)."""
+    return {
+        "source": (chosen or ["--replay"])[0],
+        "from": window.oai_from,
+        "until": None if window.end is None else window.end.isoformat(),
+        "set": set_spec,
+        "replay": replay,
+    }
 
 
 def _open(spec: str) -> Signer:

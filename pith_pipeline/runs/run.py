@@ -169,28 +169,35 @@ class Run:
             publisher.lease = lease
             with lease:  # released before indexing: other writers of the papers go on
                 yield run
-            rows.flush()
-            with (
-                writer_lease(
-                    store,
-                    command=f"{command} index",
-                    run_id=run.run_id,
-                    papers=False,
-                    index=True,
-                    wait=max(wait, INDEX_LEASE_MIN_WAIT),
-                    on_wait=notice,
-                ),
-                index_progress() if index_progress else _no_progress() as bar,
-            ):
-                run.manifest_key = finish_run(
-                    store,
-                    run.summary,
-                    run.notes,
-                    clock=publisher.clock,
-                    progress=_reporter(bar),
-                    rows=rows,
-                    **run.manifest_extra,
-                )
+            run._finish(wait, index_progress)
+
+    def _finish(
+        self, wait: float, index_progress: Callable[[], AbstractContextManager[ProgressBar | None]] | None
+    ) -> None:
+        """The end of a run that succeeded: its index update, under the index lease,
+        then its manifest (`finish_run`)."""
+        self.rows.flush()
+        with (
+            writer_lease(
+                self.store,
+                command=f"{self.command} index",
+                run_id=self.run_id,
+                papers=False,
+                index=True,
+                wait=max(wait, INDEX_LEASE_MIN_WAIT),
+                on_wait=self.notice,
+            ),
+            index_progress() if index_progress else _no_progress() as bar,
+        ):
+            self.manifest_key = finish_run(
+                self.store,
+                self.summary,
+                self.notes,
+                clock=self.publisher.clock,
+                progress=_reporter(bar),
+                rows=self.rows,
+                **self.manifest_extra,
+            )
 
     def publish(self, records: Iterable[Any], *, progress: Progress | None = None) -> RunSummary:
         """Publish records (dicts of a JSON-lines file, or a source's items) with the
