@@ -7,12 +7,12 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import click
 from tqdm import tqdm
 
 from pith_pipeline import config
+from pith_pipeline.cli.ingest_choices import check_politeness, chosen_source, signer_of
 from pith_pipeline.cli.options import (
     FiniteFloat,
     command_settings,
@@ -27,9 +27,7 @@ from pith_pipeline.cli.options import (
     workers_option,
 )
 from pith_pipeline.core.keys import Signer
-from pith_pipeline.errors import InputError
 from pith_pipeline.runs.windows import until_notice, window_from_options, windows_of_days
-from pith_pipeline.signing.local import DEFAULT_KEY_DIR
 from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
 from pith_pipeline.storage.factory import open_store
 from pith_pipeline.window import Window
@@ -51,40 +49,6 @@ DEFAULT_STORE = config.DEFAULT_STORE
 def register(group: click.Group) -> None:
     """Add this module's commands to the `pith-pipeline` group."""
     group.add_command(ingest)
-
-
-def _is_arxiv(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    return host == "arxiv.org" or host.endswith(".arxiv.org")
-
-
-def _default_signer(store: str, base_url: str) -> Signer:
-    """The embedded default: a local key in ./pith-keys, made on first use (local stores
-    only), never inside the store and never for a store that already lists a key."""
-    from pith_pipeline.signing.local import PRIVATE_KEY_FILE, generate_key, load_signer
-
-    if store.startswith("s3://"):
-        raise InputError(
-            "a store in S3 needs an explicit key: --signer kms:ALIAS or "
-            "--key PATH (or PITH_SIGNER / PITH_KEY)"
-        )
-    from pith_pipeline.signing import guard
-
-    path = DEFAULT_KEY_DIR / PRIVATE_KEY_FILE
-    st = open_store(store)
-    root = guard.local_store_root(st)
-    if root is not None:  # checked before a key is made there: `--store .` would serve it
-        guard.refuse_key_file_inside(path.absolute(), root)
-    if not path.exists():
-        guard.refuse_lost_default_key(st, path)  # a store with keys: never a silent new key
-        priv, pub, doc = generate_key(DEFAULT_KEY_DIR, base_url=base_url)
-        click.echo(
-            f"no key given (--key/--signer, PITH_KEY/PITH_SIGNER): generated a local "
-            f"Ed25519 key {priv} (mode 0600; keep it secret), key id {doc.key_id}, "
-            f"public key {pub}",
-            err=True,
-        )
-    return load_signer(path)
 
 
 def _print_report(report: IngestReport, store_url: str) -> None:
@@ -260,63 +224,28 @@ def ingest(
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     window_given = from_ is not None or until is not None or through is not None or set_spec is not None
-    chosen = [
-        name
-        for name, on in (
-            ("--sample", sample),
-            ("--ids", ids is not None),
-            ("--query", query is not None),
-            ("--snapshot", snapshot is not None),
-            ("--incremental", incremental),
-        )
-        if on
-    ]
     if incremental and (from_ or until or through):
         raise click.UsageError("--incremental chooses --from/--until itself")
     window = window_from_options(from_, until, through=through, set_spec=set_spec)
     notice = until_notice(until, window)
     if notice:
         click.echo(notice, err=True)
-    if window_given and not snapshot and not replay and not sample and not incremental:
-        chosen.append("--from/--until")
-    if len(chosen) > 1:
-        raise click.UsageError(f"choose one source, not {' and '.join(chosen)}")
-    if replay and (ids or query or snapshot):
-        raise click.UsageError(
-            "--replay rebuilds from stored OAI pages; it takes --from/"
-            "--until/--set or --sample, not --ids/--query/--snapshot"
-        )
-    if not chosen and not replay:
-        raise click.UsageError(
-            "nothing to ingest: give --sample, --from/--until, "
-            "--incremental, --ids, --query, --snapshot or --replay "
-            "(see --help)"
-        )
-    if categories and not snapshot:
-        raise click.UsageError("--category filters --snapshot; for OAI use --set")
-    remote = [
-        u
-        for u, used in (
-            (oai_url, bool(ids or query or incremental or (window_given and not snapshot))),
-            (api_url, bool(ids or query)),
-        )
-        if used and not replay
-    ]
-    if min_interval < ARXIV_MIN_INTERVAL and any(_is_arxiv(u) for u in remote):
-        raise click.UsageError(
-            f"arXiv asks for at most one request every "
-            f"{ARXIV_MIN_INTERVAL:g} s; --min-interval {min_interval:g} is "
-            "allowed only for other servers"
-        )
-
-    if signer_spec is None:
-        from pith_pipeline.signing.local import PRIVATE_KEY_FILE
-
-        signer = _default_signer(store, base_url)
-        # workers open the same key file themselves: signers are never pickled
-        signer_spec = f"file:{(DEFAULT_KEY_DIR / PRIVATE_KEY_FILE).resolve()}"
-    else:
-        signer = _open(signer_spec)
+    chosen = chosen_source(
+        window_given=window_given,
+        sample=sample,
+        ids=ids,
+        query=query,
+        snapshot=snapshot,
+        categories=categories,
+        incremental=incremental,
+        replay=replay,
+    )
+    asks_oai = not replay and bool(ids or query or incremental or (window_given and not snapshot))
+    asks_api = not replay and bool(ids or query)
+    check_politeness(
+        min_interval, oai_url=oai_url if asks_oai else None, api_url=api_url if asks_api else None
+    )
+    signer, signer_spec = signer_of(signer_spec, store, base_url)
     st = open_store(store)
     _ingest(
         st,
@@ -455,12 +384,6 @@ def _manifest_window(
         "set": set_spec,
         "replay": replay,
     }
-
-
-def _open(spec: str) -> Signer:
-    from pith_pipeline.signing.factory import open_signer
-
-    return open_signer(spec)
 
 
 def _run(
