@@ -447,12 +447,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 # -- end to end ingest -----------------------------------------------------------
 # Runs the real command in a child process; the wrapper only notes the time and peak
-# RSS at which publishing hands over to the index update (`finish_run`), so the two
-# phases of one run are reported apart.
+# RSS at which publishing hands over to the index update (`finish_run`, which every
+# `Run` calls from pith_pipeline.runs.run), so the two phases of one run are reported apart.
 DRIVER = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-import pith_pipeline.index as ix
+import pith_pipeline.runs.run as ix
 orig = ix.finish_run
 def finish_run(*a, **k):
     t1 = time.perf_counter(); r1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

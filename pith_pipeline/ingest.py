@@ -24,6 +24,7 @@ from pith_pipeline.errors import DamagedInputError, InputError
 from pith_pipeline.items import Rejected
 from pith_pipeline.parallel import DEFAULT_CHUNK, ParallelPublisher
 from pith_pipeline.publish import BuildConfig, LeaseCheck, Publisher, RunSummary
+from pith_pipeline.runs.run import Run
 from pith_pipeline.runs.windows import window_from_options
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.sources.oai import (
@@ -110,6 +111,7 @@ class Ingest:
         limits: InputLimits = DEFAULT_LIMITS,
         io_concurrency: int | None = None,
         rows: RowSink | None = None,
+        publisher: Publisher | None = None,
     ) -> None:
         """`workers` > 1 publishes in that many processes, each opening `signer_spec`
         (the spec `signer` came from); without a spec the run stays in one process.
@@ -117,10 +119,11 @@ class Ingest:
         `limits`: HTTP response cap and deadline, snapshot line cap (docs/pages/input-limits.md).
         `io_concurrency`: papers published at once (`loader`); None: the store's default.
         `rows`: where the index rows of the bundles written go (`index.RowSink`), so the
-        index update need not read them back."""
+        index update need not read them back. `publisher`: the one a `Run` opened
+        (`Ingest.of_run`), used in place of a new one."""
         self.store = store
         self.limits = limits
-        self.publisher = Publisher(
+        self.publisher = publisher or Publisher(
             store,
             signer,
             config,
@@ -143,6 +146,31 @@ class Ingest:
         self.progress = progress
         self.on_page = on_page
         self.report = IngestReport(self.publisher.summary)
+
+    @classmethod
+    def of_run(
+        cls,
+        run: Run,
+        *,
+        progress: ProgressHook | None = None,
+        on_page: PageHook | None = None,
+        limits: InputLimits = DEFAULT_LIMITS,
+    ) -> Ingest:
+        """An ingest publishing through `run`'s publisher, row sink and executor: the
+        run holds the leases, the log key, and indexes and records what this ingests."""
+        return cls(
+            run.store,
+            run.signer,
+            clock=run.publisher.clock,
+            progress=progress,
+            on_page=on_page,
+            workers=run.workers,
+            signer_spec=run.settings.signer,
+            chunk_size=run.settings.worker_chunk,
+            limits=limits,
+            rows=run.rows,
+            publisher=run.publisher,
+        )
 
     @property
     def run_id(self) -> str:

@@ -52,3 +52,21 @@ def test_a_backfill_adds_its_windows_counts() -> None:
     result.add({"manifest": "runs/a/manifest.json", "status": "written", "fetched": 3, "built": 3})
     result.add({"fetched": 2, "unchanged": 2})
     assert result.counts == {"fetched": 5, "built": 3, "unchanged": 2, "superseded": 0, "quarantined": 0}
+
+
+def test_a_summary_survives_its_staged_header() -> None:
+    part = RunSummary.part(
+        "r1", fetched=5, built=2, unchanged=1, superseded=1, quarantined=1, failed=1, skipped=1
+    )
+    part.problems.append("pith/x/events.json: bad")
+    part.pith_numbers.extend(["b", "a"])
+    part.seen.extend(["s2", "s1"])
+    part.written.update({"k2": "h2", "k1": "h1"})
+    part.log_pending.append("tlog/pending/p")
+    header = part.to_header()
+    assert header["counts"]["records"] == 2 and header["built"] == ["a", "b"]
+    back = RunSummary.from_header("r1", header)
+    # a skipped record is counted as fetched by the chunk that owns it
+    assert (back.fetched, back.built, back.failed, back.skipped) == (4, 2, 1, 0)
+    assert back.problems == part.problems and sorted(back.seen) == ["s1", "s2"]
+    assert dict(back.written) == {"k1": "h1", "k2": "h2"} and back.log_pending == ["tlog/pending/p"]

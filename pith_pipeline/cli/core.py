@@ -15,16 +15,13 @@ from tqdm import tqdm
 from pith_pipeline import config
 from pith_pipeline.cli.options import (
     DEFAULT_STORE,
-    build_config,
     envvar,
     fail_if_incomplete,
     io_concurrency_option,
     lease_notice,
-    run_index_lease,
     shards_option,
     signer_option,
     site_options,
-    start_run_log,
     store_option,
     wait_option,
     workers_option,
@@ -34,11 +31,10 @@ from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.keys import PublicKey
 from pith_pipeline.core.merge import merge
 from pith_pipeline.core.verify import FAIL, Report, verify_bundle
-from pith_pipeline.publish import Publisher, RunSummary
+from pith_pipeline.publish import RunSummary
 from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.factory import open_store
-from pith_pipeline.storage.lease import parse_shards, writer_lease
 
 
 def register(group: click.Group) -> None:
@@ -117,6 +113,7 @@ def build(
     base_url: str,
     registry_name: str,
     signer_id: str,
+    settings: config.Settings,
 ) -> None:
     """Build and sign one bundle per record of a JSON-lines file.
 
@@ -132,50 +129,34 @@ def build(
     gets a clear message (exit 75), or waits with --wait. Papers whose stored events
     fail their checks are not published; they are named and the run exits 3.
     """
-    shards = parse_shards(shards_spec) if shards_spec else None
+    # lazy: runs.run and runs.manifest (pyarrow, via index.sink) add 195 ms to every
+    # command's start (python -X importtime -m pith_pipeline --help: 193 ms -> 390 ms)
+    from pith_pipeline.runs.manifest import reproducible_run_id
+    from pith_pipeline.runs.run import Run
+
     signer = open_signer(key_path)
     st = open_store(store)
-    from pith_pipeline.index.sink import RowSink
-    from pith_pipeline.runs.manifest import finish_run, reproducible_run_id  # pyarrow: only here
-
     run_id = None
     if os.environ.get("SOURCE_DATE_EPOCH"):  # reproducible: same input, same run id
         with input_path.open("rb") as fh:
             digest = hashlib.file_digest(fh, "sha256").digest()
         run_id = reproducible_run_id(st, system_clock, digest)
-    pub = Publisher(
-        st,
-        signer,
-        build_config(base_url, registry_name, signer_id),
-        run_id=run_id,
-        shards=shards,
-        io_concurrency=io_concurrency,
-    )
-    run_log = start_run_log(st, key_path, base_url)  # before anything is published
-    pub.log_key = run_log.member
-    lease = writer_lease(
-        st, command="build", run_id=pub.summary.run_id, shards=shards, wait=lease_wait, on_wait=lease_notice
-    )
-    pub.lease = lease
-    from pith_pipeline.parallel import ParallelPublisher
-
-    with RowSink() as rows, config.given(log_signer=run_log.spec):  # rows: no bundle is read back
-        with (
-            lease,
-            tqdm(desc="build", unit="rec", disable=None) as bar,
-            ParallelPublisher(
-                pub, workers=workers, signer_spec=key_path, chunk_size=worker_chunk, rows=rows
-            ) as par,
-        ):
-            summary = par.publish(iter_jsonl(input_path), progress=bar.update)
-        rows.flush()
-        with (
-            run_index_lease(st, "build", summary.run_id, lease_wait),
-            tqdm(desc="index", unit="rec", disable=None) as bar,
-        ):
-            manifest_key = finish_run(
-                st, summary, {"input": input_path.name}, clock=pub.clock, progress=bar.update, rows=rows
-            )
+    with (
+        Run.open(
+            settings,
+            command="build",
+            store=st,
+            signer=signer,
+            run_id=run_id,
+            notes={"input": input_path.name},
+            lease_wait=lease_wait,
+            notice=lease_notice,
+            index_progress=lambda: tqdm(desc="index", unit="rec", disable=None),
+        ) as run,
+        tqdm(desc="build", unit="rec", disable=None) as bar,
+    ):
+        run.publish(iter_jsonl(input_path), progress=bar.update)
+    summary, manifest_key = run.summary, run.manifest_key
     print_summary(summary, st.url)
     click.echo(f"run manifest: {manifest_key}")
     fail_if_incomplete(summary, st.url)

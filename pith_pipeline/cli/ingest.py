@@ -2,38 +2,34 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import click
 from tqdm import tqdm
 
 from pith_pipeline import config
+from pith_pipeline.cli.ingest_choices import check_politeness, chosen_source, signer_of
 from pith_pipeline.cli.options import (
     FiniteFloat,
-    build_config,
     command_settings,
     fail_if_incomplete,
     io_concurrency_option,
     lease_notice,
-    run_index_lease,
     shards_option,
     signer_option,
     site_options,
-    start_run_log,
     store_option,
     wait_option,
     workers_option,
 )
 from pith_pipeline.core.keys import Signer
-from pith_pipeline.errors import InputError
 from pith_pipeline.runs.windows import until_notice, window_from_options, windows_of_days
-from pith_pipeline.signing.local import DEFAULT_KEY_DIR
 from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
 from pith_pipeline.storage.factory import open_store
-from pith_pipeline.storage.lease import parse_shards, writer_lease
 from pith_pipeline.window import Window
 
 if TYPE_CHECKING:  # the harvesting clients (HTTP libraries): imported when `ingest` runs
@@ -53,40 +49,6 @@ DEFAULT_STORE = config.DEFAULT_STORE
 def register(group: click.Group) -> None:
     """Add this module's commands to the `pith-pipeline` group."""
     group.add_command(ingest)
-
-
-def _is_arxiv(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    return host == "arxiv.org" or host.endswith(".arxiv.org")
-
-
-def _default_signer(store: str, base_url: str) -> Signer:
-    """The embedded default: a local key in ./pith-keys, made on first use (local stores
-    only), never inside the store and never for a store that already lists a key."""
-    from pith_pipeline.signing.local import PRIVATE_KEY_FILE, generate_key, load_signer
-
-    if store.startswith("s3://"):
-        raise InputError(
-            "a store in S3 needs an explicit key: --signer kms:ALIAS or "
-            "--key PATH (or PITH_SIGNER / PITH_KEY)"
-        )
-    from pith_pipeline.signing import guard
-
-    path = DEFAULT_KEY_DIR / PRIVATE_KEY_FILE
-    st = open_store(store)
-    root = guard.local_store_root(st)
-    if root is not None:  # checked before a key is made there: `--store .` would serve it
-        guard.refuse_key_file_inside(path.absolute(), root)
-    if not path.exists():
-        guard.refuse_lost_default_key(st, path)  # a store with keys: never a silent new key
-        priv, pub, doc = generate_key(DEFAULT_KEY_DIR, base_url=base_url)
-        click.echo(
-            f"no key given (--key/--signer, PITH_KEY/PITH_SIGNER): generated a local "
-            f"Ed25519 key {priv} (mode 0600; keep it secret), key id {doc.key_id}, "
-            f"public key {pub}",
-            err=True,
-        )
-    return load_signer(path)
 
 
 def _print_report(report: IngestReport, store_url: str) -> None:
@@ -262,105 +224,66 @@ def ingest(
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     window_given = from_ is not None or until is not None or through is not None or set_spec is not None
-    chosen = [
-        name
-        for name, on in (
-            ("--sample", sample),
-            ("--ids", ids is not None),
-            ("--query", query is not None),
-            ("--snapshot", snapshot is not None),
-            ("--incremental", incremental),
-        )
-        if on
-    ]
     if incremental and (from_ or until or through):
         raise click.UsageError("--incremental chooses --from/--until itself")
     window = window_from_options(from_, until, through=through, set_spec=set_spec)
     notice = until_notice(until, window)
     if notice:
         click.echo(notice, err=True)
-    if window_given and not snapshot and not replay and not sample and not incremental:
-        chosen.append("--from/--until")
-    if len(chosen) > 1:
-        raise click.UsageError(f"choose one source, not {' and '.join(chosen)}")
-    if replay and (ids or query or snapshot):
-        raise click.UsageError(
-            "--replay rebuilds from stored OAI pages; it takes --from/"
-            "--until/--set or --sample, not --ids/--query/--snapshot"
-        )
-    if not chosen and not replay:
-        raise click.UsageError(
-            "nothing to ingest: give --sample, --from/--until, "
-            "--incremental, --ids, --query, --snapshot or --replay "
-            "(see --help)"
-        )
-    if categories and not snapshot:
-        raise click.UsageError("--category filters --snapshot; for OAI use --set")
-    remote = [
-        u
-        for u, used in (
-            (oai_url, bool(ids or query or incremental or (window_given and not snapshot))),
-            (api_url, bool(ids or query)),
-        )
-        if used and not replay
-    ]
-    if min_interval < ARXIV_MIN_INTERVAL and any(_is_arxiv(u) for u in remote):
-        raise click.UsageError(
-            f"arXiv asks for at most one request every "
-            f"{ARXIV_MIN_INTERVAL:g} s; --min-interval {min_interval:g} is "
-            "allowed only for other servers"
-        )
-
-    if signer_spec is None:
-        from pith_pipeline.signing.local import PRIVATE_KEY_FILE
-
-        signer = _default_signer(store, base_url)
-        # workers open the same key file themselves: signers are never pickled
-        signer_spec = f"file:{(DEFAULT_KEY_DIR / PRIVATE_KEY_FILE).resolve()}"
-    else:
-        signer = _open(signer_spec)
+    chosen = chosen_source(
+        window_given=window_given,
+        sample=sample,
+        ids=ids,
+        query=query,
+        snapshot=snapshot,
+        categories=categories,
+        incremental=incremental,
+        replay=replay,
+    )
+    asks_oai = not replay and bool(ids or query or incremental or (window_given and not snapshot))
+    asks_api = not replay and bool(ids or query)
+    check_politeness(
+        min_interval, oai_url=oai_url if asks_oai else None, api_url=api_url if asks_api else None
+    )
+    signer, signer_spec = signer_of(signer_spec, store, base_url)
     st = open_store(store)
-    run_log = start_run_log(st, signer_spec, base_url)  # before anything is published
-    with config.given(log_signer=run_log.spec):  # the run's end appends with this key
-        _ingest(
-            st,
-            signer,
-            signer_spec,
-            run_log.member,
-            window=window,
-            window_given=window_given,
-            chosen=chosen,
-            window_days=window_days,
-            ids=ids,
-            query=query,
-            max_results=max_results,
-            snapshot=snapshot,
-            categories=categories,
-            replay=replay,
-            sample=sample,
-            incremental=incremental,
-            refresh=refresh,
-            oai_url=oai_url,
-            api_url=api_url,
-            min_interval=min_interval,
-            store=store,
-            workers=workers,
-            worker_chunk=worker_chunk,
-            io_concurrency=io_concurrency,
-            shards_spec=shards_spec,
-            set_spec=set_spec,
-            lease_wait=lease_wait,
-            base_url=base_url,
-            registry_name=registry_name,
-            signer_id=signer_id,
-        )
+    _ingest(
+        st,
+        signer,
+        signer_spec,
+        window=window,
+        window_given=window_given,
+        chosen=chosen,
+        window_days=window_days,
+        ids=ids,
+        query=query,
+        max_results=max_results,
+        snapshot=snapshot,
+        categories=categories,
+        replay=replay,
+        sample=sample,
+        incremental=incremental,
+        refresh=refresh,
+        oai_url=oai_url,
+        api_url=api_url,
+        min_interval=min_interval,
+        store=store,
+        workers=workers,
+        worker_chunk=worker_chunk,
+        io_concurrency=io_concurrency,
+        shards_spec=shards_spec,
+        set_spec=set_spec,
+        lease_wait=lease_wait,
+        base_url=base_url,
+        registry_name=registry_name,
+        signer_id=signer_id,
+    )
 
 
 def _ingest(
     st: Any,
     signer: Signer,
     signer_spec: str,
-    log_key: dict[str, Any] | None,
     *,
     window: Window,
     window_given: bool,
@@ -391,86 +314,45 @@ def _ingest(
 ) -> None:
     """The run of `ingest`, once its signer and log key are chosen."""
     politeness = Politeness.of(command_settings(), min_interval=min_interval)
-    shards = parse_shards(shards_spec) if shards_spec else None
-    from pith_pipeline.index.sink import RowSink
+    # lazy: runs.run and ingest (pyarrow, HTTP clients) add 195 ms and more to every
+    # command's start (python -X importtime -m pith_pipeline --help)
     from pith_pipeline.ingest import Ingest
+    from pith_pipeline.runs.run import Run
 
-    rows = RowSink()  # index rows of what the run writes: no bundle is read back
-    click.get_current_context().call_on_close(rows.close)
-
-    with tqdm(desc="ingest", unit="rec", disable=None) as bar:
-
-        def on_page(hp: HarvestedPage) -> None:
-            if hp.complete_list_size and bar.total != hp.complete_list_size:
-                bar.total = hp.complete_list_size
-                bar.refresh()
-            bar.set_postfix_str(f"page {hp.number}", refresh=False)
-
-        with Ingest(
-            st,
-            signer,
-            build_config(base_url, registry_name, signer_id),
-            progress=bar.update,
-            on_page=on_page,
-            workers=workers,
-            signer_spec=signer_spec,
-            chunk_size=worker_chunk,
-            shards=shards,
-            io_concurrency=io_concurrency,
-            rows=rows,
-        ) as run:
-            lease = writer_lease(
-                st,
-                command="ingest",
-                run_id=run.run_id,
-                shards=shards,
-                wait=lease_wait,
-                on_wait=lease_notice,
+    settings = dataclasses.replace(command_settings(), signer=signer_spec, shards=shards_spec)
+    with Run.open(
+        settings,
+        command="ingest",
+        store=st,
+        signer=signer,
+        lease_wait=lease_wait,
+        notice=lease_notice,
+        index_progress=lambda: tqdm(desc="index", unit="rec", disable=None),
+    ) as run:
+        with (
+            tqdm(desc="ingest", unit="rec", disable=None) as bar,
+            Ingest.of_run(run, progress=bar.update, on_page=_page_shower(bar)) as ing,
+        ):
+            report = _run(
+                ing,
+                window=window,
+                dates_given=window_given,
+                window_days=window_days,
+                ids=ids,
+                query=query,
+                max_results=max_results,
+                snapshot=snapshot,
+                categories=categories,
+                replay=replay,
+                sample=sample,
+                incremental=incremental,
+                refresh=refresh,
+                oai_url=oai_url,
+                api_url=api_url,
+                politeness=politeness,
             )
-            run.publisher.lease = lease
-            run.publisher.log_key = log_key
-            with lease:
-                report = _run(
-                    run,
-                    window=window,
-                    dates_given=window_given,
-                    window_days=window_days,
-                    ids=ids,
-                    query=query,
-                    max_results=max_results,
-                    snapshot=snapshot,
-                    categories=categories,
-                    replay=replay,
-                    sample=sample,
-                    incremental=incremental,
-                    refresh=refresh,
-                    oai_url=oai_url,
-                    api_url=api_url,
-                    politeness=politeness,
-                )
-    from pith_pipeline.runs.manifest import finish_run  # pyarrow: only once there is work to index
-
-    manifest_window = {  # until exclusive, as everywhere (docs/pages/date-ranges.md)
-        "source": (chosen or ["--replay"])[0],
-        "from": window.oai_from,
-        "until": None if window.end is None else window.end.isoformat(),
-        "set": set_spec,
-        "replay": replay,
-    }
-    rows.flush()
-    with (
-        run_index_lease(st, "ingest", run.run_id, lease_wait),
-        tqdm(desc="index", unit="rec", disable=None) as bar,
-    ):
-        manifest_key = finish_run(
-            st,
-            report.summary,
-            manifest_window,
-            clock=run.publisher.clock,
-            progress=bar.update,
-            rows=rows,
-            **report.manifest_notes(),
-        )
+        run.record(_manifest_window(chosen, window, set_spec, replay=replay), **report.manifest_notes())
+    manifest_key = run.manifest_key
     _print_report(report, st.url)
     click.echo(f"run manifest: {manifest_key}")
     if sample:
@@ -478,10 +360,30 @@ def _ingest(
     fail_if_incomplete(report.summary, st.url)
 
 
-def _open(spec: str) -> Signer:
-    from pith_pipeline.signing.factory import open_signer
+def _page_shower(bar: Any) -> Callable[[HarvestedPage], None]:
+    """Show the harvest's page number, and its total once the server names it, on `bar`."""
 
-    return open_signer(spec)
+    def on_page(hp: HarvestedPage) -> None:
+        if hp.complete_list_size and bar.total != hp.complete_list_size:
+            bar.total = hp.complete_list_size
+            bar.refresh()
+        bar.set_postfix_str(f"page {hp.number}", refresh=False)
+
+    return on_page
+
+
+def _manifest_window(
+    chosen: list[str], window: Window, set_spec: str | None, *, replay: bool
+) -> dict[str, Any]:
+    """What the run manifest records of an ingest's source and dates (until exclusive,
+    as everywhere: docs/pages/date-ranges.md)."""
+    return {
+        "source": (chosen or ["--replay"])[0],
+        "from": window.oai_from,
+        "until": None if window.end is None else window.end.isoformat(),
+        "set": set_spec,
+        "replay": replay,
+    }
 
 
 def _run(

@@ -11,7 +11,7 @@ import secrets
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from pith_pipeline import config
 from pith_pipeline._internal.disk_backed import Ledger, SpillList
@@ -140,6 +140,49 @@ class RunSummary:
             if name not in cls.COUNTERS:
                 raise TypeError(f"RunSummary has no counter {name!r}")
             setattr(part, name, n)
+        return part
+
+    def to_header(self) -> dict[str, Any]:
+        """This summary as the JSON fields of a staged chunk's header.
+
+        Why here: the header is the summary's only serialised form (an Airflow build
+        task writes it, the index and manifest tasks read it back with `from_header`),
+        so the two directions live beside the fields they cover. Lists are sorted, so
+        the same chunk gives the same header on every retry.
+        """
+        identities = sorted(self.seen)
+        return {
+            "counts": {"records": len(identities), **self.counts()},
+            "identities": identities,
+            "built": sorted(self.pith_numbers),
+            "problems": list(self.problems),
+            "written": dict(sorted(self.written.items())),
+            # the run logs these events at its end and settles the markers (`tlog.pending`)
+            "log_pending": list(self.log_pending),
+        }
+
+    @classmethod
+    def from_header(cls, run_id: str, header: dict[str, Any]) -> RunSummary:
+        """The part of run `run_id` that a staged header (`to_header`) records.
+
+        A record outside the chunk's shards is counted as fetched by the task that
+        owns it, so `skipped` records are not counted as fetched here.
+        """
+        c = header["counts"]
+        part = cls.part(
+            run_id,
+            fetched=c["fetched"] - c.get("skipped", 0),
+            built=c["built"],
+            unchanged=c["unchanged"],
+            superseded=c["superseded"],
+            quarantined=c["quarantined"],
+            failed=c.get("failed", 0),
+        )
+        part.problems.extend(str(p) for p in header.get("problems", []))
+        part.pith_numbers.extend(header["built"])
+        part.seen.extend(header["identities"])
+        part.written.update(header.get("written", {}))
+        part.log_pending.extend(header.get("log_pending", []))
         return part
 
 

@@ -146,20 +146,13 @@ def build_chunk(
         with pub.quarantine.ordered_file() as path:
             put_file(base, rejects_key, path, content_type="application/x-ndjson")
         pub.quarantine.close()
-    identities = sorted(pub.summary.seen)
-    counts = {"records": len(identities), **pub.summary.counts()}
     header: dict[str, Any] = {
         "chunk": int(chunk["index"]),
         "run_id": run_id,
-        "counts": counts,
-        "identities": identities,
-        "built": sorted(pub.summary.pith_numbers),
         "rejects": rejects_key,
-        "problems": pub.summary.problems,
-        "written": dict(sorted(pub.summary.written.items())),
-        # the run logs these events at its end and settles the markers (`tlog.pending`)
-        "log_pending": pub.summary.log_pending,
+        **pub.summary.to_header(),
     }
+    counts = header["counts"]
     base.put(key, dumps_compact(header) + b"\n", content_type="application/x-ndjson")
     return {"staged": key, "objects": len(header["written"]), **counts}
 
@@ -272,22 +265,7 @@ def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any
     headers: list[dict[str, Any]] = []
     for key in sorted(set(staged_keys)):
         header, staged = _read_staged(store, key)
-        c = header["counts"]
-        part = RunSummary.part(
-            run_id,
-            # a record outside a task's shards is counted by the task that owns it
-            fetched=c["fetched"] - c.get("skipped", 0),
-            built=c["built"],
-            unchanged=c["unchanged"],
-            superseded=c["superseded"],
-            quarantined=c["quarantined"],
-            failed=c.get("failed", 0),
-        )
-        part.problems.extend(str(p) for p in header.get("problems", []))
-        part.pith_numbers.extend(header["built"])
-        part.seen.extend(header["identities"])
-        part.written.update(header.get("written", {}))
-        part.log_pending.extend(header.get("log_pending", []))
+        part = RunSummary.from_header(run_id, header)
         for obj in staged:  # staged objects of a run started before the upgrade
             part.written[obj["key"]] = sha256_hex(obj["data"].encode("utf-8"))
         headers.append(header)

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_default_private_key_directory_is_git_ignored() -> None:
     """`ingest` without --key writes pith-keys/pith-private-key.json in the working directory."""
-    from pith_pipeline.cli.ingest import DEFAULT_KEY_DIR
+    from pith_pipeline.signing.local import DEFAULT_KEY_DIR
 
     patterns = (ROOT / ".gitignore").read_text().split()
     assert f"/{DEFAULT_KEY_DIR}/" in patterns or f"{DEFAULT_KEY_DIR}/" in patterns
