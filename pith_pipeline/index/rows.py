@@ -138,11 +138,14 @@ def rows_from_bundle(bundle: dict[str, Any], *, bundle_key: str, bundle_sha256: 
     primary = md["primary_cat"]
     authors_text = paper.get("authors_text")
     authors = authors_text.split(", ") if authors_text else []
+    # the Unicode form only where it differs from arXiv's text (null otherwise), so the
+    # table does not hold every plain name twice; readers take coalesce(..._unicode, ...)
+    authors_unicode: list[str] | None = None
+    authors_text_unicode: str | None = None
     if authors_text and _has_tex(authors_text):
-        authors_unicode = [unicode_name(a) for a in authors]
-        authors_text_unicode: str | None = ", ".join(authors_unicode)
-    else:  # plain text already (most names): nothing to convert
-        authors_unicode, authors_text_unicode = list(authors), authors_text
+        converted = [unicode_name(a) for a in authors]
+        if converted != authors:
+            authors_unicode, authors_text_unicode = converted, ", ".join(converted)
     out = Rows()
     out.records.append(
         {
