@@ -170,9 +170,9 @@ def synthetic(n: int, seed: int) -> pa.Table:
             "title": " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(5, 14))).title(),
             "authors": authors,
             "authors_text": ", ".join(authors),
-            # ASCII names: their Unicode form is the same text (a column the index has)
-            "authors_unicode": authors,
-            "authors_text_unicode": ", ".join(authors),
+            # ASCII names: their Unicode form is arXiv's text, stored as null
+            "authors_unicode": None,
+            "authors_text_unicode": None,
             "primary_cat": primary,
             "primary_archive": arch,
             "categories": [primary, *cross],

@@ -97,7 +97,11 @@ def table_sources(
 #: Views defined over the tables (no scan of their own): name -> SELECT.
 DERIVED_VIEWS: dict[str, str] = {
     # the latest version of each paper: one row per paper
-    "papers": "SELECT * FROM records WHERE superseded_by IS NULL",
+    # and the Unicode names filled in where they are arXiv's text (null in records)
+    "papers": "SELECT * REPLACE ("
+    "coalesce(authors_unicode, authors) AS authors_unicode,"
+    " coalesce(authors_text_unicode, authors_text) AS authors_text_unicode)"
+    " FROM records WHERE superseded_by IS NULL",
 }
 
 

@@ -138,11 +138,7 @@ def rows_from_bundle(bundle: dict[str, Any], *, bundle_key: str, bundle_sha256: 
     primary = md["primary_cat"]
     authors_text = paper.get("authors_text")
     authors = authors_text.split(", ") if authors_text else []
-    if authors_text and _has_tex(authors_text):
-        authors_unicode = [unicode_name(a) for a in authors]
-        authors_text_unicode: str | None = ", ".join(authors_unicode)
-    else:  # plain text already (most names): nothing to convert
-        authors_unicode, authors_text_unicode = list(authors), authors_text
+    authors_unicode, authors_text_unicode = _unicode_authors(authors, authors_text)
     out = Rows()
     out.records.append(
         {
@@ -180,29 +176,7 @@ def rows_from_bundle(bundle: dict[str, Any], *, bundle_key: str, bundle_sha256: 
     invalid = {i.get("event_id") for i in state.get("invalid_events") or []}
     body = subject.rsplit(":", 1)[-1]
     for e in bundle.get("events") or []:
-        signer = e.get("signer") or {}
-        sig = e.get("signature") or {}
-        payload = e.get("payload") if isinstance(e.get("payload"), dict) else {}
-        out.events.append(
-            {
-                "event_id": e.get("event_id"),
-                "subject": e.get("subject_pith_number"),
-                "event_type": e.get("event_type"),
-                "target": e.get("target"),
-                "created_at": _ts(e.get("created_at")),
-                "created_month": _month(e.get("created_at")),
-                "signer_id": signer.get("signer_id"),
-                "signer_type": signer.get("signer_type"),
-                "key_id": signer.get("key_id"),
-                "public_key_fingerprint": signer.get("public_key_fingerprint"),
-                "signed_at": _ts(sig.get("signed_at")),
-                "supersedes": list(e.get("supersedes") or []),
-                "prev_event": e.get("prev_event"),
-                "correction_kind": payload.get("kind") if e.get("event_type") == "correction" else None,
-                "valid": e.get("event_id") not in invalid,
-                "event_key": event_key(body, str(e.get("content_sha256"))),
-            }
-        )
+        out.events.append(_event_row(e, body, invalid))
     for a in aliases:
         kind, value = a.get("alias_kind"), a.get("alias_value")
         out.aliases.append(
@@ -218,6 +192,44 @@ def rows_from_bundle(bundle: dict[str, Any], *, bundle_key: str, bundle_sha256: 
             }
         )
     return out
+
+
+def _unicode_authors(authors: list[str], authors_text: str | None) -> tuple[list[str] | None, str | None]:
+    """(authors_unicode, authors_text_unicode): the names with TeX converted, or (None,
+    None) where that is arXiv's text. Only converted names are stored, so the table does
+    not hold every plain name twice; readers take coalesce(authors_text_unicode, authors_text).
+    """
+    if authors_text and _has_tex(authors_text):
+        converted = [unicode_name(a) for a in authors]
+        if converted != authors:
+            return converted, ", ".join(converted)
+    return None, None
+
+
+def _event_row(e: dict[str, Any], body: str, invalid: set[Any]) -> dict[str, Any]:
+    """The `events` row of event `e` of the bundle of Pith number body `body`."""
+    signer = e.get("signer") or {}
+    sig = e.get("signature") or {}
+    raw = e.get("payload")
+    payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    return {
+        "event_id": e.get("event_id"),
+        "subject": e.get("subject_pith_number"),
+        "event_type": e.get("event_type"),
+        "target": e.get("target"),
+        "created_at": _ts(e.get("created_at")),
+        "created_month": _month(e.get("created_at")),
+        "signer_id": signer.get("signer_id"),
+        "signer_type": signer.get("signer_type"),
+        "key_id": signer.get("key_id"),
+        "public_key_fingerprint": signer.get("public_key_fingerprint"),
+        "signed_at": _ts(sig.get("signed_at")),
+        "supersedes": list(e.get("supersedes") or []),
+        "prev_event": e.get("prev_event"),
+        "correction_kind": payload.get("kind") if e.get("event_type") == "correction" else None,
+        "valid": e.get("event_id") not in invalid,
+        "event_key": event_key(body, str(e.get("content_sha256"))),
+    }
 
 
 # -- validation: before anything is published -------------------------------------

@@ -102,9 +102,15 @@ RECORDS = TableSpec(
         (
             "authors_unicode",
             STR_LIST,
-            'the author names with TeX converted to Unicode (Schrödinger for Schr\\"odinger)',
+            'the author names with TeX converted to Unicode (Schrödinger for Schr\\"odinger);'
+            " null where that is arXiv's text: read coalesce(authors_unicode, authors)",
         ),
-        ("authors_text_unicode", pa.string(), "authors_unicode joined by ', ': search names here"),
+        (
+            "authors_text_unicode",
+            pa.string(),
+            "authors_unicode joined by ', '; null where that is authors_text:"
+            " search coalesce(authors_text_unicode, authors_text)",
+        ),
         ("primary_cat", pa.string(), "arXiv primary category (cs.LG); names in the categories table"),
         ("primary_archive", pa.string(), "the primary category's archive (cs, hep-th)"),
         ("categories", STR_LIST, "the primary category first, then the cross-lists sorted"),
