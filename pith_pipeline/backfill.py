@@ -14,8 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pith_pipeline.core.canonical_json import dumps_pretty, loads_stored
 from pith_pipeline.core.layout import backfill_chunk_key, backfill_prefix
 from pith_pipeline.publish import RunSummary
+from pith_pipeline.runs import steps as at
 from pith_pipeline.runs.backfill_plan import harvest_for, plan_backfill, plan_chunks_for
 from pith_pipeline.storage.base import Store
 
@@ -52,7 +54,6 @@ class BackfillResult:
 
 
 def _checkpoint(store: Store, run_id: str, index: int, built: dict[str, Any]) -> None:
-    from pith_pipeline.core.canonical_json import dumps_pretty
 
     store.put(backfill_chunk_key(run_id, index), dumps_pretty(built) + b"\n")
 
@@ -68,8 +69,6 @@ def run_window(
     io_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """One planned window, start to finish; every step is safe to repeat."""
-    from pith_pipeline.core.canonical_json import loads_stored
-    from pith_pipeline.runs import steps as at
 
     harvested = harvest_for(settings, request, store=store)
     run_id = str(harvested["run_id"])
@@ -118,8 +117,6 @@ def run_backfill(
 ) -> BackfillResult:
     """Publish every window of [start, until) not yet complete; resumable after a kill."""
     from tqdm import tqdm
-
-    from pith_pipeline.runs import steps as at
 
     store = at.run_store(settings)
     signer = at.run_signer(settings)

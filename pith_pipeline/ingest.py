@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.clock import system_clock
+from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.limits import DEFAULT_LIMITS, InputLimits
 from pith_pipeline.core.timeutil import Clock
@@ -29,13 +30,18 @@ from pith_pipeline.runs.windows import window_from_options
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.sources.oai import (
     DEFAULT_OAI_URL,
+    OUTSIDE_WINDOW_LISTED,
     RAW_ROOT,
     HarvestedPage,
     Harvester,
     HarvestStats,
     OAIClient,
+    OutsideWindow,
+    public_url,
 )
 from pith_pipeline.sources.politeness import Gate, Politeness
+from pith_pipeline.sources.sample import SAMPLE_RAW_ROOT, SAMPLE_URL, StaticRepository, sample_pages
+from pith_pipeline.sources.snapshot_ranges import record_datestamp
 from pith_pipeline.storage.base import Store
 from pith_pipeline.window import Window, parse_day
 
@@ -276,6 +282,7 @@ class Ingest:
         transport: Any = None,
     ) -> IngestReport:
         """Ids from the search API (checked `--ids`, or a `--query`), then `GetRecord`."""
+        # lazy: arxiv, requests, 114 ms at import
         from pith_pipeline.sources.arxiv_api import ArxivAPI
 
         gate = Gate(politeness)  # one gate: the API and OAI are both arXiv
@@ -305,7 +312,6 @@ class Ingest:
     def _note_outside_query(self, api: Any, query: str) -> None:
         """Count and name the query's matches submitted outside its `submittedDate`
         range (`ArxivAPI.outside`, already logged) as the harvest does for a window."""
-        from pith_pipeline.sources.oai import OUTSIDE_WINDOW_LISTED, OutsideWindow, public_url
 
         if not api.outside:
             return
@@ -345,8 +351,6 @@ class Ingest:
         change), the same rule as OAI-PMH and `backfill --source snapshot`, so one
         range selects the same records from either source.
         """
-        from pith_pipeline.core.arxiv_record import ArxivRecord
-        from pith_pipeline.sources.snapshot_ranges import record_datestamp
 
         window = window_from_options(from_, until)
         items: Iterable[Any] = iter_jsonl(path, categories=categories, limits=self.limits)
@@ -379,12 +383,6 @@ class Ingest:
 
     def sample(self) -> IngestReport:
         """The bundled sample, harvested from its local copy the same way as from arXiv."""
-        from pith_pipeline.sources.sample import (
-            SAMPLE_RAW_ROOT,
-            SAMPLE_URL,
-            StaticRepository,
-            sample_pages,
-        )
 
         window = Window()
         h = self._harvester(None, SAMPLE_RAW_ROOT)

@@ -30,6 +30,7 @@ from pith_pipeline.core.layout import (
 from pith_pipeline.core.pith_record import BODY
 from pith_pipeline.core.timeutil import iso_seconds
 from pith_pipeline.errors import IncompleteRunError, IntegrityError, VerificationError
+from pith_pipeline.runs.steps import run_signer, run_store
 from pith_pipeline.storage.lease import writer_lease
 
 if TYPE_CHECKING:
@@ -69,8 +70,9 @@ def rebuild_from_events(
     """Re-derive bundles from the event store (when `bundles`), then the indexes."""
     # lazy: the index 240 ms, the publisher 80 ms at import (python -X importtime)
     from pith_pipeline.index.writer import reindex
+
+    # lazy: pith_pipeline.publish, 230 ms at import
     from pith_pipeline.publish import BuildConfig, rebuild
-    from pith_pipeline.runs.steps import run_signer, run_store
 
     store = store or run_store(settings)
     out: dict[str, Any] = {"bundles_rebuilt": 0, "reindexed": False}
@@ -278,7 +280,6 @@ def verify_changes(
     """
     # lazy: the audit adds 45 ms, a run's steps 14 ms to importing this module (python -X importtime)
     from pith_pipeline.audit import audit_subjects
-    from pith_pipeline.runs.steps import run_store
 
     if store is None:
         if settings is None:
@@ -380,7 +381,6 @@ def verify_sample(settings: Settings, *, size: int, seed: str, store: Store | No
     `verify STORE`; raise naming every problem. No watermark is read or written."""
     # lazy: the audit adds 45 ms, a run's steps 14 ms to importing this module (python -X importtime)
     from pith_pipeline.audit import audit_subjects
-    from pith_pipeline.runs.steps import run_store
 
     store = store or run_store(settings)
     sample = drift_sample(store, size, seed)

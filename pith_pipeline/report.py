@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from pith_pipeline.core.canonical_json import loads_stored
 from pith_pipeline.core.layout import QUARANTINE, RUNS, is_run_manifest
-from pith_pipeline.errors import TerminalError
+from pith_pipeline.errors import StorageError, TerminalError
+from pith_pipeline.runs.steps import run_store
 from pith_pipeline.storage.base import Store, read_into
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ QUERIES: tuple[tuple[str, str, str, str], ...] = (
 
 
 def _rows(store: Store, sql: str) -> list[tuple[str, int]]:
+    # lazy: nacl, pith_pipeline.index, pyarrow, 303 ms at import
     from pith_pipeline.index.query import run_query
 
     return [("" if r[0] is None else str(r[0]), int(r[1])) for r in run_query(store, sql).rows]
@@ -130,7 +132,7 @@ _COUNTS = re.compile(rb'\n  "counts": (\{[^{}]*\})')
 
 def _head(store: Store, key: str, size: int) -> bytes | None:
     """The first `size` bytes of an object, by a ranged read where the store can."""
-    from pith_pipeline.errors import StorageError
+    # lazy: nacl, pith_pipeline.index, pyarrow, 238 ms at import
     from pith_pipeline.index.dataset import arrow_source
 
     try:
@@ -150,6 +152,7 @@ def _counts(value: object) -> dict[str, int]:
 def _manifest(store: Store, key: str) -> RunRow | None:
     """A run's id, finish time and counts, from the manifest's first and last bytes
     (`index.status.finished_at`); a manifest whose head does not hold them is read whole."""
+    # lazy: nacl, pith_pipeline.index, pyarrow, 141 ms at import
     from pith_pipeline.index.status import finished_at
 
     fallback = key[len(RUNS) : -len("/manifest.json")]
@@ -374,7 +377,6 @@ def write_report(settings: Settings) -> dict[str, Any]:
     """The maintenance DAG's weekly `report` task: the page of `settings.store`, written
     into it (`publish_report`). matplotlib missing is a `TerminalError` naming the extra
     (retrying cannot install it)."""
-    from pith_pipeline.runs.steps import run_store
 
     try:
         import matplotlib  # noqa: F401

@@ -99,8 +99,9 @@ def _function_level_imports() -> list[tuple[str, int, str]]:
 
 
 def test_the_contracts_see_imports_inside_functions() -> None:
-    """Most of the loader's imports are inside functions (to keep start-up fast): the
-    import graph the contracts are checked on must hold every one of them."""
+    """The imports left inside functions (each keeps a measured start-up cost off a
+    command, a DAG parse or a worker): the import graph the contracts are checked on
+    must hold every one of them."""
     graph = grimp.build_graph("pith_pipeline", cache_dir=None)
     seen = []
     missed = []
@@ -109,7 +110,7 @@ def test_the_contracts_see_imports_inside_functions() -> None:
         lines = {d["line_number"] for d in graph.get_import_details(importer=importer, imported=imported)}
         (seen if line in lines else missed).append(f"{importer}:{line} imports {imported}")
     assert missed == []
-    assert len(seen) > 100  # the package has well over a hundred: the check is not vacuous
+    assert len(seen) > 10  # the lazy imports the package keeps (each names its cost): not vacuous
 
 
 def test_core_reads_no_environment() -> None:

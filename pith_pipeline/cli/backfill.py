@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import click
 
+from pith_pipeline.backfill import run_backfill
 from pith_pipeline.cli.options import envvar, io_concurrency_option, wait_option
+from pith_pipeline.config import load_settings
+from pith_pipeline.errors import InputError
+from pith_pipeline.runs.windows import window_from_options
 
 
 def register(group: click.Group) -> None:
@@ -117,10 +121,6 @@ def backfill(
       pith-pipeline backfill --from 2007-01-01 --until 2026-01-01 --source snapshot \\
           --snapshot arxiv-metadata-oai-snapshot.json --store ./pith-store
     """
-    from pith_pipeline.backfill import run_backfill
-    from pith_pipeline.config import load_settings
-    from pith_pipeline.errors import InputError
-    from pith_pipeline.runs.windows import window_from_options
 
     if until is None and through is None:
         raise click.UsageError("give --until (the day after the last) or --through (the last day)")

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
+from pith_pipeline import config
 from pith_pipeline.cli.options import (
     build_config,
     envvar,
@@ -17,8 +18,19 @@ from pith_pipeline.cli.options import (
     store_option,
     wait_option,
 )
+from pith_pipeline.clock import system_clock
+from pith_pipeline.core.bundle import PUBLIC_KEY_FILE
+from pith_pipeline.core.keys import read_key_document
+from pith_pipeline.core.timeutil import iso_micros
+from pith_pipeline.errors import InputError
+from pith_pipeline.publish import Publisher
+from pith_pipeline.reissue import Reissuer, rotate_keys
+from pith_pipeline.signing.envelope import create_envelope, write_envelope
+from pith_pipeline.signing.factory import open_signer
+from pith_pipeline.signing.local import check_key_dir
 from pith_pipeline.storage.factory import open_existing_store, open_store
 from pith_pipeline.storage.lease import writer_lease
+from pith_pipeline.tlog.pipeline import log_run, log_signer_for
 
 
 def register(group: click.Group) -> None:
@@ -63,8 +75,6 @@ def envelope_create(kms_key: str, out: Path, key_id: str | None, region: str | N
       pith-pipeline build --input papers.jsonl --store out/ \\
           --signer kms-envelope:keys/pith.envelope.json
     """
-    from pith_pipeline.signing.envelope import create_envelope, write_envelope
-    from pith_pipeline.signing.local import check_key_dir
 
     if out.exists():
         raise click.UsageError(f"{out} already exists; refusing to replace an envelope")
@@ -90,11 +100,6 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
     the only way to bring a key the store does not list: other commands refuse
     one, so that a lost key is never silently replaced (see docs/pages/keys.md).
     """
-    from pith_pipeline.clock import system_clock
-    from pith_pipeline.core.timeutil import iso_micros
-    from pith_pipeline.publish import Publisher
-    from pith_pipeline.reissue import rotate_keys
-    from pith_pipeline.signing.factory import open_signer
 
     pub = Publisher(
         open_store(store),
@@ -111,9 +116,6 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
 @store_option("Store to read (directory or s3://...).")
 def show(store: str) -> None:
     """List the keys in a store's pith-signing-key.json with fingerprints and rotates_at."""
-    from pith_pipeline.core.bundle import PUBLIC_KEY_FILE
-    from pith_pipeline.core.keys import read_key_document
-    from pith_pipeline.errors import InputError
 
     st = open_existing_store(store)
     data = st.get(PUBLIC_KEY_FILE)
@@ -167,9 +169,6 @@ def reissue(
       pith-pipeline receipts reissue --store out/ --signer keys-2026-06/pith-private-key.json
       pith-pipeline verify out/ --keys out/pith-signing-key.json
     """
-    from pith_pipeline import config
-    from pith_pipeline.reissue import Reissuer
-    from pith_pipeline.signing.factory import open_signer
 
     st = open_existing_store(store)
     r = Reissuer(st, open_signer(signer_spec), build_config(base_url, registry_name, signer_id))
@@ -181,7 +180,6 @@ def reissue(
         total = len(r.subjects())
         with tqdm(total=total, desc="reissue", unit="rec", disable=None) as bar:
             summary = r.run(workers=workers, progress=bar.update)
-    from pith_pipeline.tlog.pipeline import log_run, log_signer_for
 
     # the new correction events into the transparency log, if the store has one
     log = log_signer_for(run_log.spec, st, config.from_env("log_origin"))

@@ -35,6 +35,7 @@ from pith_pipeline.errors import InputError, StorageError
 from pith_pipeline.index.dataset import arrow_source, dataset_of, read_schema
 from pith_pipeline.index.delta import location, unwrap
 from pith_pipeline.index.schema import TABLES
+from pith_pipeline.index.writer import live_files, open_table, refuse_legacy, table_exists
 from pith_pipeline.storage.base import Store
 
 
@@ -69,8 +70,6 @@ def table_sources(
     otherwise the index was lost or never built, and `StorageError` says to reindex.
     """
     import pyarrow.dataset as ds
-
-    from pith_pipeline.index.writer import live_files, open_table, refuse_legacy, table_exists
 
     loc = location(store)
     refuse_legacy(store)
@@ -116,6 +115,7 @@ def connect(store: Store, *, views: bool = False, versions: dict[str, int] | Non
     """
     import duckdb
 
+    # lazy: pith_pipeline.index, 4 ms at import
     from pith_pipeline.index.dictionary import categories
 
     sources = table_sources(store, views=views, versions=versions)
@@ -138,8 +138,6 @@ class Result:
 def damaged_files(store: Store) -> list[tuple[str, str]]:
     """(store key, reason) of each live index file whose Parquet footer cannot be read."""
     import pyarrow.parquet as pq
-
-    from pith_pipeline.index.writer import live_files, open_table, table_exists
 
     loc = location(store)
     fs, root = arrow_source(store)

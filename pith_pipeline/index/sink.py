@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pith_pipeline._internal.disk_backed import sorted_unique
 from pith_pipeline.core.canonical_json import dumps, dumps_trusted
 from pith_pipeline.core.events import content_sha256
 from pith_pipeline.core.layout import event_key
@@ -301,7 +302,6 @@ class RowSink:
 
     def subjects(self) -> Iterator[str]:
         """Pith numbers with rows here, sorted and unique (streamed from the files)."""
-        from pith_pipeline._internal.disk_backed import sorted_unique
 
         def each() -> Iterator[str]:
             for batch in self.dataset("records").to_batches(columns=["pith_number"]):

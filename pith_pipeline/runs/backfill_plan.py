@@ -10,9 +10,13 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pith_pipeline.core.layout import run_manifest_key
 from pith_pipeline.errors import InputError
 from pith_pipeline.runs.chunks import MAX_CHUNKS, plan_page_chunks, plan_snapshot_chunks
+from pith_pipeline.runs.harvest import harvest_window
+from pith_pipeline.runs.steps import finish_window, index_window, run_store
 from pith_pipeline.runs.windows import run_id_for, split_windows
+from pith_pipeline.storage.lease import SHARDS
 from pith_pipeline.window import Window, parse_day
 
 if TYPE_CHECKING:
@@ -39,12 +43,10 @@ def plan_backfill(
     skipped. Snapshot: one window over the whole range. A window whose run
     manifest exists is complete and left out: that is what makes a backfill resumable.
     """
-    from pith_pipeline.core.layout import run_manifest_key
 
     if source not in SOURCES:
         raise InputError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
     whole = Window(parse_day(start, "from"), parse_day(until, "until"))
-    from pith_pipeline.runs.steps import run_store
 
     store = store or run_store(settings)
     if source == "snapshot":
@@ -74,7 +76,6 @@ def harvest_for(
     settings: Settings, request: Mapping[str, Any], *, store: Store | None = None
 ) -> dict[str, Any]:
     """A planned window's input: OAI pages harvested into raw/, or snapshot byte ranges."""
-    from pith_pipeline.runs.harvest import harvest_window
 
     window = Window.from_json(request["window"])
     if request["source"] == "oai":
@@ -92,7 +93,6 @@ def harvest_for(
 
 def split_by_shard_group(chunks: list[dict[str, Any]], groups: int) -> list[dict[str, Any]]:
     """Each snapshot byte range once per shard group (see `plan_chunks_for`)."""
-    from pith_pipeline.storage.lease import SHARDS
 
     groups = max(1, min(groups, SHARDS))
     if groups == 1:
@@ -160,7 +160,6 @@ def finish_windows(
     store: Store | None = None,
 ) -> list[dict[str, Any]]:
     """Index, then write the run manifest, for each window of a backfill."""
-    from pith_pipeline.runs.steps import finish_window, index_window, run_store
 
     store = store or run_store(settings)
     staged = staged_by_run(built)

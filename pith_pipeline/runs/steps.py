@@ -19,11 +19,17 @@ import secrets
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pith_pipeline.config import Settings
-from pith_pipeline.core.layout import quarantine_key
-from pith_pipeline.errors import InputError, StorageError
+from pith_pipeline.config import Settings, given
+from pith_pipeline.core.canonical_json import dumps_compact, loads_stored
+from pith_pipeline.core.layout import quarantine_key, run_manifest_key
+from pith_pipeline.errors import IncompleteRunError, InputError, StorageError
+from pith_pipeline.errors import WriteConflictError as Conflict
+from pith_pipeline.items import Rejected
+from pith_pipeline.loader import Loader, numbered
 from pith_pipeline.runs.chunks import iter_chunk_items
-from pith_pipeline.storage.base import Digest
+from pith_pipeline.storage.base import Digest, put_file, read_into
+from pith_pipeline.storage.factory import open_store
+from pith_pipeline.storage.lease import parse_shards, writer_lease
 from pith_pipeline.storage.staging import staged_key, staged_rejects_key
 
 log = logging.getLogger(__name__)
@@ -36,6 +42,7 @@ if TYPE_CHECKING:
 def run_signer(settings: Settings) -> Signer:
     """The signer of a window's steps and of the maintenance tasks (`settings.signer`);
     `InputError` naming PITH_SIGNER when none is configured."""
+    # lazy: nacl, 12 ms at import
     from pith_pipeline.signing.factory import open_signer
 
     if not settings.signer:
@@ -50,7 +57,6 @@ def run_store(settings: Settings) -> Store:
     """The store of a window's steps, the harvest, backfill planning, maintenance and
     the report (`settings.store`). Every caller looks it up here when it runs, so a
     test that replaces it reaches them all."""
-    from pith_pipeline.storage.factory import open_store
 
     return open_store(settings.store)
 
@@ -59,6 +65,7 @@ def _run_log(settings: Settings, store: Store, *, first: bool) -> Any:
     """The window's log key (`tlog.run_log.prepare_run_log`): chosen by its build
     step (`first`: it may make a new store's key, and says so in the task log) and
     found again by its last step, which appends."""
+    # lazy: nacl, 96 ms at import
     from pith_pipeline.tlog.run_log import prepare_run_log
 
     return prepare_run_log(
@@ -106,11 +113,8 @@ def build_chunk(
     published by the `Loader`, `io_concurrency` at once (None: the store's default, 32
     on S3). Returns `{"staged": key, "records": n, "built": n, ...}`.
     """
-    from pith_pipeline.core.canonical_json import dumps_compact
-    from pith_pipeline.items import Rejected
-    from pith_pipeline.loader import Loader, numbered
+    # lazy: nacl, pith_pipeline.publish, 107 ms at import
     from pith_pipeline.publish import BuildConfig, Publisher
-    from pith_pipeline.storage.lease import parse_shards, writer_lease
 
     base = store or run_store(settings)
     signer = signer or run_signer(settings)
@@ -140,8 +144,6 @@ def build_chunk(
     key = staged_key(run_id, int(chunk["index"]), secrets.token_hex(4))
     rejects_key = None
     if pub.quarantine:  # stored before the header that names it
-        from pith_pipeline.storage.base import put_file
-
         rejects_key = staged_rejects_key(key)
         with pub.quarantine.ordered_file() as path:
             put_file(base, rejects_key, path, content_type="application/x-ndjson")
@@ -158,7 +160,6 @@ def build_chunk(
 
 
 def _read_staged(store: Store, key: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from pith_pipeline.core.canonical_json import loads_stored
 
     data = store.get(key)
     if data is None:
@@ -173,8 +174,6 @@ def _write_rejects(store: Store, headers: Iterable[Mapping[str, Any]], out: Dige
     """The quarantine lines of staged chunks (`headers`, in chunk order) to `out`, one
     piece at a time: each chunk's rejects object, or the entries a chunk staged by an
     older version kept in its header."""
-    from pith_pipeline.core.canonical_json import dumps_compact
-    from pith_pipeline.storage.base import read_into
 
     for header in headers:
         for entry in header.get("quarantine") or ():
@@ -199,8 +198,6 @@ def publish_staged(
     import os
     import tempfile
 
-    from pith_pipeline.storage.base import put_file, read_into
-
     store = store or run_store(settings)
     objects: dict[str, dict[str, Any]] = {}
     rejects: dict[str, list[dict[str, Any]]] = {}
@@ -211,8 +208,6 @@ def publish_staged(
             objects.setdefault(obj["key"], obj)  # same key: same bytes (pointer key docs)
     written = skipped = 0
     from contextlib import nullcontext
-
-    from pith_pipeline.storage.lease import writer_lease
 
     if objects:
         # paper objects of a chunk staged by an older version (today's build task
@@ -259,6 +254,7 @@ def publish_staged(
 
 def window_summary(store: Store, run_id: str, staged_keys: Iterable[str]) -> Any:
     """The window's `RunSummary`, rebuilt from its staged chunks (same on every retry)."""
+    # lazy: nacl, pith_pipeline.publish, 97 ms at import
     from pith_pipeline.publish import RunSummary
 
     summary = RunSummary(run_id)
@@ -283,9 +279,11 @@ def index_window(
     settings: Settings, run_id: str, staged_keys: Iterable[str], *, store: Store | None = None
 ) -> dict[str, Any]:
     """Update the Parquet indexes for every record of the window (idempotent)."""
+    # lazy: nacl, pith_pipeline.index, pyarrow, 231 ms at import
     from pith_pipeline.index.writer import update_indexes
+
+    # lazy: nacl, pith_pipeline.index, pith_pipeline.publish, 244 ms at import
     from pith_pipeline.runs.manifest import touched_subjects
-    from pith_pipeline.storage.lease import writer_lease
 
     store = store or run_store(settings)
     summary = window_summary(store, run_id, staged_keys)
@@ -323,9 +321,10 @@ def finish_window(
     window that published nothing new leaves it as it is; a re-run that did
     publish something (a repair) gets its own `runs/<run_id>-rerun-N/manifest.json`.
     """
-    from pith_pipeline.core.layout import run_manifest_key
-    from pith_pipeline.errors import WriteConflictError as Conflict
+    # lazy: nacl, pith_pipeline.index, pyarrow, 166 ms at import
     from pith_pipeline.index.writer import IndexUpdate
+
+    # lazy: nacl, pith_pipeline.index, pith_pipeline.publish, 239 ms at import
     from pith_pipeline.runs.manifest import write_manifest
 
     store = store or run_store(settings)
@@ -352,7 +351,6 @@ def finish_window(
     if "outside_window" in harvested:  # an OAI harvest (runs.harvest): records outside its window
         notes["extra_counts"] = {"outside_window": int(harvested["outside_window"])}
         notes["outside_window"] = list(harvested.get("outside_window_records", []))
-    from pith_pipeline.config import given
 
     with given(log_signer=_run_log(settings, store, first=False).spec):  # the log append's key
         try:
@@ -371,8 +369,6 @@ def finish_window(
         store.delete(staged_rejects_key(staged))
         store.delete(staged)
     if summary.failed:
-        from pith_pipeline.errors import IncompleteRunError
-
         for problem in summary.problems:
             log.error("not published: %s", problem)
         raise IncompleteRunError(

@@ -9,6 +9,9 @@ from datetime import timedelta
 from pith_pipeline.config import Settings, env_name, load_settings
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import KeyFileError
+from pith_pipeline.signing.certified import CertifiedSigner
+from pith_pipeline.signing.envelope import open_envelope_signer
+from pith_pipeline.signing.kms import KmsSigner
 from pith_pipeline.signing.local import check_key_id, load_signer
 
 SIGNER_ENV = env_name("signer")
@@ -83,7 +86,6 @@ def open_signer(spec: str, *, self_test: bool = True, settings: Settings | None 
     if scheme == "kms":
         # lazy, as the two below: kms, envelope and certified add 6 ms to every command's
         # start (python -X importtime), and most runs sign with a key file
-        from pith_pipeline.signing.kms import KmsSigner
 
         key, params = _kms_params(rest)
         concurrency, max_rps = _kms_numbers(params)
@@ -98,12 +100,8 @@ def open_signer(spec: str, *, self_test: bool = True, settings: Settings | None 
             signer.self_test()
         return signer
     if scheme == "kms-envelope":
-        from pith_pipeline.signing.envelope import open_envelope_signer
-
         return open_envelope_signer(rest)
     if scheme == "certified":
-        from pith_pipeline.signing.certified import CertifiedSigner
-
         if not rest:
             raise KeyFileError("certified: needs the root signer, e.g. certified:kms:alias/pith")
         run = settings if settings is not None else load_settings()
