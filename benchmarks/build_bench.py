@@ -57,6 +57,7 @@ from pith_pipeline.core.builder import FreshBuilder, Identity, build_record_even
 from pith_pipeline.core.keys import Ed25519Signer, Signer
 from pith_pipeline.publish import ONE_PASS, REFERENCE, BuildConfig, Codec, Publisher, RecordBuilder
 from pith_pipeline.sources.jsonl import parse_line
+from pith_pipeline.storage.base import Store
 from pith_pipeline.tlog.pending import PENDING
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -65,7 +66,7 @@ POOL = 2000  # distinct floor inputs kept in memory (hash cost depends on length
 
 
 # -- a store that keeps only a digest of what was written -----------------------
-class DigestStore:
+class DigestStore(Store):
     """A `Store` that forgets every object but folds its key and bytes into one digest.
 
     Reads return nothing, as from a fresh store, so every record takes the full
