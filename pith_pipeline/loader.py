@@ -1,7 +1,7 @@
 """The one publish loop: every path that publishes records goes through `Loader`.
 
 `build`, `ingest` and `backfill` in one process (`Publisher.publish`), each worker
-process's chunk (`parallel.publish_chunk`), a parallel run's records kept in the
+process's chunk (`parallel_worker.publish_chunk`), a parallel run's records kept in the
 parent (`ParallelPublisher`) and each Airflow build task (`airflow_tasks.build_chunk`)
 hand their items to a `Loader`. What happens to one record stays
 `Publisher.publish_item`; the loader decides how many records are in flight and

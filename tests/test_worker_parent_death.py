@@ -27,7 +27,7 @@ PARENT = textwrap.dedent(
     """
     import multiprocessing, os, sys, time
     from concurrent.futures import ProcessPoolExecutor
-    from pith_pipeline import parallel
+    from pith_pipeline import parallel_worker
 
     def hold_the_gil() -> None:
         import re
@@ -38,7 +38,7 @@ PARENT = textwrap.dedent(
         pool = ProcessPoolExecutor(
             max_workers=1,
             mp_context=multiprocessing.get_context("spawn"),
-            initializer=parallel.die_with_parent,
+            initializer=parallel_worker.die_with_parent,
             initargs=(os.getpid(), True),
         )
         pool.submit(hold_the_gil)

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from tqdm import tqdm
@@ -35,6 +35,9 @@ from pith_pipeline.publish import RunSummary
 from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.factory import open_store
+
+if TYPE_CHECKING:
+    from pith_pipeline.audit import Finding
 
 
 def register(group: click.Group) -> None:
@@ -242,14 +245,10 @@ def verify(
     any stored object is damaged, 2 when input is unreadable (a bundle file that is
     not JSON, a path with no bundles).
     """
-    from pith_pipeline.audit import Finding, audit_store
-
     if not paths:  # the store the other commands default to
         paths = (config.resolve("store").value or DEFAULT_STORE,)
     reports: list[Report] = []
     unreadable: list[str] = []
-    findings: list[Finding] = []
-    urls: list[str] = []
     trusted = None
     if keys_doc is not None:
         from pith_pipeline.core.keys import read_key_document
@@ -257,21 +256,62 @@ def verify(
         trusted = read_key_document(keys_doc.read_bytes(), str(keys_doc))
     stores = [p for p in paths if _is_store(p)]
     files = list(_bundle_files(tuple(p for p in paths if p not in stores)))
+    damaged = _audit_stores(stores, pin, trusted, reports, unreadable)
+    if not files and not stores:
+        unreadable.append(f"no bundles found in {', '.join(paths)}")
+    _verify_files(files, pin, trusted, reports, unreadable)
+    from pith_pipeline.tlog.client import verify_with_log
+
+    log_problems = verify_with_log(paths, files, log_location, config.resolve("log_vkey").value)  # tlog
+    if as_json:
+        _echo_json(reports, damaged, unreadable, log_problems)
+    else:
+        _echo_lines(reports, damaged, unreadable, log_problems, quiet=quiet, any_store=bool(stores))
+    if unreadable:
+        sys.exit(2)
+    sys.exit(0 if all(r.ok for r in reports) and not log_problems and not damaged else 1)
+
+
+def _audit_stores(
+    stores: list[str],
+    pin: str | None,
+    trusted: list[PublicKey] | None,
+    reports: list[Report],
+    unreadable: list[str],
+) -> list[tuple[Finding, str]]:
+    """Audit each store whole: its bundles' reports go to `reports` (their source
+    prefixed with the store's URL), a store with neither bundles nor findings to
+    `unreadable`. Returns the damaged stored objects, each with its store's URL."""
+    from pith_pipeline.audit import audit_store
+
+    damaged: list[tuple[Finding, str]] = []
     for location in stores:
         st = open_store(location)
-        before = len(reports) + len(findings)
+        before = len(reports)
+        found = 0
 
         def add(report: Report, url: str = st.url) -> None:
             report.source = f"{url}/{report.source}"
             reports.append(report)
 
         for finding in audit_store(st, pinned=pin, trusted=trusted, on_report=add):
-            findings.append(finding)
-            urls.append(st.url)
-        if len(reports) + len(findings) == before:
+            found += 1
+            if finding.check is None:
+                damaged.append((finding, st.url))
+        if len(reports) == before and not found:
             unreadable.append(f"no bundles found in {st.url}")
-    if not files and not stores:
-        unreadable.append(f"no bundles found in {', '.join(paths)}")
+    return damaged
+
+
+def _verify_files(
+    files: list[Path],
+    pin: str | None,
+    trusted: list[PublicKey] | None,
+    reports: list[Report],
+    unreadable: list[str],
+) -> None:
+    """Verify each bundle file into `reports`; one that cannot be read or parsed goes
+    to `unreadable`, and the rest are still checked."""
     for f in files:
         try:
             bundle = _load_bundle(f)
@@ -279,45 +319,55 @@ def verify(
             unreadable.append(f"{f}: unreadable ({type(exc).__name__}: {exc})")
             continue
         reports.append(verify_bundle(bundle, pinned_fingerprint=pin, source=str(f), trusted_keys=trusted))
-    from pith_pipeline.tlog.client import verify_with_log
 
-    log_problems = verify_with_log(paths, files, log_location, config.resolve("log_vkey").value)  # tlog
-    damaged = [(fd, url) for fd, url in zip(findings, urls, strict=True) if fd.check is None]
-    if as_json:
-        click.echo(
-            dumps_pretty(
-                {
-                    "ok": all(r.ok for r in reports) and not unreadable and not log_problems and not damaged,
-                    "bundles": [r.to_json() for r in reports],
-                    "findings": [{**fd.to_json(), "store": url} for fd, url in damaged],
-                    "unreadable": unreadable,
-                    "log_problems": log_problems,
-                }
-            ).decode()
-        )
-    else:
-        for r in reports:
-            if not quiet or not r.ok:  # a failure always names its bundle
-                click.echo(f"{r.source}: {r.pith_number}")
-            for c in r.checks:
-                if quiet and c.status != FAIL:
-                    continue
-                click.echo(f"  {c.status.upper():4} {c.name}: {c.detail}")
-        for fd, url in damaged:
-            click.echo(f"FAIL {fd.line(url)}")
-        for u in unreadable:
-            click.echo(f"ERROR {u}", err=True)
-        for p in log_problems:
-            click.echo(f"FAIL {p}")
-        bad = sum(not r.ok for r in reports)
-        click.echo(
-            f"{len(reports)} bundles, {len(reports) - bad} verified, {bad} failed"
-            + (f", {len(damaged)} damaged stored objects" if stores else "")
-            + (f", {len(unreadable)} unreadable" if unreadable else "")
-        )
-    if unreadable:
-        sys.exit(2)
-    sys.exit(0 if all(r.ok for r in reports) and not log_problems and not damaged else 1)
+
+def _echo_json(
+    reports: list[Report], damaged: list[tuple[Finding, str]], unreadable: list[str], log_problems: list[str]
+) -> None:
+    """`verify --json`: every report, damaged object, unreadable input and log problem."""
+    click.echo(
+        dumps_pretty(
+            {
+                "ok": all(r.ok for r in reports) and not unreadable and not log_problems and not damaged,
+                "bundles": [r.to_json() for r in reports],
+                "findings": [{**fd.to_json(), "store": url} for fd, url in damaged],
+                "unreadable": unreadable,
+                "log_problems": log_problems,
+            }
+        ).decode()
+    )
+
+
+def _echo_lines(
+    reports: list[Report],
+    damaged: list[tuple[Finding, str]],
+    unreadable: list[str],
+    log_problems: list[str],
+    *,
+    quiet: bool,
+    any_store: bool,
+) -> None:
+    """`verify`'s text: one line per check (with `quiet`, failures only, each under
+    its bundle's name), then problems, then one summary line."""
+    for r in reports:
+        if not quiet or not r.ok:  # a failure always names its bundle
+            click.echo(f"{r.source}: {r.pith_number}")
+        for c in r.checks:
+            if quiet and c.status != FAIL:
+                continue
+            click.echo(f"  {c.status.upper():4} {c.name}: {c.detail}")
+    for fd, url in damaged:
+        click.echo(f"FAIL {fd.line(url)}")
+    for u in unreadable:
+        click.echo(f"ERROR {u}", err=True)
+    for p in log_problems:
+        click.echo(f"FAIL {p}")
+    bad = sum(not r.ok for r in reports)
+    click.echo(
+        f"{len(reports)} bundles, {len(reports) - bad} verified, {bad} failed"
+        + (f", {len(damaged)} damaged stored objects" if any_store else "")
+        + (f", {len(unreadable)} unreadable" if unreadable else "")
+    )
 
 
 @click.command()

@@ -162,35 +162,7 @@ def _print_report(report: IngestReport, store_url: str) -> None:
 @shards_option
 @wait_option
 @site_options
-def ingest(
-    from_: str | None,
-    until: str | None,
-    through: str | None,
-    set_spec: str | None,
-    window_days: int | None,
-    ids: str | None,
-    query: str | None,
-    max_results: int,
-    snapshot: Path | None,
-    categories: tuple[str, ...],
-    replay: bool,
-    sample: bool,
-    incremental: bool,
-    refresh: bool,
-    oai_url: str,
-    api_url: str,
-    min_interval: float,
-    store: str,
-    signer_spec: str | None,
-    workers: int,
-    worker_chunk: int,
-    io_concurrency: int | None,
-    shards_spec: str | None,
-    lease_wait: float,
-    base_url: str,
-    registry_name: str,
-    signer_id: str,
-) -> None:
+def ingest(**options: Any) -> None:
     """Harvest arXiv metadata, then build, sign and publish one bundle per paper version.
 
     \b
@@ -223,109 +195,99 @@ def ingest(
     published, are named, and the run exits 3.
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    window_given = from_ is not None or until is not None or through is not None or set_spec is not None
-    if incremental and (from_ or until or through):
+    opts = IngestOptions(**options)
+    window, chosen = _checked_source(opts)
+    signer, signer_spec = signer_of(opts.signer_spec, opts.store, opts.base_url)
+    _ingest(open_store(opts.store), signer, signer_spec, opts, window=window, chosen=chosen)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IngestOptions:
+    """`ingest`'s command-line options, one field per option, as click hands them over."""
+
+    from_: str | None
+    until: str | None
+    through: str | None
+    set_spec: str | None
+    window_days: int | None
+    ids: str | None
+    query: str | None
+    max_results: int
+    snapshot: Path | None
+    categories: tuple[str, ...]
+    replay: bool
+    sample: bool
+    incremental: bool
+    refresh: bool
+    oai_url: str
+    api_url: str
+    min_interval: float
+    store: str
+    signer_spec: str | None
+    workers: int
+    worker_chunk: int
+    io_concurrency: int | None
+    shards_spec: str | None
+    lease_wait: float
+    base_url: str
+    registry_name: str
+    signer_id: str
+
+    @property
+    def window_given(self) -> bool:
+        """Dates or a set were given (they choose OAI-PMH unless another source is named)."""
+        return any(v is not None for v in (self.from_, self.until, self.through, self.set_spec))
+
+
+def _checked_source(opts: IngestOptions) -> tuple[Window, list[str]]:
+    """The run's window and the one source the options choose (a usage error for none
+    or several), after checking that the servers asked keep arXiv's politeness."""
+    if opts.incremental and (opts.from_ or opts.until or opts.through):
         raise click.UsageError("--incremental chooses --from/--until itself")
-    window = window_from_options(from_, until, through=through, set_spec=set_spec)
-    notice = until_notice(until, window)
+    window = window_from_options(opts.from_, opts.until, through=opts.through, set_spec=opts.set_spec)
+    notice = until_notice(opts.until, window)
     if notice:
         click.echo(notice, err=True)
     chosen = chosen_source(
-        window_given=window_given,
-        sample=sample,
-        ids=ids,
-        query=query,
-        snapshot=snapshot,
-        categories=categories,
-        incremental=incremental,
-        replay=replay,
+        window_given=opts.window_given,
+        sample=opts.sample,
+        ids=opts.ids,
+        query=opts.query,
+        snapshot=opts.snapshot,
+        categories=opts.categories,
+        incremental=opts.incremental,
+        replay=opts.replay,
     )
-    asks_oai = not replay and bool(ids or query or incremental or (window_given and not snapshot))
-    asks_api = not replay and bool(ids or query)
+    online = not opts.replay
+    asks_oai = online and bool(
+        opts.ids or opts.query or opts.incremental or (opts.window_given and not opts.snapshot)
+    )
+    asks_api = online and bool(opts.ids or opts.query)
     check_politeness(
-        min_interval, oai_url=oai_url if asks_oai else None, api_url=api_url if asks_api else None
+        opts.min_interval,
+        oai_url=opts.oai_url if asks_oai else None,
+        api_url=opts.api_url if asks_api else None,
     )
-    signer, signer_spec = signer_of(signer_spec, store, base_url)
-    st = open_store(store)
-    _ingest(
-        st,
-        signer,
-        signer_spec,
-        window=window,
-        window_given=window_given,
-        chosen=chosen,
-        window_days=window_days,
-        ids=ids,
-        query=query,
-        max_results=max_results,
-        snapshot=snapshot,
-        categories=categories,
-        replay=replay,
-        sample=sample,
-        incremental=incremental,
-        refresh=refresh,
-        oai_url=oai_url,
-        api_url=api_url,
-        min_interval=min_interval,
-        store=store,
-        workers=workers,
-        worker_chunk=worker_chunk,
-        io_concurrency=io_concurrency,
-        shards_spec=shards_spec,
-        set_spec=set_spec,
-        lease_wait=lease_wait,
-        base_url=base_url,
-        registry_name=registry_name,
-        signer_id=signer_id,
-    )
+    return window, chosen
 
 
 def _ingest(
-    st: Any,
-    signer: Signer,
-    signer_spec: str,
-    *,
-    window: Window,
-    window_given: bool,
-    chosen: list[str],
-    window_days: int | None,
-    ids: str | None,
-    query: str | None,
-    max_results: int,
-    snapshot: Path | None,
-    categories: tuple[str, ...],
-    replay: bool,
-    sample: bool,
-    incremental: bool,
-    refresh: bool,
-    oai_url: str,
-    api_url: str,
-    min_interval: float,
-    store: str,
-    workers: int,
-    worker_chunk: int,
-    io_concurrency: int | None,
-    shards_spec: str | None,
-    set_spec: str | None,
-    lease_wait: float,
-    base_url: str,
-    registry_name: str,
-    signer_id: str,
+    st: Any, signer: Signer, signer_spec: str, opts: IngestOptions, *, window: Window, chosen: list[str]
 ) -> None:
     """The run of `ingest`, once its signer and log key are chosen."""
-    politeness = Politeness.of(command_settings(), min_interval=min_interval)
+    politeness = Politeness.of(command_settings(), min_interval=opts.min_interval)
     # lazy: runs.run and ingest (pyarrow, HTTP clients) add 195 ms and more to every
     # command's start (python -X importtime -m pith_pipeline --help)
     from pith_pipeline.ingest import Ingest
     from pith_pipeline.runs.run import Run
 
-    settings = dataclasses.replace(command_settings(), signer=signer_spec, shards=shards_spec)
+    settings = dataclasses.replace(command_settings(), signer=signer_spec, shards=opts.shards_spec)
     with Run.open(
         settings,
         command="ingest",
         store=st,
         signer=signer,
-        lease_wait=lease_wait,
+        lease_wait=opts.lease_wait,
         notice=lease_notice,
         index_progress=lambda: tqdm(desc="index", unit="rec", disable=None),
     ) as run:
@@ -333,30 +295,15 @@ def _ingest(
             tqdm(desc="ingest", unit="rec", disable=None) as bar,
             Ingest.of_run(run, progress=bar.update, on_page=_page_shower(bar)) as ing,
         ):
-            report = _run(
-                ing,
-                window=window,
-                dates_given=window_given,
-                window_days=window_days,
-                ids=ids,
-                query=query,
-                max_results=max_results,
-                snapshot=snapshot,
-                categories=categories,
-                replay=replay,
-                sample=sample,
-                incremental=incremental,
-                refresh=refresh,
-                oai_url=oai_url,
-                api_url=api_url,
-                politeness=politeness,
-            )
-        run.record(_manifest_window(chosen, window, set_spec, replay=replay), **report.manifest_notes())
+            report = _run(ing, opts, window=window, politeness=politeness)
+        run.record(
+            _manifest_window(chosen, window, opts.set_spec, replay=opts.replay), **report.manifest_notes()
+        )
     manifest_key = run.manifest_key
     _print_report(report, st.url)
     click.echo(f"run manifest: {manifest_key}")
-    if sample:
-        click.echo(f"published under {st.url}; check them with: pith-pipeline verify {store}")
+    if opts.sample:
+        click.echo(f"published under {st.url}; check them with: pith-pipeline verify {opts.store}")
     fail_if_incomplete(report.summary, st.url)
 
 
@@ -386,54 +333,43 @@ def _manifest_window(
     }
 
 
-def _run(
-    run: Ingest,
-    *,
-    window: Window,
-    dates_given: bool,
-    window_days: int | None,
-    ids: str | None,
-    query: str | None,
-    max_results: int,
-    snapshot: Path | None,
-    categories: tuple[str, ...],
-    replay: bool,
-    sample: bool,
-    incremental: bool,
-    refresh: bool,
-    oai_url: str,
-    api_url: str,
-    politeness: Politeness,
-) -> IngestReport:
-    if sample and replay:
+def _run(run: Ingest, opts: IngestOptions, *, window: Window, politeness: Politeness) -> IngestReport:
+    if opts.sample and opts.replay:
         from pith_pipeline.sources.sample import SAMPLE_RAW_ROOT
 
         return run.replay(Window(), raw_root=SAMPLE_RAW_ROOT)
-    if sample:
+    if opts.sample:
         return run.sample()
-    if replay:
-        windows: list[Any] = windows_of_days(window, window_days) if dates_given else [None]
+    if opts.replay:
+        windows: list[Any] = windows_of_days(window, opts.window_days) if opts.window_given else [None]
         return run.replay_windows(windows)
-    if snapshot is not None:
+    if opts.snapshot is not None:
         return run.snapshot(
-            snapshot,
-            categories=set(categories) or None,
+            opts.snapshot,
+            categories=set(opts.categories) or None,
             from_=window.oai_from,
             until=None if window.end is None else window.end.isoformat(),
         )
-    if incremental:
-        return run.incremental(set_spec=window.set_spec, oai_url=oai_url, politeness=politeness)
-    if ids is not None:
+    if opts.incremental:
+        return run.incremental(set_spec=window.set_spec, oai_url=opts.oai_url, politeness=politeness)
+    if opts.ids is not None:
         return run.lookup(
-            ids=[i for i in ids.split(",") if i.strip()],
-            api_url=api_url,
-            oai_url=oai_url,
+            ids=[i for i in opts.ids.split(",") if i.strip()],
+            api_url=opts.api_url,
+            oai_url=opts.oai_url,
             politeness=politeness,
         )
-    if query is not None:
+    if opts.query is not None:
         return run.lookup(
-            query=query, api_url=api_url, oai_url=oai_url, politeness=politeness, max_results=max_results
+            query=opts.query,
+            api_url=opts.api_url,
+            oai_url=opts.oai_url,
+            politeness=politeness,
+            max_results=opts.max_results,
         )
     return run.windows(
-        windows_of_days(window, window_days), oai_url=oai_url, politeness=politeness, refresh=refresh
+        windows_of_days(window, opts.window_days),
+        oai_url=opts.oai_url,
+        politeness=politeness,
+        refresh=opts.refresh,
     )

@@ -13,7 +13,7 @@ import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pith_pipeline._internal.disk_backed import Ledger, iter_sorted, sorted_unique
 from pith_pipeline.clock import system_clock
@@ -25,6 +25,9 @@ from pith_pipeline.index.sink import RowSink
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
 from pith_pipeline.publish import RunSummary
 from pith_pipeline.storage.base import Store, barrier, put_once_file
+
+if TYPE_CHECKING:
+    from pith_pipeline.tlog.append import LogRun
 
 
 def reproducible_run_id(store: Store, clock: Clock, *inputs: bytes) -> str:
@@ -154,13 +157,7 @@ def write_manifest(
     written to a temporary file and stored from there, so its size (about 1 KB per
     paper) never has to fit in memory.
     """
-    from pith_pipeline.config import from_env
-    from pith_pipeline.tlog.pipeline import log_run, log_signer_for  # the run's events into the log
-
-    log = log_signer_for(from_env("log_signer"), store, from_env("log_origin"))
-    logged = log_run(
-        store, summary.written, log, entries=log_entries, pending=summary.log_pending, run_id=summary.run_id
-    )
+    logged = _log_events(store, summary, log_entries)
     doc: dict[str, Any] = {
         "format": RUN_MANIFEST_FORMAT,
         "run_id": summary.run_id,
@@ -169,16 +166,7 @@ def write_manifest(
         "warnings": [dict(w) for w in warnings],
         "pith_numbers": [],  # streamed in by `_encode`
         "objects": [],  # streamed in by `_encode`
-        "index": None
-        if index is None
-        else {
-            "format": "delta",
-            "versions": dict(sorted(index.versions.items())),
-            "commits": {k: sorted(v) for k, v in sorted(index.commits.items())},
-            "rows": index.rows,
-            "subjects_checked": index.subjects_checked,
-            "subjects_changed": index.subjects_changed,
-        },
+        "index": None if index is None else _index_entry(index),
         "quarantine": quarantine_key(summary.run_id) if summary.quarantined else None,
         "finished_at": iso_seconds(clock()),
     }
@@ -187,24 +175,64 @@ def write_manifest(
     if logged is not None and logged.result is not None:
         doc["log"] = logged.manifest_entry()  # the checkpoint this run produced
     key = run_manifest_key(summary.run_id)
-    existing = store.get(key)
-    if existing is not None:
-        old = loads_stored(existing, key)
-        same = ("run_id", "window", "counts")
-        if (
-            isinstance(old, dict)
-            and all(old.get(k) == doc[k] for k in same)
-            and old.get("pith_numbers") == list(iter_sorted(summary.pith_numbers))
-        ):
-            return key  # this run already finished; its first manifest stands
-        raise WriteConflictError(
-            f"{store.url}/{key} already records a different run with this "
-            "run id; run manifests are never overwritten"
-        )
+    if _already_written(store, key, doc, summary):
+        return key  # this run already finished; its first manifest stands
     from pith_pipeline.pages.site import publish_home_page
 
     # the store's home page: its figures as this run leaves them, and when it changed
     publish_home_page(store, doc["finished_at"], changed=len(summary.written) > 0)
+    _store_manifest(store, key, doc, summary)
+    return key
+
+
+def _log_events(store: Store, summary: RunSummary, log_entries: RowSink | None) -> LogRun | None:
+    """The run's events into the store's transparency log, when it keeps one (see
+    `write_manifest`); what the log run did, for the manifest's `log` entry."""
+    from pith_pipeline.config import from_env
+    from pith_pipeline.tlog.pipeline import log_run, log_signer_for  # the run's events into the log
+
+    log = log_signer_for(from_env("log_signer"), store, from_env("log_origin"))
+    return log_run(
+        store, summary.written, log, entries=log_entries, pending=summary.log_pending, run_id=summary.run_id
+    )
+
+
+def _index_entry(index: IndexUpdate) -> dict[str, Any]:
+    """The manifest's `index`: the Delta versions the run committed, table by table."""
+    return {
+        "format": "delta",
+        "versions": dict(sorted(index.versions.items())),
+        "commits": {k: sorted(v) for k, v in sorted(index.commits.items())},
+        "rows": index.rows,
+        "subjects_checked": index.subjects_checked,
+        "subjects_changed": index.subjects_changed,
+    }
+
+
+def _already_written(store: Store, key: str, doc: Mapping[str, Any], summary: RunSummary) -> bool:
+    """True when `key` holds this same run's manifest (same run id, window, counts and
+    pith numbers); False when there is none. Another run's manifest under the key is a
+    `WriteConflictError`: run manifests are never overwritten."""
+    existing = store.get(key)
+    if existing is None:
+        return False
+    old = loads_stored(existing, key)
+    same = ("run_id", "window", "counts")
+    if (
+        isinstance(old, dict)
+        and all(old.get(k) == doc[k] for k in same)
+        and old.get("pith_numbers") == list(iter_sorted(summary.pith_numbers))
+    ):
+        return True
+    raise WriteConflictError(
+        f"{store.url}/{key} already records a different run with this "
+        "run id; run manifests are never overwritten"
+    )
+
+
+def _store_manifest(store: Store, key: str, doc: dict[str, Any], summary: RunSummary) -> None:
+    """Write the manifest once, through a temporary file (its lists streamed in), after
+    every object it lists is durable, and make it durable before the run reports it."""
     with tempfile.TemporaryDirectory(prefix="pith-manifest-") as tmp:
         path = Path(tmp) / "manifest.json"
         with path.open("wb") as fh:
@@ -219,7 +247,6 @@ def write_manifest(
         barrier(store)  # every object it lists is durable before the manifest claims it
         put_once_file(store, key, path)
     barrier(store)  # and the manifest itself before the run reports it
-    return key
 
 
 def finish_run(

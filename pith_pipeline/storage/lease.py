@@ -23,7 +23,7 @@ maintenance (`compact`, `reindex`, a run's index update) also holds `index`.
 What a lease cannot do: fence a writer that stops for longer than the TTL (a
 suspended VM) in the instant between its lease check and the write that follows.
 Writers check their lease before every write (worker processes against their
-parent's expiry, `parallel.SharedLease`; the log append through `LeasedStore`; the
+parent's expiry, `parallel_worker.SharedLease`; the log append through `LeasedStore`; the
 index's Delta commits through `check_writes`) and stop once it is lost; worker
 processes exit when their parent dies; and every write is either write-once or
 re-derivable, and supersession repairs itself, so even then nothing published is lost.
