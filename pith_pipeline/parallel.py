@@ -61,7 +61,9 @@ from pith_pipeline.parallel_worker import (
     started,
 )
 from pith_pipeline.publish import Publisher, RunSummary
+from pith_pipeline.signing.certified import CertifiedSigner
 from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.local import LocalStore
 
 if TYPE_CHECKING:
     from pith_pipeline.index.sink import RowSink
@@ -87,7 +89,6 @@ def worker_for(arxiv_id: str, workers: int) -> int:
 
 def store_spec(store: Store) -> StoreSpec | None:
     """What a worker needs to open the same store, or None for stores it cannot reopen."""
-    from pith_pipeline.storage.local import LocalStore
 
     if isinstance(store, LocalStore):
         return ("local", str(store.root), store.fsync)
@@ -162,7 +163,6 @@ class ParallelPublisher:
         self.chunk_size = chunk_size
         self.in_flight = max(1, in_flight)
         self.workers = workers
-        from pith_pipeline.signing.certified import CertifiedSigner
 
         certified = isinstance(publisher.signer, CertifiedSigner)
         reason = (

@@ -26,8 +26,11 @@ from pith_pipeline.errors import TransientError
 from pith_pipeline.items import Item
 from pith_pipeline.loader import Loader
 from pith_pipeline.publish import BuildConfig, Publisher, RunSummary
+from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.storage.base import Store, barrier
+from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import LeaseLostError
+from pith_pipeline.storage.local import LocalStore
 
 if TYPE_CHECKING:
     from pith_pipeline.signing.certified import CertifiedHandoff
@@ -40,10 +43,7 @@ StoreSpec = tuple[str, str, bool | None]
 def _open_store(spec: StoreSpec) -> Store:
     kind, where, fsync = spec
     if kind == "local":
-        from pith_pipeline.storage.local import LocalStore
-
         return LocalStore(where, fsync=fsync)
-    from pith_pipeline.storage.factory import open_store
 
     return open_store(where)
 
@@ -194,8 +194,6 @@ def init_worker(
         _STATE["parent_pid"] = parent_pid
         die_with_parent(parent_pid, deathsig)
     try:
-        from pith_pipeline.signing.factory import open_signer
-
         store = _open_store(spec.store)
         signer = spec.certified.signer() if spec.certified is not None else open_signer(spec.signer_spec)
         _STATE["pub"] = Publisher(
@@ -210,6 +208,7 @@ def init_worker(
             page_log=spec.page_log,
         )
         if spec.rows_dir is not None:
+            # lazy: pith_pipeline.index, pyarrow, 139 ms at import
             from pith_pipeline.index.sink import RowSink
 
             sink = _STATE["rows"] = RowSink(spec.rows_dir)

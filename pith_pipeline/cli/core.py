@@ -13,6 +13,7 @@ import click
 from tqdm import tqdm
 
 from pith_pipeline import config
+from pith_pipeline.audit import MAX_BUNDLE_BYTES, audit_store
 from pith_pipeline.cli.options import (
     DEFAULT_STORE,
     envvar,
@@ -28,13 +29,15 @@ from pith_pipeline.cli.options import (
 )
 from pith_pipeline.clock import system_clock
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
-from pith_pipeline.core.keys import PublicKey
+from pith_pipeline.core.keys import PublicKey, read_key_document
 from pith_pipeline.core.merge import merge
 from pith_pipeline.core.verify import FAIL, Report, verify_bundle
 from pith_pipeline.publish import RunSummary
 from pith_pipeline.signing.factory import open_signer
+from pith_pipeline.signing.local import generate_key
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.storage.factory import open_store
+from pith_pipeline.tlog.client import verify_with_log
 
 if TYPE_CHECKING:
     from pith_pipeline.audit import Finding
@@ -71,7 +74,6 @@ def keys() -> None:
 )
 def keys_generate(out_dir: Path, key_id: str | None, base_url: str) -> None:
     """Generate a local Ed25519 key and its public key document (spec section 5)."""
-    from pith_pipeline.signing.local import generate_key
 
     priv, pub, doc = generate_key(out_dir, key_id=key_id, base_url=base_url)
     click.echo(f"private key: {priv} (mode 0600; keep it secret)")
@@ -134,7 +136,10 @@ def build(
     """
     # lazy: runs.run and runs.manifest (pyarrow, via index.sink) add 195 ms to every
     # command's start (python -X importtime -m pith_pipeline --help: 193 ms -> 390 ms)
+    # lazy: pith_pipeline.index, pyarrow, 161 ms at import
     from pith_pipeline.runs.manifest import reproducible_run_id
+
+    # lazy: pith_pipeline.index, pyarrow, 136 ms at import
     from pith_pipeline.runs.run import Run
 
     signer = open_signer(key_path)
@@ -187,7 +192,6 @@ def _bundle_files(paths: tuple[str, ...]) -> Iterator[Path]:
 
 def _load_bundle(path: Path) -> Any:
     """A bundle file, read up to the size limit of stored bundles."""
-    from pith_pipeline.audit import MAX_BUNDLE_BYTES
 
     with path.open("rb") as fh:
         data = fh.read(MAX_BUNDLE_BYTES + 1)
@@ -251,8 +255,6 @@ def verify(
     unreadable: list[str] = []
     trusted = None
     if keys_doc is not None:
-        from pith_pipeline.core.keys import read_key_document
-
         trusted = read_key_document(keys_doc.read_bytes(), str(keys_doc))
     stores = [p for p in paths if _is_store(p)]
     files = list(_bundle_files(tuple(p for p in paths if p not in stores)))
@@ -260,7 +262,6 @@ def verify(
     if not files and not stores:
         unreadable.append(f"no bundles found in {', '.join(paths)}")
     _verify_files(files, pin, trusted, reports, unreadable)
-    from pith_pipeline.tlog.client import verify_with_log
 
     log_problems = verify_with_log(paths, files, log_location, config.resolve("log_vkey").value)  # tlog
     if as_json:
@@ -282,7 +283,6 @@ def _audit_stores(
     """Audit each store whole: its bundles' reports go to `reports` (their source
     prefixed with the store's URL), a store with neither bundles nor findings to
     `unreadable`. Returns the damaged stored objects, each with its store's URL."""
-    from pith_pipeline.audit import audit_store
 
     damaged: list[tuple[Finding, str]] = []
     for location in stores:

@@ -278,7 +278,10 @@ def _ingest(
     politeness = Politeness.of(command_settings(), min_interval=opts.min_interval)
     # lazy: runs.run and ingest (pyarrow, HTTP clients) add 195 ms and more to every
     # command's start (python -X importtime -m pith_pipeline --help)
+    # lazy: httpx2, lxml, oaipmh_scythe, 211 ms at import
     from pith_pipeline.ingest import Ingest
+
+    # lazy: pith_pipeline.index, pyarrow, 128 ms at import
     from pith_pipeline.runs.run import Run
 
     settings = dataclasses.replace(command_settings(), signer=signer_spec, shards=opts.shards_spec)
@@ -335,6 +338,7 @@ def _manifest_window(
 
 def _run(run: Ingest, opts: IngestOptions, *, window: Window, politeness: Politeness) -> IngestReport:
     if opts.sample and opts.replay:
+        # lazy: httpx2, lxml, 38 ms at import
         from pith_pipeline.sources.sample import SAMPLE_RAW_ROOT
 
         return run.replay(Window(), raw_root=SAMPLE_RAW_ROOT)

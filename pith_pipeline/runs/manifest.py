@@ -17,14 +17,17 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pith_pipeline._internal.disk_backed import Ledger, iter_sorted, sorted_unique
 from pith_pipeline.clock import system_clock
+from pith_pipeline.config import from_env
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads_stored
 from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT, RUNS, quarantine_key, run_manifest_key
 from pith_pipeline.core.timeutil import Clock, iso_seconds
 from pith_pipeline.errors import WriteConflictError
 from pith_pipeline.index.sink import RowSink
 from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
+from pith_pipeline.pages.site import publish_home_page
 from pith_pipeline.publish import RunSummary
 from pith_pipeline.storage.base import Store, barrier, put_once_file
+from pith_pipeline.tlog.pipeline import log_run, log_signer_for
 
 if TYPE_CHECKING:
     from pith_pipeline.tlog.append import LogRun
@@ -177,7 +180,6 @@ def write_manifest(
     key = run_manifest_key(summary.run_id)
     if _already_written(store, key, doc, summary):
         return key  # this run already finished; its first manifest stands
-    from pith_pipeline.pages.site import publish_home_page
 
     # the store's home page: its figures as this run leaves them, and when it changed
     publish_home_page(store, doc["finished_at"], changed=len(summary.written) > 0)
@@ -188,8 +190,6 @@ def write_manifest(
 def _log_events(store: Store, summary: RunSummary, log_entries: RowSink | None) -> LogRun | None:
     """The run's events into the store's transparency log, when it keeps one (see
     `write_manifest`); what the log run did, for the manifest's `log` entry."""
-    from pith_pipeline.config import from_env
-    from pith_pipeline.tlog.pipeline import log_run, log_signer_for  # the run's events into the log
 
     log = log_signer_for(from_env("log_signer"), store, from_env("log_origin"))
     return log_run(
