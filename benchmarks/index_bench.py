@@ -11,8 +11,8 @@ compress and dominate the size). They are written by the real writer code into a
 local store's `records` Delta table (one commit), then:
 
 - update:   `--update` papers written into it the way a run does, through
-            `writer.merge_rows` (new keys appended, changed keys MERGEd) and
-            `writer.tidy_partitions`, timed per paper: a backfill-like batch of new
+            `merge.merge_rows` (new keys appended, changed keys MERGEd) and
+            `tidy.tidy_partitions`, timed per paper: a backfill-like batch of new
             papers over every month, then a daily-like batch (new papers in the newest
             month and a tenth as many older papers whose bundle changed);
 - queries through the same DuckDB views as `pith-pipeline query`:
@@ -47,16 +47,11 @@ from deltalake import write_deltalake
 
 from pith_pipeline.index import connect
 from pith_pipeline.index.delta import location
+from pith_pipeline.index.merge import MergeReport, merge_rows
+from pith_pipeline.index.outcome import IndexUpdate
 from pith_pipeline.index.schema import ALIASES, RECORDS, TABLE_PROPERTIES, TS
-from pith_pipeline.index.writer import (
-    IndexUpdate,
-    MergeReport,
-    live_files,
-    merge_rows,
-    open_table,
-    tidy_partitions,
-    writer_properties,
-)
+from pith_pipeline.index.tables import live_files, open_table, writer_properties
+from pith_pipeline.index.tidy import tidy_partitions
 from pith_pipeline.storage.local import LocalStore
 
 ARCHIVES = {
@@ -347,7 +342,7 @@ def main() -> None:
     # the properties the writer gives every table (the change data feed makes a MERGE
     # write its changed rows twice): on main, where there are none, this does nothing
     try:
-        from pith_pipeline.index.writer import ensure_properties
+        from pith_pipeline.index.tables import ensure_properties
     except ImportError:
         pass
     else:

@@ -46,7 +46,7 @@ def compact_indexes(
 ) -> dict[str, Any]:
     """Compact each index table; vacuum files no version younger than `retention_hours` needs."""
     # lazy: the index (deltalake, pyarrow) adds 240 ms to importing this module (python -X importtime)
-    from pith_pipeline.index.writer import DEFAULT_RETENTION_HOURS, compact
+    from pith_pipeline.index import DEFAULT_RETENTION_HOURS, compact
     from pith_pipeline.runs.steps import run_store  # lazy: 14 ms at import (python -X importtime)
 
     store = store or run_store(settings)
@@ -69,7 +69,7 @@ def rebuild_from_events(
 ) -> dict[str, Any]:
     """Re-derive bundles from the event store (when `bundles`), then the indexes."""
     # lazy: the index 240 ms, the publisher 80 ms at import (python -X importtime)
-    from pith_pipeline.index.writer import reindex
+    from pith_pipeline.index import reindex
 
     # lazy: pith_pipeline.publish, 230 ms at import
     from pith_pipeline.publish import BuildConfig, rebuild

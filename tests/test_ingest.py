@@ -73,12 +73,12 @@ def test_the_index_update_takes_its_rows_from_the_run_not_from_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 13: index rows come from what the run built; no bundle is read back."""
-    from pith_pipeline.index import writer
+    from pith_pipeline.index import bundles
 
     def no_read_back(store: object, key: str) -> object:
         raise AssertionError(f"the index update read {key} back from the store")
 
-    monkeypatch.setattr(writer, "_read_bundle", no_read_back)
+    monkeypatch.setattr(bundles, "_read_bundle", no_read_back)
     monkeypatch.chdir(tmp_path)
     for var in ("PITH_STORE", "PITH_KEY", "PITH_SIGNER", "PITH_OAI_URL"):
         monkeypatch.delenv(var, raising=False)

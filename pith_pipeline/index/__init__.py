@@ -18,18 +18,15 @@ Importing this package imports pyarrow; deltalake and DuckDB are imported when a
 table is read or written.
 """
 
+from pith_pipeline.index.legacy import LEGACY_MANIFEST_KEY
+from pith_pipeline.index.outcome import IndexUpdate
 from pith_pipeline.index.query import connect, format_table, run_query
+from pith_pipeline.index.reindexing import reindex
 from pith_pipeline.index.rows import check, check_bundle
 from pith_pipeline.index.sink import RowSink
 from pith_pipeline.index.status import format_status, status
-from pith_pipeline.index.writer import (
-    DEFAULT_RETENTION_HOURS,
-    LEGACY_MANIFEST_KEY,
-    IndexUpdate,
-    compact,
-    reindex,
-    update_indexes,
-)
+from pith_pipeline.index.tidy import DEFAULT_RETENTION_HOURS, compact
+from pith_pipeline.index.update import update_indexes
 
 __all__ = [
     "DEFAULT_RETENTION_HOURS",

@@ -4,7 +4,7 @@ What the reader (`query`) and the writer (`writer`: rewriting view partitions,
 comparing what is indexed) both open, so it sits below both: local directories
 through pyarrow's local filesystem, S3 through the store's `arrow_filesystem`
 (`pyarrow.fs.S3FileSystem` on the same endpoint and credentials as boto3). Each
-file carries its partition value from the Delta log (`writer.live_files`), and
+file carries its partition value from the Delta log (`tables.live_files`), and
 strings are declared plain (or, with `views`, as `string_view`: see `query`).
 """
 
@@ -48,7 +48,7 @@ def read_schema(spec: TableSpec, *, views: bool = False) -> pa.Schema:
 def dataset_of(
     store: Store, loc: Location, spec: TableSpec, files: list[dict[str, Any]], *, views: bool = False
 ) -> Any:
-    """A pyarrow dataset of a table's live files (see `writer.live_files`)."""
+    """A pyarrow dataset of a table's live files (see `tables.live_files`)."""
     from urllib.parse import unquote
 
     import pyarrow.dataset as ds  # here: `build` workers import this package, never query

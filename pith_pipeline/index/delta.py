@@ -33,7 +33,7 @@ class Location:
     base: str
     options: dict[str, str]
     local: bool
-    #: the store the tables are in, to read a commit file as it is (`writer.open_table`)
+    #: the store the tables are in, to read a commit file as it is (`tables.open_table`)
     store: Store | None = field(default=None, compare=False)
 
     def uri(self, table: str) -> str:

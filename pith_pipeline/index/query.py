@@ -11,7 +11,7 @@ delta-rs writes strings as `string_view` in MERGE output and as plain `string`
 otherwise. DuckDB pushes filters (partition pruning, row-group statistics) only into
 a scan whose schema has no views, and pyarrow cannot apply a pushed-down string
 filter to a file that holds views. So the index is kept in plain files (every change
-ends by rewriting the partitions it touched, `writer.tidy_partitions`), the scan
+ends by rewriting the partitions it touched, `tidy.tidy_partitions`), the scan
 declares plain strings, and a query that still meets a view file (a run that died
 between its MERGE and the rewrite) is run again over a dataset that declares views:
 without pushdown, slower, with the same rows.
@@ -34,8 +34,10 @@ from pith_pipeline.core.layout import run_manifest_key
 from pith_pipeline.errors import InputError, StorageError
 from pith_pipeline.index.dataset import arrow_source, dataset_of, read_schema
 from pith_pipeline.index.delta import location, unwrap
+from pith_pipeline.index.dictionary import categories
+from pith_pipeline.index.legacy import refuse_legacy
 from pith_pipeline.index.schema import TABLES
-from pith_pipeline.index.writer import live_files, open_table, refuse_legacy, table_exists
+from pith_pipeline.index.tables import live_files, open_table, table_exists
 from pith_pipeline.storage.base import Store
 
 
@@ -114,9 +116,6 @@ def connect(store: Store, *, views: bool = False, versions: dict[str, int] | Non
     views, see the module docstring); `run_query` retries with it when needed.
     """
     import duckdb
-
-    # lazy: pith_pipeline.index, 4 ms at import
-    from pith_pipeline.index.dictionary import categories
 
     sources = table_sources(store, views=views, versions=versions)
     con = duckdb.connect()

@@ -52,7 +52,7 @@ class TableSpec:
     compare: tuple[str, ...] = ()
     #: string columns whose values rarely repeat (hashes, identifiers, titles): stored
     #: without a dictionary (one of 32,768 unique values outgrows its page and falls
-    #: back anyway) and with delta-encoded lengths (`writer.writer_properties`)
+    #: back anyway) and with delta-encoded lengths (`tables.writer_properties`)
     unique_text: tuple[str, ...] = ()
     #: what one row is, for catalogs and the docs
     description: str = ""
@@ -184,7 +184,7 @@ EVENTS = TableSpec(
     winner="valid ASC",  # an event any bundle marks invalid stays invalid
     sort=("event_type", "subject", "created_at", "event_id"),
     # events are immutable (named by their hash): insert-only; `valid` is derived from
-    # the subject's state and is corrected separately (see `writer.merge_rows`)
+    # the subject's state and is corrected separately (see `merge.merge_rows`)
     update_when=None,
     required=("event_id", "created_month", "subject", "event_type"),
     compare=("valid",),
@@ -229,7 +229,7 @@ ALIASES = TableSpec(
 TABLES: dict[str, TableSpec] = {t.name: t for t in (RECORDS, EVENTS, ALIASES)}
 
 #: Delta table properties every index table carries (set at creation, and on the next
-#: write of a table made without them: `writer.ensure_properties`).
+#: write of a table made without them: `tables.ensure_properties`).
 #: - the change data feed: `load_cdf` over a run's versions (its manifest's
 #:   `index.commits`) gives exactly the rows the run changed;
 #: - a checkpoint every 10 commits: opening a table reads the last checkpoint and at

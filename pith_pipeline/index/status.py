@@ -21,11 +21,12 @@ from typing import Any
 from pith_pipeline.core.canonical_json import loads_stored
 from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT, RUNS, is_run_manifest
 from pith_pipeline.errors import StorageError
+from pith_pipeline.index.bundles import all_bundle_keys
 from pith_pipeline.index.dataset import arrow_source
 from pith_pipeline.index.delta import location
 from pith_pipeline.index.query import connect, needs_views, read_error
 from pith_pipeline.index.schema import TABLES
-from pith_pipeline.index.writer import all_bundle_keys, live_files, open_table, table_exists
+from pith_pipeline.index.tables import live_files, open_table, table_exists
 from pith_pipeline.storage.base import Store, read_into
 
 

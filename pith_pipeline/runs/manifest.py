@@ -22,8 +22,9 @@ from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads
 from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT, RUNS, quarantine_key, run_manifest_key
 from pith_pipeline.core.timeutil import Clock, iso_seconds
 from pith_pipeline.errors import WriteConflictError
+from pith_pipeline.index.outcome import IndexUpdate, Progress
 from pith_pipeline.index.sink import RowSink
-from pith_pipeline.index.writer import IndexUpdate, Progress, update_indexes
+from pith_pipeline.index.update import update_indexes
 from pith_pipeline.pages.site import publish_home_page
 from pith_pipeline.publish import RunSummary
 from pith_pipeline.storage.base import Store, barrier, put_once_file

@@ -280,7 +280,7 @@ def index_window(
 ) -> dict[str, Any]:
     """Update the Parquet indexes for every record of the window (idempotent)."""
     # lazy: nacl, pith_pipeline.index, pyarrow, 231 ms at import
-    from pith_pipeline.index.writer import update_indexes
+    from pith_pipeline.index import update_indexes
 
     # lazy: nacl, pith_pipeline.index, pith_pipeline.publish, 244 ms at import
     from pith_pipeline.runs.manifest import touched_subjects
@@ -322,7 +322,7 @@ def finish_window(
     publish something (a repair) gets its own `runs/<run_id>-rerun-N/manifest.json`.
     """
     # lazy: nacl, pith_pipeline.index, pyarrow, 166 ms at import
-    from pith_pipeline.index.writer import IndexUpdate
+    from pith_pipeline.index import IndexUpdate
 
     # lazy: nacl, pith_pipeline.index, pith_pipeline.publish, 239 ms at import
     from pith_pipeline.runs.manifest import write_manifest

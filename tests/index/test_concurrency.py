@@ -21,7 +21,8 @@ WRITER = textwrap.dedent(
     from pith_pipeline.index.delta import location
     from pith_pipeline.index.rows import rows_from_bundle
     from pith_pipeline.index.schema import TABLES
-    from pith_pipeline.index.writer import merge_rows, to_table
+    from pith_pipeline.index.merge import merge_rows
+    from pith_pipeline.index.tables import to_table
     from pith_pipeline.storage.factory import open_store
 
     url, bundle_path, who, batches, per, start_at = sys.argv[1:7]

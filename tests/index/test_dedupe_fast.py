@@ -1,7 +1,7 @@
 """`dedupe_sorted` skips DuckDB when there is nothing to choose, with DuckDB's result.
 
 Rows whose keys are all distinct and whose sort columns tell every row apart are
-sorted by pyarrow (`writer._sorted_if_unique`); anything else (a key twice, two rows
+sorted by pyarrow (`tables._sorted_if_unique`); anything else (a key twice, two rows
 tied on the sort columns) goes through DuckDB's window query as before. These tests
 hold the shortcut to DuckDB's own answer on the awkward values: nulls in sort
 columns, non-ASCII and upper-case strings, timestamps, and a table of several chunks.
@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pith_pipeline.index import writer
+from pith_pipeline.index import tables
 from pith_pipeline.index.schema import ALIASES, EVENTS, RECORDS, TableSpec
 
 STRINGS = ["a", "B", "b", "é", "Z", "zz", "日本", "", "a b", "a\u0301"]
@@ -50,8 +50,8 @@ def _table(spec: TableSpec, n: int, seed: int, chunks: int = 1) -> pa.Table:
 
 def _by_duckdb(spec: TableSpec, table: pa.Table, monkeypatch: pytest.MonkeyPatch) -> pa.Table:
     with monkeypatch.context() as m:
-        m.setattr(writer, "_sorted_if_unique", lambda spec, table: None)
-        return writer.dedupe_sorted(spec, table)
+        m.setattr(tables, "_sorted_if_unique", lambda spec, table: None)
+        return tables.dedupe_sorted(spec, table)
 
 
 @pytest.mark.parametrize("spec", [RECORDS, EVENTS, ALIASES], ids=lambda s: s.name)
@@ -60,12 +60,12 @@ def test_distinct_rows_are_sorted_as_duckdb_sorts_them(
     spec: TableSpec, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = _table(spec, 300, seed, chunks=3)
-    fast = writer._sorted_if_unique(spec, table)
+    fast = tables._sorted_if_unique(spec, table)
     assert fast is not None
     expected = _by_duckdb(spec, table, monkeypatch)
     assert fast.schema == expected.schema == spec.schema
     assert fast.to_pylist() == expected.to_pylist()
-    assert writer.dedupe_sorted(spec, table).to_pylist() == expected.to_pylist()
+    assert tables.dedupe_sorted(spec, table).to_pylist() == expected.to_pylist()
 
 
 def test_a_key_twice_goes_to_duckdb_which_keeps_the_winner(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,8 +73,8 @@ def test_a_key_twice_goes_to_duckdb_which_keeps_the_winner(monkeypatch: pytest.M
     rows = table.to_pylist()
     twin = {**rows[3], "valid": not rows[3]["valid"]}  # same key, the other `valid`
     doubled = pa.Table.from_pylist([*rows, twin], schema=EVENTS.schema)
-    assert writer._sorted_if_unique(EVENTS, doubled) is None
-    out = writer.dedupe_sorted(EVENTS, doubled)
+    assert tables._sorted_if_unique(EVENTS, doubled) is None
+    out = tables.dedupe_sorted(EVENTS, doubled)
     assert out.num_rows == 50
     kept = [r for r in out.to_pylist() if r["event_id"] == rows[3]["event_id"]]
     assert [r["valid"] for r in kept] == [False]  # winner: valid ASC
@@ -86,5 +86,5 @@ def test_rows_tied_on_the_sort_columns_go_to_duckdb() -> None:
     # another kind of alias with the same value and paper: distinct keys, tied sort columns
     tied = {**rows[0], "alias_kind": f"other-{rows[0]['alias_kind']}"}
     table = pa.Table.from_pylist([*rows, tied], schema=ALIASES.schema)
-    assert writer._sorted_if_unique(ALIASES, table) is None
-    assert writer.dedupe_sorted(ALIASES, table).num_rows == 21
+    assert tables._sorted_if_unique(ALIASES, table) is None
+    assert tables.dedupe_sorted(ALIASES, table).num_rows == 21

@@ -187,7 +187,7 @@ def _old_tables_with_rows(store: Store, run: Runner, lines: list[str]) -> dict[s
     """Tables as the writer before the dictionary made and filled them: every column
     nullable, no comments, no unicode author columns, holding the rows of `lines`
     (appended as that writer did). Returns rows per table."""
-    from pith_pipeline.index.writer import read_bundles
+    from pith_pipeline.index.bundles import read_bundles
 
     run(store, lines, finish=False)  # published, not indexed
     _old_style_tables(store)

@@ -30,10 +30,10 @@ from pith_pipeline.index import (
     update_indexes,
 )
 from pith_pipeline.index.delta import location
+from pith_pipeline.index.guard import check_last_commit, version_key
 from pith_pipeline.index.rows import rows_from_bundle
 from pith_pipeline.index.schema import TABLES
-from pith_pipeline.index.writer import _check_last_commit as writer_check
-from pith_pipeline.index.writer import live_files, open_table, version_key
+from pith_pipeline.index.tables import live_files, open_table
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.local import LocalStore
 
@@ -260,7 +260,7 @@ def test_a_fresh_bundles_rows_are_made_once(
 
 
 def test_changed_rows_are_merged_and_rewritten_plain(tmp_path: Path, sample: list[str], run: Runner) -> None:
-    from pith_pipeline.index.writer import read_bundles
+    from pith_pipeline.index.bundles import read_bundles
 
     store = LocalStore(tmp_path / "s")
     run(store, sample[:12])
@@ -321,7 +321,9 @@ def test_update_leaves_plain_files_one_per_touched_partition(
 def test_query_reads_files_a_merge_left_as_string_views(
     tmp_path: Path, sample: list[str], run: Runner
 ) -> None:
-    from pith_pipeline.index.writer import merge_rows, read_bundles, to_table
+    from pith_pipeline.index.bundles import read_bundles
+    from pith_pipeline.index.merge import merge_rows
+    from pith_pipeline.index.tables import to_table
 
     store = LocalStore(tmp_path / "s")
     run(store, sample[:10])
@@ -477,7 +479,7 @@ def test_a_lost_last_commit_is_named_after_compact_and_reindex_and_never_claimed
     stale = DeltaTable(loc.uri("records"), storage_options=loc.options or None)  # opened before
     update_indexes(any_store, [], rows=_retitled_rows(any_store))  # another writer commits
     assert int(open_table(loc, spec).version()) > version
-    writer_check(loc, spec, stale)  # not a lost commit: the log is listed again
+    check_last_commit(loc, spec, stale)  # not a lost commit: the log is listed again
     newest = int(open_table(loc, spec).version())
     any_store.delete(f"index/records/_delta_log/{newest:020d}.json")
     lost = f"ends at version {newest - 1} but version {newest} was committed"
@@ -654,7 +656,7 @@ def test_the_keys_a_slice_holds_are_looked_up_without_reading_the_whole_partitio
     memory. The target is scanned in batches and only the slice's keys are kept."""
     import pyarrow as pa
 
-    from pith_pipeline.index import writer
+    from pith_pipeline.index import merge
 
     store = LocalStore(tmp_path / "s")
     run(store, sample)
@@ -670,15 +672,15 @@ def test_the_keys_a_slice_holds_are_looked_up_without_reading_the_whole_partitio
     fresh = source.slice(2, 1).set_column(0, spec.schema.field("event_id"), pa.array(["sha256:" + "ab" * 32]))
     source = pa.concat_tables([source.slice(0, 2), fresh])
     seen: list[int] = []
-    real = writer._target_rows
+    real = merge._target_rows
 
     def spy(*a: Any, **kw: Any) -> pa.Table:
         out = real(*a, **kw)
         seen.append(out.num_rows)
         return out
 
-    monkeypatch.setattr(writer, "_target_rows", spy)
-    new, changed = writer.split_new(loc, dt, spec, source)
+    monkeypatch.setattr(merge, "_target_rows", spy)
+    new, changed = merge.split_new(loc, dt, spec, source)
     assert seen == [2]  # of 60 rows in the partition, the two keys the slice holds
     assert new.column("event_id").to_pylist() == ["sha256:" + "ab" * 32]
     assert set(indexed.column("valid").to_pylist()) == {True}
@@ -738,7 +740,7 @@ def test_only_real_legacy_part_files_are_removed() -> None:
     """The old layout's files are deleted by name: a name that only looks like one (a
     trailing newline, other scripts' digits, as anyone who can write the store could
     plant) is not taken for one."""
-    from pith_pipeline.index.writer import _remove_legacy_files
+    from pith_pipeline.index.legacy import remove_legacy_files
     from pith_pipeline.storage.memory import MemoryStore
 
     legacy = "index/records/m=2007-04/part-g00000001-20260304T050607Z-0123456789abcdef.parquet"
@@ -750,5 +752,5 @@ def test_only_real_legacy_part_files_are_removed() -> None:
     store = MemoryStore()
     for key in (legacy, *look_alikes):
         store.put(key, b"PAR1")
-    assert _remove_legacy_files(store, "index/") == [legacy]
+    assert remove_legacy_files(store, "index/") == [legacy]
     assert sorted(store.list("index/")) == sorted(look_alikes)

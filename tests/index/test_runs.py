@@ -18,7 +18,7 @@ from pith_pipeline.core.canonical_json import loads
 from pith_pipeline.core.verify import verify_bundle
 from pith_pipeline.errors import StorageError, WriteConflictError
 from pith_pipeline.index import compact, run_query, status
-from pith_pipeline.index.writer import commit_key
+from pith_pipeline.index.guard import commit_key
 from pith_pipeline.publish import Publisher
 from pith_pipeline.runs.manifest import finish_run
 from pith_pipeline.sources.jsonl import iter_jsonl
@@ -120,9 +120,9 @@ def test_s3_error_half_way_then_rerun_completes(s3_store: Store, sample: list[st
 def test_failure_while_indexing_then_rerun(
     s3_store: Store, sample: list[str], run: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pith_pipeline.index import writer
+    from pith_pipeline.index import update
 
-    real = writer.merge_rows
+    real = update.merge_rows
     merged: list[str] = []
 
     def failing(loc: Any, spec: Any, table: Any, **kw: Any) -> list[int]:
@@ -131,11 +131,11 @@ def test_failure_while_indexing_then_rerun(
         merged.append(spec.name)
         return real(loc, spec, table, **kw)
 
-    monkeypatch.setattr(writer, "merge_rows", failing)
+    monkeypatch.setattr(update, "merge_rows", failing)
     with pytest.raises(StorageError, match="SlowDown"):
         run(s3_store, sample)
     assert merged == ["events", "aliases"] and not list(s3_store.list("runs/"))
-    monkeypatch.setattr(writer, "merge_rows", real)
+    monkeypatch.setattr(update, "merge_rows", real)
     # readers see consistent tables meanwhile: no records yet, every event once
     assert scalar(s3_store, "SELECT count(*) FROM records") == 0
     assert scalar(s3_store, "SELECT count(*) - count(DISTINCT event_id) FROM events") == 0
@@ -245,7 +245,7 @@ def test_finish_run_is_safe_to_repeat(any_store: Store, sample: list[str], run: 
 def test_run_manifest_streamed_equals_plain_json(tmp_path: Any, n: int) -> None:
     from pith_pipeline._internal.disk_backed import Ledger
     from pith_pipeline.core.canonical_json import dumps_pretty
-    from pith_pipeline.index.writer import IndexUpdate
+    from pith_pipeline.index import IndexUpdate
     from pith_pipeline.publish import RunSummary
     from pith_pipeline.runs.manifest import write_manifest
 

@@ -98,16 +98,16 @@ def test_a_partition_larger_than_a_group_is_written_in_bounded_groups_of_papers(
 def _write_sizes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
     """Per table, the rows of each `merge_rows` call the index update makes (filled as
     it runs)."""
-    import pith_pipeline.index.writer as writer
+    import pith_pipeline.index.update as update
 
     sizes: dict[str, list[int]] = {}
-    real = writer.merge_rows
+    real = update.merge_rows
 
     def spy(loc: Any, spec: Any, table: Any, **kw: Any) -> Any:
         sizes.setdefault(spec.name, []).append(table.num_rows)
         return real(loc, spec, table, **kw)
 
-    monkeypatch.setattr(writer, "merge_rows", spy)
+    monkeypatch.setattr(update, "merge_rows", spy)
     return sizes
 
 
@@ -132,7 +132,7 @@ def test_a_write_takes_a_byte_budget_of_rows_so_wide_rows_come_fewer_at_a_time(
     """Why: at 300 k papers the update's peak was its `records` writes (100,000 rows of
     titles, authors and hashes, held a few times over); an `aliases` row is a fraction
     of that. Each write now holds about `GROUP_BYTES` of rows."""
-    import pith_pipeline.index.writer as writer
+    import pith_pipeline.index.update as update
 
     with RowSink(tmp_path / "rows", chunk_papers=1) as sink:
         for rows in _papers(asset, 12):
@@ -142,7 +142,7 @@ def test_a_write_takes_a_byte_budget_of_rows_so_wide_rows_come_fewer_at_a_time(
         narrow = sink.rows_within("aliases", 10_000)
         assert 1 <= wide < narrow
         sizes = _write_sizes(monkeypatch)
-        monkeypatch.setattr(writer, "GROUP_BYTES", 10_000)
+        monkeypatch.setattr(update, "GROUP_BYTES", 10_000)
         update_indexes(LocalStore(tmp_path / "s"), [], rows=sink)
     # a write takes the budget (or one paper's rows, when a paper is wider)
     assert max(sizes["records"]) <= max(wide, 1) and len(sizes["records"]) > 1
@@ -157,15 +157,15 @@ def test_a_records_partition_written_in_slices_is_compacted_not_z_ordered(
     (compaction, streamed) is enough. A partition a MERGE wrote is still z-ordered."""
     from deltalake import DeltaTable
 
-    import pith_pipeline.index.writer as writer
-    from pith_pipeline.index.writer import location
+    import pith_pipeline.index.update as update
+    from pith_pipeline.index.delta import location
 
     store = LocalStore(tmp_path / "s")
     with RowSink(tmp_path / "rows", chunk_papers=1) as sink:
         for rows in _papers(asset, 12):  # one month
             sink.add(rows)
         sink.flush()
-        monkeypatch.setattr(writer, "GROUP_BYTES", 10_000)
+        monkeypatch.setattr(update, "GROUP_BYTES", 10_000)
         update_indexes(store, [], rows=sink)
     dt = DeltaTable(location(store).uri("records"))
     plans = [c.get("operationMetrics", {}).get("plannerStrategy") for c in dt.history()]

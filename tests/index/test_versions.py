@@ -19,17 +19,12 @@ import pytest
 from index_helpers import Runner, record_with_versions
 
 from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.index import compact, update_indexes
+from pith_pipeline.index.bundles import read_bundles
 from pith_pipeline.index.delta import location
+from pith_pipeline.index.merge import merge_rows
 from pith_pipeline.index.schema import TABLE_PROPERTIES, TABLES
-from pith_pipeline.index.writer import (
-    compact,
-    live_files,
-    merge_rows,
-    open_table,
-    read_bundles,
-    to_table,
-    update_indexes,
-)
+from pith_pipeline.index.tables import live_files, open_table, to_table
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.local import LocalStore
 
@@ -347,14 +342,14 @@ def test_every_version_a_reindex_commits_holds_whole_papers(
     is not paper order: its commits still never split a paper."""
     from deltalake import DeltaTable
 
-    from pith_pipeline.index import writer
+    from pith_pipeline.index import reindexing
 
     store = LocalStore(tmp_path / "s")
     _two_runs(store, sample, run)
     loc = location(store)
     start = {name: int(DeltaTable(loc.uri(name)).version()) for name in TABLES}
-    monkeypatch.setattr(writer, "REINDEX_CHUNK", 4)
-    writer.reindex(store)
+    monkeypatch.setattr(reindexing, "REINDEX_CHUNK", 4)
+    reindexing.reindex(store)
     end = {name: int(DeltaTable(loc.uri(name)).version()) for name in TABLES}
     _check_history(store, start, end)
 

@@ -101,7 +101,7 @@ def test_a_writer_paused_past_its_lease_stops_before_its_next_index_write(
 ) -> None:
     """The index's Delta commits bypass the store: they check the leases this
     process holds on it before every commit, note and removal."""
-    from pith_pipeline.index.writer import update_indexes
+    from pith_pipeline.index import update_indexes
     from pith_pipeline.runs.manifest import touched_subjects
 
     store = open_store(str(tmp_path / "store"))
