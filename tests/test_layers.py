@@ -250,3 +250,46 @@ def test_public_paths_of_names_that_live_elsewhere_resolve() -> None:
     assert windows.Window is window.Window and windows.parse_day is window.parse_day
     assert storage.open_store is factory.open_store
     assert storage.open_existing_store is factory.open_existing_store
+
+
+def lazy_imports_without_a_reason(source: str, own: str) -> list[str]:
+    """Imports of the package's own modules made inside a function of module `own`
+    with no `lazy:` comment on the lines just above (or on the line itself) naming
+    what a module-level import would cost."""
+    lines = source.splitlines()
+    bad = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            own_import = (
+                isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pith_pipeline")
+            ) or (
+                isinstance(node, ast.Import) and any(a.name.startswith("pith_pipeline") for a in node.names)
+            )
+            if own_import and "lazy" not in "\n".join(lines[max(0, node.lineno - 4) : node.end_lineno]):
+                bad.append(f"{own}:{node.lineno}")
+    return bad
+
+
+def test_an_import_inside_a_function_names_its_cost() -> None:
+    """A module imports the package's modules at its top, where the layers and a reader
+    see them; one kept inside a function says why (`# lazy: pyarrow, 180 ms at every
+    start`): the measured cost it keeps off a command, a DAG parse or a worker."""
+    bad = [
+        found
+        for path in modules("pith_pipeline")
+        for found in lazy_imports_without_a_reason(path.read_text(), module_name(path))
+    ]
+    assert bad == []
+
+
+def test_the_lazy_import_check_sees_an_unexplained_one() -> None:
+    source = (
+        "def f():\n"
+        "    from pith_pipeline.index import query\n"
+        "def g():\n"
+        "    # lazy: pyarrow, 180 ms at import\n"
+        "    from pith_pipeline.index import query\n"
+    )
+    assert lazy_imports_without_a_reason(source, "pith_pipeline.probe") == ["pith_pipeline.probe:2"]

@@ -14,14 +14,13 @@ from pith_pipeline.storage.base import Store
 
 def open_store(location: str) -> Store:
     """A store from a location: a directory path, `file://...` or `s3://bucket/prefix`."""
-    # lazy: a back end is imported when a store of its kind is opened (local 24 ms:
-    # ctypes and the syncfs lookup; s3 5 ms), not by every `import pith_pipeline.storage`
-    # (python -X importtime)
+    # A back end is imported when a store of its kind is opened, not by every
+    # `import pith_pipeline.storage` (python -X importtime).
     if location.startswith("s3://"):
-        from pith_pipeline.storage.s3 import S3Store
+        from pith_pipeline.storage.s3 import S3Store  # lazy: 5 ms, boto3 only when used
 
         return S3Store.from_url(location)
-    from pith_pipeline.storage.local import LocalStore
+    from pith_pipeline.storage.local import LocalStore  # lazy: 24 ms (ctypes, the syncfs lookup)
 
     path = location[len("file://") :] if location.startswith("file://") else location
     return LocalStore(path)
