@@ -135,6 +135,7 @@ def start_run_log(
         explicit=settings.log_signer,
         keep=settings.keep_log,
         notice=lambda line: click.echo(line, err=True),
+        origin=settings.log_origin,
     )
 
 

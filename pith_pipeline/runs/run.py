@@ -147,8 +147,10 @@ class Run:
             explicit=settings.log_signer,
             keep=settings.keep_log,
             notice=notice,
+            origin=settings.log_origin,
         )
         publisher.log_key = run_log.member
+        publisher.writer.log_signer_spec = run_log.spec  # what the pages name as the log
         with ExitStack() as parts:
             rows = parts.enter_context(RowSink())  # rows: no bundle is read back
             parts.enter_context(config.given(log_signer=run_log.spec))

@@ -76,6 +76,7 @@ def _run_log(settings: Settings, store: Store, *, first: bool) -> Any:
         keep=settings.keeps_log,
         generate=first,
         notice=log.warning if first else None,
+        origin=settings.log_origin,
     )
 
 

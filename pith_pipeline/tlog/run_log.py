@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pith_pipeline.config import env_name, from_env
+from pith_pipeline.config import env_name
 from pith_pipeline.errors import KeyFileError, TerminalError
 from pith_pipeline.signing.guard import local_store_root, refuse_key_file_inside, spec_key_file
 from pith_pipeline.signing.local import DEFAULT_KEY_DIR, LOG_KEY_FILE, create_key_file_once
@@ -143,13 +143,15 @@ def prepare_run_log(
     keep: bool = True,
     generate: bool = True,
     notice: Callable[[str], None] | None = None,
+    origin: str | None = None,
 ) -> RunLog:
     """Decide, before a run publishes anything, which log key it uses (module docstring).
 
     `signer_spec`: the registry key's spec (its file's directory holds the log key);
     `explicit`: the log key given, if any; `keep`: False for `--no-log`; `generate`:
     whether this step may make the key of a new store (a run's first step does; its
-    last, which only appends, finds it); `notice`: where the one-line notes go (a
+    last, which only appends, finds it); `origin`: the log's origin line
+    (`Settings.log_origin`; None: the key document's or the default); `notice`: where the one-line notes go (a
     key made, a store without a log). Raises, in one line and before any write: a
     store that keeps a log and no key for it (or a log that was lost or rolled back:
     the recovery), a log key other than the one the store's log is signed with, a
@@ -201,7 +203,7 @@ def prepare_run_log(
                 )
             spec = f"file:{path}"
     key_url = f"{base_url.rstrip('/')}/{KEY_DOCUMENT}" if base_url else ""
-    log = open_log_signer(spec, store, from_env("log_origin"), key_url=key_url)
+    log = open_log_signer(spec, store, origin, key_url=key_url)
     listed = key_document(store).get("log")
     named = listed.get("vkey") if isinstance(listed, dict) else None
     if named and named != log.verifier.vkey:
