@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from pith_pipeline import config
 from pith_pipeline.cli.options import (
     build_config,
+    command_settings,
     envvar,
     lease_notice,
     signer_option,
@@ -182,7 +182,7 @@ def reissue(
             summary = r.run(workers=workers, progress=bar.update)
 
     # the new correction events into the transparency log, if the store has one
-    log = log_signer_for(run_log.spec, st, config.from_env("log_origin"))
+    log = log_signer_for(run_log.spec, st, command_settings().log_origin)
     log_run(st, r.pub.summary.written, log, pending=r.pub.summary.log_pending, run_id=r.pub.summary.run_id)
     click.echo(summary.line())
     if summary.rotated:
