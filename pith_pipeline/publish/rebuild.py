@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pith_pipeline.clock import system_clock
-from pith_pipeline.core.canonical_json import loads
+from pith_pipeline.core.arxiv_pointer import listed_bodies
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.layout import BUNDLES, WELL_KNOWN, page_key, pointer_key
 from pith_pipeline.core.pith_record import PithNumber
@@ -189,21 +189,3 @@ def rederive_pointers(
                 continue
             if rewritten is not None:
                 rewritten.append(key)
-
-
-def listed_bodies(raw: bytes | None) -> set[str]:
-    """The subject ids a stored pointer's records name (as far as it parses)."""
-    try:
-        doc = loads(raw) if raw else None
-    except ValueError:
-        return set()
-    found: set[str] = set()
-    recs = doc.get("records") if isinstance(doc, dict) else None
-    for r in recs if isinstance(recs, list) else []:
-        pn = r.get("pith_number") if isinstance(r, dict) else None
-        if isinstance(pn, str):
-            try:
-                found.add(PithNumber.parse(pn).body)
-            except ValueError:
-                continue
-    return found
