@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pith_pipeline.core.canonical_json import canonical_sha256, dumps_trusted, fast_safe
+from pith_pipeline.core.documents import EVENT_MEMBERS, SIGNER_FIELDS
 from pith_pipeline.core.events import EVENT_TYPES, content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
 from pith_pipeline.errors import CanonicalJSONError
@@ -28,21 +29,6 @@ CURRENT_LISTS = (
     "corrections",
     "mirror_hints",
 )
-_REQUIRED: dict[str, type | tuple[type, ...]] = {
-    "event_type": str,
-    "subject_pith_number": str,
-    "target": str,
-    "payload": dict,
-    "signer": dict,
-    "created_at": str,
-    "supersedes": list,
-    "prev_event": (str, type(None)),
-    "schema_version": str,
-    "content_sha256": str,
-    "event_id": str,
-    "signature": dict,
-}
-_SIGNER_FIELDS = ("signer_id", "signer_type", "key_id", "public_key_fingerprint")
 _SIGNATURE_FIELDS = (
     "signature_status",
     "algorithm",
@@ -55,13 +41,13 @@ _SIGNATURE_FIELDS = (
 
 
 def _malformed(event: Mapping[str, Any]) -> bool:
-    for name, typ in _REQUIRED.items():
+    for name, typ in EVENT_MEMBERS.items():
         if name not in event or not isinstance(event[name], typ):
             return True
     if isinstance(event["prev_event"], bool):
         return True
     signer, sig = event["signer"], event["signature"]
-    if any(not isinstance(signer.get(f), str) for f in _SIGNER_FIELDS):
+    if any(not isinstance(signer.get(f), str) for f in SIGNER_FIELDS):
         return True
     if any(not isinstance(sig.get(f), str) for f in _SIGNATURE_FIELDS):
         return True
