@@ -224,6 +224,19 @@ class UnreadableInputError(TerminalError):
     exit_code = 2
 
 
+class SettingError(TerminalError):
+    """A setting whose value cannot be used: names the variable and what it expects."""
+
+
+class LeaseConfigError(SettingError):
+    """A shard selection, lease TTL or wait that cannot be used: a usage error (exit 2).
+
+    Here rather than in `config`, so the lease code (which is given its settings and
+    reads none) raises the same class as the settings that feed it."""
+
+    exit_code = 2
+
+
 class IncompleteRunError(TerminalError):
     """A run that finished, but left papers unpublished because a stored object of
     theirs failed its checks: everything else was published and the run manifest

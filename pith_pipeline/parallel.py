@@ -93,7 +93,7 @@ def store_spec(store: Store) -> StoreSpec | None:
     if isinstance(store, LocalStore):
         return ("local", str(store.root), store.fsync)
     if store.url.startswith("s3://"):
-        return ("url", store.url, None)
+        return ("url", store.url, True)
     return None
 
 
@@ -177,7 +177,7 @@ class ParallelPublisher:
         if self.workers > 1 and isinstance(publisher.signer, CertifiedSigner):
             handoff = publisher.signer.handoff(url=publisher.site.key_url)
         self._spec = WorkerSpec(
-            store_spec(publisher.store) or ("url", "", None),
+            store_spec(publisher.store) or ("url", "", True),
             signer_spec or "",
             publisher.config,
             publisher.clock,

@@ -36,15 +36,14 @@ if TYPE_CHECKING:
     from pith_pipeline.signing.certified import CertifiedHandoff
 
 
-# how a worker reopens the parent's store: ("local", root, fsync) or ("url", url, None)
-StoreSpec = tuple[str, str, bool | None]
+# how a worker reopens the parent's store: ("local", root, fsync) or ("url", url, True)
+StoreSpec = tuple[str, str, bool]
 
 
 def _open_store(spec: StoreSpec) -> Store:
     kind, where, fsync = spec
     if kind == "local":
         return LocalStore(where, fsync=fsync)
-
     return open_store(where)
 
 

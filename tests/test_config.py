@@ -365,30 +365,27 @@ def test_config_never_prints_a_secret() -> None:
 
 
 @pytest.mark.parametrize("value", ["maybe", "2", "of", " "])
-def test_local_fsync_is_1_or_0_and_anything_else_is_one_line(
-    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_local_fsync_is_1_or_0_and_anything_else_is_one_line(value: str) -> None:
     """`PITH_LOCAL_FSYNC=maybe` was silently "on" (anything but "0" was), and "false"
-    silently "on" too: a setting that is not understood is an error naming it."""
-    from pith_pipeline.storage.local import LocalStore
-
-    monkeypatch.setenv("PITH_LOCAL_FSYNC", value)
+    silently "on" too: a setting that is not understood is an error naming it, where
+    the settings are read (the store is given the answer)."""
+    env = {"PITH_LOCAL_FSYNC": value}
     if not value.strip():
-        assert LocalStore(tmp_path).fsync  # empty counts as unset: the default
+        assert config.load_settings(env=env).store_options["fsync"]  # empty counts as unset
         return
     with pytest.raises(SettingError) as info:
-        LocalStore(tmp_path)
+        config.load_settings(env=env)
     assert str(info.value).startswith(f"PITH_LOCAL_FSYNC={value!r}: expected 1 or 0")
 
 
 @pytest.mark.parametrize(("value", "on"), [("0", False), ("1", True), ("false", False), ("Yes", True)])
-def test_local_fsync_understands_the_usual_words(
-    value: str, on: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_local_fsync_understands_the_usual_words(value: str, on: bool, tmp_path: Path) -> None:
+    from pith_pipeline.storage.factory import open_store
     from pith_pipeline.storage.local import LocalStore
 
-    monkeypatch.setenv("PITH_LOCAL_FSYNC", value)
-    assert LocalStore(tmp_path).fsync is on
+    settings = config.load_settings(env={"PITH_LOCAL_FSYNC": value})
+    store = open_store(str(tmp_path), **settings.store_options)
+    assert isinstance(store, LocalStore) and store.fsync is on
 
 
 @pytest.mark.parametrize("name", ["PITH_OAI_MIN_INTERVAL", "PITH_LEASE_WAIT"])

@@ -24,6 +24,7 @@ from pith_pipeline.cli.options import (
     signer_option,
     site_options,
     store_option,
+    store_to_write,
     wait_option,
     workers_option,
 )
@@ -36,7 +37,6 @@ from pith_pipeline.publish import RunSummary
 from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.signing.local import generate_key
 from pith_pipeline.sources.jsonl import iter_jsonl
-from pith_pipeline.storage.factory import open_store
 from pith_pipeline.tlog.client import verify_with_log
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def build(
     from pith_pipeline.runs.run import Run
 
     signer = open_signer(key_path)
-    st = open_store(store)
+    st = store_to_write(store)
     run_id = None
     if os.environ.get("SOURCE_DATE_EPOCH"):  # reproducible: same input, same run id
         with input_path.open("rb") as fh:
@@ -286,7 +286,7 @@ def _audit_stores(
 
     damaged: list[tuple[Finding, str]] = []
     for location in stores:
-        st = open_store(location)
+        st = store_to_write(location)
         before = len(reports)
         found = 0
 

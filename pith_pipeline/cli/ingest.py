@@ -23,13 +23,13 @@ from pith_pipeline.cli.options import (
     signer_option,
     site_options,
     store_option,
+    store_to_write,
     wait_option,
     workers_option,
 )
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.runs.windows import until_notice, window_from_options, windows_of_days
 from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL, Politeness
-from pith_pipeline.storage.factory import open_store
 from pith_pipeline.window import Window
 
 if TYPE_CHECKING:  # the harvesting clients (HTTP libraries): imported when `ingest` runs
@@ -198,7 +198,7 @@ def ingest(**options: Any) -> None:
     opts = IngestOptions(**options)
     window, chosen = _checked_source(opts)
     signer, signer_spec = signer_of(opts.signer_spec, opts.store, opts.base_url)
-    _ingest(open_store(opts.store), signer, signer_spec, opts, window=window, chosen=chosen)
+    _ingest(store_to_write(opts.store), signer, signer_spec, opts, window=window, chosen=chosen)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

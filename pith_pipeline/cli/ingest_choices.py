@@ -8,13 +8,13 @@ from urllib.parse import urlsplit
 
 import click
 
+from pith_pipeline.cli.options import store_to_write
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import InputError
 from pith_pipeline.signing import guard
 from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.signing.local import DEFAULT_KEY_DIR, PRIVATE_KEY_FILE, generate_key, load_signer
 from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL
-from pith_pipeline.storage.factory import open_store
 
 
 def is_arxiv(url: str) -> bool:
@@ -31,7 +31,7 @@ def default_signer(store: str, base_url: str) -> Signer:
             "--key PATH (or PITH_SIGNER / PITH_KEY)"
         )
     path = DEFAULT_KEY_DIR / PRIVATE_KEY_FILE
-    st = open_store(store)
+    st = store_to_write(store)
     root = guard.local_store_root(st)
     if root is not None:  # checked before a key is made there: `--store .` would serve it
         guard.refuse_key_file_inside(path.absolute(), root)

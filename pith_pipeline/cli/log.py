@@ -14,6 +14,7 @@ import click
 from pith_pipeline.cli.options import (
     command_settings,
     envvar,
+    existing_store,
     lease_notice,
     signer_setting,
     store_option,
@@ -22,7 +23,6 @@ from pith_pipeline.cli.options import (
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.errors import IntegrityError
 from pith_pipeline.pages.site import refresh_pages
-from pith_pipeline.storage.factory import open_existing_store
 from pith_pipeline.tlog import merkle
 from pith_pipeline.tlog.client import LogLocation, bundle_event_ids, prove_event
 from pith_pipeline.tlog.log import LOG_PREFIX, TileReader
@@ -257,7 +257,7 @@ def sync(store: str, log_signer: str | None, lease_wait: float) -> None:
     Appends under the store's `log` lease: while another writer appends, it fails
     naming that writer (exit 75), or waits with --wait SECONDS."""
 
-    st = open_existing_store(store)
+    st = existing_store(store)
     spec = log_key_for_command(
         st, log_signer, create=False, notice=lease_notice, registry_signer=signer_setting()
     )
@@ -279,7 +279,7 @@ def rebuild(store: str, log_signer: str | None, lease_wait: float) -> None:
     Refuses to rewrite an existing log. Holds the `log` lease as `log sync` does
     (--wait)."""
 
-    st = open_existing_store(store)
+    st = existing_store(store)
     spec = log_key_for_command(
         st, log_signer, create=True, notice=lease_notice, registry_signer=signer_setting()
     )
@@ -304,7 +304,7 @@ def verify_store(store: str, vkey: str | None) -> None:
     """Check the log holds exactly the event store's events, each once, and that
     every entry matches the signed tree (also part of `pith-pipeline verify STORE`)."""
 
-    st = open_existing_store(store)
+    st = existing_store(store)
     problems = check_log_matches_event_store(st, Verifier.parse(vkey) if vkey else None)
     for p in problems:
         click.echo(f"FAIL {p}")

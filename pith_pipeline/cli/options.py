@@ -11,11 +11,14 @@ from typing import Any, TypeVar, cast
 import click
 
 from pith_pipeline import config
+from pith_pipeline.config import LeaseConfigError, wait_seconds
 from pith_pipeline.errors import IncompleteRunError
 from pith_pipeline.parallel import DEFAULT_CHUNK, usable_cores
 from pith_pipeline.publish import BuildConfig, RunSummary
+from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.concurrency import MAX_IO_CONCURRENCY
-from pith_pipeline.storage.lease import LeaseConfigError, wait_seconds, writer_lease
+from pith_pipeline.storage.factory import open_existing_store, open_store
+from pith_pipeline.storage.lease import writer_lease
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -110,6 +113,18 @@ def command_settings() -> config.Settings:
     ctx = click.get_current_context(silent=True)
     found = ctx.meta.get(SETTINGS_KEY) if ctx is not None else None
     return found if isinstance(found, config.Settings) else config.load_settings()
+
+
+def store_to_write(location: str) -> Store:
+    """The store a command publishes into (made on its first write), opened with the
+    command's settings (`local_fsync`, `lease_ttl`)."""
+    return open_store(location, **command_settings().store_options)
+
+
+def existing_store(location: str) -> Store:
+    """The store a command reads or maintains, which must be there
+    (`open_existing_store`), opened with the command's settings."""
+    return open_existing_store(location, **command_settings().store_options)
 
 
 def signer_setting() -> str | None:

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import click
 
-from pith_pipeline.cli.options import store_option
+from pith_pipeline.cli.options import existing_store, store_option
 from pith_pipeline.report import report_html
-from pith_pipeline.storage.factory import open_existing_store
 
 DEFAULT_OUT = "pith-report.html"
 
@@ -72,7 +71,7 @@ def report(store: str, out: Path) -> None:
             "report: matplotlib is not installed; install it with: pip install 'pith-pipeline[report]'"
         ) from None
 
-    page = report_html(open_existing_store(store))
+    page = report_html(existing_store(store))
     if str(out) == "-":
         click.echo(page, nl=False)
         return

@@ -11,11 +11,13 @@ from pith_pipeline.cli.options import (
     build_config,
     command_settings,
     envvar,
+    existing_store,
     lease_notice,
     signer_option,
     site_options,
     start_run_log,
     store_option,
+    store_to_write,
     wait_option,
 )
 from pith_pipeline.clock import system_clock
@@ -28,7 +30,6 @@ from pith_pipeline.reissue import Reissuer, rotate_keys
 from pith_pipeline.signing.envelope import create_envelope, write_envelope
 from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.signing.local import check_key_dir
-from pith_pipeline.storage.factory import open_existing_store, open_store
 from pith_pipeline.storage.lease import writer_lease
 from pith_pipeline.tlog.pipeline import log_run, log_signer_for
 
@@ -102,7 +103,7 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
     """
 
     pub = Publisher(
-        open_store(store),
+        store_to_write(store),
         open_signer(signer_spec),
         build_config(base_url, registry_name, signer_id),
         rotating=True,  # the one command that may bring a key the store does not list yet
@@ -117,7 +118,7 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
 def show(store: str) -> None:
     """List the keys in a store's pith-signing-key.json with fingerprints and rotates_at."""
 
-    st = open_existing_store(store)
+    st = existing_store(store)
     data = st.get(PUBLIC_KEY_FILE)
     if data is None:
         raise InputError(f"{st.url}/{PUBLIC_KEY_FILE} does not exist")
@@ -170,7 +171,7 @@ def reissue(
       pith-pipeline verify out/ --keys out/pith-signing-key.json
     """
 
-    st = open_existing_store(store)
+    st = existing_store(store)
     r = Reissuer(st, open_signer(signer_spec), build_config(base_url, registry_name, signer_id))
     run_log = start_run_log(st, signer_spec, base_url)  # before anything is re-signed
     with writer_lease(

@@ -16,6 +16,7 @@ from pith_pipeline.audit import audit_store
 from pith_pipeline.cli.options import (
     FiniteFloat,
     build_config,
+    existing_store,
     lease_notice,
     signer_option,
     site_options,
@@ -25,7 +26,6 @@ from pith_pipeline.cli.options import (
 from pith_pipeline.errors import IncompleteRunError
 from pith_pipeline.publish import rebuild as do_rebuild
 from pith_pipeline.signing.factory import open_signer
-from pith_pipeline.storage.factory import open_existing_store
 from pith_pipeline.storage.lease import writer_lease
 
 
@@ -76,7 +76,7 @@ def query(sql: str, store: str, fmt: str, as_of: str | None) -> None:
     # lazy: pith_pipeline.index, pyarrow, 88 ms at import
     from pith_pipeline.index import format_table, run_query
 
-    result = run_query(open_existing_store(store), sql, as_of=as_of)
+    result = run_query(existing_store(store), sql, as_of=as_of)
     if fmt == "table":
         click.echo(format_table(result))
     elif fmt == "csv":
@@ -118,7 +118,7 @@ def status(store: str, deep: bool, as_json: bool) -> None:
     # lazy: pith_pipeline.index, pyarrow, 140 ms at import
     from pith_pipeline.index import status as get_status
 
-    opened = open_existing_store(store)
+    opened = existing_store(store)
     st = get_status(opened, deep=deep)
     damaged: list[str] = []
     if deep:
@@ -166,7 +166,7 @@ def rebuild(
     # lazy: pith_pipeline.index, pyarrow, 92 ms at import
     from pith_pipeline.index import reindex as do_reindex
 
-    st = open_existing_store(store)
+    st = existing_store(store)
     signer = open_signer(key_path)
     n = 0
     failures: list[str] = []
@@ -235,7 +235,7 @@ def reindex(store: str, retention_hours: float, lease_wait: float) -> None:
     # lazy: pith_pipeline.index, pyarrow, 355 ms at import
     from pith_pipeline.index import reindex as do_reindex
 
-    st = open_existing_store(store)
+    st = existing_store(store)
     with (
         writer_lease(st, command="reindex", papers=False, index=True, wait=lease_wait, on_wait=lease_notice),
         tqdm(desc="index", unit="bundle", disable=None) as bar,
@@ -267,7 +267,7 @@ def compact(store: str, retention_hours: float, z_order: bool, lease_wait: float
     # lazy: pith_pipeline.index, pyarrow, 135 ms at import
     from pith_pipeline.index import compact as do_compact
 
-    st = open_existing_store(store)
+    st = existing_store(store)
     with (
         writer_lease(st, command="compact", papers=False, index=True, wait=lease_wait, on_wait=lease_notice),
         tqdm(desc="compact", unit="table", disable=None) as bar,

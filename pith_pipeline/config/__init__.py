@@ -55,7 +55,7 @@ from pith_pipeline.config.table import (
     markdown_table,
     setting,
 )
-from pith_pipeline.errors import TerminalError
+from pith_pipeline.errors import LeaseConfigError, SettingError
 
 __all__ = [
     "BY_ENV",
@@ -179,10 +179,6 @@ def from_env(name: str, env: Mapping[str, str] | None = None) -> str | None:
     return resolve(name, env=env).value
 
 
-class SettingError(TerminalError):
-    """A setting whose value cannot be used: names the variable and what it expects."""
-
-
 def _where(r: Resolved) -> str:
     return r.origin or r.setting.env
 
@@ -196,12 +192,6 @@ def _range(s: Setting) -> str:
     if s.minimum is not None:
         return f" of at least {s.minimum:g}"
     return f" of {top}" if top else ""
-
-
-class LeaseConfigError(SettingError):
-    """A shard selection, lease TTL or wait that cannot be used: a usage error (exit 2)."""
-
-    exit_code = 2
 
 
 def wait_seconds(value: str | float, where: str) -> float:
@@ -421,6 +411,13 @@ class Settings:
     def keeps_log(self) -> bool:
         """Whether a new store keeps a transparency log (`keep_log`)."""
         return self.keep_log
+
+    @property
+    def store_options(self) -> dict[str, Any]:
+        """How a store is opened with these settings: `open_store(settings.store,
+        **settings.store_options)` (its `fsync`, its leases' `lease_ttl`). A dict, so
+        this table, which imports nothing of the package, need not know the stores."""
+        return {"fsync": self.local_fsync, "lease_ttl": self.lease_ttl}
 
     @property
     def lease_wait_seconds(self) -> float:

@@ -10,7 +10,7 @@ from pith_pipeline.errors import StorageError
 from pith_pipeline.runs.steps import run_store
 from pith_pipeline.runs.windows import run_id_for
 from pith_pipeline.sources.politeness import Gate, Politeness
-from pith_pipeline.storage.lease import WriterLease, default_owner, lease_ttl
+from pith_pipeline.storage.lease import WriterLease, default_owner
 from pith_pipeline.window import Window
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def harvest_window(settings: Settings, window: Window, *, store: Store | None = 
         store,
         [harvest_lease(window)],
         owner=default_owner(run_id_for("ingest", window), "airflow harvest"),
-        ttl=lease_ttl(),
+        ttl=settings.lease_ttl,
         wait=settings.lease_wait_seconds,
         on_wait=log.warning,
     ):

@@ -125,7 +125,7 @@ class Run:
         passes stderr. `index_progress`: a context manager factory yielding a progress
         callback for the index update (the CLI's progress bar).
         """
-        store = store if store is not None else open_store(settings.store)
+        store = store if store is not None else open_store(settings.store, **settings.store_options)
         if signer is None:
             if not settings.signer:
                 raise InputError("no signing key: set --signer (env PITH_SIGNER) or pass signer=")

@@ -58,7 +58,7 @@ def run_store(settings: Settings) -> Store:
     the report (`settings.store`). Every caller looks it up here when it runs, so a
     test that replaces it reaches them all."""
 
-    return open_store(settings.store)
+    return open_store(settings.store, **settings.store_options)
 
 
 def _run_log(settings: Settings, store: Store, *, first: bool) -> Any:

@@ -78,6 +78,11 @@ class StoreLocation:
         return f"StoreLocation({self.uri!r})"
 
 
+#: Seconds a writer lease on a store lasts without renewal unless the store was opened
+#: with another (`Store.lease_ttl`; the `lease_ttl` setting, PITH_LEASE_TTL).
+DEFAULT_LEASE_TTL = 120.0
+
+
 class Store(ABC):
     """What every back end provides (local directory, S3, memory, wrappers).
 
@@ -93,6 +98,11 @@ class Store(ABC):
     #: where a store cannot (a directory would walk the prefix): callers then ask about
     #: each key instead of listing ahead.
     list_after: Callable[[str, str, int], Sequence[str]] | None = None
+    #: How long the writer leases taken on this store last without renewal
+    #: (`storage.lease`). A property of how the store is used, given by whoever opens
+    #: it from the settings (`open_store(..., lease_ttl=)`), so every lease a command
+    #: takes on it, however deep, agrees without reading the settings itself.
+    lease_ttl: float = DEFAULT_LEASE_TTL
 
     # -- the contract ------------------------------------------------------------
     @abstractmethod
@@ -220,6 +230,7 @@ class StoreWrapper(Store):
         self.inner = inner
         self.url = inner.url
         self.list_after = inner.list_after
+        self.lease_ttl = inner.lease_ttl
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.inner!r})"

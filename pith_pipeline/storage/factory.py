@@ -9,21 +9,30 @@ this module, so the interface depends on no back end. boto3 is imported only whe
 from __future__ import annotations
 
 from pith_pipeline.errors import UnreadableInputError
-from pith_pipeline.storage.base import Store
+from pith_pipeline.storage.base import DEFAULT_LEASE_TTL, Store
 
 
-def open_store(location: str) -> Store:
-    """A store from a location: a directory path, `file://...` or `s3://bucket/prefix`."""
+def open_store(location: str, *, fsync: bool = True, lease_ttl: float = DEFAULT_LEASE_TTL) -> Store:
+    """A store from a location: a directory path, `file://...` or `s3://bucket/prefix`.
+
+    `fsync` (a local store: False leaves flushing to the OS) and `lease_ttl` (how long
+    the writer leases taken on it last) are the settings' `local_fsync` and
+    `lease_ttl`: a command passes `**settings.store_options`; this reads no setting.
+    """
+    store: Store
     # A back end is imported when a store of its kind is opened, not by every
     # `import pith_pipeline.storage` (python -X importtime).
     if location.startswith("s3://"):
         from pith_pipeline.storage.s3 import S3Store  # lazy: 5 ms, boto3 only when used
 
-        return S3Store.from_url(location)
-    from pith_pipeline.storage.local import LocalStore  # lazy: 24 ms (ctypes, the syncfs lookup)
+        store = S3Store.from_url(location)
+    else:
+        from pith_pipeline.storage.local import LocalStore  # lazy: 24 ms (ctypes, the syncfs lookup)
 
-    path = location[len("file://") :] if location.startswith("file://") else location
-    return LocalStore(path)
+        path = location[len("file://") :] if location.startswith("file://") else location
+        store = LocalStore(path, fsync=fsync)
+    store.lease_ttl = lease_ttl
+    return store
 
 
 class MissingStoreError(UnreadableInputError):
@@ -37,7 +46,7 @@ class MissingStoreError(UnreadableInputError):
 MAKE_A_STORE = "check the path, or make a store with `pith-pipeline ingest --sample` (or `ingest`, `build`)"
 
 
-def open_existing_store(location: str) -> Store:
+def open_existing_store(location: str, *, fsync: bool = True, lease_ttl: float = DEFAULT_LEASE_TTL) -> Store:
     """The store at `location`, which must be there: for every command that reads or
     maintains a store rather than publishing into one (`query`, `status`, `reindex`,
     `log status`, ...).
@@ -48,7 +57,7 @@ def open_existing_store(location: str) -> Store:
     exist or is not a directory, and an S3 prefix with no object under it (S3 has no
     empty directories), are `MissingStoreError`, one line naming the location.
     """
-    store = open_store(location)
+    store = open_store(location, fsync=fsync, lease_ttl=lease_ttl)
     root = store.local_root()
     if root is not None:
         if root.is_dir():

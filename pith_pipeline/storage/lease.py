@@ -41,18 +41,15 @@ import secrets
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from pith_pipeline import config
-from pith_pipeline.config import LeaseConfigError as LeaseConfigError
-from pith_pipeline.config import wait_seconds as wait_seconds
 from pith_pipeline.core.canonical_json import dumps_pretty, loads
 from pith_pipeline.core.layout import LEASES, lease_key
-from pith_pipeline.errors import StorageError, TransientError, WriteConflictError
-from pith_pipeline.storage.base import Store, StoreWrapper, barrier
+from pith_pipeline.errors import LeaseConfigError, StorageError, TransientError, WriteConflictError
+from pith_pipeline.storage.base import DEFAULT_LEASE_TTL, Store, StoreWrapper, barrier
 
 # runs/, tlog/ and cli/ import these two from here
 from pith_pipeline.storage.lease_holders import default_owner as default_owner
@@ -76,26 +73,13 @@ INDEX_LEASE = "index"
 LOG_LEASE = "log"
 #: Seconds a lease lasts without renewal; renewed every quarter of it. The holder
 #: of an expired lease may have been suspended rather than killed: keep the TTL well
-#: above the longest pause a writer can take (PITH_LEASE_TTL overrides it).
-DEFAULT_TTL = 120.0
-
+#: above the longest pause a writer can take. A lease takes its store's `lease_ttl`
+#: (`open_store(..., lease_ttl=)`, from the `lease_ttl` setting, PITH_LEASE_TTL).
+DEFAULT_TTL = DEFAULT_LEASE_TTL
 
 #: Longest lease TTL accepted (a day): a lease is renewed while its writer runs, and a
 #: dead writer's lease blocks every other writer until it expires.
 MAX_TTL = 86400.0
-
-
-def lease_ttl(env: Mapping[str, str] | None = None) -> float:
-    """The TTL for new leases: the `lease_ttl` setting (PITH_LEASE_TTL), else DEFAULT_TTL."""
-    var = config.env_name("lease_ttl")
-    text = config.resolve("lease_ttl", env=env).value or ""
-    try:
-        value = float(text) if text else DEFAULT_TTL
-    except ValueError:
-        raise LeaseConfigError(f"{var}={text!r}: expected seconds, e.g. 120") from None
-    if not 0 < value <= MAX_TTL:  # also refuses nan; inf overflowed the expiry's timestamp
-        raise LeaseConfigError(f"{var}={text!r}: must be positive, at most {MAX_TTL:.0f} seconds")
-    return value
 
 
 def shard_of(arxiv_id: str) -> int:
@@ -171,15 +155,17 @@ class WriterLease:
         names: Sequence[str],
         *,
         owner: dict[str, Any] | None = None,
-        ttl: float = DEFAULT_TTL,
+        ttl: float | None = None,
         wait: float = 0.0,
         poll: float = 1.0,
         now: Callable[[], float] = time.time,
         on_wait: Callable[[str], None] | None = None,
     ) -> None:
-        if not (math.isfinite(ttl) and ttl > 0):
-            raise ValueError("a lease needs a positive TTL")
-        wait = wait_seconds(wait, "wait")
+        ttl = store.lease_ttl if ttl is None else ttl
+        if not (math.isfinite(ttl) and 0 < ttl <= MAX_TTL):  # inf overflows the expiry
+            raise LeaseConfigError(f"lease TTL {ttl!r}: must be positive, at most {MAX_TTL:.0f} seconds")
+        if not (math.isfinite(wait) and wait >= 0):  # nan ends one wait loop at once, another never
+            raise LeaseConfigError(f"lease wait {wait!r}: must be a finite number of seconds, at least 0")
         order = {n: i for i, n in enumerate(shard_leases())}
         # one global order (shards, then anything else) so two writers never deadlock
         self.names = sorted(set(names), key=lambda n: (order.get(n, len(order)), n))
@@ -468,7 +454,7 @@ def writer_lease(
         store,
         names,
         owner=default_owner(run_id, command),
-        ttl=lease_ttl() if ttl is None else ttl,
+        ttl=ttl,
         wait=wait,
         on_wait=on_wait,
     )

@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pith_pipeline.config import flag
 from pith_pipeline.errors import IntegrityError, StorageError, WriteConflictError
 from pith_pipeline.storage.base import Store, StoreLocation, Writable, check_key, file_sha256
 from pith_pipeline.storage.local_fs import (
@@ -96,16 +95,17 @@ class LocalStore(Store):
     """Objects are files under `root`; writes go to `.tmp/`, then rename or link;
     durable together at `sync()`."""
 
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = Path(root).absolute()
         self.url = str(self.root)
         # paths as strings: pathlib costs more per write than the write's syscalls
         self._root = str(self.root)
         self._tmp = f"{self._root}/{TMP_DIR}"
-        # durable at each barrier is the default; PITH_LOCAL_FSYNC=0 leaves flushing to
-        # the OS (same files and bytes, weaker only against power loss: for benchmarks
+        # durable at each barrier is the default; `fsync=False` (the `local_fsync`
+        # setting, PITH_LOCAL_FSYNC=0, given by whoever opens the store) leaves flushing
+        # to the OS: same files and bytes, weaker only against power loss (benchmarks
         # and scratch stores)
-        self.fsync = flag("local_fsync") if fsync is None else fsync
+        self.fsync = fsync
         self._pid = os.getpid()
         self._tmp_prefix = self._new_prefix()
         self._counter = itertools.count()

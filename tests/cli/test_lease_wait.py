@@ -14,8 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from pith_pipeline.cli import cli
-from pith_pipeline.config import Settings
-from pith_pipeline.storage.lease import LeaseConfigError, lease_ttl, wait_seconds
+from pith_pipeline.config import LeaseConfigError, SettingError, Settings, load_settings, wait_seconds
 
 BAD = ["nan", "NaN", "-nan", "-1", "inf", "-inf", "soon", ""]
 
@@ -77,8 +76,8 @@ def test_the_task_settings_refuse_a_bad_lease_wait(bad: str) -> None:
 @pytest.mark.parametrize("bad", ["nan", "inf", "0", "-3"])
 def test_a_lease_ttl_that_is_not_a_positive_number_is_refused(bad: str) -> None:
     """`PITH_LEASE_TTL=nan` made every expiry `nan`: a lease document that cannot be written."""
-    with pytest.raises(LeaseConfigError, match="PITH_LEASE_TTL"):
-        lease_ttl({"PITH_LEASE_TTL": bad})
+    with pytest.raises(SettingError, match="PITH_LEASE_TTL"):
+        load_settings(env={"PITH_LEASE_TTL": bad})
 
 
 @pytest.mark.parametrize("bad", ["\u0663", "+3", "1_0", "0-\uff17", " 3\n", "3-", "-3"])

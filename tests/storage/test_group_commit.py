@@ -188,14 +188,27 @@ def test_the_barrier_is_free_when_nothing_was_written(journal: Journal, tmp_path
 
 
 def test_no_fsync_at_all_with_pith_local_fsync_0(
-    journal: Journal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sample_lines: list[str]
+    journal: Journal, tmp_path: Path, sample_lines: list[str]
 ) -> None:
-    monkeypatch.setenv("PITH_LOCAL_FSYNC", "0")
-    store = LocalStore(tmp_path / "store")
-    assert not store.fsync
+    """The setting reaches the store the way every command opens one: resolved once
+    into `Settings`, passed to `open_store`."""
+    from pith_pipeline.config import load_settings
+    from pith_pipeline.storage.factory import open_store
+
+    settings = load_settings(env={"PITH_LOCAL_FSYNC": "0"})
+    store = open_store(str(tmp_path / "store"), **settings.store_options)
+    assert isinstance(store, LocalStore) and not store.fsync
     _publish(store, sample_lines[:3], tmp_path)
     barrier(store)
     assert [e for e in journal.events if e[0] != "write"] == []
+
+
+def test_a_store_reads_no_setting_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment is read once, at the edge: a store made below it is durable
+    unless it is told otherwise, whatever PITH_LOCAL_FSYNC says."""
+    monkeypatch.setenv("PITH_LOCAL_FSYNC", "0")
+    assert LocalStore(tmp_path / "a").fsync
+    assert not LocalStore(tmp_path / "b", fsync=False).fsync
 
 
 def test_the_unsynced_list_stays_bounded(

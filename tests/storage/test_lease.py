@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from pith_pipeline.core.layout import lease_key
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import (
+    INDEX_LEASE,
     SHARDS,
     LeaseBusyError,
     LeaseConfigError,
@@ -26,7 +29,8 @@ from pith_pipeline.storage.lease import (
     shard_of,
     writer_lease,
 )
-from pith_pipeline.storage.lease_holders import held_leases, holder_is_dead
+from pith_pipeline.storage.lease_holders import held_leases, holder_is_dead, parse_iso
+from pith_pipeline.storage.memory import MemoryStore
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -195,8 +199,29 @@ def test_a_dead_pid_of_another_machine_is_not_trusted(store: Store) -> None:
 @pytest.mark.parametrize("ttl", ["inf", "nan", "-inf", "1e300"])
 def test_a_lease_ttl_that_is_not_a_usable_number_of_seconds_is_one_clear_error(ttl: str) -> None:
     """PITH_LEASE_TTL=inf passed the positivity check and overflowed the lease's
-    expiry timestamp: a traceback in every writing command."""
-    from pith_pipeline.storage.lease import lease_ttl
+    expiry timestamp: a traceback in every writing command. The setting refuses it
+    where it is read, and a lease given such a TTL anyway refuses it too."""
+    from pith_pipeline.config import SettingError, load_settings
 
-    with pytest.raises(LeaseConfigError, match="PITH_LEASE_TTL"):
-        lease_ttl({"PITH_LEASE_TTL": ttl})
+    with pytest.raises(SettingError, match="PITH_LEASE_TTL"):
+        load_settings(env={"PITH_LEASE_TTL": ttl})
+    store = MemoryStore()
+    store.lease_ttl = float(ttl)
+    with pytest.raises(LeaseConfigError, match="lease TTL"):
+        writer_lease(store, command="t")
+
+
+def test_a_lease_lasts_the_ttl_its_store_was_opened_with(tmp_path: Path) -> None:
+    """PITH_LEASE_TTL reaches every lease a command takes through the store it opened
+    (`open_store(..., **settings.store_options)`), however deep the lease is taken."""
+    from pith_pipeline.config import load_settings
+    from pith_pipeline.storage.factory import open_store
+
+    store = open_store(str(tmp_path / "s"), **load_settings(env={"PITH_LEASE_TTL": "300"}).store_options)
+    lease = writer_lease(store, command="t", index=True, papers=False)
+    assert lease.ttl == 300.0
+    with lease:
+        held = json.loads(store.get(lease_key(INDEX_LEASE)) or b"{}")
+    assert held and float(parse_iso(held["expires_at"]) - parse_iso(held["acquired_at"])) == pytest.approx(
+        300.0
+    )
