@@ -215,7 +215,6 @@ def run_mode(
     }
     if index:
         import pith_pipeline.tlog.pipeline as tlog
-        from pith_pipeline import config
 
         real_log_run = tlog.log_run
         logged: dict[str, Any] = {}
@@ -232,8 +231,7 @@ def run_mode(
         tlog.log_run = log_run  # type: ignore[assignment]
         t1 = time.perf_counter()
         try:
-            with config.given(log_signer=log_key):
-                finish_run(store, summary, {"bench": "s3"}, rows=rows)
+            finish_run(store, summary, {"bench": "s3"}, rows=rows, log_signer=log_key)
         finally:
             tlog.log_run = real_log_run  # type: ignore[assignment]
             if rows is not None:

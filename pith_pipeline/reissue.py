@@ -99,11 +99,15 @@ class Reissuer:
         *,
         clock: Clock = system_clock,
         log_signer_spec: str | None = None,
+        publisher: Publisher | None = None,
     ) -> None:
-        """`log_signer_spec`: the log key the command ends with (as for `Publisher`)."""
-        self.pub = Publisher(
+        """`log_signer_spec`: the log key the command ends with (as for `Publisher`).
+        `publisher`: the one a `Run` opened with `rotating=True`, used in place of a
+        new one (its clock is then the run's)."""
+        self.pub = publisher or Publisher(
             store, signer, config, clock=clock, rotating=True, log_signer_spec=log_signer_spec
         )
+        clock = self.pub.clock
         self.store = store
         self.signer = signer
         self.clock = clock

@@ -270,14 +270,6 @@ def test_airflow_retries_come_from_the_table() -> None:
     assert at.default_args(env={"PITH_RETRIES": "7"})["retries"] == 7
 
 
-def test_a_flag_given_to_a_command_ends_with_it() -> None:
-    env = {"PITH_LOG_SIGNER": "file:from-env"}
-    with config.given(log_signer="file:from-flag"):
-        assert resolve("log_signer", env=env).source == "flag"
-        assert config.from_env("log_signer", env) == "file:from-flag"
-    assert config.from_env("log_signer", env) == "file:from-env"
-
-
 def test_log_signer_reaches_the_run_end_without_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """--log-signer and --no-log are fields of the command's `Settings`, resolved once
     from its options: given to a command that takes `settings`, and to
@@ -302,7 +294,7 @@ def test_log_signer_reaches_the_run_end_without_the_environment(monkeypatch: pyt
     assert seen[0] is seen[1]
     assert (seen[0].log_signer, seen[0].keep_log) == (f"file:{SECRET}", False)
     assert (seen[0].base_url, seen[0].signer_id) == ("https://env.example", "me")
-    assert "PITH_LOG_SIGNER" not in os.environ and config.from_env("log_signer") is None
+    assert "PITH_LOG_SIGNER" not in os.environ
 
 
 def test_cli_defaults_are_the_table_defaults() -> None:

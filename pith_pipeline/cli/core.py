@@ -16,6 +16,7 @@ from pith_pipeline import config
 from pith_pipeline.audit import MAX_BUNDLE_BYTES, audit_store
 from pith_pipeline.cli.options import (
     DEFAULT_STORE,
+    command_signer,
     envvar,
     fail_if_incomplete,
     io_concurrency_option,
@@ -34,7 +35,6 @@ from pith_pipeline.core.keys import PublicKey, read_key_document
 from pith_pipeline.core.merge import merge
 from pith_pipeline.core.verify import FAIL, Report, verify_bundle
 from pith_pipeline.publish import RunSummary
-from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.signing.local import generate_key
 from pith_pipeline.sources.jsonl import iter_jsonl
 from pith_pipeline.tlog.client import verify_with_log
@@ -142,7 +142,7 @@ def build(
     # lazy: pith_pipeline.index, pyarrow, 136 ms at import
     from pith_pipeline.runs.run import Run
 
-    signer = open_signer(key_path)
+    signer = command_signer(key_path)
     st = store_to_write(store)
     run_id = None
     if os.environ.get("SOURCE_DATE_EPOCH"):  # reproducible: same input, same run id

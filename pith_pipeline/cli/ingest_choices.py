@@ -8,11 +8,10 @@ from urllib.parse import urlsplit
 
 import click
 
-from pith_pipeline.cli.options import store_to_write
+from pith_pipeline.cli.options import command_signer, store_to_write
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import InputError
 from pith_pipeline.signing import guard
-from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.signing.local import DEFAULT_KEY_DIR, PRIVATE_KEY_FILE, generate_key, load_signer
 from pith_pipeline.sources.politeness import ARXIV_MIN_INTERVAL
 
@@ -113,4 +112,4 @@ def signer_of(signer_spec: str | None, store: str, base_url: str) -> tuple[Signe
 
 def open_signer_spec(spec: str) -> Signer:
     """The signer of a --signer spec."""
-    return open_signer(spec)
+    return command_signer(spec)

@@ -12,9 +12,11 @@ import click
 
 from pith_pipeline import config
 from pith_pipeline.config import LeaseConfigError, wait_seconds
+from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import IncompleteRunError
 from pith_pipeline.parallel import DEFAULT_CHUNK, usable_cores
 from pith_pipeline.publish import BuildConfig, RunSummary
+from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.concurrency import MAX_IO_CONCURRENCY
 from pith_pipeline.storage.factory import open_existing_store, open_store
@@ -83,9 +85,8 @@ def _with_settings(fn: F) -> F:
     click context for `command_settings`, and passed as `settings=` to a command
     that takes it.
 
-    The `config.given` scope (--log-signer, --no-log) is for the publisher, which
-    still asks `config.from_env("log_signer")` (pipeline.py): code given the
-    `Settings` reads its `log_signer` field instead.
+    Code below the command is given the `Settings` (or values from it): nothing
+    there reads the environment or the command's flags itself.
     """
     takes_settings = "settings" in inspect.signature(fn).parameters
 
@@ -101,8 +102,7 @@ def _with_settings(fn: F) -> F:
         click.get_current_context().meta[SETTINGS_KEY] = settings
         if takes_settings:
             kwargs["settings"] = settings
-        with config.given(log_signer=log_signer, keep_log="0" if no_log else None):
-            return fn(*args, **kwargs)
+        return fn(*args, **kwargs)
 
     return cast(F, run)
 
@@ -121,6 +121,12 @@ def store_to_write(location: str) -> Store:
     return open_store(location, **command_settings().store_options)
 
 
+def command_signer(spec: str) -> Signer:
+    """The signer `spec` names, opened with the command's settings (a `certified:`
+    key's run id and validity)."""
+    return open_signer(spec, settings=command_settings())
+
+
 def existing_store(location: str) -> Store:
     """The store a command reads or maintains, which must be there
     (`open_existing_store`), opened with the command's settings."""
@@ -131,27 +137,6 @@ def signer_setting() -> str | None:
     """The registry key's spec (`--signer` / `PITH_SIGNER` / `PITH_KEY`) of the running
     command, for commands without a --signer option (where `log` looks for a log key)."""
     return command_settings().signer
-
-
-def start_run_log(
-    store: Any, signer_spec: str | None, base_url: str, settings: config.Settings | None = None
-) -> Any:
-    """The run's log key (`tlog.run_log.prepare_run_log`), from the settings' log
-    signer and keep-log (the command's --log-signer / --no-log, or their variables),
-    its notes printed to stderr; call it before the run publishes anything."""
-    # lazy: tlog.run_log and tlog.pipeline add 20 ms to every command's start (python -X importtime)
-    from pith_pipeline.tlog.run_log import prepare_run_log
-
-    settings = settings or command_settings()
-    return prepare_run_log(
-        store,
-        signer_spec,
-        base_url=base_url,
-        explicit=settings.log_signer,
-        keep=settings.keep_log,
-        notice=lambda line: click.echo(line, err=True),
-        origin=settings.log_origin,
-    )
 
 
 def site_options(fn: F) -> F:

@@ -10,12 +10,12 @@ from tqdm import tqdm
 from pith_pipeline.cli.options import (
     build_config,
     command_settings,
+    command_signer,
     envvar,
     existing_store,
     lease_notice,
     signer_option,
     site_options,
-    start_run_log,
     store_option,
     store_to_write,
     wait_option,
@@ -28,10 +28,7 @@ from pith_pipeline.errors import InputError
 from pith_pipeline.publish import Publisher
 from pith_pipeline.reissue import Reissuer, rotate_keys
 from pith_pipeline.signing.envelope import create_envelope, write_envelope
-from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.signing.local import check_key_dir
-from pith_pipeline.storage.lease import writer_lease
-from pith_pipeline.tlog.pipeline import log_run, log_signer_for
 
 
 def register(group: click.Group) -> None:
@@ -104,7 +101,7 @@ def rotate(store: str, signer_spec: str, base_url: str, registry_name: str, sign
 
     pub = Publisher(
         store_to_write(store),
-        open_signer(signer_spec),
+        command_signer(signer_spec),
         build_config(base_url, registry_name, signer_id),
         rotating=True,  # the one command that may bring a key the store does not list yet
     )
@@ -171,20 +168,23 @@ def reissue(
       pith-pipeline verify out/ --keys out/pith-signing-key.json
     """
 
-    st = existing_store(store)
-    r = Reissuer(st, open_signer(signer_spec), build_config(base_url, registry_name, signer_id))
-    run_log = start_run_log(st, signer_spec, base_url)  # before anything is re-signed
-    with writer_lease(
-        st, command="receipts reissue", run_id=r.pub.summary.run_id, wait=lease_wait, on_wait=lease_notice
-    ) as lease:
-        r.pub.lease = lease
-        total = len(r.subjects())
-        with tqdm(total=total, desc="reissue", unit="rec", disable=None) as bar:
-            summary = r.run(workers=workers, progress=bar.update)
+    # lazy: pith_pipeline.index, pyarrow, 136 ms at import
+    from pith_pipeline.runs.run import LOG_ONLY, Run
 
-    # the new correction events into the transparency log, if the store has one
-    log = log_signer_for(run_log.spec, st, command_settings().log_origin)
-    log_run(st, r.pub.summary.written, log, pending=r.pub.summary.log_pending, run_id=r.pub.summary.run_id)
+    with Run.open(
+        command_settings(),
+        command="receipts reissue",
+        store=existing_store(store),
+        signer=command_signer(signer_spec),
+        lease_wait=lease_wait,
+        notice=lease_notice,
+        ending=LOG_ONLY,  # the new correction events into the log, if the store keeps one
+        rotating=True,
+        workers=1,
+    ) as run:
+        r = Reissuer(run.store, run.signer, publisher=run.publisher)
+        with tqdm(total=len(r.subjects()), desc="reissue", unit="rec", disable=None) as bar:
+            summary = r.run(workers=workers, progress=bar.update)
     click.echo(summary.line())
     if summary.rotated:
         click.echo(

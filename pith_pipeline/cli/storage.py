@@ -15,7 +15,8 @@ from tqdm import tqdm
 from pith_pipeline.audit import audit_store
 from pith_pipeline.cli.options import (
     FiniteFloat,
-    build_config,
+    command_settings,
+    command_signer,
     existing_store,
     lease_notice,
     signer_option,
@@ -25,7 +26,6 @@ from pith_pipeline.cli.options import (
 )
 from pith_pipeline.errors import IncompleteRunError
 from pith_pipeline.publish import rebuild as do_rebuild
-from pith_pipeline.signing.factory import open_signer
 from pith_pipeline.storage.lease import writer_lease
 
 
@@ -163,23 +163,30 @@ def rebuild(
     Example:
       pith-pipeline rebuild --signer pith-keys/pith-private-key.json
     """
-    # lazy: pith_pipeline.index, pyarrow, 92 ms at import
-    from pith_pipeline.index import reindex as do_reindex
+    # lazy: pith_pipeline.index, pyarrow, 136 ms at import
+    from pith_pipeline.runs.run import REINDEX, Run
 
-    st = existing_store(store)
-    signer = open_signer(key_path)
-    n = 0
     failures: list[str] = []
     unchanged: list[str] = []
     pointers: list[str] = []
     pages: list[str] = []
-    with writer_lease(st, command="rebuild", index=True, wait=lease_wait, on_wait=lease_notice) as lease:
+    with Run.open(
+        command_settings(),
+        command="rebuild",
+        store=existing_store(store),
+        signer=command_signer(key_path),
+        lease_wait=lease_wait,
+        notice=lease_notice,
+        ending=REINDEX,  # every index, under the leases held from the start
+        index_progress=lambda: tqdm(desc="index", unit="bundle", disable=None),
+        workers=1,
+    ) as run:
+        n = 0
         with tqdm(desc="bundles", unit="rec", disable=None) as bar:
             for _subject in do_rebuild(
-                st,
-                signer,
-                build_config(base_url, registry_name, signer_id),
-                lease=lease,
+                run.store,
+                run.signer,
+                publisher=run.publisher,
                 failures=failures,
                 unchanged=unchanged,
                 pointers=pointers,
@@ -193,8 +200,7 @@ def rebuild(
             f"arXiv pointers from events: {len(pointers)} rewritten; "
             f"record pages: {len(pages)} written"
         )
-        with tqdm(desc="index", unit="bundle", disable=None) as bar:
-            update = do_reindex(st, progress=bar.update)
+    update = run.result
     click.echo(update.line())
     if failures:
         for problem in failures:

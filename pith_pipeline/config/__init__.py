@@ -31,9 +31,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,8 +78,6 @@ __all__ = [
     "aws_environment",
     "env_name",
     "flag",
-    "from_env",
-    "given",
     "integer",
     "load_settings",
     "markdown_table",
@@ -113,29 +109,6 @@ class Resolved:
         return mask(self.setting, self.value)
 
 
-#: The flags of the command being run (`given`): the first step of the rule for the
-#: callers that still ask `from_env` instead of being passed a `Settings`.
-_GIVEN: ContextVar[Mapping[str, str] | None] = ContextVar("pith_pipeline_config_given", default=None)
-
-
-@contextmanager
-def given(**flags: str | None) -> Iterator[None]:
-    """Within the block, `resolve` sees these flags as given on the command line.
-
-    For code a command reaches without passing it a value (`from_env`): the scope
-    ends with the block and stays in this thread (os.environ would outlive the
-    command and leak into every child process). Code given a `Settings` needs none.
-    """
-    unknown = sorted(set(flags) - set(BY_NAME))
-    if unknown:
-        raise KeyError(f"not settings: {', '.join(unknown)}")
-    token = _GIVEN.set({**(_GIVEN.get() or {}), **{k: v for k, v in flags.items() if v}})
-    try:
-        yield
-    finally:
-        _GIVEN.reset(token)
-
-
 def resolve(
     name: str,
     *,
@@ -145,7 +118,6 @@ def resolve(
 ) -> Resolved:
     """Setting `name` by the one rule: flag > Airflow Variable > environment > default."""
     s = BY_NAME[name]
-    flag = flag or (_GIVEN.get() or {}).get(name)
     if flag:
         return Resolved(s, flag, "flag", s.flag)
     if variable is not None:
@@ -171,12 +143,6 @@ def resolve_all(
     flags = flags or {}
     wanted = [s.name for s in SETTINGS] if names is None else list(names)
     return [resolve(n, flag=flags.get(n), variable=variable, env=env) for n in wanted]
-
-
-def from_env(name: str, env: Mapping[str, str] | None = None) -> str | None:
-    """Setting `name` from the running command's flags (`given`), the environment, else
-    its default, as text: for callers that were not passed a `Settings`."""
-    return resolve(name, env=env).value
 
 
 def _where(r: Resolved) -> str:

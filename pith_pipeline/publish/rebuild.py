@@ -40,6 +40,7 @@ def rebuild(
     unchanged: list[str] | None = None,
     pointers: list[str] | None = None,
     pages: list[str] | None = None,
+    publisher: Publisher | None = None,
 ) -> Iterator[str]:
     """Re-derive every bundle, state and arXiv pointer from the event store; yields
     the subjects rebuilt (and adds the pointers rewritten to `pointers`).
@@ -53,9 +54,13 @@ def rebuild(
     added to `unchanged`; a pointer holding the bytes its records' events give is not
     written. A subject whose stored events fail their checks is not rebuilt (its
     published bundle stays as it was) and is named in `failures`; the caller ends
-    non-zero. `log_signer_spec`: as for `Publisher`.
+    non-zero. `log_signer_spec`: as for `Publisher`. `publisher`: the one a `Run`
+    opened (its store, signer, config and lease), used in place of a new one.
     """
-    pub = Publisher(store, signer, config, clock=clock, lease=lease, log_signer_spec=log_signer_spec)
+    pub = publisher or Publisher(
+        store, signer, config, clock=clock, lease=lease, log_signer_spec=log_signer_spec
+    )
+    lease = pub.lease
     pub.publish_assets()
     # a published paper without events is named too (`refuse_orphan`), not skipped
     bodies = {k.split("/")[1] for k in store.list("events/")}

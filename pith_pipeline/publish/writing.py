@@ -11,13 +11,11 @@ Three kinds of write, one rule each:
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from pith_pipeline import config
 from pith_pipeline.core.layout import EVENTS, bundle_paths, page_key
 from pith_pipeline.errors import IntegrityError, WriteConflictError
 from pith_pipeline.pages.render import record_page
@@ -68,9 +66,6 @@ class Writer:
         self._last_written: tuple[bytes | None, str] = (None, "")
         self._page_log = page_log
         self._page_lock = threading.Lock()
-        # decided in the context this writer was made in, where the command's flags
-        # (`config.given`: `--log-signer`) are seen, not in a loader thread's
-        self._page_context = contextvars.copy_context()
 
     def fence(self) -> None:
         """Check the lease before each write, not only before each paper.
@@ -146,10 +141,9 @@ class Writer:
 
     # -- record pages (`pith_pipeline.pages`) ---------------------------------
     def _run_log_prefix(self) -> str | None:
-        # the spec the run was given; else the command's --log-signer scope (callers
-        # that do not pass the spec yet)
-        spec = self.log_signer_spec or config.from_env("log_signer")
-        return run_log_prefix(self.store, spec)
+        # the log key the run was given (`log_signer_spec`: a `Run`'s log key, or
+        # `rebuild`'s); None: the store's own log, if it keeps one
+        return run_log_prefix(self.store, self.log_signer_spec)
 
     def page_log_prefix(self) -> tuple[str | None]:
         """The log prefix this run's pages name, in a one-tuple (`None` inside: the
@@ -160,7 +154,7 @@ class Writer:
                 if self._page_log is None and self.log_key is not None:
                     self._page_log = (log_prefix(),)  # the run keeps a log (its key is named)
                 elif self._page_log is None:
-                    self._page_log = (self._page_context.run(self._run_log_prefix),)
+                    self._page_log = (self._run_log_prefix(),)
         return self._page_log
 
     def put_page(self, paper: Paper, body: str, bundle: dict[str, Any], *, changed: bool = False) -> None:

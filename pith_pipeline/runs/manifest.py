@@ -17,7 +17,6 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pith_pipeline._internal.disk_backed import Ledger, iter_sorted, sorted_unique
 from pith_pipeline.clock import system_clock
-from pith_pipeline.config import from_env
 from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty, loads_stored
 from pith_pipeline.core.layout import RUN_MANIFEST_FORMAT, RUNS, quarantine_key, run_manifest_key
 from pith_pipeline.core.timeutil import Clock, iso_seconds
@@ -28,6 +27,7 @@ from pith_pipeline.index.update import update_indexes
 from pith_pipeline.pages.site import publish_home_page
 from pith_pipeline.publish import RunSummary
 from pith_pipeline.storage.base import Store, barrier, put_once_file
+from pith_pipeline.tlog.log import LogSigner
 from pith_pipeline.tlog.pipeline import log_run, log_signer_for
 
 if TYPE_CHECKING:
@@ -140,6 +140,8 @@ def write_manifest(
     extra_counts: Mapping[str, int] | None = None,
     warnings: Sequence[Mapping[str, Any]] = (),
     outside_window: Sequence[Mapping[str, Any]] | None = None,
+    log_signer: str | None = None,
+    log_origin: str | None = None,
 ) -> str:
     """Write `runs/<run_id>/manifest.json` (write-once); returns its key.
 
@@ -149,9 +151,11 @@ def write_manifest(
     `outside_window`: the records a server listed outside the window asked for
     (a harvest's first `OUTSIDE_WINDOW_LISTED`), listed when given.
 
-    First the run's events go into the transparency log, if the store keeps one
-    (`log_entries`: the entries the run's publishers made as they wrote, so the
-    events are not read back).
+    First the run's events go into the transparency log, if the store keeps one:
+    `log_signer` is the run's log key spec (`tlog.run_log.prepare_run_log`'s
+    `RunLog.spec`; None: no log) and `log_origin` the log's origin (the `log_origin`
+    setting; None: the key document's); `log_entries`: the entries the run's
+    publishers made as they wrote, so the events are not read back.
 
     Lists the window, the counts, the index tables' Delta versions the run produced
     (`index.commits`: per table, every version this run committed; `index.versions`:
@@ -161,7 +165,7 @@ def write_manifest(
     written to a temporary file and stored from there, so its size (about 1 KB per
     paper) never has to fit in memory.
     """
-    logged = _log_events(store, summary, log_entries)
+    logged = _log_events(store, summary, log_entries, log_signer_for(log_signer, store, log_origin))
     doc: dict[str, Any] = {
         "format": RUN_MANIFEST_FORMAT,
         "run_id": summary.run_id,
@@ -188,11 +192,11 @@ def write_manifest(
     return key
 
 
-def _log_events(store: Store, summary: RunSummary, log_entries: RowSink | None) -> LogRun | None:
+def _log_events(
+    store: Store, summary: RunSummary, log_entries: RowSink | None, log: LogSigner | None
+) -> LogRun | None:
     """The run's events into the store's transparency log, when it keeps one (see
     `write_manifest`); what the log run did, for the manifest's `log` entry."""
-
-    log = log_signer_for(from_env("log_signer"), store, from_env("log_origin"))
     return log_run(
         store, summary.written, log, entries=log_entries, pending=summary.log_pending, run_id=summary.run_id
     )
@@ -261,6 +265,8 @@ def finish_run(
     extra_counts: Mapping[str, int] | None = None,
     warnings: Sequence[Mapping[str, Any]] = (),
     outside_window: Sequence[Mapping[str, Any]] | None = None,
+    log_signer: str | None = None,
+    log_origin: str | None = None,
 ) -> str:
     """Finish a publishing run: update the index tables, then write the run manifest.
 
@@ -277,7 +283,8 @@ def finish_run(
     `rows`: the index rows of the bundles the run wrote (a `RowSink` its publishers
     fed through `Publisher(on_bundle=sink.add_bundle)`); those bundles are then not
     read back from the store. The sink's directory is not removed here.
-    `extra_counts`, `warnings`, `outside_window`: as for `write_manifest`.
+    `extra_counts`, `warnings`, `outside_window`, `log_signer`, `log_origin`: as for
+    `write_manifest`.
     """
     barrier(store)  # the published papers are durable before the index lists them
     update = update_indexes(
@@ -294,4 +301,6 @@ def finish_run(
         extra_counts=extra_counts,
         warnings=warnings,
         outside_window=outside_window,
+        log_signer=log_signer,
+        log_origin=log_origin,
     )

@@ -19,7 +19,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pith_pipeline.config import Settings, given
+from pith_pipeline.config import Settings
 from pith_pipeline.core.canonical_json import dumps_compact, loads_stored
 from pith_pipeline.core.layout import quarantine_key, run_manifest_key
 from pith_pipeline.errors import IncompleteRunError, InputError, StorageError
@@ -27,6 +27,7 @@ from pith_pipeline.errors import WriteConflictError as Conflict
 from pith_pipeline.items import Rejected
 from pith_pipeline.loader import Loader, numbered
 from pith_pipeline.runs.chunks import iter_chunk_items
+from pith_pipeline.runs.ending import Ending
 from pith_pipeline.storage.base import Digest, put_file, read_into
 from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import parse_shards, writer_lease
@@ -50,7 +51,7 @@ def run_signer(settings: Settings) -> Signer:
             "no signer configured: set PITH_SIGNER (file:PATH or "
             "kms-envelope:...) in the environment or as an Airflow Variable"
         )
-    return open_signer(settings.signer)
+    return open_signer(settings.signer, settings=settings)
 
 
 def run_store(settings: Settings) -> Store:
@@ -101,63 +102,80 @@ def build_chunk(
     store: Store | None = None,
     io_concurrency: int | None = None,
 ) -> dict[str, Any]:
-    """Build, sign and publish one chunk, holding the writer leases of its shards.
+    """Build, sign and publish one chunk as a `Run`, holding the writer leases of its shards.
 
     Why publish here rather than stage for a later task: the decision "this paper is
     new" is only sound while nobody else can write the paper, so deciding and writing
     happen under one lease (a concurrent window of `backfill create` waits its turn).
-    The staged object now holds only the chunk's counts and the objects it wrote; its
-    quarantine entries, spooled to disk as they come, are an object of their own beside
-    it (`staged_rejects_key`), so neither memory, the header nor the XCom grows with
-    what a hostile chunk rejects (each reject keeps its raw input). `publish` streams
-    them into the quarantine, `index` and `manifest` read the counts. Papers are
-    published by the `Loader`, `io_concurrency` at once (None: the store's default, 32
-    on S3). Returns `{"staged": key, "records": n, "built": n, ...}`.
+    The run ends by staging (`StagedChunk`), not by indexing: the staged object holds
+    only the chunk's counts and the objects it wrote; its quarantine entries, spooled
+    to disk as they come, are an object of their own beside it (`staged_rejects_key`),
+    so neither memory, the header nor the XCom grows with what a hostile chunk rejects
+    (each reject keeps its raw input). `publish` streams them into the quarantine,
+    `index` and `manifest` read the counts. Papers are published in this process by
+    the `Loader`, `io_concurrency` at once (None: the store's default, 32 on S3).
+    Returns `{"staged": key, "records": n, "built": n, ...}`.
     """
     # lazy: nacl, pith_pipeline.publish, 107 ms at import
-    from pith_pipeline.publish import BuildConfig, Publisher
+    from pith_pipeline.runs.run import Run
 
-    base = store or run_store(settings)
-    signer = signer or run_signer(settings)
-    shards = parse_shards(str(chunk["shards"])) if chunk.get("shards") else None
     rejects = bool(chunk.get("rejects", True))
-    pub = Publisher(
-        base, signer, BuildConfig.of(settings), run_id=run_id, shards=shards, io_concurrency=io_concurrency
-    )
-    pub.log_key = _run_log(settings, base, first=True).member  # before anything is published
-    with writer_lease(
-        base,
+    with Run.open(
+        settings,
         command=f"airflow build chunk {int(chunk['index'])}",
+        store=store or run_store(settings),
+        signer=signer or run_signer(settings),
         run_id=run_id,
-        shards=shards,
-        wait=settings.lease_wait_seconds,
-        on_wait=log.warning,
-    ) as lease:
-        pub.lease = lease
+        shards=parse_shards(str(chunk["shards"])) if chunk.get("shards") else None,
+        workers=1,
+        io_concurrency=io_concurrency,
+        lease_wait=settings.lease_wait_seconds,
+        notice=log.warning,
+        ending=StagedChunk(int(chunk["index"])),
+    ) as run:
+        pub = run.publisher
         pub.publish_key_document()
         items = (
             item
-            for item in iter_chunk_items(base, chunk)
+            for item in iter_chunk_items(run.store, chunk)
             # a reject is quarantined by one task only (the others leave it out)
             if rejects or not isinstance(item, Rejected)
         )
+        # not `run.publish`: a damaged chunk must leave no quarantine object behind
+        # (the window's `publish` step stores the quarantine of all its chunks)
         Loader(pub).run(numbered(items), into=pub.quarantine.batch())
-    key = staged_key(run_id, int(chunk["index"]), secrets.token_hex(4))
-    rejects_key = None
-    if pub.quarantine:  # stored before the header that names it
-        rejects_key = staged_rejects_key(key)
-        with pub.quarantine.ordered_file() as path:
-            put_file(base, rejects_key, path, content_type="application/x-ndjson")
-        pub.quarantine.close()
-    header: dict[str, Any] = {
-        "chunk": int(chunk["index"]),
-        "run_id": run_id,
-        "rejects": rejects_key,
-        **pub.summary.to_header(),
-    }
-    counts = header["counts"]
-    base.put(key, dumps_compact(header) + b"\n", content_type="application/x-ndjson")
-    return {"staged": key, "objects": len(header["written"]), **counts}
+    return dict(run.result)
+
+
+class StagedChunk(Ending):
+    """How an Airflow build chunk's `Run` ends (`runs.run.Ending`): its rejects and
+    its header (counts and the objects written, `RunSummary.to_header`) staged for
+    the window's `publish`, `index` and `manifest` tasks; nothing indexed, no
+    manifest. `holds_index`/`indexes_rows`: no index lease, no index rows kept."""
+
+    holds_index = False
+    indexes_rows = False
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def finish(self, run: Any) -> None:
+        pub, store = run.publisher, run.store
+        key = staged_key(run.run_id, self.index, secrets.token_hex(4))
+        rejects_key = None
+        if pub.quarantine:  # stored before the header that names it
+            rejects_key = staged_rejects_key(key)
+            with pub.quarantine.ordered_file() as path:
+                put_file(store, rejects_key, path, content_type="application/x-ndjson")
+            pub.quarantine.close()
+        header: dict[str, Any] = {
+            "chunk": self.index,
+            "run_id": run.run_id,
+            "rejects": rejects_key,
+            **pub.summary.to_header(),
+        }
+        store.put(key, dumps_compact(header) + b"\n", content_type="application/x-ndjson")
+        run.result = {"staged": key, "objects": len(header["written"]), **header["counts"]}
 
 
 def _read_staged(store: Store, key: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -353,19 +371,21 @@ def finish_window(
         notes["extra_counts"] = {"outside_window": int(harvested["outside_window"])}
         notes["outside_window"] = list(harvested.get("outside_window_records", []))
 
-    with given(log_signer=_run_log(settings, store, first=False).spec):  # the log append's key
-        try:
-            write_manifest(store, summary, window=window, index=update, **notes)
-        except Conflict:
-            if not changed:
-                status = "unchanged"  # a complete window, run again: nothing new to record
-            else:
-                n = 2
-                while store.exists(run_manifest_key(f"{run_id}-rerun-{n}")):
-                    n += 1
-                summary.run_id = f"{run_id}-rerun-{n}"
-                key = write_manifest(store, summary, window=window, index=update, **notes)
-                status = "rerun"
+    # the log append's key: the one the window's build chunks chose
+    notes["log_signer"] = _run_log(settings, store, first=False).spec
+    notes["log_origin"] = settings.log_origin
+    try:
+        write_manifest(store, summary, window=window, index=update, **notes)
+    except Conflict:
+        if not changed:
+            status = "unchanged"  # a complete window, run again: nothing new to record
+        else:
+            n = 2
+            while store.exists(run_manifest_key(f"{run_id}-rerun-{n}")):
+                n += 1
+            summary.run_id = f"{run_id}-rerun-{n}"
+            key = write_manifest(store, summary, window=window, index=update, **notes)
+            status = "rerun"
     for staged in staged_keys:  # only ours: another run of the window may be building
         store.delete(staged_rejects_key(staged))
         store.delete(staged)

@@ -6,7 +6,7 @@ import math
 import os
 from datetime import timedelta
 
-from pith_pipeline.config import Settings, env_name, load_settings
+from pith_pipeline.config import Settings, env_name
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.errors import KeyFileError
 from pith_pipeline.signing.certified import CertifiedSigner
@@ -80,7 +80,8 @@ def open_signer(spec: str, *, self_test: bool = True, settings: Settings | None 
     Remote keys sign once at open (`self_test`) so a wrong key, algorithm or
     permission fails before any work is done. A `certified:` key takes its run id and
     validity from `settings` (`run_id`, `cert_hours`), the run's; a caller that has
-    none gets the table resolved now (`load_settings`).
+    none gets the table's defaults (this reads no environment: the command or task
+    that resolved its settings passes them).
     """
     scheme, _, rest = spec.partition(":")
     if scheme == "kms":
@@ -104,7 +105,7 @@ def open_signer(spec: str, *, self_test: bool = True, settings: Settings | None 
     if scheme == "certified":
         if not rest:
             raise KeyFileError("certified: needs the root signer, e.g. certified:kms:alias/pith")
-        run = settings if settings is not None else load_settings()
+        run = settings if settings is not None else Settings()
         return CertifiedSigner(
             open_signer(rest, self_test=self_test),
             run_id=run.run_id,

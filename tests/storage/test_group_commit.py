@@ -126,12 +126,12 @@ def test_every_file_is_durable_before_the_checkpoint_and_manifest_that_claim_it(
     from pith_pipeline.signing.local import generate_key
 
     priv, _pub, _doc = generate_key(tmp_path / "logkey")
-    monkeypatch.setenv("PITH_LOG_SIGNER", str(priv))
-    monkeypatch.setenv("PITH_LOG_ORIGIN", "registry.test/log")
     root = tmp_path / "store"
     store = LocalStore(root, fsync=True)
     pub = _publish(store, sample_lines[:8], tmp_path)
-    key = finish_run(store, pub.summary, {"input": "in.jsonl"})
+    key = finish_run(
+        store, pub.summary, {"input": "in.jsonl"}, log_signer=f"file:{priv}", log_origin="registry.test/log"
+    )
 
     claims = [
         i

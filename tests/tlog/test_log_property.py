@@ -271,7 +271,10 @@ def dying(monkeypatch: pytest.MonkeyPatch, at: int, only: tuple[str, ...]) -> It
     from pith_pipeline.storage.factory import open_store
 
     with monkeypatch.context() as m:
-        m.setattr("pith_pipeline.cli.core.open_store", lambda loc: DyingStore(open_store(loc), at, only))
+        m.setattr(
+            "pith_pipeline.cli.options.open_store",
+            lambda loc, **kw: DyingStore(open_store(loc, **kw), at, only),
+        )
         yield
 
 

@@ -166,13 +166,16 @@ def test_finish_run_appends_and_records_the_checkpoint_in_the_run_manifest(
     from pith_pipeline.signing.local import generate_key
 
     priv, _pub, _doc = generate_key(tmp_path / "logkey")
-    monkeypatch.setenv("PITH_LOG_SIGNER", str(priv))
-    monkeypatch.setenv("PITH_LOG_ORIGIN", "registry.test/log")
     from pith_pipeline.storage.local import LocalStore
 
+    # what is not passed is not read: the environment names another key and origin
+    monkeypatch.setenv("PITH_LOG_SIGNER", str(tmp_path / "not-this-key.json"))
+    monkeypatch.setenv("PITH_LOG_ORIGIN", "not.this/log")
     store = LocalStore(tmp_path / "store")  # the index tables (Delta) need a directory or S3
     summary = publish(store, sample_lines[:3], tmp_path)
-    key = finish_run(store, summary, {"input": "in.jsonl"})
+    key = finish_run(
+        store, summary, {"input": "in.jsonl"}, log_signer=f"file:{priv}", log_origin="registry.test/log"
+    )
     logged = loads(store.get(key) or b"")["log"]
     checkpoint = (store.get("log/checkpoint") or b"").decode().split("\n")
     assert checkpoint[:3] == ["registry.test/log", str(logged["size"]), logged["root_hash_b64"]]
