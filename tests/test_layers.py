@@ -123,6 +123,66 @@ def test_core_reads_no_environment() -> None:
     assert bad == []
 
 
+#: Where settings are resolved: the commands, the settings table itself, the DAG glue
+#: (Airflow Variables), and the backfill command's entry point.
+SETTINGS_EDGE = ("pith_pipeline.cli", "pith_pipeline.config", "pith_pipeline.airflow_tasks")
+
+#: How code asks for a setting instead of being given one.
+SETTINGS_READERS = {"load_settings", "resolve", "resolve_all", "from_env", "given", "flag"}
+
+
+def settings_read_below_the_edge(path: Path) -> list[str]:
+    """Calls in `path` that resolve a setting (`SETTINGS_READERS`) or read a PITH_
+    variable from the environment (`os.environ[...]`, `os.environ.get(...)`, `os.getenv(...)`)."""
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            path_resolve = (
+                isinstance(fn, ast.Attribute) and name == "resolve" and ast.unparse(fn.value) != "config"
+            )
+            if name in SETTINGS_READERS and not path_resolve:  # `Path.resolve()` is no setting
+                bad.append(f"{where}:{node.lineno} calls {name}")
+        target, key = None, None
+        if isinstance(node, ast.Subscript):
+            target, key = node.value, node.slice
+        elif isinstance(node, ast.Call) and node.args:
+            target, key = node.func, node.args[0]
+        if (
+            target is not None
+            and ast.unparse(target).endswith(("environ", "environ.get", "getenv", "environ.pop"))
+            and isinstance(key, ast.Constant)
+            and str(key.value).startswith("PITH_")
+        ):
+            bad.append(f"{where}:{node.lineno} reads a PITH_ variable")
+    return bad
+
+
+def test_no_setting_is_read_below_the_edge() -> None:
+    """Settings are resolved once, where a command or task starts (`SETTINGS_EDGE`),
+    and passed down as `Settings` or values: no module below asks for one (the store's
+    fsync and lease TTL, the log key and origin, a certified key's validity)."""
+    bad = []
+    for path in sorted((ROOT / "pith_pipeline").rglob("*.py")):
+        dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        if dotted.startswith(SETTINGS_EDGE):
+            continue
+        bad += settings_read_below_the_edge(path)
+    assert bad == []
+
+
+def test_the_settings_check_sees_a_read(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import os\nfrom pith_pipeline import config\n"
+        "a = config.from_env('lease_ttl')\nb = os.environ.get('PITH_LEASE_TTL')\n"
+    )
+    found = settings_read_below_the_edge(planted)
+    assert [f.split(" ", 1)[1] for f in found] == ["calls from_env", "reads a PITH_ variable"]
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
