@@ -67,29 +67,43 @@ def compact_indexes(
 def rebuild_from_events(
     settings: Settings, *, bundles: bool, indexes: bool, store: Store | None = None
 ) -> dict[str, Any]:
-    """Re-derive bundles from the event store (when `bundles`), then the indexes."""
+    """Re-derive bundles from the event store (when `bundles`: a `Run` ending in
+    `REINDEX`, as `pith-pipeline rebuild`), then the indexes."""
     # lazy: the index 240 ms, the publisher 80 ms at import (python -X importtime)
     from pith_pipeline.index import reindex
 
     # lazy: pith_pipeline.publish, 230 ms at import
-    from pith_pipeline.publish import BuildConfig, rebuild
+    from pith_pipeline.publish import rebuild
+
+    # lazy: pith_pipeline.index, pyarrow, 136 ms at import
+    from pith_pipeline.runs.run import REINDEX, Run
 
     store = store or run_store(settings)
     out: dict[str, Any] = {"bundles_rebuilt": 0, "reindexed": False}
     failures: list[str] = []
-    with writer_lease(
-        store, command="airflow rebuild", papers=bundles, index=True, wait=settings.lease_wait_seconds
-    ) as lease:
-        if bundles:
+    update = None
+    if bundles:
+        with Run.open(
+            settings,
+            command="airflow rebuild",
+            store=store,
+            signer=run_signer(settings),
+            lease_wait=settings.lease_wait_seconds,
+            notice=log.warning,
+            ending=REINDEX,  # the indexes, under the leases the bundles were rebuilt under
+            workers=1,
+        ) as run:
             out["bundles_rebuilt"] = sum(
-                1
-                for _ in rebuild(
-                    store, run_signer(settings), BuildConfig.of(settings), lease=lease, failures=failures
-                )
+                1 for _ in rebuild(run.store, run.signer, publisher=run.publisher, failures=failures)
             )
-        if bundles or indexes:
+        update = run.result
+    elif indexes:
+        with writer_lease(
+            store, command="airflow rebuild", papers=False, index=True, wait=settings.lease_wait_seconds
+        ):
             update = reindex(store)
-            out.update(reindexed=True, versions=dict(update.versions), rows=dict(update.rows))
+    if update is not None:
+        out.update(reindexed=True, versions=dict(update.versions), rows=dict(update.rows))
     if failures:
         for problem in failures:
             log.error("not rebuilt: %s", problem)
