@@ -1,10 +1,10 @@
 """One table for which AWS failures a retry can fix, for S3 (`storage/s3.py`) and KMS
 (`signing/kms.py`).
 
-Why one table: the two back ends used to classify the same botocore failures with two
-lists that had drifted apart (S3 did not know `ThrottlingException`'s KMS spellings,
-KMS did not retry HTTP 408). A run that meets throttling should retry it the same way
-whichever service throttled. botocore is imported only inside `classify`, so this
+Why one table: a run that meets throttling should retry it the same way whichever
+service throttled, so S3 and KMS share one list of retryable botocore failures (every
+service's spelling of throttling, HTTP 408 and 5xx among them) rather than two that
+can drift apart. botocore is imported only inside `classify`, so this
 module costs nothing until an AWS call has failed.
 """
 
