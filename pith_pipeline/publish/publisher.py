@@ -54,8 +54,9 @@ class Publisher:
     rows where they were checked before publishing, else None). `page_log`: what the
     run's pages name as the store's log, as another publisher of the run decided it.
     `log_signer_spec`: the log key the run ends with, refused now if it lies inside
-    the store. `builder`: how a new record is built (`build.ONE_PASS`, or the
-    reference `build.EVENTS_THEN_BUNDLE`); `codec`: the serializer of what is written.
+    the store. `builder`: how a new record is built (`build.ONE_PASS`; tests and
+    benchmarks give `build.REFERENCE` to compare); `codec`: the serializer of what is
+    written (`context.CANONICAL`).
     """
 
     def __init__(
