@@ -81,7 +81,6 @@ class Publisher:
         self.store, self.signer, self.clock, self.shards = store, signer, clock, shards
         self.config = config or BuildConfig()
         self.site = self.config.site
-        self.rotating = rotating
         self.today = today or utc_today
         n = io_concurrency if io_concurrency is not None else default_io_concurrency(store)
         self.io_concurrency = check_io_concurrency(n)
@@ -163,7 +162,7 @@ class Publisher:
     def publish_key_document(self) -> None:
         """Publish the key document (compare-and-swap, `KeyBook.publish`) and the pages'
         assets: the store-wide objects a run writes before its papers."""
-        self.keybook.publish(self.writer, self.run_paper(), self.writer.codec, self.log_key)
+        self.keybook.publish(self.writer, self.run_paper(), self.log_key)
         self.publish_assets()
 
     def publish_assets(self) -> None:
