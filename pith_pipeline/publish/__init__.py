@@ -9,8 +9,9 @@ first, then bundle and state, then the arXiv pointer.
 The parts: `summary` (a run's identity and counts), `context` (one paper's context and
 the serializer), `keys` (the key document), `known` (what is known absent),
 `reading` (checked reads), `writing` (fenced writes), `bundles` (signing and repair),
-`supersession` (pointers and corrections), `build` (new records), `publisher` (the
-coordinator) and `rebuild`.
+`supersession` (pointers and corrections), `build` (new records), `flow` (one record
+through its paper), `rejects` (the quarantine), `publisher` (the coordinator) and
+`rebuild`.
 """
 
 from pith_pipeline.publish.build import EVENTS_THEN_BUNDLE, ONE_PASS, REFERENCE, RecordBuilder

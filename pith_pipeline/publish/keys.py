@@ -18,7 +18,7 @@ from pith_pipeline.core.layout import certificate_key
 from pith_pipeline.core.timeutil import Clock, iso_micros
 from pith_pipeline.core.verify import KeyRing
 from pith_pipeline.errors import CanonicalJSONError, InputError, IntegrityError, SigningError
-from pith_pipeline.publish.context import Codec, Paper
+from pith_pipeline.publish.context import Paper
 from pith_pipeline.publish.writing import Writer
 from pith_pipeline.signing import guard
 from pith_pipeline.storage.base import Store, barrier
@@ -93,13 +93,15 @@ class KeyBook:
         current = self.keys[self.primary_key_id].to_json()
         return {**current, "keys": [k.to_json() for k in self.keys.values()]}
 
-    def publish(self, writer: Writer, paper: Paper, codec: Codec, log_key: dict[str, Any] | None) -> None:
+    def publish(self, writer: Writer, paper: Paper, log_key: dict[str, Any] | None) -> None:
         """Publish the key document, merged with what another writer published meanwhile.
 
         Writers of disjoint shards share this one object, so it is a compare-and-swap
         loop: keys another writer added are kept, never overwritten. `log_key`: the
-        document's `log` member when the stored document names none.
+        document's `log` member when the stored document names none. Written in the
+        writer's serializer, counted in `paper`'s ledger.
         """
+        codec = writer.codec
         for k in self.keys.values():  # certificates of short-lived keys, beside the document
             if k.certificate is not None:
                 writer.put_once(paper, certificate_key(k.key_id), codec.pretty(k.certificate) + b"\n")

@@ -1,9 +1,12 @@
-"""`Publisher`: publishes records into a store with one signer, one instance per run.
+"""`Publisher`: the coordinator of a run's publishing, one instance per run.
 
-It decides what happens to one record (`publish_item`) and hands each paper an
-explicit context (`Paper`) through the parts that do the work: the key document
-(`keys`), checked reads (`reading`), fenced writes (`writing`), bundles and their
-repair (`bundles`), versions and supersession (`supersession`), new records (`build`).
+It wires the run's parts once and decides what happens to each input item
+(`publish_item`): a reject is quarantined (`rejects`), a record of another writer's
+shard is skipped, and a record is published in an explicit context of its own
+(`context.Paper`) by the per-paper flow (`flow`). The parts do the work: the key
+document (`keys`), what is known absent (`known`), checked reads (`reading`), fenced
+writes (`writing`), bundles and their repair (`bundles`), versions and supersession
+(`supersession`), new records (`build`).
 """
 
 from __future__ import annotations
@@ -17,23 +20,23 @@ from pith_pipeline.clock import system_clock
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import Identity
 from pith_pipeline.core.keys import PublicKey, Signer
-from pith_pipeline.core.layout import quarantine_key
 from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import IntegrityError, is_record_problem
 from pith_pipeline.items import Item, Rejected
 from pith_pipeline.loader import Loader
 from pith_pipeline.pages.site import publish_assets
-from pith_pipeline.publish.build import ONE_PASS, BuildParts, RecordBuilder, events_then_bundle
+from pith_pipeline.publish.build import ONE_PASS, BuildParts, RecordBuilder
 from pith_pipeline.publish.bundles import Bundles
 from pith_pipeline.publish.context import CANONICAL, Codec, Paper
+from pith_pipeline.publish.flow import PaperFlow
 from pith_pipeline.publish.keys import KeyBook
 from pith_pipeline.publish.known import KnownAbsent
 from pith_pipeline.publish.reading import StoredState
-from pith_pipeline.publish.rejects import build_failure, utc_today
+from pith_pipeline.publish.rejects import RunQuarantine, build_failure, quarantine_entry, utc_today
 from pith_pipeline.publish.summary import BuildConfig, LeaseCheck, RunSummary, new_run_id
 from pith_pipeline.publish.supersession import Versions
 from pith_pipeline.publish.writing import OnBundle, Writer
-from pith_pipeline.storage.base import Store, file_sha256, put_once_file
+from pith_pipeline.storage.base import Store
 from pith_pipeline.storage.concurrency import check_io_concurrency, default_io_concurrency
 from pith_pipeline.storage.lease import shard_of
 
@@ -51,8 +54,9 @@ class Publisher:
     rows where they were checked before publishing, else None). `page_log`: what the
     run's pages name as the store's log, as another publisher of the run decided it.
     `log_signer_spec`: the log key the run ends with, refused now if it lies inside
-    the store. `builder`: how a new record is built (`build.ONE_PASS`, or the
-    reference `build.EVENTS_THEN_BUNDLE`); `codec`: the serializer of what is written.
+    the store. `builder`: how a new record is built (`build.ONE_PASS`; tests and
+    benchmarks give `build.REFERENCE` to compare); `codec`: the serializer of what is
+    written (`context.CANONICAL`).
     """
 
     def __init__(
@@ -77,34 +81,24 @@ class Publisher:
         self.store, self.signer, self.clock, self.shards = store, signer, clock, shards
         self.config = config or BuildConfig()
         self.site = self.config.site
-        self.rotating = rotating
         self.today = today or utc_today
         n = io_concurrency if io_concurrency is not None else default_io_concurrency(store)
         self.io_concurrency = check_io_concurrency(n)
         summary = RunSummary(run_id or new_run_id(clock()))
         self.writer = Writer(
-            store,
-            codec,
-            summary,
-            lease=lease,
-            on_bundle=on_bundle,
-            page_log=page_log,
+            store, codec, summary, lease=lease, on_bundle=on_bundle, page_log=page_log,
             log_signer_spec=log_signer_spec,
-        )
-        #: the run's rejects, spilled to disk as they come (`flush_quarantine` stores them)
-        self.quarantine = QuarantineSpool()
-        self._quarantine_stored = 0
+        )  # fmt: skip
+        self.rejects = RunQuarantine(self.writer)
         self.keybook = KeyBook(
             store, signer, self.site, clock, rotating=rotating, log_signer_spec=log_signer_spec
         )
         self.known = KnownAbsent(store, shards)
         self.reader = StoredState(store, self.keybook, self.known)
         self.bundles = Bundles(signer, self.site, clock, self.keybook, self.reader, self.writer)
-        self.versions = Versions(signer, self.config.signer_id, clock, self.bundles)
-        self.builder = builder
-        self.parts = BuildParts(
-            signer, self.config, self.site, clock, self.keybook, self.writer, self.bundles
-        )
+        versions = Versions(signer, self.config.signer_id, clock, self.bundles)
+        parts = BuildParts(signer, self.config, self.site, clock, self.keybook, self.writer, self.bundles)
+        self.flow = PaperFlow(self.known, self.reader, self.bundles, versions, parts, builder)
 
     # -- the run's state, kept by its parts -----------------------------------
     @property
@@ -127,6 +121,7 @@ class Publisher:
 
     @property
     def on_bundle(self) -> OnBundle | None:
+        """Told of each bundle written (may be attached before publishing)."""
         return self.writer.on_bundle
 
     @on_bundle.setter
@@ -145,23 +140,29 @@ class Publisher:
         self.writer.log_key = value
 
     @property
+    def quarantine(self) -> QuarantineSpool:
+        """The run's rejects so far, spilled to disk (`flush_quarantine` stores them)."""
+        return self.rejects.spool
+
+    @property
     def keys(self) -> dict[str, PublicKey]:
         """Every key the run knows, by id (`keys rotate` marks some rotated)."""
         return self.keybook.keys
 
     @property
     def primary_key_id(self) -> str:
+        """The key that heads the key document (a certified signer's root)."""
         return self.keybook.primary_key_id
 
     def run_paper(self) -> Paper:
         """The context of a store-wide write (counted in the run's summary, no cache)."""
         return Paper(self.summary)
 
-    # -- store-wide objects ---------------------------------------------------
+    # -- store-wide objects (every run; re-issue and rebuild) ------------------
     def publish_key_document(self) -> None:
         """Publish the key document (compare-and-swap, `KeyBook.publish`) and the pages'
         assets: the store-wide objects a run writes before its papers."""
-        self.keybook.publish(self.writer, self.run_paper(), self.writer.codec, self.log_key)
+        self.keybook.publish(self.writer, self.run_paper(), self.log_key)
         self.publish_assets()
 
     def publish_assets(self) -> None:
@@ -171,20 +172,25 @@ class Publisher:
         paper = self.run_paper()
         publish_assets(self.store, lambda key, data: self.writer.record(paper, key, data))
 
+    def page_log_prefix(self) -> tuple[str | None]:
+        """The log prefix this run's pages name (`Writer.page_log_prefix`)."""
+        return self.writer.page_log_prefix()
+
     def put_once(self, key: str, data: bytes) -> None:
         """Write a write-once object (an event, or its re-signed copy) under the run's
         lease, entered in the run's ledger; nothing is written when it is stored."""
         self.writer.put_once(self.run_paper(), key, data)
 
-    def page_log_prefix(self) -> tuple[str | None]:
-        """The log prefix this run's pages name (`Writer.page_log_prefix`)."""
-        return self.writer.page_log_prefix()
+    def subject_events(self, body: str) -> list[dict[str, Any]]:
+        """Every stored event of a subject, each checked (`StoredState.subject_events`)."""
+        return self.reader.subject_events(self.run_paper(), body)
 
-    def ensure_page(self, body: str, bundle: dict[str, Any]) -> bool:
-        """Write a published bundle's page where it is missing or stale; True when written."""
-        return self.writer.ensure_page(self.run_paper(), body, bundle)
+    def write_bundle(self, subject: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+        """(Re)build a subject's bundle from its checked events and write it, unless that
+        would drop an event its published bundle lists (`Bundles.write`)."""
+        return self.bundles.write(self.run_paper(), subject, events)
 
-    # -- what the run knows without asking the store -----------------------------
+    # -- the run's items ----------------------------------------------------
     def learn_new(self, records: Iterable[Item], *, busy: Container[str] = ()) -> int:
         """Learn which of these papers the store has never seen (`KnownAbsent.learn`);
         returns the LIST requests it took."""
@@ -193,20 +199,6 @@ class Publisher:
     def forget_learned(self) -> None:
         """Drop what `learn_new` learned (a loop's end: another may write meanwhile)."""
         self.known.forget()
-
-    def subject_events(self, body: str) -> list[dict[str, Any]]:
-        """Every stored event of a subject, each checked (`StoredState.subject_events`)."""
-        return self.reader.subject_events(self.run_paper(), body)
-
-    # -- the run -----------------------------------------------------------
-    def reject(self, item: Rejected) -> None:
-        self.quarantine.append(self.rejection(item))
-
-    def rejection(self, item: Rejected, summary: RunSummary | None = None) -> dict[str, Any]:
-        """Count a reject (in `summary`, else the run's) and return its quarantine entry."""
-        summary = summary or self.summary
-        summary.quarantined += 1
-        return {"run_id": summary.run_id, **item.to_json()}
 
     def publish_item(self, item: Item, summary: RunSummary | None = None) -> dict[str, Any] | None:
         """Publish one input item, counted in `summary` (else the run's): the one place
@@ -220,7 +212,7 @@ class Publisher:
         summary = summary or self.summary
         summary.fetched += 1
         if isinstance(item, Rejected):
-            return self.rejection(item, summary)
+            return quarantine_entry(item, summary)
         if self.shards is not None and shard_of(item.id) not in self.shards:
             summary.skipped += 1
             return None
@@ -228,13 +220,13 @@ class Publisher:
             self.lease.check()
         try:
             item.check_dates(today=self.today())
-            self.publish_paper(Paper.caching(summary), item)
+            self.flow.publish(Paper.caching(summary), item)
         except IntegrityError as exc:
             summary.fail(f"{item.id}v{item.version}: {exc}")
         except Exception as exc:
             if not is_record_problem(exc):
                 raise
-            return self.rejection(build_failure(item, exc), summary)
+            return quarantine_entry(build_failure(item, exc), summary)
         return None
 
     def publish_counted(self, item: Item) -> tuple[dict[str, Any] | None, RunSummary]:
@@ -242,6 +234,11 @@ class Publisher:
         run's: what a `Loader` thread runs, so that threads never update one summary."""
         part = RunSummary.part(self.summary.run_id)
         return self.publish_item(item, part), part
+
+    def publish_record(self, rec: ArxivRecord) -> Identity:
+        """Publish one record as it is (no date or shard check, errors raised), counted
+        in the run's summary: the build path as `benchmarks/build_bench.py` measures it."""
+        return self.flow.publish(Paper.caching(self.summary), rec)
 
     def publish(
         self, items: Iterable[Item], *, progress: Callable[[int], None] | None = None, flush: bool = True
@@ -253,58 +250,6 @@ class Publisher:
         return Loader(self).publish(items, progress=progress, flush=flush)
 
     def flush_quarantine(self) -> None:
-        """Store the run's quarantine, `quarantine/<run_id>.jsonl`, streamed from the
-        spill file (write-once: call it at the end of the run; again with no new
-        reject, it does nothing). Streamed: its entries keep their raw input, so a
-        hostile input makes a quarantine far larger than memory."""
-        if len(self.quarantine) == self._quarantine_stored:
-            return
-        key = quarantine_key(self.summary.run_id)
-        with self.quarantine.ordered_file() as path:
-            self.writer.fence()
-            if put_once_file(self.store, key, path, content_type="application/x-ndjson"):
-                self.summary.written[key] = file_sha256(path)
-        self._quarantine_stored = len(self.quarantine)
-
-    def publish_record(self, rec: ArxivRecord) -> Identity:
-        """Publish one record, counted in the run's summary (`publish_paper`)."""
-        return self.publish_paper(Paper.caching(self.summary), rec)
-
-    def publish_paper(self, paper: Paper, rec: ArxivRecord) -> Identity:
-        """Publish one record in the context of its paper: a published record is
-        repaired where a killed run left it (`Bundles.ensure`), a new one is built
-        (`builder`); either way its pointer and supersession follow."""
-        ident = self.known.identity(rec)
-        existing = self.reader.subject_events(paper, ident.body)
-        summary = paper.summary
-        if any(e.get("event_type") == "record_created" for e in existing):
-            existing = self.versions.complete_snapshot(paper, ident, existing)
-            self.bundles.ensure(paper, ident.subject, existing)
-            self.versions.update_pointer(paper, ident, existing)
-            # counted (and indexed) once its own objects are sound: a paper stopped on
-            # one of them is counted failed only, and its bundle is not read for the index
-            summary.unchanged += 1
-            summary.seen.append(ident.subject)
-            summary.superseded += self.versions.reconcile(paper, rec.id)
-            return ident
-        if not existing:
-            self.reader.refuse_orphan(ident.body)
-        now = self.clock()
-        previous = self.versions.previous(paper, ident)
-        supersedes = [previous["record_created"]] if previous else []
-        if not existing:  # the common case
-            built = self.builder(self.parts, paper, ident, now, supersedes)
-        else:
-            built = events_then_bundle(self.parts, paper, ident, now, supersedes, existing)
-        summary.built += 1
-        summary.pith_numbers.append(ident.subject)
-        summary.seen.append(ident.subject)
-        self.versions.update_pointer(paper, ident, existing + built)
-        summary.superseded += self.versions.reconcile(paper, rec.id)
-        return ident
-
-    # -- bundles (re-issue and rebuild) ---------------------------------------
-    def write_bundle(self, subject: str, events: list[dict[str, Any]]) -> dict[str, Any]:
-        """(Re)build a subject's bundle from its checked events and write it, unless that
-        would drop an event its published bundle lists (`Bundles.write`)."""
-        return self.bundles.write(self.run_paper(), subject, events)
+        """Store the run's quarantine, `quarantine/<run_id>.jsonl` (`RunQuarantine.store`):
+        call it at the end of the run; again with no new reject, it does nothing."""
+        self.rejects.store(self.summary)
