@@ -217,7 +217,7 @@ class ParallelPublisher:
             self._relay_lease(until, valid_until)
         # the pages' log is decided now, at the first chunk: the run's log key
         # (`Publisher.log_key`) is given after this executor is made, before publishing
-        spec = dataclasses.replace(self._spec, page_log=self.publisher.page_log_prefix())
+        spec = dataclasses.replace(self._spec, page_log=self.publisher.writer.page_log_prefix())
         self._pools = [
             ProcessPoolExecutor(
                 max_workers=1,

@@ -146,7 +146,7 @@ class Reissuer:
         each write fenced by the run's lease; what is already done is left alone."""
         if self.pub.lease is not None:  # a writer whose lease is gone stops here
             self.pub.lease.check()
-        events = self.pub.subject_events(body)
+        events = self.pub.reader.subject_events(self.pub.run_paper(), body)
         by_id: dict[str, list[dict[str, Any]]] = {}
         for e in events:
             by_id.setdefault(e["event_id"], []).append(e)
@@ -171,8 +171,10 @@ class Reissuer:
                     base64.b64encode(sig).decode("ascii"),
                 ),
             }
-            self.pub.put_once(
-                resigned_event_key(body, e["content_sha256"], self.signer.key_id), dumps_compact(copy)
+            self.pub.writer.put_once(
+                self.pub.run_paper(),
+                resigned_event_key(body, e["content_sha256"], self.signer.key_id),
+                dumps_compact(copy),
             )
             events.append(copy)
         self.summary.events_resigned += len(todo)
@@ -181,14 +183,16 @@ class Reissuer:
             mine = [e for e in events if e["subject_pith_number"] == subject]
             extra = self._reissue_receipt(subject, mine, now)
             if extra is not None:
-                self.pub.put_once(event_key(body, extra["content_sha256"]), dumps_compact(extra))
+                self.pub.writer.put_once(
+                    self.pub.run_paper(), event_key(body, extra["content_sha256"]), dumps_compact(extra)
+                )
                 mine.append(extra)
                 events.append(extra)
                 self.summary.receipts_reissued += 1
             # 3. the bundle, signed by the new key (left alone when it already is and
             # nothing changed, so a second run writes nothing)
             if todo or extra is not None or not self._bundle_signed_by_me(subject):
-                self.pub.write_bundle(subject, mine)
+                self.pub.bundles.write(self.pub.run_paper(), subject, mine)
                 self.summary.bundles_signed += 1
         self.summary.subjects += 1
 

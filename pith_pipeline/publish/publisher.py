@@ -172,24 +172,6 @@ class Publisher:
         paper = self.run_paper()
         publish_assets(self.store, lambda key, data: self.writer.record(paper, key, data))
 
-    def page_log_prefix(self) -> tuple[str | None]:
-        """The log prefix this run's pages name (`Writer.page_log_prefix`)."""
-        return self.writer.page_log_prefix()
-
-    def put_once(self, key: str, data: bytes) -> None:
-        """Write a write-once object (an event, or its re-signed copy) under the run's
-        lease, entered in the run's ledger; nothing is written when it is stored."""
-        self.writer.put_once(self.run_paper(), key, data)
-
-    def subject_events(self, body: str) -> list[dict[str, Any]]:
-        """Every stored event of a subject, each checked (`StoredState.subject_events`)."""
-        return self.reader.subject_events(self.run_paper(), body)
-
-    def write_bundle(self, subject: str, events: list[dict[str, Any]]) -> dict[str, Any]:
-        """(Re)build a subject's bundle from its checked events and write it, unless that
-        would drop an event its published bundle lists (`Bundles.write`)."""
-        return self.bundles.write(self.run_paper(), subject, events)
-
     # -- the run's items ----------------------------------------------------
     def learn_new(self, records: Iterable[Item], *, busy: Container[str] = ()) -> int:
         """Learn which of these papers the store has never seen (`KnownAbsent.learn`);
