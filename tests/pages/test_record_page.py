@@ -350,4 +350,4 @@ def test_a_publisher_with_a_log_key_names_the_log_on_a_new_store() -> None:
     store = MemoryStore()
     pub = Publisher(store, Ed25519Signer.generate("k"), BuildConfig())
     pub.log_key = {"origin": "example.org/log", "vkey": "v"}
-    assert pub.page_log_prefix() == ("log/",)
+    assert pub.writer.page_log_prefix() == ("log/",)
