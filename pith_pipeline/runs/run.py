@@ -138,8 +138,10 @@ class Run:
         self.signer = signer
         self.publisher = publisher
         #: the run's log key (`tlog.run_log.prepare_run_log`): its spec, None when the
-        #: store keeps no log
+        #: store keeps no log; the publisher's pages name it, its key document lists it
         self.log = log
+        publisher.writer.log_signer_spec = log.spec
+        publisher.log_key = log.member
         self.rows = rows
         self.workers = workers
         self.notes = dict(notes)
@@ -201,10 +203,7 @@ class Run:
         the store does not list yet (`receipts reissue`, `keys rotate`).
         """
         store = store if store is not None else open_store(settings.store, **settings.store_options)
-        if signer is None:
-            if not settings.signer:
-                raise InputError("no signing key: set --signer (env PITH_SIGNER) or pass signer=")
-            signer = open_signer(settings.signer, settings=settings)
+        signer = signer if signer is not None else _signer(settings)
         if shards is None and settings.shards:
             shards = parse_shards(settings.shards)
         wait = (settings.lease_wait or 0.0) if lease_wait is None else lease_wait
@@ -217,21 +216,8 @@ class Run:
             io_concurrency=io_concurrency if io_concurrency is not None else settings.io_concurrency,
             rotating=rotating,
         )
-        run_log = (
-            prepare_run_log(  # before anything is published
-                store,
-                settings.signer,
-                base_url=settings.base_url,
-                explicit=settings.log_signer,
-                keep=settings.keep_log,
-                notice=notice,
-                origin=settings.log_origin,
-            )
-            if ending.appends_log
-            else RunLog(None)
-        )  # after the publisher, whose key checks come first
-        publisher.writer.log_signer_spec = run_log.spec  # what the pages name as the log
-        publisher.log_key = run_log.member
+        # after the publisher, whose key checks come first; before anything is published
+        run_log = _run_log(settings, store, notice) if ending.appends_log else RunLog(None)
         with ExitStack() as parts:
             rows = parts.enter_context(RowSink())  # rows: no bundle is read back
             run = cls(
@@ -313,6 +299,28 @@ class Run:
         ) as executor:
             self.summary = executor.publish(records, progress=progress, flush=flush)
         return self.summary
+
+
+def _signer(settings: config.Settings) -> Signer:
+    """The run's signer, from `settings.signer` (a certified key takes the settings' run
+    id and validity); one line naming the setting when there is none."""
+    if not settings.signer:
+        raise InputError("no signing key: set --signer (env PITH_SIGNER) or pass signer=")
+    return open_signer(settings.signer, settings=settings)
+
+
+def _run_log(settings: config.Settings, store: Store, notice: Callable[[str], None]) -> RunLog:
+    """The run's log key (`tlog.run_log.prepare_run_log`) from the settings' log signer,
+    keep-log and origin."""
+    return prepare_run_log(
+        store,
+        settings.signer,
+        base_url=settings.base_url,
+        explicit=settings.log_signer,
+        keep=settings.keep_log,
+        notice=notice,
+        origin=settings.log_origin,
+    )
 
 
 @contextmanager
