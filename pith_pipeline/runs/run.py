@@ -33,7 +33,9 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any, Protocol
 
 from pith_pipeline import config
+from pith_pipeline.clock import system_clock
 from pith_pipeline.core.keys import Signer
+from pith_pipeline.core.timeutil import Clock
 from pith_pipeline.errors import InputError
 from pith_pipeline.index.sink import RowSink
 from pith_pipeline.parallel import ParallelPublisher, usable_cores
@@ -188,19 +190,18 @@ class Run:
         workers: int | None = None,
         rotating: bool = False,
         io_concurrency: int | None = None,
+        clock: Clock = system_clock,
     ) -> Iterator[Run]:
         """Open every part of a run from `settings`, yield it, and end it (module docstring).
 
-        `store`/`signer`: already open ones (a test's, or a command's that checked them
-        first); otherwise `settings.store` (with `settings.store_options`) and
-        `settings.signer` are opened. `notice`: where one-line notes go (a lease being
-        waited for, the log key made); the CLI passes stderr. `index_progress`: a
-        context manager factory yielding a progress callback for the index update (the
-        CLI's progress bar). `ending`: what a successful run does at its end
-        (`INDEX_AND_MANIFEST`, `LOG_ONLY`, `REINDEX`, or a caller's own `Ending`).
-        `shards`, `workers`, `io_concurrency`: the settings' unless given (an Airflow
-        chunk's shards; one process for a task). `rotating`: the run may bring a key
-        the store does not list yet (`receipts reissue`, `keys rotate`).
+        `store`/`signer`: open ones, else `settings.store` (with its `store_options`) and
+        `settings.signer` are opened. `notice`: where one-line notes go (a lease waited
+        for, a log key made). `index_progress`: a factory of the index update's bar.
+        `ending`: what a successful run does at its end (`INDEX_AND_MANIFEST`,
+        `LOG_ONLY`, `REINDEX`, or a caller's own `Ending`). `shards`, `workers`,
+        `io_concurrency`: the settings' unless given (an Airflow chunk's shards; one
+        process for a task). `rotating`: the run may bring a key the store does not list
+        yet (`receipts reissue`). `clock`: what the run's documents are stamped with.
         """
         store = store if store is not None else open_store(settings.store, **settings.store_options)
         signer = signer if signer is not None else _signer(settings)
@@ -215,6 +216,7 @@ class Run:
             shards=shards,
             io_concurrency=io_concurrency if io_concurrency is not None else settings.io_concurrency,
             rotating=rotating,
+            clock=clock,
         )
         # after the publisher, whose key checks come first; before anything is published
         run_log = _run_log(settings, store, notice) if ending.appends_log else RunLog(None)

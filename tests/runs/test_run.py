@@ -124,3 +124,19 @@ def test_a_reindex_run_holds_the_index_lease_from_its_start_and_rebuilds_every_t
         writer_lease(run.store, command="other", papers=False, index=True, wait=0).acquire()
     assert run.manifest_key is None
     assert run.result.rows["records"] == 3
+
+
+def test_a_run_stamps_what_it_writes_with_the_clock_it_is_given(tmp_path: Path) -> None:
+    """The clock is injected, as the store and the signer are: no patching of time."""
+    from datetime import UTC, datetime
+
+    fixed = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
+    with Run.open(_settings(tmp_path), command="build", clock=lambda: fixed) as run:
+        run.publish(_records())
+    store = LocalStore(tmp_path / "store")
+    assert run.manifest_key is not None
+    assert loads(store.get(run.manifest_key) or b"{}")["finished_at"].startswith("2026-07-01T12:00:00")
+    bundles = [k for k in store.list("pith/") if k.endswith("/bundle.json")]
+    assert bundles and all(
+        loads(store.get(k) or b"{}")["built_at"].startswith("2026-07-01T12:00:00") for k in bundles
+    )
