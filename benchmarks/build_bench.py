@@ -6,8 +6,9 @@ records and the same Ed25519 signer:
   (a) the project's build path: `Publisher.publish_record` (canonical record, receipt,
       two signed events, merged state, signed bundle, all serialised) into a store
       that keeps nothing but a digest of every object written;
-  (b) the reference path: the same code with `rfc8785.dumps` for every hash,
-      `json.dumps` for every output, no fast paths and full re-verification;
+  (b) the reference path: the same code given `canonical_json.REFERENCE` (`rfc8785`
+      for every hash, nothing trusted, so no fast paths and full re-verification)
+      and `json.dumps` for every output;
   (c) the cryptographic floor: only the four signatures and the SHA-256 hashes of
       the same byte strings, nothing else.
 
@@ -27,7 +28,6 @@ child process, so growth with N shows.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import os
@@ -42,18 +42,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import rfc8785
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gen_records import generate
 
-from pith_pipeline.core import bundle as bundle_mod
 from pith_pipeline.core import events as events_mod
-from pith_pipeline.core import merge as merge_mod
-from pith_pipeline.core import pith_record as record_mod
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import FreshBuilder, Identity, build_record_events, sign_bundle
+from pith_pipeline.core.canonical_json import REFERENCE as REFERENCE_CANON
 from pith_pipeline.core.keys import Ed25519Signer, Signer
 from pith_pipeline.publish import ONE_PASS, REFERENCE, BuildConfig, Codec, Publisher, RecordBuilder
 from pith_pipeline.sources.jsonl import parse_line
@@ -119,10 +115,6 @@ class DigestStore(Store):
 
 
 # -- the reference path: same code, reference serialisation everywhere ------------
-def _ref_h(value: Any) -> str:
-    return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
-
-
 def _ref_compact(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
@@ -131,47 +123,10 @@ def _ref_pretty(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, indent=2).encode("utf-8")
 
 
-def _ref_merge(*args: Any, trusted: Any = (), **kw: Any) -> dict[str, Any]:
-    return _ORIGINAL_MERGE(*args, **kw)  # every event re-hashed and re-verified
-
-
-_ORIGINAL_MERGE = merge_mod.merge
-
-
-@contextlib.contextmanager
-def reference_path() -> Iterator[None]:
-    """Swap the core's fast paths for the straightforward ones (rfc8785, no trust); the
-    publisher's part is injected (`run_project(..., reference=True)`)."""
-    patches: list[tuple[Any, str, Any]] = [
-        (record_mod, "dumps_trusted", rfc8785.dumps),
-        (events_mod, "canonical_sha256", _ref_h),
-        (events_mod, "dumps_trusted", rfc8785.dumps),
-        (merge_mod, "canonical_sha256", _ref_h),
-        (merge_mod, "dumps_trusted", rfc8785.dumps),
-        (merge_mod, "fast_safe", lambda v: False),
-        (bundle_mod, "dumps", rfc8785.dumps),
-        (bundle_mod, "dumps_trusted", rfc8785.dumps),
-        (bundle_mod, "fast_safe", lambda v: False),
-        (bundle_mod, "merge", _ref_merge),
-    ]
-    saved = [(m, name, getattr(m, name)) for m, name, _ in patches]
-    try:
-        for m, name, value in patches:
-            setattr(m, name, value)
-        # the empty sections were hashed at import with the fast path: redo them
-        events_mod._EMPTY_SECTIONS = {
-            k: events_mod._section({kk: vv for kk, vv in v.items() if kk != "snapshot_sha256"})
-            for k, v in events_mod._EMPTY_SECTIONS.items()
-        }
-        yield
-    finally:
-        for m, name, value in saved:
-            setattr(m, name, value)
-
-
 # -- the three measured paths ----------------------------------------------------
-#: what the reference path writes with (json, not the canonical fast serializer)
-REFERENCE_CODEC = Codec(compact=_ref_compact, pretty=_ref_pretty)
+#: what the reference path writes with (json, not the canonical fast serializer) and
+#: hashes with (rfc8785, nothing trusted)
+REFERENCE_CODEC = Codec(compact=_ref_compact, pretty=_ref_pretty, canon=REFERENCE_CANON)
 
 
 def run_project(
@@ -190,8 +145,7 @@ def run_project(
 
 
 def run_reference(records: list[ArxivRecord], signer: Signer, digest: bool = False) -> DigestStore:
-    with reference_path():
-        return run_project(records, signer, digest, reference=True)
+    return run_project(records, signer, digest, reference=True)
 
 
 def _fold(h: Any, parts: list[bytes]) -> None:
@@ -219,24 +173,24 @@ def run_build_reference(records: list[ArxivRecord], signer: Signer, digest: bool
     cfg = BuildConfig()
     keys = [signer.public_key_doc(url=cfg.site.key_url)]
     h = hashlib.sha256()
-    with reference_path():
-        for rec in records:
-            ident = Identity.of(rec)
-            built = build_record_events(ident, signer, cfg.signer_id, NOW)
-            b = sign_bundle(
-                subject=ident.subject,
-                canonical=ident.canonical,
-                canonical_hex=ident.canonical_sha256,
-                events=built.events,
-                aliases=built.aliases,
-                public_keys=keys,
-                site=cfg.site,
-                signer=signer,
-                now=NOW,
-            )
-            parts = [*(_ref_compact(e) for e in built.events), _ref_compact(b), _ref_compact(b["state"])]
-            if digest:
-                _fold(h, parts)
+    for rec in records:
+        ident = Identity.of(rec, canon=REFERENCE_CANON)
+        built = build_record_events(ident, signer, cfg.signer_id, NOW, canon=REFERENCE_CANON)
+        b = sign_bundle(
+            subject=ident.subject,
+            canonical=ident.canonical,
+            canonical_hex=ident.canonical_sha256,
+            events=built.events,
+            aliases=built.aliases,
+            public_keys=keys,
+            site=cfg.site,
+            signer=signer,
+            now=NOW,
+            canon=REFERENCE_CANON,
+        )
+        parts = [*(_ref_compact(e) for e in built.events), _ref_compact(b), _ref_compact(b["state"])]
+        if digest:
+            _fold(h, parts)
     return h
 
 

@@ -9,8 +9,8 @@ process start to exit (imports, reading the input, building, signing, writing):
       durability (group commit: files made durable together before the index, the
       transparency-log checkpoint and the run manifest claim them);
   (b) the straightforward path, the way build_bench.py's reference defines it: the
-      same events and bundles built with `rfc8785` for every hash and `json.dumps`
-      for every output (full merge, no fast paths), then each object written with
+      same events and bundles built with `canonical_json.REFERENCE` (`rfc8785` for
+      every hash, full merge, no fast paths) and `json.dumps` for every output, then each object written with
       `open().write()` into `os.makedirs`-made directories, no fsync, one process.
       It writes what `build` writes per paper (2 events, bundle, state, the
       `.well-known` copy, the arXiv pointer) and the key document, and nothing else:
@@ -50,10 +50,11 @@ def straightforward(input_path: Path, out: Path, key_path: str) -> int:
     """(b): build every record the straightforward way and write the files, no fsync."""
     import json
 
-    from build_bench import _ref_compact, _ref_pretty, reference_path
+    from build_bench import _ref_compact, _ref_pretty
 
     from pith_pipeline.clock import system_clock
     from pith_pipeline.core.builder import Identity, build_record_events, sign_bundle
+    from pith_pipeline.core.canonical_json import REFERENCE
     from pith_pipeline.core.layout import PUBLIC_KEY_FILE, bundle_paths
     from pith_pipeline.publish import BuildConfig
     from pith_pipeline.signing.factory import open_signer
@@ -71,14 +72,14 @@ def straightforward(input_path: Path, out: Path, key_path: str) -> int:
             fh.write(data)
 
     n = 0
-    with reference_path(), input_path.open("rb") as fh:
+    with input_path.open("rb") as fh:
         for no, line in enumerate(fh, 1):
             item = parse_line(line, f"{input_path}:{no}")
             if isinstance(item, Rejected):
                 continue
-            ident = Identity.of(item)
+            ident = Identity.of(item, canon=REFERENCE)
             now = system_clock()
-            built = build_record_events(ident, signer, cfg.signer_id, now)
+            built = build_record_events(ident, signer, cfg.signer_id, now, canon=REFERENCE)
             bundle = sign_bundle(
                 subject=ident.subject,
                 canonical=ident.canonical,
@@ -89,6 +90,7 @@ def straightforward(input_path: Path, out: Path, key_path: str) -> int:
                 site=site,
                 signer=signer,
                 now=system_clock(),
+                canon=REFERENCE,
             )
             for ev in built.events:
                 write(f"events/{ident.body}/{ev['content_sha256']}.json", _ref_compact(ev))

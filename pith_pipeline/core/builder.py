@@ -6,7 +6,6 @@ what is new, unchanged or superseded needs the store and lives in `pipeline`.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,7 +15,7 @@ from typing import Any
 
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.bundle import BUNDLE_TYPE, BUNDLE_VERSION, Site, build_bundle
-from pith_pipeline.core.canonical_json import dumps_trusted, fast_safe
+from pith_pipeline.core.canonical_json import FAST, CanonicalJSON
 from pith_pipeline.core.documents import Bundle, Event, State
 from pith_pipeline.core.events import (
     BUILDER_VERSION,
@@ -64,10 +63,10 @@ class Identity:
         return self.pith.body
 
     @classmethod
-    def of(cls, rec: ArxivRecord) -> Identity:
-        canon = canonical_record(rec)
-        digest = canonical_sha256(canon)
-        return cls(rec, canon, digest, PithNumber.from_canonical(canon, digest))
+    def of(cls, rec: ArxivRecord, *, canon: CanonicalJSON = FAST) -> Identity:
+        record = canonical_record(rec)
+        digest = canonical_sha256(record, canon=canon)
+        return cls(rec, record, digest, PithNumber.from_canonical(record, digest))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +88,7 @@ def build_record_events(
     *,
     supersedes: Sequence[str] = (),
     builder_version: str = BUILDER_VERSION,
+    canon: CanonicalJSON = FAST,
 ) -> RecordEvents:
     """A new record's `record_created` and `graph_snapshot` events, signed."""
     created_at, micros = _stamps(now)
@@ -109,14 +109,16 @@ def build_record_events(
         created_at=created_at,
         supersedes=list(supersedes),
         trusted=True,
+        canon=canon,
     )
     snapshot = make_event(
         event_type="graph_snapshot",
         subject=identity.subject,
-        payload=graph_snapshot_payload(identity.record, identity.canonical, builder_version),
+        payload=graph_snapshot_payload(identity.record, identity.canonical, builder_version, canon=canon),
         signer_info=info,
         created_at=created_at,
         trusted=True,
+        canon=canon,
     )
     sign_event(created, signer, micros)
     sign_event(snapshot, signer, micros)
@@ -126,7 +128,12 @@ def build_record_events(
 
 
 def snapshot_for(
-    identity: Identity, created: dict[str, Any], signer: Signer, signer_id: str
+    identity: Identity,
+    created: dict[str, Any],
+    signer: Signer,
+    signer_id: str,
+    *,
+    canon: CanonicalJSON = FAST,
 ) -> dict[str, Any]:
     """The `graph_snapshot` that belongs with a stored `record_created`.
 
@@ -140,16 +147,24 @@ def snapshot_for(
     snapshot = make_event(
         event_type="graph_snapshot",
         subject=identity.subject,
-        payload=graph_snapshot_payload(identity.record, identity.canonical, version),
+        payload=graph_snapshot_payload(identity.record, identity.canonical, version, canon=canon),
         signer_info=SignerInfo.for_signer(signer, signer_id),
         created_at=str(created["created_at"]),
         trusted=True,
+        canon=canon,
     )
     return sign_event(snapshot, signer, micros)
 
 
 def correction_event(
-    *, old_subject: str, new_subject: str, arxiv_version: str, signer: Signer, signer_id: str, now: datetime
+    *,
+    old_subject: str,
+    new_subject: str,
+    arxiv_version: str,
+    signer: Signer,
+    signer_id: str,
+    now: datetime,
+    canon: CanonicalJSON = FAST,
 ) -> dict[str, Any]:
     """Tells readers of a superseded record where the newer version lives."""
     ev = make_event(
@@ -159,6 +174,7 @@ def correction_event(
         signer_info=SignerInfo.for_signer(signer, signer_id),
         created_at=iso_seconds(now),
         trusted=True,
+        canon=canon,
     )
     return sign_event(ev, signer, iso_micros(now))
 
@@ -188,8 +204,10 @@ def sign_bundle(
     signer: Signer,
     now: datetime,
     trusted: Collection[Any] = (),
+    canon: CanonicalJSON = FAST,
 ) -> dict[str, Any]:
-    """`trusted`: the event objects this process just built and signed (see `merge`)."""
+    """`trusted`: the event objects this process just built and signed (see `merge`);
+    `canon`: how everything is hashed (see `build_bundle`)."""
     return build_bundle(
         subject=subject,
         canonical=canonical,
@@ -202,6 +220,7 @@ def sign_bundle(
         signer=signer,
         signed_at=_stamps(now)[1],
         trusted=trusted,
+        canon=canon,
     )
 
 
@@ -228,7 +247,8 @@ class FreshBuilder:
     (nothing to deduplicate, verify or order), the per-run parts (signer block, key
     documents, links) are made once, and every hash is on the trusted fast path.
     Anything unusual (foreign supersedes, a key list without this signer's key)
-    goes through the general path instead.
+    goes through the general path instead, and so does everything when `canon` takes
+    nothing on trust (the reference).
     """
 
     def __init__(
@@ -239,18 +259,20 @@ class FreshBuilder:
         public_keys: Sequence[PublicKey],
         *,
         builder_version: str = BUILDER_VERSION,
+        canon: CanonicalJSON = FAST,
     ) -> None:
         self.signer = signer
         self.signer_id = signer_id
         self.site = site
         self.public_keys = list(public_keys)
         self.builder_version = builder_version
+        self.canon = canon
         self._info = SignerInfo.for_signer(signer, signer_id)
         fp = signer.fingerprint
         # the general merge would find these events' key unknown: let it say so
         self._keys_ok = any(k.key_id == signer.key_id and k.fingerprint == fp for k in self.public_keys)
         self._key_docs = [k.to_json() for k in self.public_keys]
-        self._keys_fast = fast_safe(self._key_docs)
+        self._keys_fast = canon.trust and canon.fast_safe(self._key_docs)
         # flat documents are copied per bundle; nested ones (certificates) rebuilt
         self._keys_flat = all(getattr(k, "certificate", None) is None for k in self.public_keys)
 
@@ -265,6 +287,7 @@ class FreshBuilder:
             now,
             supersedes=supersedes,
             builder_version=self.builder_version,
+            canon=self.canon,
         )
         events = built.events
         created, snapshot = events
@@ -285,6 +308,7 @@ class FreshBuilder:
                 signer=self.signer,
                 now=bundle_now,
                 trusted=events,
+                canon=self.canon,
             )
         else:
             bundle = self._bundle(identity, created, snapshot, built.aliases, bundle_now)
@@ -327,7 +351,7 @@ class FreshBuilder:
             "invalid_events": [],
             "applied_event_ids": [created["event_id"], snapshot["event_id"]],
         }
-        state["state_sha256"] = hashlib.sha256(dumps_trusted(state)).hexdigest()
+        state["state_sha256"] = self.canon.sha256_trusted(state)
         return state
 
     def _bundle(
@@ -362,7 +386,7 @@ class FreshBuilder:
             "links": self.site.links(body),
             "state": self._state(subject, created, snapshot, aliases),
         }
-        digest = hashlib.sha256(dumps_trusted(bundle)).hexdigest()
+        digest = self.canon.sha256_trusted(bundle)
         sig = signature_block(self.signer, digest, BUNDLE_SIGNED_MESSAGE, _stamps(bundle_now)[1])
         sig["bundle_sha256"] = digest
         bundle["bundle_signature"] = sig

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pith_pipeline.core.canonical_json import dumps, dumps_trusted, fast_safe
+from pith_pipeline.core.canonical_json import FAST, CanonicalJSON
 from pith_pipeline.core.events import BUNDLE_SIGNED_MESSAGE, signature_block
 from pith_pipeline.core.keys import PublicKey, Signer
 from pith_pipeline.core.layout import (
@@ -72,10 +71,10 @@ def _key_json(key: PublicKey) -> dict[str, Any]:
     return dict(hit[1])  # flat str/None values: a shallow copy is a full copy
 
 
-def bundle_sha256(bundle: dict[str, Any], *, trusted: bool = False) -> str:
+def bundle_sha256(bundle: dict[str, Any], *, trusted: bool = False, canon: CanonicalJSON = FAST) -> str:
     """canonical_sha256(bundle without its signature); `trusted` as in `dumps_trusted`."""
     body = {k: v for k, v in bundle.items() if k != "bundle_signature"}
-    return hashlib.sha256(dumps_trusted(body) if trusted else dumps(body)).hexdigest()
+    return canon.sha256_trusted(body) if trusted else canon.sha256(body)
 
 
 def build_bundle(
@@ -92,19 +91,20 @@ def build_bundle(
     signed_at: str,
     state: dict[str, Any] | None = None,
     trusted: Collection[Any] = (),
+    canon: CanonicalJSON = FAST,
 ) -> dict[str, Any]:
     """Assemble and sign a bundle; the state is merged here unless given.
 
     `trusted`: event objects this process built and signed (see `merge`). When every
-    event is one of them and the state is merged here, the bundle is hashed on the
-    fast path after a check of the few parts that came from elsewhere.
+    event is one of them, the state is merged here and `canon` trusts, the bundle is
+    hashed on the fast path after a check of the few parts that came from elsewhere.
     """
     pn = PithNumber.parse(subject)
     fast = False
     if state is None:
-        state = merge(events, aliases, public_keys, subject, trusted=trusted)
+        state = merge(events, aliases, public_keys, subject, trusted=trusted, canon=canon)
         ids = {id(e) for e in trusted}
-        fast = all(id(e) in ids for e in events)
+        fast = canon.trust and all(id(e) in ids for e in events)
     src = canonical["source"]
     bundle: dict[str, Any] = {
         "bundle_type": BUNDLE_TYPE,
@@ -127,11 +127,11 @@ def build_bundle(
     if fast:
         # links and mirror hints are strings under fixed keys (Site); the rest is checked
         fast = (
-            fast_safe(bundle["canonical_record"])
-            and fast_safe(bundle["source_aliases"])
-            and fast_safe(bundle["public_keys"])
+            canon.fast_safe(bundle["canonical_record"])
+            and canon.fast_safe(bundle["source_aliases"])
+            and canon.fast_safe(bundle["public_keys"])
         )
-    digest = bundle_sha256(bundle, trusted=fast)
+    digest = bundle_sha256(bundle, trusted=fast, canon=canon)
     sig = signature_block(signer, digest, BUNDLE_SIGNED_MESSAGE, signed_at)
     sig["bundle_sha256"] = digest
     bundle["bundle_signature"] = sig

@@ -7,12 +7,18 @@ orders differ only for keys with characters at or above U+D800). `dumps` checks
 each value once and uses orjson only where the output is identical; anything else
 goes through the reference implementation. Floats are refused: the format has
 none, and guessing their canonical form is how hashes silently diverge.
+
+`CanonicalJSON` bundles these as the strategy the core's builders are given (`canon=`):
+`FAST`, every run's, and `REFERENCE`, rfc8785 for every hash and no trusted shortcut,
+which tests and benchmarks inject to prove the fast one writes the same bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -117,6 +123,49 @@ def sha256_hex(data: bytes) -> str:
 def canonical_sha256(value: Any) -> str:
     """Lowercase hex SHA-256 of the canonical JSON of `value` (spec section 1)."""
     return hashlib.sha256(dumps(value)).hexdigest()
+
+
+def _never_fast(value: Any) -> bool:
+    """`fast_safe` of the reference: nothing is taken on trust (refusals as `dumps`)."""
+    _fast_ok(value)
+    return False
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CanonicalJSON:
+    """How the core serialises and hashes canonical JSON: the strategy every function
+    that builds a record, event, state or bundle takes as `canon=` (default `FAST`).
+
+    `dumps`: RFC 8785 bytes of any value, checked. `dumps_trusted`: the same bytes for
+    a value the builder assembled from checked parts (see `dumps_trusted`).
+    `fast_safe(value)`: True when `dumps_trusted` is proven equal to the reference on
+    `value`, False sends the caller to `dumps`; both raise `CanonicalJSONError` on a
+    value with no canonical form. `trust`: the merge and builders may skip re-hashing
+    and re-verifying event objects the caller made itself (`trusted=`), and a fresh
+    record's state may be written without the general merge; False: everything is
+    recomputed. Compared by identity: a strategy is a named constant, and per-strategy
+    tables (a fresh paper's empty graph sections) are cached by it.
+    """
+
+    name: str
+    dumps: Callable[[Any], bytes]
+    dumps_trusted: Callable[[Any], bytes]
+    fast_safe: Callable[[Any], bool]
+    trust: bool
+
+    def sha256(self, value: Any) -> str:
+        """Lowercase hex SHA-256 of `dumps(value)` (spec section 1)."""
+        return hashlib.sha256(self.dumps(value)).hexdigest()
+
+    def sha256_trusted(self, value: Any) -> str:
+        """Lowercase hex SHA-256 of `dumps_trusted(value)`."""
+        return hashlib.sha256(self.dumps_trusted(value)).hexdigest()
+
+
+#: every run's: orjson where it is proven equal to RFC 8785, trusted shortcuts taken
+FAST = CanonicalJSON("fast", dumps, dumps_trusted, fast_safe, trust=True)
+#: the straightforward reference: rfc8785 for every hash, nothing taken on trust
+REFERENCE = CanonicalJSON("reference", dumps_reference, dumps_reference, _never_fast, trust=False)
 
 
 class DuplicateKeyError(ValueError):

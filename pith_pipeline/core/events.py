@@ -7,12 +7,12 @@ event keeps its id when it is re-signed. Key order follows the registry's files
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from pith_pipeline.core.arxiv_record import ArxivRecord
-from pith_pipeline.core.canonical_json import canonical_sha256, dumps_trusted
+from pith_pipeline.core.canonical_json import FAST, CanonicalJSON
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.text import collapse_ws
 
@@ -80,16 +80,14 @@ class SignerInfo:
         )
 
 
-def content_sha256(event: dict[str, Any], *, trusted: bool = False) -> str:
+def content_sha256(event: dict[str, Any], *, trusted: bool = False, canon: CanonicalJSON = FAST) -> str:
     """canonical_sha256(event without signature, content_sha256, event_id).
 
     `trusted`: the builder made every value itself (see `dumps_trusted`), so the
     per-value check of the checked path is skipped; the bytes are the same.
     """
     body = {k: v for k, v in event.items() if k not in UNHASHED_FIELDS}
-    if trusted:
-        return hashlib.sha256(dumps_trusted(body)).hexdigest()
-    return canonical_sha256(body)
+    return canon.sha256_trusted(body) if trusted else canon.sha256(body)
 
 
 def signature_block(
@@ -111,9 +109,11 @@ def hashed_view(event: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in event.items() if k not in UNHASHED_FIELDS}
 
 
-def finalize_event(event: dict[str, Any], *, trusted: bool = False) -> dict[str, Any]:
+def finalize_event(
+    event: dict[str, Any], *, trusted: bool = False, canon: CanonicalJSON = FAST
+) -> dict[str, Any]:
     """Recompute content hash and id after `schema_version` joined the content."""
-    digest = content_sha256(event, trusted=trusted)
+    digest = content_sha256(event, trusted=trusted, canon=canon)
     event["content_sha256"] = digest
     event["event_id"] = "sha256:" + digest
     return event
@@ -129,6 +129,7 @@ def make_event(
     supersedes: list[str] | None = None,
     prev_event: str | None = None,
     trusted: bool = False,
+    canon: CanonicalJSON = FAST,
 ) -> dict[str, Any]:
     """An unsigned event with its content hash and id (sign it with `sign_event`).
 
@@ -150,7 +151,7 @@ def make_event(
         "schema_version": SCHEMA_VERSION,
         "event_id": "",
     }
-    return finalize_event(event, trusted=trusted)
+    return finalize_event(event, trusted=trusted, canon=canon)
 
 
 def sign_event(
@@ -216,27 +217,36 @@ def authors_text(names: list[str]) -> str:
     return ", ".join(sorted(names, key=sort_key_alnum))
 
 
-def _section(body: dict[str, Any]) -> dict[str, Any]:
+def _section(body: dict[str, Any], canon: CanonicalJSON) -> dict[str, Any]:
     """A snapshot section with `snapshot_sha256 = canonical_sha256(section without it)` (our rule)."""
-    return {**body, "snapshot_sha256": hashlib.sha256(dumps_trusted(body)).hexdigest()}
+    return {**body, "snapshot_sha256": canon.sha256_trusted(body)}
 
 
-# a fresh paper's empty sections are the same for every paper: hashed once, copied per use
-_EMPTY_SECTIONS = {
-    "claims": _section({"count": 0, "items": []}),
-    "references": _section({"count": 0, "sample": [], "resolved_work": 0, "internal_anchors": 0}),
-    "formal_canon": _section({"evidence_count": 0}),
-    "author_claims": _section({"count": 0, "strong_count": 0}),
-}
+@cache
+def _empty_sections(canon: CanonicalJSON) -> dict[str, dict[str, Any]]:
+    """A fresh paper's empty sections, the same for every paper: hashed once per
+    strategy, copied per use (`_empty_section`)."""
+    return {
+        "claims": _section({"count": 0, "items": []}, canon),
+        "references": _section({"count": 0, "sample": [], "resolved_work": 0, "internal_anchors": 0}, canon),
+        "formal_canon": _section({"evidence_count": 0}, canon),
+        "author_claims": _section({"count": 0, "strong_count": 0}, canon),
+    }
 
 
-def _empty_section(name: str) -> dict[str, Any]:
+def _empty_section(name: str, canon: CanonicalJSON) -> dict[str, Any]:
     """A fresh copy (callers may mutate what they get; the template stays intact)."""
-    return {k: (v.copy() if isinstance(v, list | dict) else v) for k, v in _EMPTY_SECTIONS[name].items()}
+    return {
+        k: (v.copy() if isinstance(v, list | dict) else v) for k, v in _empty_sections(canon)[name].items()
+    }
 
 
 def graph_snapshot_payload(
-    rec: ArxivRecord, canonical: dict[str, Any], builder_version: str = BUILDER_VERSION
+    rec: ArxivRecord,
+    canonical: dict[str, Any],
+    builder_version: str = BUILDER_VERSION,
+    *,
+    canon: CanonicalJSON = FAST,
 ) -> dict[str, Any]:
     """The graph snapshot of a freshly ingested paper: paper facts, empty sections."""
     meta = canonical["metadata"]
@@ -253,7 +263,7 @@ def graph_snapshot_payload(
     }
     snapshot = {
         "paper": paper,
-        "claims": _empty_section("claims"),
+        "claims": _empty_section("claims", canon),
         "source": dict(canonical["source"]),
         "verdict": {
             "id": None,
@@ -273,11 +283,12 @@ def graph_snapshot_payload(
                 "findings": [],
                 "available": True,
                 "detectors_run": [],
-            }
+            },
+            canon,
         ),
-        "references": _empty_section("references"),
-        "formal_canon": _empty_section("formal_canon"),
-        "author_claims": _empty_section("author_claims"),
+        "references": _empty_section("references", canon),
+        "formal_canon": _empty_section("formal_canon", canon),
+        "author_claims": _empty_section("author_claims", canon),
         "builder_version": builder_version,
     }
     return {"graph_snapshot": snapshot, "verdict_id": None}

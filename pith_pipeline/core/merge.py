@@ -8,11 +8,10 @@ event_id)`.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from pith_pipeline.core.canonical_json import canonical_sha256, dumps_trusted, fast_safe
+from pith_pipeline.core.canonical_json import FAST, CanonicalJSON
 from pith_pipeline.core.documents import EVENT_MEMBERS, SIGNER_FIELDS
 from pith_pipeline.core.events import EVENT_TYPES, content_sha256
 from pith_pipeline.core.keys import PublicKey, verify_signature
@@ -73,19 +72,25 @@ def _key_ok(keys: Mapping[str, PublicKey], key_id: str, fingerprint: str) -> boo
 
 
 def validate_event(
-    event: Any, subject: str, keys: Mapping[str, PublicKey], *, trusted: bool = False
+    event: Any,
+    subject: str,
+    keys: Mapping[str, PublicKey],
+    *,
+    trusted: bool = False,
+    canon: CanonicalJSON = FAST,
 ) -> str | None:
     """None when the event is valid, else the reason the spec names.
 
     `trusted`: the caller made and signed this very object in this process, so its
     content hash and signature are not recomputed (the structural checks still run).
+    `canon`: how the content hash is recomputed.
     """
     if not isinstance(event, dict) or _malformed(event):
         return "malformed"
     if event["event_type"] not in EVENT_TYPES:
         return "unknown_event_type"
     try:
-        digest = event["content_sha256"] if trusted else content_sha256(event)
+        digest = event["content_sha256"] if trusted else content_sha256(event, canon=canon)
     except CanonicalJSONError:
         return "malformed"
     if digest != event["content_sha256"]:
@@ -145,7 +150,11 @@ def normalize_aliases(aliases: Iterable[Mapping[str, Any]]) -> list[dict[str, An
 
 
 def _validated(
-    events: Iterable[Any], subject: str, key_map: Mapping[str, PublicKey], trusted_ids: set[int]
+    events: Iterable[Any],
+    subject: str,
+    key_map: Mapping[str, PublicKey],
+    trusted_ids: set[int],
+    canon: CanonicalJSON,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str], list[str]]:
     """Step 1: distinct ids, the first verifying copy of an id winning. Returns the
     valid events by id, the reason of each invalid id, and the reasons of events
@@ -157,7 +166,7 @@ def _validated(
         eid = _event_id_of(ev)
         if eid is not None and eid in valid:
             continue
-        reason = validate_event(ev, subject, key_map, trusted=id(ev) in trusted_ids)
+        reason = validate_event(ev, subject, key_map, trusted=id(ev) in trusted_ids, canon=canon)
         if eid is None:
             anonymous.append(reason or "malformed")
             continue
@@ -213,14 +222,16 @@ def merge(
     subject: str,
     *,
     trusted: Collection[Any] = (),
+    canon: CanonicalJSON = FAST,
 ) -> dict[str, Any]:
     """Compute the state of `subject` from its events, aliases and trusted keys.
 
     `trusted`: event objects (by identity, not id) the caller built and signed
-    itself; they skip re-hashing and signature verification. The state is the same.
+    itself; they skip re-hashing and signature verification unless `canon` takes
+    nothing on trust. The state is the same either way.
     """
-    trusted_ids = {id(e) for e in trusted}
-    valid, invalid, anonymous = _validated(events, subject, {k.key_id: k for k in keys}, trusted_ids)
+    trusted_ids = {id(e) for e in trusted} if canon.trust else set()
+    valid, invalid, anonymous = _validated(events, subject, {k.key_id: k for k in keys}, trusted_ids, canon)
     ordered = sorted(valid.values(), key=_order_key)  # 2. order
     creations = [e for e in ordered if e["event_type"] == "record_created"]
     applied_creation = creations[0] if creations else None
@@ -245,8 +256,12 @@ def merge(
         "invalid_events": invalid_list,
         "applied_event_ids": [e["event_id"] for e in applied],
     }
-    if all(id(e) in trusted_ids for e in applied) and fast_safe(current["source_aliases"]):
-        state["state_sha256"] = hashlib.sha256(dumps_trusted(state)).hexdigest()
+    if (
+        canon.trust
+        and all(id(e) in trusted_ids for e in applied)
+        and canon.fast_safe(current["source_aliases"])
+    ):
+        state["state_sha256"] = canon.sha256_trusted(state)
     else:
-        state["state_sha256"] = canonical_sha256(state)
+        state["state_sha256"] = canon.sha256(state)
     return state

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from pith_pipeline.core.arxiv_record import ArxivRecord
-from pith_pipeline.core.canonical_json import dumps_trusted
+from pith_pipeline.core.canonical_json import FAST, CanonicalJSON
 from pith_pipeline.core.keys import b32
 from pith_pipeline.core.text import canon_sha256
 from pith_pipeline.core.timeutil import iso_seconds
@@ -37,9 +36,9 @@ def canonical_record(rec: ArxivRecord) -> dict[str, Any]:
     }
 
 
-def canonical_bytes(record: dict[str, Any]) -> bytes:
+def canonical_bytes(record: dict[str, Any], *, canon: CanonicalJSON = FAST) -> bytes:
     """JCS of a canonical record (all strings and small ints, so the fast path is exact)."""
-    return dumps_trusted(record)
+    return canon.dumps_trusted(record)
 
 
 def pith_number_from_digest(digest: bytes, year: int | str) -> str:
@@ -78,8 +77,9 @@ class PithNumber:
         return f"pith:{self.body[:8]}"
 
 
-def canonical_sha256(record: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_bytes(record)).hexdigest()
+def canonical_sha256(record: dict[str, Any], *, canon: CanonicalJSON = FAST) -> str:
+    """The SHA-256 that names a paper version: of its canonical record's JCS."""
+    return canon.sha256_trusted(record)
 
 
 def arxiv_doi(arxiv_id: str) -> str:

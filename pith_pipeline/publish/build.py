@@ -8,7 +8,12 @@ The ways give the same bytes, and a `Publisher` is given one (`builder=`):
   stored events always goes this way;
 - `REFERENCE`: the same, trusting nothing (every event re-hashed and re-verified in
   the merge, the bundle hashed on the slow path). Tests and
-  `benchmarks/build_bench.py` run it to check the others.
+  `benchmarks/build_bench.py` run it to check the others, with a `Codec` whose
+  `canon` is `canonical_json.REFERENCE` (rfc8785 for every hash, from the record's
+  identity to its bundle) and whose output is `json.dumps`'s.
+
+How everything is hashed is the writer's codec's `canon` (`BuildParts.canon`), handed
+to every core builder called here, so one injected strategy reaches the whole run.
 
 Either way the signer's first signature is verified and the bundle's index rows are
 checked before any object of the record is written.
@@ -22,6 +27,7 @@ from typing import Any, Protocol
 
 from pith_pipeline.core.builder import FreshBuilder, Identity, build_record_events
 from pith_pipeline.core.bundle import Site
+from pith_pipeline.core.canonical_json import CanonicalJSON
 from pith_pipeline.core.keys import Signer
 from pith_pipeline.core.layout import bundle_paths, event_key
 from pith_pipeline.core.timeutil import Clock
@@ -57,6 +63,11 @@ class BuildParts:
     #: one `FreshBuilder` per key set: the per-run parts of every bundle are made once
     fresh: dict[tuple[str, ...], FreshBuilder] = field(default_factory=dict)
 
+    @property
+    def canon(self) -> CanonicalJSON:
+        """How the run's records, events, states and bundles are hashed (its codec's)."""
+        return self.writer.codec.canon
+
     def fresh_builder(self) -> FreshBuilder:
         """The run's `FreshBuilder` for the keys its bundles list now."""
         keys = self.keys.keys_for({self.signer.key_id})
@@ -69,6 +80,7 @@ class BuildParts:
                 self.site,
                 keys,
                 builder_version=self.config.builder_version,
+                canon=self.canon,
             )
         return fb
 
@@ -126,6 +138,7 @@ def events_then_bundle(
         now,
         supersedes=supersedes,
         builder_version=parts.config.builder_version,
+        canon=parts.canon,
     )
     parts.keys.check_signer(built.events[0])
     trusted = built.events if trust_own else None
@@ -144,7 +157,7 @@ def reference(
     parts: BuildParts, paper: Paper, ident: Identity, now: datetime, supersedes: list[str]
 ) -> list[dict[str, Any]]:
     """`RecordBuilder` of the straightforward reference: events then bundle, nothing
-    trusted."""
+    trusted (hashed with the codec's `canon`, `canonical_json.REFERENCE` in the tests)."""
     return events_then_bundle(parts, paper, ident, now, supersedes, trust_own=False)
 
 

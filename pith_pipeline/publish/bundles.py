@@ -85,6 +85,7 @@ class Bundles:
             signer=self.signer,
             now=self.clock(),
             trusted=trusted or (),
+            canon=self.codec.canon,
         )
 
     def write(

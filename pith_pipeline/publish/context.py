@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pith_pipeline.core.canonical_json import dumps_compact, dumps_pretty
+from pith_pipeline.core.canonical_json import FAST, CanonicalJSON, dumps_compact, dumps_pretty
 from pith_pipeline.publish.summary import RunSummary
 
 if TYPE_CHECKING:
@@ -45,14 +45,18 @@ class Paper:
 @dataclass(frozen=True, slots=True)
 class Codec:
     """The bytes of what the publisher writes: `compact` for events, bundles and
-    states, `pretty` for the key document and arXiv pointers.
+    states, `pretty` for the key document and arXiv pointers; and `canon`, the
+    canonical JSON whose SHA-256 names the records, events, states and bundles it
+    builds (handed to every core builder the publisher calls).
 
     The default is the project's canonical JSON; a test or benchmark injects a
-    straightforward reference (`json.dumps`) to check that both give the same bytes.
+    straightforward reference (`json.dumps`, `canonical_json.REFERENCE`) to check that
+    both give the same bytes.
     """
 
     compact: Callable[[Any], bytes] = dumps_compact
     pretty: Callable[[Any], bytes] = dumps_pretty
+    canon: CanonicalJSON = FAST
 
 
 #: The serializer every run uses.

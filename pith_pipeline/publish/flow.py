@@ -47,7 +47,7 @@ class PaperFlow:
     def publish(self, paper: Paper, rec: ArxivRecord) -> Identity:
         """Publish `rec`: repaired where a killed run left it (`repair`), else built
         (`build`); an `IntegrityError` names a stored object that failed its checks."""
-        ident = self.known.identity(rec)
+        ident = self.known.identity(rec, self.parts.canon)
         existing = self.reader.subject_events(paper, ident.body)
         if is_published(existing):
             self.repair(paper, ident, existing)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Container, Iterable, Sequence
 
 from pith_pipeline.core.arxiv_record import ArxivRecord
 from pith_pipeline.core.builder import Identity
+from pith_pipeline.core.canonical_json import FAST, CanonicalJSON
 from pith_pipeline.core.layout import BUNDLES, WELL_KNOWN, bundle_paths, event_prefix, pointer_key
 from pith_pipeline.items import Item, Rejected
 from pith_pipeline.storage.base import Store
@@ -100,8 +101,11 @@ class KnownAbsent:
                 return True
         return False
 
-    def identity(self, rec: ArxivRecord) -> Identity:
-        """The record's identity, as `learn` computed it for this very record."""
+    def identity(self, rec: ArxivRecord, canon: CanonicalJSON = FAST) -> Identity:
+        """The record's identity, as `learn` computed it for this very record (with
+        `FAST`; another `canon` computes its own)."""
+        if canon is not FAST:
+            return Identity.of(rec, canon=canon)
         known = self._idents.get((rec.id, rec.version))
         return known if known is not None and known.record is rec else Identity.of(rec)
 

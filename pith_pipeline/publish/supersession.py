@@ -75,6 +75,7 @@ class Versions:
             signer=self.signer,
             signer_id=self.signer_id,
             now=now,
+            canon=self.writer.codec.canon,
         )
         self.writer.put_event(
             paper, event_key(old.body, corr["content_sha256"]), self.writer.codec.compact(corr)
@@ -100,7 +101,7 @@ class Versions:
         ]
         if not mine:
             return existing
-        ev = snapshot_for(ident, mine[0], self.signer, self.signer_id)
+        ev = snapshot_for(ident, mine[0], self.signer, self.signer_id, canon=self.writer.codec.canon)
         self.writer.put_event(
             paper, event_key(ident.body, ev["content_sha256"]), self.writer.codec.compact(ev)
         )

@@ -1,32 +1,31 @@
 """The fast build path writes exactly the bytes of the straightforward reference path.
 
-The reference path is the same code with `rfc8785.dumps` for every hash,
+The reference path is the same code given the reference serializer: `rfc8785` for
+every hash (`canonical_json.REFERENCE`, injected through the publisher's codec),
 `json.dumps` for every output, no trusted shortcuts and every event re-hashed and
 re-verified in the merge. Both publish the same records (the real sample plus
 generated records with hostile text) into in-memory stores; every object written
-must be byte-identical.
+must be byte-identical. Nothing is patched: each path is what its publisher is given.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import rfc8785
 from store_doubles import without_markers
 
-from pith_pipeline.core import bundle as bundle_mod
 from pith_pipeline.core import canonical_json
-from pith_pipeline.core import events as events_mod
-from pith_pipeline.core import merge as merge_mod
-from pith_pipeline.core import pith_record as record_mod
 from pith_pipeline.core.arxiv_record import ArxivRecord
-from pith_pipeline.core.builder import Identity, build_record_events, sign_bundle
+from pith_pipeline.core.builder import FreshBuilder, Identity, build_record_events, sign_bundle
 from pith_pipeline.core.bundle import Site
+from pith_pipeline.core.canonical_json import CanonicalJSON, dumps_compact
 from pith_pipeline.core.keys import Ed25519Signer
 from pith_pipeline.core.merge import merge
 from pith_pipeline.errors import SigningError
@@ -49,50 +48,33 @@ class Clock:
         return self.now
 
 
-def _ref_h(value: Any) -> str:
-    return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
-
-
-#: what the reference path writes with: `json.dumps`, not the canonical fast serializer
+#: what the reference path writes and hashes with: `json.dumps` for the bytes written,
+#: rfc8785 for every hash, not the canonical fast serializer
 REFERENCE_CODEC = Codec(
     compact=lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode(),
     pretty=lambda v: json.dumps(v, ensure_ascii=False, indent=2).encode(),
+    canon=canonical_json.REFERENCE,
 )
 
-
-def reference_publisher(store: Any, config: BuildConfig, **kw: Any) -> Publisher:
-    """A publisher on the reference path: events then bundle, nothing trusted, written
-    with `json.dumps`."""
-    return Publisher(store, SIGNER, config, builder=REFERENCE, codec=REFERENCE_CODEC, **kw)
+Make = Callable[..., Publisher]
 
 
-def fast_publisher(store: Any, config: BuildConfig, **kw: Any) -> Publisher:
+def reference_publisher(
+    store: Any, config: BuildConfig, *, codec: Codec = REFERENCE_CODEC, **kw: Any
+) -> Publisher:
+    """A publisher on the reference path: events then bundle, nothing trusted, hashed
+    with rfc8785 and written with `json.dumps`."""
+    return Publisher(store, SIGNER, config, builder=REFERENCE, codec=codec, **kw)
+
+
+def fast_publisher(store: Any, config: BuildConfig, *, codec: Codec = CANONICAL, **kw: Any) -> Publisher:
     """A publisher as every run makes it (the defaults, named)."""
-    return Publisher(store, SIGNER, config, builder=ONE_PASS, codec=CANONICAL, **kw)
+    return Publisher(store, SIGNER, config, builder=ONE_PASS, codec=codec, **kw)
 
 
-def use_reference_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    """From here on (until monkeypatch undoes it), the core's hashing is the
-    straightforward one (rfc8785). The publisher's part, nothing trusted and `json.dumps`
-    output, is injected (`reference_publisher`)."""
-    for mod, name, value in [
-        (record_mod, "dumps_trusted", rfc8785.dumps),
-        (events_mod, "canonical_sha256", _ref_h),
-        (events_mod, "dumps_trusted", rfc8785.dumps),
-        (merge_mod, "canonical_sha256", _ref_h),
-        (merge_mod, "dumps_trusted", rfc8785.dumps),
-        (merge_mod, "fast_safe", lambda v: False),
-        (bundle_mod, "dumps", rfc8785.dumps),
-    ]:
-        monkeypatch.setattr(mod, name, value)
-    monkeypatch.setattr(
-        events_mod,
-        "_EMPTY_SECTIONS",
-        {
-            k: events_mod._section({kk: vv for kk, vv in v.items() if kk != "snapshot_sha256"})
-            for k, v in events_mod._EMPTY_SECTIONS.items()
-        },
-    )
+def differing(a: dict[str, bytes], b: dict[str, bytes]) -> list[str]:
+    """The keys written by one run only, or with other bytes."""
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
 def hostile_records(sample_lines: list[str]) -> list[str]:
@@ -117,10 +99,10 @@ def hostile_records(sample_lines: list[str]) -> list[str]:
     return out
 
 
-def publish_lines(lines: list[str], path: Path, make: Any = fast_publisher) -> dict[str, bytes]:
+def publish_lines(lines: list[str], path: Path, make: Make = fast_publisher, **kw: Any) -> dict[str, bytes]:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     store = MemoryStore()
-    pub = make(store, BuildConfig(registry_name="Test \u2028 Registry"), clock=Clock(), run_id="run-1")
+    pub = make(store, BuildConfig(registry_name="Test \u2028 Registry"), clock=Clock(), run_id="run-1", **kw)
     summary = pub.publish(iter_jsonl(path))
     assert summary.quarantined == 0
     return without_markers(store.objects)
@@ -131,18 +113,11 @@ def fast_output(tmp_path: Path, sample_lines: list[str]) -> dict[str, bytes]:
     return publish_lines(sample_lines + hostile_records(sample_lines), tmp_path / "in.jsonl")
 
 
-def test_fast_path_writes_the_reference_bytes(
-    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_fast_path_writes_the_reference_bytes(tmp_path: Path, sample_lines: list[str]) -> None:
     lines = sample_lines + hostile_records(sample_lines)
-    assert bundle_mod.dumps is canonical_json.dumps  # the fast path, first
     fast_output = publish_lines(lines, tmp_path / "in.jsonl")
-    use_reference_core(monkeypatch)
-    assert bundle_mod.dumps is rfc8785.dumps
     ref = publish_lines(lines, tmp_path / "ref.jsonl", reference_publisher)
-    assert sorted(ref) == sorted(fast_output)
-    for key, data in ref.items():
-        assert fast_output[key] == data, key
+    assert differing(fast_output, ref) == []
     assert sum(k.startswith("pith/") and k.endswith("bundle.json") for k in ref) == 42
 
 
@@ -155,33 +130,96 @@ def test_published_pith_numbers_are_unchanged(fast_output: dict[str, bytes]) -> 
     } <= bodies
 
 
-def test_superseding_run_writes_the_reference_bytes(
-    tmp_path: Path, sample_lines: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A second version supersedes the first: stored (untrusted) events meet fresh ones."""
+def two_runs(tmp_path: Path, sample_lines: list[str], make: Make, **kw: Any) -> dict[str, bytes]:
+    """A paper's first version, then a run with its second, which supersedes it: stored
+    (untrusted) events meet fresh ones, and the first record gets a correction."""
     obj = json.loads(sample_lines[-1])
     v2 = dict(
         obj,
         title=obj["title"] + " \U0001f600 revised",
         versions=[*obj["versions"], {"version": "v2", "created": obj["versions"][0]["created"]}],
     )
+    store = MemoryStore()
+    clock = Clock()
+    for i, rec in enumerate((obj, v2)):
+        p = tmp_path / f"run{i}.jsonl"
+        p.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+        make(store, BuildConfig(), clock=clock, run_id=f"r{i}", **kw).publish(iter_jsonl(p))
+    return without_markers(store.objects)
 
-    def two_runs(make: Any) -> dict[str, bytes]:
-        store = MemoryStore()
-        clock = Clock()
-        for i, rec in enumerate((obj, v2)):
-            p = tmp_path / f"run{i}.jsonl"
-            p.write_text(json.dumps(rec) + "\n", encoding="utf-8")
-            make(store, BuildConfig(), clock=clock, run_id=f"r{i}").publish(iter_jsonl(p))
-        return without_markers(store.objects)
 
-    fast = two_runs(fast_publisher)
-    use_reference_core(monkeypatch)
-    ref = two_runs(reference_publisher)
-    assert sorted(fast) == sorted(ref)
-    for key, data in ref.items():
-        assert fast[key] == data, key
+def test_superseding_run_writes_the_reference_bytes(tmp_path: Path, sample_lines: list[str]) -> None:
+    fast = two_runs(tmp_path, sample_lines, fast_publisher)
+    ref = two_runs(tmp_path, sample_lines, reference_publisher)
+    assert differing(fast, ref) == []
     assert any(b'"kind":"superseded"' in v for k, v in fast.items() if k.startswith("events/"))
+
+
+def recording(base: CanonicalJSON) -> tuple[CanonicalJSON, set[str]]:
+    """`base`, noting the SHA-256 of every value it serialises: the hashes it made."""
+    made: set[str] = set()
+
+    def noting(dumps: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+        def dumps_noted(value: Any) -> bytes:
+            data = dumps(value)
+            made.add(hashlib.sha256(data).hexdigest())
+            return data
+
+        return dumps_noted
+
+    strategy = dataclasses.replace(base, dumps=noting(base.dumps), dumps_trusted=noting(base.dumps_trusted))
+    return strategy, made
+
+
+def hashes_named(value: Any) -> Iterator[str]:
+    """Every JSON-hash member of a stored document (`content_sha256`, `state_sha256`,
+    `snapshot_sha256`, `bundle_sha256`, `canonical_sha256`), however deep."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k in {
+                "content_sha256",
+                "state_sha256",
+                "snapshot_sha256",
+                "bundle_sha256",
+                "canonical_sha256",
+            }:
+                yield v
+            else:
+                yield from hashes_named(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from hashes_named(v)
+
+
+@pytest.mark.parametrize("make", [reference_publisher, fast_publisher], ids=["reference", "fast"])
+def test_the_injected_serializer_makes_every_hash_written(
+    make: Make, tmp_path: Path, sample_lines: list[str]
+) -> None:
+    """The codec's `canon` reaches every builder a run calls: the record's identity, its
+    events and snapshot sections, the merged state and the bundle, and the correction
+    and rewritten bundle of a superseded version (else the reference would prove
+    nothing about the part it missed)."""
+    base = REFERENCE_CODEC if make is reference_publisher else CANONICAL
+    canon, made = recording(base.canon)
+    out = two_runs(tmp_path, sample_lines, make, codec=dataclasses.replace(base, canon=canon))
+    written = {h for k, v in out.items() if k.endswith(".json") for h in hashes_named(json.loads(v))}
+    assert len(written) > 10
+    assert written <= made, sorted(written - made)[:3]
+
+
+def test_a_diverging_fast_serializer_is_caught(tmp_path: Path, sample_lines: list[str]) -> None:
+    """The comparison is not vacuous: a fast serializer that escapes non-ASCII (valid
+    JSON, not RFC 8785) writes other bytes than the reference."""
+    ascii_only = dataclasses.replace(
+        canonical_json.FAST,
+        dumps_trusted=lambda v: json.dumps(v, sort_keys=True, separators=(",", ":")).encode(),
+    )
+    lines = hostile_records(sample_lines)
+    broken = publish_lines(
+        lines, tmp_path / "in.jsonl", codec=dataclasses.replace(CANONICAL, canon=ascii_only)
+    )
+    ref = publish_lines(lines, tmp_path / "ref.jsonl", reference_publisher)
+    assert differing(broken, ref) != []
 
 
 def _built(rec: ArxivRecord) -> tuple[Identity, Any, list[Any], Site]:
@@ -284,8 +322,6 @@ def test_unsynced_local_store_writes_the_same_files(tmp_path: Path) -> None:
 def _general(
     ident: Identity, keys: list[Any], site: Site, supersedes: list[str], bundle_now: datetime
 ) -> tuple[list[bytes], bytes, bytes]:
-    from pith_pipeline.core.canonical_json import dumps_compact
-
     built = build_record_events(ident, SIGNER, "s", START, supersedes=supersedes)
     b = sign_bundle(
         subject=ident.subject,
@@ -303,8 +339,6 @@ def _general(
 
 @pytest.mark.parametrize("case", ["plain", "supersedes", "foreign-key-list", "odd-supersedes"])
 def test_fresh_builder_equals_the_general_path(case: str, sample_lines: list[str]) -> None:
-    from pith_pipeline.core.builder import FreshBuilder
-
     site = Site(base_url="https://x.example/\u2028", registry_name="R \U0001f600")
     keys = [SIGNER.public_key_doc(url=site.key_url)]
     if case == "foreign-key-list":  # the events' key is not listed: the merge says unknown_key
