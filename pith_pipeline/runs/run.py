@@ -48,7 +48,7 @@ from pith_pipeline.storage.factory import open_store
 from pith_pipeline.storage.lease import parse_shards, writer_lease
 from pith_pipeline.tlog.log_key import log_signer_for
 from pith_pipeline.tlog.pipeline import log_run
-from pith_pipeline.tlog.run_log import RunLog, prepare_run_log
+from pith_pipeline.tlog.run_log import RunLog, run_log_of
 
 Progress = Callable[[int], None]
 
@@ -219,7 +219,7 @@ class Run:
             clock=clock,
         )
         # after the publisher, whose key checks come first; before anything is published
-        run_log = _run_log(settings, store, notice) if ending.appends_log else RunLog(None)
+        run_log = run_log_of(settings, store, notice=notice) if ending.appends_log else RunLog(None)
         with ExitStack() as parts:
             rows = parts.enter_context(RowSink())  # rows: no bundle is read back
             run = cls(
@@ -309,20 +309,6 @@ def _signer(settings: config.Settings) -> Signer:
     if not settings.signer:
         raise InputError("no signing key: set --signer (env PITH_SIGNER) or pass signer=")
     return open_signer(settings.signer, settings=settings)
-
-
-def _run_log(settings: config.Settings, store: Store, notice: Callable[[str], None]) -> RunLog:
-    """The run's log key (`tlog.run_log.prepare_run_log`) from the settings' log signer,
-    keep-log and origin."""
-    return prepare_run_log(
-        store,
-        settings.signer,
-        base_url=settings.base_url,
-        explicit=settings.log_signer,
-        keep=settings.keep_log,
-        notice=notice,
-        origin=settings.log_origin,
-    )
 
 
 @contextmanager

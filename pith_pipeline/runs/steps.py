@@ -62,23 +62,13 @@ def run_store(settings: Settings) -> Store:
     return open_store(settings.store, **settings.store_options)
 
 
-def _run_log(settings: Settings, store: Store, *, first: bool) -> Any:
-    """The window's log key (`tlog.run_log.prepare_run_log`): chosen by its build
-    step (`first`: it may make a new store's key, and says so in the task log) and
-    found again by its last step, which appends."""
+def _window_log_spec(settings: Settings, store: Store) -> str | None:
+    """The log key the window's build chunks chose (`tlog.run_log.run_log_of`), found
+    again by its last step, which appends; None when the store keeps no log."""
     # lazy: nacl, 96 ms at import
-    from pith_pipeline.tlog.run_log import prepare_run_log
+    from pith_pipeline.tlog.run_log import run_log_of
 
-    return prepare_run_log(
-        store,
-        settings.signer,
-        base_url=settings.base_url,
-        explicit=settings.log_signer,
-        keep=settings.keeps_log,
-        generate=first,
-        notice=log.warning if first else None,
-        origin=settings.log_origin,
-    )
+    return run_log_of(settings, store, generate=False).spec
 
 
 def _publish_rank(key: str) -> int:
@@ -372,7 +362,7 @@ def finish_window(
         notes["outside_window"] = list(harvested.get("outside_window_records", []))
 
     # the log append's key: the one the window's build chunks chose
-    notes["log_signer"] = _run_log(settings, store, first=False).spec
+    notes["log_signer"] = _window_log_spec(settings, store)
     notes["log_origin"] = settings.log_origin
     try:
         write_manifest(store, summary, window=window, index=update, **notes)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pith_pipeline.config import env_name
+from pith_pipeline.config import Settings, env_name
 from pith_pipeline.errors import KeyFileError, TerminalError
 from pith_pipeline.signing.guard import local_store_root, refuse_key_file_inside, spec_key_file
 from pith_pipeline.signing.local import DEFAULT_KEY_DIR, LOG_KEY_FILE, create_key_file_once
@@ -256,3 +256,26 @@ def log_key_for_command(
                 "commands look for it beside the registry key: give the store's log key"
             )
     return spec
+
+
+def run_log_of(
+    settings: Settings,
+    store: Store,
+    *,
+    generate: bool = True,
+    notice: Callable[[str], None] | None = None,
+) -> RunLog:
+    """`prepare_run_log` with what `settings` say: the registry key (whose directory
+    holds the log key), base URL, log signer, keep-log and origin. The one place a
+    run's or a window's log key is chosen from its settings (`runs.run.Run`, the
+    window's last step)."""
+    return prepare_run_log(
+        store,
+        settings.signer,
+        base_url=settings.base_url,
+        explicit=settings.log_signer,
+        keep=settings.keep_log,
+        generate=generate,
+        notice=notice,
+        origin=settings.log_origin,
+    )
