@@ -147,8 +147,8 @@ class Writer:
 
     def page_log_prefix(self) -> tuple[str | None]:
         """The log prefix this run's pages name, in a one-tuple (`None` inside: the
-        store keeps no log): asked of the store once per run, with the settings of
-        the command that made this writer."""
+        store keeps no log): the run's log when it names a log key (`log_key`,
+        `log_signer_spec`), else the store's own; asked of the store once per run."""
         if self._page_log is None:
             with self._page_lock:  # papers in flight ask at once: the store is asked once
                 if self._page_log is None and self.log_key is not None:
